@@ -1,0 +1,37 @@
+# `make demo` and `make test` create the virtual environment and install the pinned
+# dependencies on first use (torch pinned to the CPU wheel through constraints.txt).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint bench docs serve clean
+
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/gpuhealth demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check collectors models service bench tests
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)
+	$(PY) -m bench.pipeline
+
+docs: $(STAMP)
+	$(PY) -m service.docs_gen
+
+serve: $(STAMP)
+	$(VENV)/bin/gpuhealth serve
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

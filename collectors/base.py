@@ -1,0 +1,27 @@
+"""The collector protocol: one verb, `collect`, returning a columnar Batch.
+
+A collector that fails does not raise: it returns an empty batch and reports `up=False` with
+the reason in its `status`, so the service can export `collector_up` and keep going.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from collectors.frames import Batch
+
+
+@dataclass(slots=True)
+class CollectorStatus:
+    up: bool = True
+    reason: str = ""
+    exhausted: bool = False  # a finite source (a replayed trace) has nothing more to give
+
+
+@runtime_checkable
+class Collector(Protocol):
+    name: str
+    status: CollectorStatus
+
+    def collect(self) -> Batch: ...

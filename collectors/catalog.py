@@ -1,0 +1,324 @@
+"""The metric catalog: one record per metric, with how every source spells it.
+
+Parsers, storage, detectors, dashboards and docs/metrics.md are all driven by this table, so a
+metric is added here once and everything else follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    GAUGE = "gauge"  # a level sampled now (temperature, power)
+    COUNTER = "counter"  # cumulative count; rates are derived with reset detection
+    EVENT = "event"  # a discrete occurrence carrying a code (Xid)
+    STATE = "state"  # an enumerated or boolean condition (link up, remap pending)
+
+
+class Scope(StrEnum):
+    GPU = "gpu"
+    NVLINK = "nvlink"
+    IB_PORT = "ib_port"
+    NODE = "node"
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    name: str
+    unit: str
+    kind: Kind
+    scope: Scope
+    description: str
+    # Counters only: True when the driver, a GPU reset or a reboot zeroes it (volatile ECC,
+    # NVLink and IB counters). Persistent counters (aggregate ECC, retired pages, remapped rows)
+    # never decrease, so a decrease there is bad data, not a reset.
+    resets: bool = False
+    # Derived metrics are computed from others in the window store and never ingested.
+    derived: bool = False
+    dcgm: str | None = None  # DCGM field name with its numeric id, e.g. "DCGM_FI_DEV_GPU_TEMP (150)"
+    nvml: str | None = None  # NVML call (and enum) that reads it
+    smi_xml: str | None = None  # path under <gpu> in `nvidia-smi -q -x`
+    smi_query: str | None = None  # `nvidia-smi --query-gpu` field
+    telegraf: str | None = None  # Telegraf measurement.field
+    sysfs: str | None = None  # InfiniBand sysfs path under /sys/class/infiniband/<dev>/ports/<n>/
+
+    @property
+    def dcgm_name(self) -> str | None:
+        return None if self.dcgm is None else self.dcgm.split(" ")[0]
+
+
+class Catalog:
+    """An ordered registry of metrics that refuses duplicates."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, Metric] = {}
+        self._columns: dict[Scope, tuple[Metric, ...]] = {}
+
+    def register(self, metric: Metric) -> Metric:
+        if metric.name in self._by_name:
+            raise ValueError(f"metric {metric.name!r} is already registered")
+        if metric.resets and metric.kind is not Kind.COUNTER:
+            raise ValueError(f"metric {metric.name!r}: only counters can reset")
+        self._by_name[metric.name] = metric
+        self._columns.clear()
+        return metric
+
+    def __getitem__(self, name: str) -> Metric:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"unknown metric {name!r}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def __iter__(self) -> Iterator[Metric]:
+        return iter(self._by_name.values())
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def columns(self, scope: Scope) -> tuple[Metric, ...]:
+        """The ingested (non-derived) metrics of a scope, in the column order of a Frame."""
+        cols = self._columns.get(scope)
+        if cols is None:
+            cols = tuple(
+                m for m in self._by_name.values()
+                if m.scope is scope and not m.derived and m.kind is not Kind.EVENT
+            )
+            self._columns[scope] = cols
+        return cols
+
+    def column(self, scope: Scope, name: str) -> int:
+        for i, m in enumerate(self.columns(scope)):
+            if m.name == name:
+                return i
+        raise KeyError(f"metric {name!r} is not an ingested {scope} metric")
+
+    def events(self, scope: Scope) -> tuple[Metric, ...]:
+        return tuple(m for m in self._by_name.values() if m.scope is scope and m.kind is Kind.EVENT)
+
+
+CATALOG = Catalog()
+_r = CATALOG.register
+_G, _C, _E, _S = Kind.GAUGE, Kind.COUNTER, Kind.EVENT, Kind.STATE
+_XML_T = "temperature/"
+_TEL = "nvidia_smi."
+_IB = "infiniband."
+
+# ---- GPU: thermal, power, clocks ----------------------------------------------------------
+_r(Metric("gpu_temp", "degC", _G, Scope.GPU, "GPU core temperature",
+          dcgm="DCGM_FI_DEV_GPU_TEMP (150)",
+          nvml="nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)",
+          smi_xml=_XML_T + "gpu_temp", smi_query="temperature.gpu",
+          telegraf=_TEL + "temperature_gpu"))
+_r(Metric("mem_temp", "degC", _G, Scope.GPU, "HBM (memory) temperature",
+          dcgm="DCGM_FI_DEV_MEMORY_TEMP (140)",
+          nvml="nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP)",
+          smi_xml=_XML_T + "memory_temp", smi_query="temperature.memory",
+          telegraf=_TEL + "temperature_memory"))
+_r(Metric("gpu_slowdown_temp", "degC", _G, Scope.GPU,
+          "Driver's GPU slowdown threshold (per SKU); clocks are cut above it",
+          dcgm="DCGM_FI_DEV_SLOWDOWN_TEMP (158)",
+          nvml="nvmlDeviceGetTemperatureThreshold(NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)",
+          smi_xml=_XML_T + "gpu_temp_slow_threshold",
+          telegraf=_TEL + "temperature_slow_threshold"))
+_r(Metric("gpu_shutdown_temp", "degC", _G, Scope.GPU,
+          "Driver's GPU shutdown threshold (per SKU)",
+          dcgm="DCGM_FI_DEV_SHUTDOWN_TEMP (159)",
+          nvml="nvmlDeviceGetTemperatureThreshold(NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)",
+          smi_xml=_XML_T + "gpu_temp_max_threshold",
+          telegraf=_TEL + "temperature_max_threshold"))
+_r(Metric("mem_max_temp", "degC", _G, Scope.GPU,
+          "Driver's maximum operating HBM temperature (per SKU)",
+          dcgm="DCGM_FI_DEV_MEM_MAX_OP_TEMP (151)",
+          nvml="nvmlDeviceGetTemperatureThreshold(NVML_TEMPERATURE_THRESHOLD_MEM_MAX)",
+          smi_xml=_XML_T + "gpu_temp_max_mem_threshold",
+          telegraf=_TEL + "temperature_max_mem_threshold"))
+_r(Metric("gpu_temp_margin", "degC", _G, Scope.GPU,
+          "T.Limit margin: degrees left before the GPU slows down (negative when over)",
+          dcgm="DCGM_FI_DEV_GPU_TEMP_LIMIT (153)",
+          nvml="nvmlDeviceGetMarginTemperature",
+          smi_xml=_XML_T + "gpu_temp_tlimit", smi_query="temperature.gpu.tlimit",
+          telegraf=_TEL + "temperature_gpu_tlimit"))
+_r(Metric("power_draw", "W", _G, Scope.GPU, "Board power draw",
+          dcgm="DCGM_FI_DEV_POWER_USAGE (155)",
+          nvml="nvmlDeviceGetPowerUsage (mW)",
+          smi_xml="gpu_power_readings/power_draw", smi_query="power.draw",
+          telegraf=_TEL + "power_draw"))
+_r(Metric("sm_clock", "MHz", _G, Scope.GPU, "Current SM clock",
+          dcgm="DCGM_FI_DEV_SM_CLOCK (101)",
+          nvml="nvmlDeviceGetClockInfo(NVML_CLOCK_SM)",
+          smi_xml="clocks/sm_clock", smi_query="clocks.current.sm",
+          telegraf=_TEL + "clocks_current_sm"))
+_r(Metric("gpu_util", "percent", _G, Scope.GPU, "GPU utilization",
+          dcgm="DCGM_FI_DEV_GPU_UTIL (203)",
+          nvml="nvmlDeviceGetUtilizationRates().gpu",
+          smi_xml="utilization/gpu_util", smi_query="utilization.gpu",
+          telegraf=_TEL + "utilization_gpu"))
+
+# ---- GPU: memory errors ---------------------------------------------------------------------
+_r(Metric("ecc_sbe_volatile", "errors", _C, Scope.GPU,
+          "Correctable (single-bit) ECC errors since the last driver load", resets=True,
+          dcgm="DCGM_FI_DEV_ECC_SBE_VOL_TOTAL (310)",
+          nvml="nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC)",
+          smi_xml="ecc_errors/volatile/dram_correctable",
+          smi_query="ecc.errors.corrected.volatile.total",
+          telegraf=_TEL + "ecc_errors_volatile_dram_correctable"))
+_r(Metric("ecc_dbe_volatile", "errors", _C, Scope.GPU,
+          "Uncorrectable (double-bit) ECC errors since the last driver load", resets=True,
+          dcgm="DCGM_FI_DEV_ECC_DBE_VOL_TOTAL (311)",
+          nvml="nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC)",
+          smi_xml="ecc_errors/volatile/dram_uncorrectable",
+          smi_query="ecc.errors.uncorrected.volatile.total",
+          telegraf=_TEL + "ecc_errors_volatile_dram_uncorrectable"))
+_r(Metric("ecc_sbe_aggregate", "errors", _C, Scope.GPU,
+          "Correctable ECC errors over the GPU's lifetime (persist across resets)",
+          dcgm="DCGM_FI_DEV_ECC_SBE_AGG_TOTAL (312)",
+          nvml="nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC)",
+          smi_xml="ecc_errors/aggregate/dram_correctable",
+          smi_query="ecc.errors.corrected.aggregate.total",
+          telegraf=_TEL + "ecc_errors_aggregate_dram_correctable"))
+_r(Metric("ecc_dbe_aggregate", "errors", _C, Scope.GPU,
+          "Uncorrectable ECC errors over the GPU's lifetime (persist across resets)",
+          dcgm="DCGM_FI_DEV_ECC_DBE_AGG_TOTAL (313)",
+          nvml="nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC)",
+          smi_xml="ecc_errors/aggregate/dram_uncorrectable",
+          smi_query="ecc.errors.uncorrected.aggregate.total",
+          telegraf=_TEL + "ecc_errors_aggregate_dram_uncorrectable"))
+_r(Metric("ecc_sram_correctable", "errors", _C, Scope.GPU,
+          "Correctable SRAM ECC errors over the GPU's lifetime",
+          nvml="nvmlDeviceGetMemoryErrorCounter(CORRECTED, AGGREGATE, NVML_MEMORY_LOCATION_SRAM)",
+          smi_xml="ecc_errors/aggregate/sram_correctable",
+          smi_query="ecc.errors.corrected.aggregate.sram",
+          telegraf=_TEL + "ecc_errors_aggregate_sram_correctable"))
+_r(Metric("retired_pages_sbe", "pages", _C, Scope.GPU,
+          "Pages retired for multiple single-bit errors (pre-Ampere page retirement)",
+          dcgm="DCGM_FI_DEV_RETIRED_SBE (390)",
+          nvml="nvmlDeviceGetRetiredPages(NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)",
+          smi_xml="retired_pages/multiple_single_bit_retirement/retired_count",
+          smi_query="retired_pages.single_bit_ecc.count",
+          telegraf=_TEL + "retired_pages_multiple_single_bit"))
+_r(Metric("retired_pages_dbe", "pages", _C, Scope.GPU,
+          "Pages retired for double-bit errors",
+          dcgm="DCGM_FI_DEV_RETIRED_DBE (391)",
+          nvml="nvmlDeviceGetRetiredPages(NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)",
+          smi_xml="retired_pages/double_bit_retirement/retired_count",
+          smi_query="retired_pages.double_bit.count",
+          telegraf=_TEL + "retired_pages_double_bit"))
+_r(Metric("retired_pages_pending", "bool", _S, Scope.GPU,
+          "A page retirement waits for the next driver reload (1) or not (0)",
+          dcgm="DCGM_FI_DEV_RETIRED_PENDING (392)",
+          nvml="nvmlDeviceGetRetiredPagesPendingStatus",
+          smi_xml="retired_pages/pending_retirement", smi_query="retired_pages.pending",
+          telegraf=_TEL + "retired_pages_pending"))
+_r(Metric("remapped_rows_correctable", "rows", _C, Scope.GPU,
+          "HBM rows remapped because of correctable errors (Ampere and later)",
+          dcgm="DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS (394)",
+          nvml="nvmlDeviceGetRemappedRows().corrRows",
+          smi_xml="remapped_rows/remapped_row_corr",
+          telegraf=_TEL + "remapped_rows_correctable"))
+_r(Metric("remapped_rows_uncorrectable", "rows", _C, Scope.GPU,
+          "HBM rows remapped because of uncorrectable errors",
+          dcgm="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS (393)",
+          nvml="nvmlDeviceGetRemappedRows().uncRows",
+          smi_xml="remapped_rows/remapped_row_unc",
+          telegraf=_TEL + "remapped_rows_uncorrectable"))
+_r(Metric("remapped_rows_pending", "bool", _S, Scope.GPU,
+          "A row remap waits for a GPU reset (1) or not (0)",
+          dcgm="DCGM_FI_DEV_ROW_REMAP_PENDING (396)",
+          nvml="nvmlDeviceGetRemappedRows().isPending",
+          smi_xml="remapped_rows/remapped_row_pending",
+          telegraf=_TEL + "remapped_rows_pending"))
+_r(Metric("remapped_rows_failure", "bool", _S, Scope.GPU,
+          "A row remap failed: spare rows exhausted, the GPU needs RMA (1) or not (0)",
+          dcgm="DCGM_FI_DEV_ROW_REMAP_FAILURE (395)",
+          nvml="nvmlDeviceGetRemappedRows().failureOccurred",
+          smi_xml="remapped_rows/remapped_row_failure",
+          telegraf=_TEL + "remapped_rows_failure"))
+
+# ---- GPU: bus, throttling, Xid ----------------------------------------------------------------
+_r(Metric("pcie_replay", "replays", _C, Scope.GPU,
+          "PCIe link-level replays (retries); cleared on driver reload", resets=True,
+          dcgm="DCGM_FI_DEV_PCIE_REPLAY_COUNTER (202)",
+          nvml="nvmlDeviceGetPcieReplayCounter",
+          smi_xml="pci/replay_counter"))
+_r(Metric("throttle_thermal", "bool", _S, Scope.GPU,
+          "HW thermal slowdown is active (clocks cut by half or more for temperature)",
+          dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (112) & 0x40",
+          nvml="nvmlDeviceGetCurrentClocksEventReasons & nvmlClocksEventReasonHwThermalSlowdown",
+          smi_xml="clocks_event_reasons/clocks_event_reason_hw_thermal_slowdown",
+          smi_query="clocks_throttle_reasons.hw_thermal_slowdown",
+          telegraf=_TEL + "clocks_event_reason_hw_thermal_slowdown"))
+_r(Metric("throttle_power", "bool", _S, Scope.GPU,
+          "SW power cap is holding clocks down",
+          dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (112) & 0x4",
+          nvml="nvmlDeviceGetCurrentClocksEventReasons & nvmlClocksEventReasonSwPowerCap",
+          smi_xml="clocks_event_reasons/clocks_event_reason_sw_power_cap",
+          smi_query="clocks_throttle_reasons.sw_power_cap",
+          telegraf=_TEL + "clocks_event_reason_sw_power_cap"))
+_r(Metric("throttle_hw_slowdown", "bool", _S, Scope.GPU,
+          "HW slowdown is active (thermal, power brake or external signal)",
+          dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (112) & 0x8",
+          nvml="nvmlDeviceGetCurrentClocksEventReasons & nvmlClocksEventReasonHwSlowdown",
+          smi_xml="clocks_event_reasons/clocks_event_reason_hw_slowdown",
+          smi_query="clocks_throttle_reasons.hw_slowdown",
+          telegraf=_TEL + "clocks_event_reason_hw_slowdown"))
+_r(Metric("xid", "code", _E, Scope.GPU,
+          "An Xid error reported by the driver; the value is the Xid code",
+          dcgm="DCGM_FI_DEV_XID_ERRORS (230)",
+          nvml="nvmlEventSetWait(nvmlEventTypeXidCriticalError).eventData",
+          smi_xml=None, smi_query=None,
+          telegraf=None))
+
+# ---- NVLink, per link ------------------------------------------------------------------------
+_NVL = "nvmlDeviceGetNvLinkErrorCounter(link, {})"
+_r(Metric("nvlink_crc_flit", "errors", _C, Scope.NVLINK,
+          "NVLink data-link flow-control CRC errors", resets=True,
+          dcgm="DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L<n> (400-405; total 409)",
+          nvml=_NVL.format("NVML_NVLINK_ERROR_DL_CRC_FLIT")))
+_r(Metric("nvlink_crc_data", "errors", _C, Scope.NVLINK,
+          "NVLink data-link data CRC errors", resets=True,
+          dcgm="DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L<n> (410-415; total 419)",
+          nvml=_NVL.format("NVML_NVLINK_ERROR_DL_CRC_DATA")))
+_r(Metric("nvlink_replay", "errors", _C, Scope.NVLINK,
+          "NVLink data-link replays (retransmissions)", resets=True,
+          dcgm="DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L<n> (420-425; total 429)",
+          nvml=_NVL.format("NVML_NVLINK_ERROR_DL_REPLAY")))
+_r(Metric("nvlink_recovery", "errors", _C, Scope.NVLINK,
+          "NVLink link recoveries (retraining)", resets=True,
+          dcgm="DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L<n> (430-435; total 439)",
+          nvml=_NVL.format("NVML_NVLINK_ERROR_DL_RECOVERY")))
+_r(Metric("nvlink_state", "bool", _S, Scope.NVLINK,
+          "NVLink link active (1) or inactive (0)",
+          nvml="nvmlDeviceGetNvLinkState(link)"))
+
+# ---- InfiniBand, per port ----------------------------------------------------------------------
+def _ib(name: str, unit: str, description: str, sysfs: str, kind: Kind = _C) -> None:
+    _r(Metric(f"ib_{name}", unit, kind, Scope.IB_PORT, description, resets=kind is _C,
+              sysfs=sysfs, telegraf=_IB + name if kind is _C else None))
+
+
+_ib("symbol_error", "errors", "Minor link errors on any lane (PHY symbol errors)",
+    "counters/symbol_error")
+_ib("link_error_recovery", "events", "Link retrained after errors", "counters/link_error_recovery")
+_ib("link_downed", "events", "Link failed its error recovery and went down",
+    "counters/link_downed")
+_ib("port_rcv_errors", "packets", "Packets received with errors", "counters/port_rcv_errors")
+_ib("local_link_integrity_errors", "events", "Local physical errors past their threshold",
+    "counters/local_link_integrity_errors")
+_ib("excessive_buffer_overrun_errors", "events", "Consecutive receive-buffer overruns",
+    "counters/excessive_buffer_overrun_errors")
+_ib("port_rcv_data", "words", "Data octets received, divided by 4 (IBA PortRcvData)",
+    "counters/port_rcv_data")
+_ib("port_xmit_data", "words", "Data octets sent, divided by 4 (IBA PortXmitData)",
+    "counters/port_xmit_data")
+_ib("state", "enum", "Logical port state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE", "state", _S)
+_ib("rate", "Gbit/s", "Link rate (e.g. 400 for 4X NDR)", "rate", _G)
+_r(Metric("ib_ber", "ratio", _G, Scope.IB_PORT,
+          "Bit-error rate estimated from symbol errors over bits carried at the link rate",
+          derived=True))
+

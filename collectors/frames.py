@@ -1,0 +1,213 @@
+"""Columnar batches: what every collector produces and what ingest consumes.
+
+A Batch holds one wide Frame per scope (rows = samples of one entity at one time, columns =
+the scope's catalog metrics, NaN = not reported) plus a long EventFrame for discrete events
+such as Xids, and the Rejections a parser made on the way (bad lines are data, not exceptions).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from collectors.catalog import CATALOG, Scope
+
+F64 = npt.NDArray[np.float64]
+I32 = npt.NDArray[np.int32]
+
+_KEY = re.compile(
+    r"^(?P<node>[^:]+)(?::gpu(?P<gpu>\d+)(?::nvlink(?P<link>\d+))?|:(?P<dev>[^:]+):(?P<port>\d+))?$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Entity:
+    """A monitored thing. `unit` is the GPU index (gpu, nvlink) or HCA name (ib_port); `sub` is
+    the NVLink link index or the IB port number."""
+
+    scope: Scope
+    node: str
+    unit: str = ""
+    sub: str = ""
+
+    @property
+    def key(self) -> str:
+        if self.scope is Scope.GPU:
+            return f"{self.node}:gpu{self.unit}"
+        if self.scope is Scope.NVLINK:
+            return f"{self.node}:gpu{self.unit}:nvlink{self.sub}"
+        if self.scope is Scope.IB_PORT:
+            return f"{self.node}:{self.unit}:{self.sub}"
+        return self.node
+
+    @property
+    def gpu_key(self) -> str | None:
+        """The GPU an NVLink link belongs to (or the GPU itself)."""
+        if self.scope in (Scope.GPU, Scope.NVLINK):
+            return f"{self.node}:gpu{self.unit}"
+        return None
+
+    @staticmethod
+    def gpu(node: str, index: int) -> Entity:
+        return Entity(Scope.GPU, node, str(index))
+
+    @staticmethod
+    def nvlink(node: str, gpu: int, link: int) -> Entity:
+        return Entity(Scope.NVLINK, node, str(gpu), str(link))
+
+    @staticmethod
+    def ib_port(node: str, device: str, port: int) -> Entity:
+        return Entity(Scope.IB_PORT, node, device, str(port))
+
+    @staticmethod
+    def parse(key: str) -> Entity:
+        """Inverse of `key`: 'n1', 'n1:gpu3', 'n1:gpu3:nvlink7', 'n1:mlx5_0:1'."""
+        m = _KEY.match(key)
+        if m is None:
+            raise ValueError(f"not an entity key: {key!r}")
+        node = m["node"]
+        if m["link"] is not None:
+            return Entity(Scope.NVLINK, node, m["gpu"], m["link"])
+        if m["gpu"] is not None:
+            return Entity(Scope.GPU, node, m["gpu"])
+        if m["dev"] is not None:
+            return Entity(Scope.IB_PORT, node, m["dev"], m["port"])
+        return Entity(Scope.NODE, node)
+
+
+class EntityTable:
+    """An immutable list of entities of one scope. Collectors reuse one table across rounds
+    while the topology is unchanged, which lets the window store cache its slot lookup."""
+
+    __slots__ = ("scope", "entities", "_index")
+
+    def __init__(self, scope: Scope, entities: Iterable[Entity]) -> None:
+        self.scope = scope
+        self.entities: tuple[Entity, ...] = tuple(entities)
+        for e in self.entities:
+            if e.scope is not scope:
+                raise ValueError(f"entity {e.key} is not of scope {scope}")
+        self._index: dict[Entity, int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.entities)
+
+    def __getitem__(self, i: int) -> Entity:
+        return self.entities[i]
+
+    def index(self, entity: Entity) -> int:
+        if self._index is None:
+            self._index = {e: i for i, e in enumerate(self.entities)}
+        return self._index[entity]
+
+
+@dataclass(slots=True)
+class Frame:
+    """Samples of one scope: row i is entity `entities[rows[i]]` at time `ts[i]` (epoch seconds),
+    values[i, j] is metric CATALOG.columns(scope)[j], NaN where not reported."""
+
+    entities: EntityTable
+    rows: I32
+    ts: F64
+    values: F64
+
+    @property
+    def scope(self) -> Scope:
+        return self.entities.scope
+
+    def __post_init__(self) -> None:
+        n = len(self.rows)
+        width = len(CATALOG.columns(self.scope))
+        if self.ts.shape != (n,) or self.values.shape != (n, width):
+            raise ValueError(
+                f"{self.scope} frame shapes disagree: rows {n}, ts {self.ts.shape}, "
+                f"values {self.values.shape}, expected width {width}"
+            )
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @staticmethod
+    def empty(entities: EntityTable) -> Frame:
+        width = len(CATALOG.columns(entities.scope))
+        return Frame(entities, np.empty(0, np.int32), np.empty(0), np.empty((0, width)))
+
+    def take(self, mask: npt.NDArray[np.bool_]) -> Frame:
+        return Frame(self.entities, self.rows[mask], self.ts[mask], self.values[mask])
+
+
+@dataclass(slots=True)
+class EventFrame:
+    """Discrete events (Xid codes), long format: entity key, time, metric name, value."""
+
+    keys: list[str] = field(default_factory=list)
+    ts: list[float] = field(default_factory=list)
+    metrics: list[str] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+
+    def add(self, key: str, ts: float, metric: str, value: float) -> None:
+        self.keys.append(key)
+        self.ts.append(ts)
+        self.metrics.append(metric)
+        self.values.append(value)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def extend(self, other: EventFrame) -> None:
+        self.keys += other.keys
+        self.ts += other.ts
+        self.metrics += other.metrics
+        self.values += other.values
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why one input item was refused. `line` is 1-based for line protocol, else None."""
+
+    reason: str
+    line: int | None = None
+    entity: str | None = None
+    metric: str | None = None
+
+    def __str__(self) -> str:
+        where = f"line {self.line}: " if self.line is not None else ""
+        what = ", ".join(x for x in (self.entity, self.metric) if x)
+        return f"{where}{self.reason}" + (f" ({what})" if what else "")
+
+
+@dataclass(slots=True)
+class Batch:
+    frames: dict[Scope, Frame] = field(default_factory=dict)
+    events: EventFrame = field(default_factory=EventFrame)
+    rejected: list[Rejection] = field(default_factory=list)
+
+    @property
+    def samples(self) -> int:
+        """Reported values (non-NaN cells) plus events."""
+        n = sum(int(np.count_nonzero(~np.isnan(f.values))) for f in self.frames.values())
+        return n + len(self.events)
+
+    def add(self, frame: Frame) -> None:
+        if frame.scope in self.frames:
+            raise ValueError(f"batch already holds a {frame.scope} frame")
+        self.frames[frame.scope] = frame
+
+
+def concat(frames: Sequence[Frame]) -> Frame:
+    """Join frames of one scope that share an entity table."""
+    if not frames:
+        raise ValueError("nothing to concatenate")
+    table = frames[0].entities
+    if any(f.entities is not table for f in frames):
+        raise ValueError("frames to concatenate must share one entity table")
+    return Frame(
+        table,
+        np.concatenate([f.rows for f in frames]),
+        np.concatenate([f.ts for f in frames]),
+        np.concatenate([f.values for f in frames]),
+    )
