@@ -38,7 +38,7 @@ class Metric:
     resets: bool = False
     # Derived metrics are computed from others in the window store and never ingested.
     derived: bool = False
-    dcgm: str | None = None  # DCGM field name with its numeric id, e.g. "DCGM_FI_DEV_GPU_TEMP (150)"
+    dcgm: str | None = None  # DCGM field name and numeric id: "DCGM_FI_DEV_GPU_TEMP (150)"
     nvml: str | None = None  # NVML call (and enum) that reads it
     smi_xml: str | None = None  # path under <gpu> in `nvidia-smi -q -x`
     smi_query: str | None = None  # `nvidia-smi --query-gpu` field
@@ -150,7 +150,7 @@ _r(Metric("power_draw", "W", _G, Scope.GPU, "Board power draw",
           smi_xml="gpu_power_readings/power_draw", smi_query="power.draw",
           telegraf=_TEL + "power_draw"))
 _r(Metric("sm_clock", "MHz", _G, Scope.GPU, "Current SM clock",
-          dcgm="DCGM_FI_DEV_SM_CLOCK (101)",
+          dcgm="DCGM_FI_DEV_SM_CLOCK (100)",
           nvml="nvmlDeviceGetClockInfo(NVML_CLOCK_SM)",
           smi_xml="clocks/sm_clock", smi_query="clocks.current.sm",
           telegraf=_TEL + "clocks_current_sm"))
@@ -185,7 +185,8 @@ _r(Metric("ecc_sbe_aggregate", "errors", _C, Scope.GPU,
 _r(Metric("ecc_dbe_aggregate", "errors", _C, Scope.GPU,
           "Uncorrectable ECC errors over the GPU's lifetime (persist across resets)",
           dcgm="DCGM_FI_DEV_ECC_DBE_AGG_TOTAL (313)",
-          nvml="nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC)",
+          nvml="nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_UNCORRECTED, "
+               "NVML_AGGREGATE_ECC)",
           smi_xml="ecc_errors/aggregate/dram_uncorrectable",
           smi_query="ecc.errors.uncorrected.aggregate.total",
           telegraf=_TEL + "ecc_errors_aggregate_dram_uncorrectable"))

@@ -83,7 +83,7 @@ class EntityTable:
     """An immutable list of entities of one scope. Collectors reuse one table across rounds
     while the topology is unchanged, which lets the window store cache its slot lookup."""
 
-    __slots__ = ("scope", "entities", "_index")
+    __slots__ = ("_index", "entities", "scope")
 
     def __init__(self, scope: Scope, entities: Iterable[Entity]) -> None:
         self.scope = scope

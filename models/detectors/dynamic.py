@@ -1,0 +1,298 @@
+"""Tier (b): dynamic thresholds. Per-device baselines that do not learn from flagged points,
+peer comparison inside a node, sustained-duration rules, rate rules and step rules.
+
+Rules that read rollups recompute once per minute of data time (the finest tier's bucket) and
+reuse their findings in between, so a 5-s tick stays cheap at fleet scale.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from collectors.catalog import Scope
+from models.detectors.findings import F64, Finding
+from models.detectors.view import FleetView, ScopeView, recent
+
+B = npt.NDArray[np.bool_]
+HOUR = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class DynamicConfig:
+    watch_risk: float = 0.35
+    warn_risk: float = 0.65
+    crit_risk: float = 0.95
+    baseline_half_life_h: float = 72.0
+    # Sustained HBM temperature (issue 2): above 85 degC for 3 h.
+    hbm_temp_c: float = 85.0
+    hbm_temp_hold_s: float = 3 * HOUR
+    # Correctable ECC: bursts that recur and grow (literature.md 6.3, M1).
+    sbe_min_count: float = 20.0
+    sbe_factor: float = 10.0
+    sbe_recur_hours: int = 3  # of the last 6 h with errors
+    sbe_burst_min: float = 5.0
+    remap_window_s: float = 24 * HOUR
+    # Peer comparison: a GPU warmer than its node's median beyond its own usual offset.
+    peer_window_s: float = 1800.0
+    peer_watch_c: float = 5.0
+    peer_warn_c: float = 10.0
+    # InfiniBand: ibdiagnet's BER threshold 1e-12; a step of x1000 over the port's baseline.
+    ber_limit: float = 1e-12
+    ber_step: float = 1000.0
+    ber_floor: float = 1e-15
+    # NVLink: errors that recur on one link, or repeated recoveries (6.3, M3).
+    nvl_min_errors: float = 50.0
+    nvl_factor: float = 10.0
+    nvl_recoveries: float = 2.0
+    nvl_recur_hours: int = 4  # of the last 12 h with errors
+
+
+class Baseline:
+    """Per-entity EWMA of an hourly quantity; flagged entities do not pull it toward their
+    anomaly, so a slowly developing fault cannot teach the baseline that it is normal."""
+
+    def __init__(self, half_life_h: float) -> None:
+        self.alpha = 1.0 - 0.5 ** (1.0 / half_life_h)
+        self.mean: F64 = np.zeros(0)
+        self.count: npt.NDArray[np.int64] = np.zeros(0, np.int64)
+
+    def _fit(self, n: int) -> None:
+        if n > len(self.mean):
+            self.mean = np.concatenate([self.mean, np.zeros(n - len(self.mean))])
+            self.count = np.concatenate([self.count, np.zeros(n - len(self.count), np.int64)])
+
+    def update(self, value: F64, flagged: B) -> None:
+        self._fit(len(value))
+        ok = np.isfinite(value) & ~flagged
+        first = ok & (self.count[: len(value)] == 0)
+        m = self.mean[: len(value)]
+        m[first] = value[first]
+        later = ok & ~first
+        m[later] += self.alpha * (value[later] - m[later])
+        self.count[: len(value)] += ok
+
+    def get(self, n: int) -> F64:
+        self._fit(n)
+        return np.where(self.count[:n] > 0, self.mean[:n], np.nan)
+
+
+def _sum(win: npt.NDArray[np.float32]) -> F64:
+    """Sum over time that stays NaN when every bucket was missing."""
+    total: F64 = np.asarray(np.nansum(win, axis=1, dtype=np.float64))
+    total[np.all(np.isnan(win), axis=1)] = np.nan
+    return total
+
+
+def _nanmean(win: npt.NDArray[np.float32]) -> F64:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows stay NaN
+        out: F64 = np.nanmean(win, axis=1).astype(np.float64)
+        return out
+
+
+def hourly(view: ScopeView, metric: str, hours: int) -> npt.NDArray[np.float64]:
+    """[entity, hour] sums over the last `hours` hours, folded from whatever resolution covers
+    them; missing buckets count as zero."""
+    win, res = recent(view, metric, hours * HOUR)
+    step = view.step_s if res == "raw" else next(
+        t.step_s for t in view.tier_specs if t.name == res)
+    per = max(1, round(HOUR / step))
+    flat: F64 = np.nan_to_num(win[:, -hours * per:]).astype(np.float64)
+    if flat.shape[1] < hours * per:
+        flat = np.pad(flat, ((0, 0), (hours * per - flat.shape[1], 0)))
+    out: F64 = flat.reshape(len(flat), hours, per).sum(axis=2)
+    return out
+
+
+def node_median(values: F64, node_of: npt.NDArray[np.int32]) -> F64:
+    """Median of each entity's node peers (itself included), vectorised over nodes."""
+    n = len(values)
+    if n == 0:
+        return np.zeros(0)
+    nodes = node_of[:n]
+    order = np.argsort(nodes, kind="stable")
+    sn = nodes[order]
+    start = np.r_[0, np.flatnonzero(sn[1:] != sn[:-1]) + 1]
+    seg = np.cumsum(np.r_[True, sn[1:] != sn[:-1]]) - 1
+    rank = np.arange(n) - start[seg]
+    grid = np.full((len(start), int(rank.max()) + 1), np.nan)
+    grid[seg, rank] = values[order]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN nodes give NaN, as meant
+        med = np.nanmedian(grid, axis=1)
+    out = np.empty(n)
+    out[order] = med[seg]
+    return out
+
+
+class DynamicThresholds:
+    name = "dynamic"
+
+    def __init__(self, config: DynamicConfig | None = None) -> None:
+        self.c = config or DynamicConfig()
+        hl = self.c.baseline_half_life_h
+        self.sbe_base = Baseline(hl)
+        self.peer_base = {m: Baseline(hl) for m in ("gpu_temp", "mem_temp")}
+        self.ber_base = Baseline(hl)
+        self.nvl_base = Baseline(hl)
+        self.hbm_since: F64 = np.zeros(0)
+        self._minute = -1
+        self._hour = -1
+        self._cached: list[Finding] = []
+
+    def detect(self, view: FleetView, now: float) -> list[Finding]:
+        gpu = view.scope(Scope.GPU)
+        out = [self._hbm_sustained(gpu, now)]
+        minute, hour = int(now // 60), int(now // HOUR)
+        sizes_changed = any(len(f.risk) != len(view.scope(f.scope)) for f in self._cached)
+        if minute != self._minute or sizes_changed:
+            self._minute = minute
+            self._cached = (
+                self._sbe(gpu) + self._peer(gpu)
+                + self._ber(view.scope(Scope.IB_PORT))
+                + self._nvlink(view.scope(Scope.NVLINK))
+            )
+            if hour != self._hour:
+                self._hour = hour
+                self._learn(view)
+        return out + self._cached
+
+    # ---- baselines ----------------------------------------------------------------------------
+    def _flagged(self, rule: str, n: int) -> B:
+        for f in self._cached:
+            if f.rule == rule:
+                return np.asarray(f.risk[:n] > 0)
+        return np.zeros(n, bool)
+
+    def _learn(self, view: FleetView) -> None:
+        gpu, ib, nvl = (view.scope(s) for s in (Scope.GPU, Scope.IB_PORT, Scope.NVLINK))
+        if len(gpu):
+            self.sbe_base.update(self._sbe_hours(gpu, HOUR), self._flagged("sbe_growth", len(gpu)))
+            for metric, base in self.peer_base.items():
+                base.update(self._residual(gpu, metric), self._flagged(f"peer_{metric}", len(gpu)))
+        if len(ib):
+            ber = _nanmean(recent(ib, "ib_ber", HOUR)[0])
+            self.ber_base.update(ber, self._flagged("ib_ber_step", len(ib)))
+        if len(nvl):
+            self.nvl_base.update(self._nvl_errors(nvl, HOUR),
+                                 self._flagged("nvlink_errors", len(nvl)))
+
+    # ---- GPU memory ---------------------------------------------------------------------------
+    def _hbm_sustained(self, g: ScopeView, now: float) -> Finding:
+        c, n = self.c, len(g)
+        if len(self.hbm_since) < n:
+            self.hbm_since = np.concatenate([self.hbm_since, np.full(n - len(self.hbm_since),
+                                                                     np.nan)])
+        temp = g.latest("mem_temp")
+        since = self.hbm_since[:n]
+        hot, cool = temp > c.hbm_temp_c, temp <= c.hbm_temp_c  # NaN is neither: a gap waits
+        since[hot & np.isnan(since)] = now
+        since[cool] = np.nan
+        held = now - since
+        risk = np.where(held >= c.hbm_temp_hold_s, np.float32(c.warn_risk), np.float32(0))
+        return Finding("hbm_temp_sustained", Scope.GPU, risk.astype(np.float32), held / HOUR,
+                       c.hbm_temp_hold_s / HOUR,
+                       f"hours with HBM temperature above {c.hbm_temp_c:g} degC")
+
+    def _sbe_hours(self, g: ScopeView, seconds: float) -> F64:
+        vol = _sum(recent(g, "ecc_sbe_volatile", seconds)[0])
+        agg = _sum(recent(g, "ecc_sbe_aggregate", seconds)[0])
+        return np.where(np.isnan(vol), agg, vol)
+
+    def _sbe(self, g: ScopeView) -> list[Finding]:
+        c, n = self.c, len(g)
+        if n == 0:
+            return []
+        short = self._sbe_hours(g, HOUR)
+        base = np.nan_to_num(self.sbe_base.get(n), nan=0.0)
+        recur = np.sum(hourly(g, "ecc_sbe_volatile", 6) >= c.sbe_burst_min, axis=1)
+        with np.errstate(invalid="ignore"):
+            rising = (short >= c.sbe_min_count) & (short >= c.sbe_factor * np.maximum(base, 1.0))
+        risk = np.where(rising, c.watch_risk, 0.0)
+        risk = np.where(rising & (recur >= c.sbe_recur_hours), c.warn_risk, risk)
+        remaps = _sum(recent(g, "remapped_rows_correctable", c.remap_window_s)[0])
+        return [
+            Finding("sbe_growth", Scope.GPU, risk.astype(np.float32), short,
+                    c.sbe_factor, "correctable ECC errors in the last hour (vs x baseline)"),
+            Finding("remap_step", Scope.GPU,
+                    np.where(remaps >= 1, np.float32(c.watch_risk - 0.05), np.float32(0)),
+                    remaps, 1.0, f"rows remapped in the last {c.remap_window_s / HOUR:g} h"),
+        ]
+
+    # ---- peers --------------------------------------------------------------------------------
+    def _residual(self, g: ScopeView, metric: str) -> F64:
+        level = _nanmean(recent(g, metric, self.c.peer_window_s)[0])
+        return level - node_median(level, g.node_of)
+
+    def _peer(self, g: ScopeView) -> list[Finding]:
+        c, n, out = self.c, len(g), []
+        if n == 0:
+            return []
+        for metric, base in self.peer_base.items():
+            drift = self._residual(g, metric) - np.nan_to_num(base.get(n), nan=0.0)
+            with np.errstate(invalid="ignore"):
+                risk = np.where(drift >= c.peer_warn_c, c.warn_risk,
+                                np.where(drift >= c.peer_watch_c, c.watch_risk, 0.0))
+            out.append(Finding(f"peer_{metric}", Scope.GPU, risk.astype(np.float32), drift,
+                               c.peer_watch_c,
+                               f"{metric} above the node median beyond its usual offset, degC"))
+        return out
+
+    # ---- InfiniBand -----------------------------------------------------------------------------
+    def _ber(self, ib: ScopeView) -> list[Finding]:
+        c, n = self.c, len(ib)
+        if n == 0:
+            return []
+        ber = _nanmean(recent(ib, "ib_ber", HOUR)[0])
+        flaps = _sum(recent(ib, "ib_link_error_recovery", HOUR)[0])
+        flaps = np.nan_to_num(flaps) + np.nan_to_num(_sum(recent(ib, "ib_link_downed", HOUR)[0]))
+        base = np.maximum(np.nan_to_num(self.ber_base.get(n), nan=c.ber_floor), c.ber_floor)
+        with np.errstate(invalid="ignore"):
+            high = ber > c.ber_limit
+            step = ber >= c.ber_step * base
+        over = np.where(high, c.warn_risk, 0.0)
+        over = np.where(high & (flaps > 0), c.crit_risk, over)
+        return [
+            Finding("ib_ber", Scope.IB_PORT, over.astype(np.float32), ber, c.ber_limit,
+                    "bit-error rate over the last hour (with link flaps: critical)"),
+            Finding("ib_ber_step", Scope.IB_PORT,
+                    np.where(step, np.float32(c.watch_risk), np.float32(0)), ber / base,
+                    c.ber_step, "bit-error rate over the port's own baseline"),
+            Finding("ib_flaps", Scope.IB_PORT,
+                    np.where(flaps > 0, np.float32(c.watch_risk - 0.05), np.float32(0)), flaps,
+                    1.0, "link error recoveries and link-downed events in the last hour"),
+        ]
+
+    # ---- NVLink -------------------------------------------------------------------------------
+    @staticmethod
+    def _nvl_errors(nvl: ScopeView, seconds: float) -> F64:
+        total: F64 = np.zeros(len(nvl))
+        seen = np.zeros(len(nvl), bool)
+        for metric in ("nvlink_crc_flit", "nvlink_crc_data", "nvlink_replay"):
+            s = _sum(recent(nvl, metric, seconds)[0])
+            seen |= ~np.isnan(s)
+            total += np.nan_to_num(s)
+        total[~seen] = np.nan
+        return total
+
+    def _nvlink(self, nvl: ScopeView) -> list[Finding]:
+        c, n = self.c, len(nvl)
+        if n == 0:
+            return []
+        errs = self._nvl_errors(nvl, HOUR)
+        recov = np.nan_to_num(_sum(recent(nvl, "nvlink_recovery", HOUR)[0]))
+        base = np.nan_to_num(self.nvl_base.get(n), nan=0.0)
+        per_hour = sum(hourly(nvl, m, 12) for m in (
+            "nvlink_crc_flit", "nvlink_crc_data", "nvlink_replay", "nvlink_recovery"))
+        hours = np.sum(per_hour > 0, axis=1)
+        with np.errstate(invalid="ignore"):
+            rising = (errs >= c.nvl_min_errors) & (errs >= c.nvl_factor * np.maximum(base, 1.0))
+        risk = np.where(rising | (recov >= c.nvl_recoveries), c.watch_risk, 0.0)
+        risk = np.where((rising | (recov > 0)) & (hours >= c.nvl_recur_hours), c.warn_risk, risk)
+        return [Finding("nvlink_errors", Scope.NVLINK, risk.astype(np.float32), errs,
+                        c.nvl_min_errors,
+                        "NVLink CRC and replay errors in the last hour (recurring: warning)")]

@@ -1,0 +1,64 @@
+"""Findings: the vectorised output of one rule over every entity of a scope, and the
+explanation an operator reads for the few entities where a rule fired."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from collectors.catalog import Scope
+from models.detectors.view import FleetView
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+
+
+@dataclass(slots=True)
+class Finding:
+    """rule fired where risk > 0; value is the signal compared with threshold."""
+
+    rule: str
+    scope: Scope
+    risk: F32
+    value: F64
+    threshold: float
+    signal: str  # what value measures, e.g. "correctable ECC errors in the last hour"
+    hard: bool = False  # a vendor-fact rule: at risk 1 it escalates at once, no for-duration
+
+    def __post_init__(self) -> None:
+        if self.risk.shape != self.value.shape:
+            raise ValueError(f"{self.rule}: risk and value shapes differ")
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """One line of an explanation."""
+
+    rule: str
+    signal: str
+    value: float
+    threshold: float
+    risk: float
+    hard: bool
+
+    def as_dict(self) -> dict[str, object]:
+        return {"rule": self.rule, "signal": self.signal, "value": self.value,
+                "threshold": self.threshold, "risk": round(self.risk, 4), "hard": self.hard}
+
+
+class Detector(Protocol):
+    """One verb: look at the fleet now and say where each rule fires."""
+
+    name: str
+
+    def detect(self, view: FleetView, now: float) -> list[Finding]: ...
+
+
+def fired(value: F64, threshold: float, risk: float) -> F32:
+    """risk where value >= threshold (NaN never fires: missing data is not evidence)."""
+    with np.errstate(invalid="ignore"):
+        out: F32 = np.where(value >= threshold, np.float32(risk), np.float32(0)).astype(np.float32)
+    return out

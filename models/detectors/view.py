@@ -1,0 +1,101 @@
+"""What detectors read: a structural view of the window store.
+
+The store lives in `service`, which `models` must not import, so detectors see it only through
+these protocols; `service.windows.ScopeWindows` satisfies them as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from collectors.catalog import Scope
+from collectors.frames import Entity
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+I32 = npt.NDArray[np.int32]
+
+
+class TierLike(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def step_s(self) -> float: ...
+
+    @property
+    def length(self) -> int: ...
+
+
+class ScopeView(Protocol):
+    @property
+    def scope(self) -> Scope: ...
+
+    @property
+    def step_s(self) -> float: ...
+
+    @property
+    def head(self) -> int: ...
+
+    @property
+    def raw_length(self) -> int: ...
+
+    @property
+    def tier_specs(self) -> Sequence[TierLike]: ...
+
+    @property
+    def entities(self) -> Sequence[Entity]: ...
+
+    @property
+    def node_of(self) -> I32: ...
+
+    @property
+    def gpu_of(self) -> I32: ...
+
+    def __len__(self) -> int: ...
+
+    def window(self, metric: str, n: int, tier: str | None = None, stat: str = "agg") -> F32:
+        """[entity, time] of the last n buckets, oldest first, NaN where missing."""
+        ...
+
+    def latest(self, metric: str) -> F64: ...
+
+    def finished(self, tier: str) -> int:
+        """Index of the newest finished bucket of a rollup tier (-1 before the first)."""
+        ...
+
+
+class EventView(Protocol):
+    @property
+    def ts(self) -> float: ...
+
+    @property
+    def entity(self) -> str: ...
+
+    @property
+    def metric(self) -> str: ...
+
+    @property
+    def value(self) -> float: ...
+
+
+class FleetView(Protocol):
+    def scope(self, scope: Scope) -> ScopeView: ...
+
+    def events_since(self, ts: float) -> Sequence[EventView]: ...
+
+
+def recent(view: ScopeView, metric: str, seconds: float, stat: str = "agg") -> tuple[F32, str]:
+    """The last `seconds` of a metric at the finest resolution that covers them, with the
+    name of the resolution used ("raw" or a tier name). Tiers lag by up to one bucket."""
+    if seconds <= view.raw_length * view.step_s:
+        n = max(1, int(np.ceil(seconds / view.step_s - 1e-9)))
+        return view.window(metric, n), "raw"
+    tiers = sorted(view.tier_specs, key=lambda t: t.step_s)
+    chosen = next((t for t in tiers if t.step_s * t.length >= seconds), tiers[-1])
+    n = max(1, min(chosen.length, int(np.ceil(seconds / chosen.step_s - 1e-9))))
+    return view.window(metric, n, tier=chosen.name, stat=stat), chosen.name

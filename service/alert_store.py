@@ -1,0 +1,171 @@
+"""Alerts persisted in SQLite: one row per alert episode of an entity, plus its history of
+level changes. A restart reloads the open alerts so it neither re-pages nor loses a resolve."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from collectors.catalog import Scope
+from models.detectors.findings import Signal
+from service.alerting import Transition
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS alerts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    entity TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    node TEXT NOT NULL,
+    level INTEGER NOT NULL,
+    peak_level INTEGER NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('firing', 'resolved')),
+    risk REAL NOT NULL,
+    started_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    resolved_at REAL,
+    explanation TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS alerts_open ON alerts (state, entity);
+CREATE INDEX IF NOT EXISTS alerts_node ON alerts (node, started_at);
+CREATE TABLE IF NOT EXISTS alert_events (
+    alert_id INTEGER NOT NULL REFERENCES alerts (id),
+    at REAL NOT NULL,
+    old_level INTEGER NOT NULL,
+    new_level INTEGER NOT NULL,
+    risk REAL NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    id: int
+    entity: str
+    scope: Scope
+    node: str
+    level: int
+    peak_level: int
+    state: str
+    risk: float
+    started_at: float
+    updated_at: float
+    resolved_at: float | None
+    explanation: list[dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "entity": self.entity, "scope": str(self.scope), "node": self.node,
+            "level": self.level, "peak_level": self.peak_level, "state": self.state,
+            "risk": self.risk, "started_at": self.started_at, "updated_at": self.updated_at,
+            "resolved_at": self.resolved_at, "explanation": self.explanation,
+        }
+
+
+_COLS = ("id, entity, scope, node, level, peak_level, state, risk, started_at, updated_at, "
+         "resolved_at, explanation")
+
+
+def _row(r: tuple[Any, ...]) -> Alert:
+    return Alert(r[0], r[1], Scope(r[2]), r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10],
+                 json.loads(r[11]))
+
+
+class AlertStore:
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # The API reads from worker threads while the scheduler writes; one lock serialises.
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def apply(self, transitions: list[Transition],
+              explain: dict[str, list[Signal]]) -> list[tuple[Transition, Alert]]:
+        """Record level changes; returns each transition with the alert it opened or changed."""
+        out: list[tuple[Transition, Alert]] = []
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                for t in transitions:
+                    out.append((t, self._apply_one(t, explain.get(t.entity, []))))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return out
+
+    def _apply_one(self, t: Transition, signals: list[Signal]) -> Alert:
+        expl = json.dumps([s.as_dict() for s in signals])
+        cur = self._db.execute(
+            f"SELECT {_COLS} FROM alerts WHERE entity = ? AND state = 'firing'", (t.entity,))
+        row = cur.fetchone()
+        if row is None:
+            if t.new == 0:
+                raise ValueError(f"resolve of {t.entity} without an open alert")
+            cur = self._db.execute(
+                "INSERT INTO alerts (entity, scope, node, level, peak_level, state, risk, "
+                "started_at, updated_at, explanation) VALUES (?,?,?,?,?,'firing',?,?,?,?)",
+                (t.entity, str(t.scope), t.node, t.new, t.new, t.risk, t.at, t.at, expl))
+            alert_id = int(cur.lastrowid or 0)
+        else:
+            alert_id = row[0]
+            if t.new == 0:
+                self._db.execute(
+                    "UPDATE alerts SET level = 0, state = 'resolved', risk = ?, updated_at = ?, "
+                    "resolved_at = ? WHERE id = ?", (t.risk, t.at, t.at, alert_id))
+            else:
+                self._db.execute(
+                    "UPDATE alerts SET level = ?, peak_level = MAX(peak_level, ?), risk = ?, "
+                    "updated_at = ?, explanation = ? WHERE id = ?",
+                    (t.new, t.new, t.risk, t.at, expl, alert_id))
+        self._db.execute("INSERT INTO alert_events VALUES (?,?,?,?,?)",
+                         (alert_id, t.at, t.old, t.new, t.risk))
+        got = self.get_unlocked(alert_id)
+        assert got is not None
+        return got
+
+    def get_unlocked(self, alert_id: int) -> Alert | None:
+        r = self._db.execute(f"SELECT {_COLS} FROM alerts WHERE id = ?", (alert_id,)).fetchone()
+        return None if r is None else _row(r)
+
+    def get(self, alert_id: int) -> Alert | None:
+        with self._lock:
+            return self.get_unlocked(alert_id)
+
+    def find(self, *, level: int | None = None, state: str | None = None,
+             node: str | None = None, entity: str | None = None, limit: int = 100,
+             offset: int = 0) -> list[Alert]:
+        where: list[str] = []
+        args: list[object] = []
+        for col, val in (("state", state), ("node", node), ("entity", entity)):
+            if val is not None:
+                where.append(f"{col} = ?")
+                args.append(val)
+        if level is not None:
+            where.append("peak_level >= ?")
+            args.append(level)
+        sql = f"SELECT {_COLS} FROM alerts"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY started_at DESC, id DESC LIMIT ? OFFSET ?"
+        with self._lock:
+            return [_row(r) for r in self._db.execute(sql, (*args, limit, offset))]
+
+    def open_alerts(self) -> list[Alert]:
+        return self.find(state="firing", limit=1_000_000)
+
+    def history(self, alert_id: int) -> list[dict[str, float]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT at, old_level, new_level, risk FROM alert_events WHERE alert_id = ? "
+                "ORDER BY rowid", (alert_id,)).fetchall()
+        return [{"at": r[0], "old_level": r[1], "new_level": r[2], "risk": r[3]} for r in rows]

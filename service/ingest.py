@@ -1,0 +1,267 @@
+"""Ingest: validate a columnar Batch, normalise it and write it into the window store.
+
+Every bad item is refused with a reason and every valid sample beside it is kept (DESIGN.md
+decision 9). Counters become per-step increases with reset detection: a volatile counter that
+drops was reset (driver reload, GPU reset, reboot) and its increase is the new value, as
+Prometheus treats resets; a persistent counter that drops is bad data and is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from collectors.catalog import CATALOG, Kind, Scope
+from collectors.frames import Batch, Entity, EventFrame, Frame, Rejection
+from service.windows import ScopeWindows, WindowStore
+
+log = logging.getLogger(__name__)
+
+MAX_DETAILED_REJECTIONS = 200  # per batch; the rest are summarised so a flood stays cheap
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    ts: float
+    entity: str
+    metric: str
+    value: float
+
+
+class EventLog:
+    """Recent discrete events (Xids), newest last; rare enough for a plain deque."""
+
+    def __init__(self, maxlen: int = 100_000) -> None:
+        self.events: deque[Event] = deque(maxlen=maxlen)
+
+    def add(self, event: Event) -> None:
+        self.events.append(event)
+
+    def since(self, ts: float) -> list[Event]:
+        out: list[Event] = []
+        for e in reversed(self.events):
+            if e.ts < ts:
+                break
+            out.append(e)
+        out.reverse()
+        return out
+
+
+@dataclass(slots=True)
+class IngestResult:
+    accepted: int = 0  # samples (cells and events) written
+    rejected: int = 0
+    resets: int = 0  # counter resets detected
+    rejections: list[Rejection] = field(default_factory=list)
+    clean: Batch = field(default_factory=Batch)  # what was accepted, for the sinks
+
+    def refuse(self, n: int, reason: str, entity: str | None = None, metric: str | None = None,
+               line: int | None = None) -> None:
+        self.rejected += n
+        if len(self.rejections) < MAX_DETAILED_REJECTIONS:
+            self.rejections.append(Rejection(reason, line=line, entity=entity, metric=metric))
+
+
+class Ingestor:
+    def __init__(self, store: WindowStore, events: EventLog, *, max_future_s: float = 300.0,
+                 max_samples: int = 5_000_000) -> None:
+        self.store = store
+        self.events = events
+        self.max_future_s = max_future_s
+        self.max_samples = max_samples
+
+    def ingest(self, batch: Batch, now: float) -> IngestResult:
+        res = IngestResult()
+        res.rejected = len(batch.rejected)
+        res.rejections.extend(batch.rejected[:MAX_DETAILED_REJECTIONS])
+        budget = self.max_samples
+        frames = list(batch.frames.values())
+        # Advance the clock once to the newest acceptable step so every scope ages together.
+        newest = -1
+        for f in frames:
+            ok = np.isfinite(f.ts) & (f.ts <= now + self.max_future_s)
+            if ok.any():
+                newest = max(newest, int(self.store.step_of(f.ts[ok]).max()))
+        if newest >= 0:
+            self.store.advance(newest)
+        for frame in frames:
+            if len(frame) == 0:
+                continue
+            width = frame.values.shape[1]
+            if len(frame) * width > budget:
+                keep = max(budget // max(width, 1), 0)
+                res.refuse(len(frame) - keep,
+                           f"batch too large: more than {self.max_samples} samples; "
+                           f"{len(frame) - keep} {frame.scope} rows refused")
+                frame = Frame(frame.entities, frame.rows[:keep], frame.ts[:keep],
+                              frame.values[:keep])
+            budget -= len(frame) * width
+            clean = self._frame(frame, now, res)
+            if len(clean):
+                res.clean.add(clean)
+        self._events(batch.events, now, res)
+        return res
+
+    # ---- frames -----------------------------------------------------------------------------
+    def _frame(self, frame: Frame, now: float, res: IngestResult) -> Frame:
+        w = self.store[frame.scope]
+        slots = w.slots_for(frame.entities, self.store.registry)[frame.rows]
+        ts = frame.ts
+        ok = np.isfinite(ts)
+        self._refuse_rows(~ok, frame, slots, w, res, "timestamp is not a finite number")
+        future = ok & (ts > now + self.max_future_s)
+        self._refuse_rows(future, frame, slots, w, res,
+                          f"timestamp more than {self.max_future_s:g}s in the future")
+        ok &= ~future
+        ks = np.zeros(len(ts), np.int64)
+        ks[ok] = self.store.step_of(ts[ok])
+        old = ok & (ks <= w.head - w.raw.length)
+        self._refuse_rows(old, frame, slots, w, res,
+                          f"timestamp older than the raw window ({w.raw.length} steps)")
+        ok &= ~old
+        idx = np.flatnonzero(ok)
+        # Order rows by slot then arrival; a row must be newer than everything before it for
+        # the same entity (stored or earlier in this batch), else it is a duplicate/out of order.
+        order = idx[np.lexsort((idx, slots[idx]))]
+        s_sorted, k_sorted = slots[order], ks[order]
+        new_seg = np.ones(len(order), bool)
+        new_seg[1:] = s_sorted[1:] != s_sorted[:-1]
+        seg_id = np.cumsum(new_seg) - 1
+        seg_start = np.flatnonzero(new_seg)
+        rank = np.arange(len(order)) - seg_start[seg_id]
+        span = np.int64(1) << 40
+        shifted = k_sorted + seg_id.astype(np.int64) * span
+        run_max = np.maximum.accumulate(shifted) - seg_id.astype(np.int64) * span
+        prev_max = np.empty_like(run_max)
+        prev_max[1:] = run_max[:-1]
+        prev_max[new_seg] = -1
+        prev = np.maximum(prev_max, w.last_k[s_sorted])
+        dup = k_sorted == prev
+        late = k_sorted < prev
+        for mask, why in ((dup, "duplicate timestamp for this entity"),
+                          (late, "out-of-order timestamp (older than the entity's last sample)")):
+            bad = np.zeros(len(ts), bool)
+            bad[order[mask]] = True
+            self._refuse_rows(bad, frame, slots, w, res, why)
+        good = ~(dup | late)
+        order, rank = order[good], rank[good]
+        # Ranks are processed in turn so counter deltas chain through several rows per entity.
+        kept: list[npt.NDArray[np.intp]] = []
+        values_out = np.full(frame.values.shape, np.nan)
+        for r in range(int(rank.max()) + 1 if len(rank) else 0):
+            sel = order[rank == r]
+            values_out[sel] = self._rows(w, frame, sel, slots[sel], ks[sel], res)
+            kept.append(sel)
+        if not kept:
+            return Frame.empty(frame.entities)
+        sel_all = np.sort(np.concatenate(kept))
+        return Frame(frame.entities, frame.rows[sel_all], ts[sel_all], values_out[sel_all])
+
+    def _rows(self, w: ScopeWindows, frame: Frame, sel: npt.NDArray[np.intp],
+              slots: npt.NDArray[np.int32], ks: npt.NDArray[np.int64],
+              res: IngestResult) -> npt.NDArray[np.float64]:
+        n, m = len(sel), len(w.metrics)
+        v = np.full((n, m), np.nan)
+        v[:, w.frame_cols] = frame.values[sel]
+        ts = frame.ts[sel]
+        inf = np.isinf(v)
+        self._refuse_cells(inf, w, slots, res, "value is infinite")
+        v[inf] = np.nan
+        neg = (v < 0) & w.is_counter
+        self._refuse_cells(neg, w, slots, res, "counter is negative")
+        v[neg] = np.nan
+        prev = w.last_val[slots]
+        delta = v - prev
+        drop = (delta < 0) & w.is_counter
+        bad_drop = drop & ~w.resets
+        if bad_drop.any():
+            for i, j in zip(*np.nonzero(bad_drop), strict=True):
+                res.refuse(1, f"persistent counter decreased from {prev[i, j]:g} to {v[i, j]:g}",
+                           entity=w.entities[slots[i]].key, metric=w.metrics[j].name)
+            v[bad_drop] = np.nan
+            delta[bad_drop] = np.nan
+        reset = drop & w.resets
+        res.resets += int(reset.sum())
+        delta[reset] = v[reset]
+        if w.scope is Scope.IB_PORT:
+            self._ber(w, v, delta, ts, slots)
+        present = ~np.isnan(v)
+        stored = np.where(w.is_counter, delta, v)
+        w.last_val[slots] = np.where(present, v, prev)
+        w.last_ts[slots] = np.where(present, ts[:, None], w.last_ts[slots])
+        w.last_k[slots] = ks
+        w.write(slots, ks, stored.T.astype(np.float32))
+        res.accepted += int(present[:, w.frame_cols].sum())
+        out: npt.NDArray[np.float64] = v[:, w.frame_cols]
+        return out
+
+    @staticmethod
+    def _ber(w: ScopeWindows, v: npt.NDArray[np.float64], delta: npt.NDArray[np.float64],
+             ts: npt.NDArray[np.float64], slots: npt.NDArray[np.int32]) -> None:
+        """Bit-error rate over the last step: symbol errors / bits carried at the link rate."""
+        sym, rate, ber = w.col("ib_symbol_error"), w.col("ib_rate"), w.col("ib_ber")
+        gbps = np.where(np.isnan(v[:, rate]), w.last_val[slots, rate], v[:, rate])
+        dt = ts - w.last_ts[slots, sym]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            est = delta[:, sym] / (gbps * 1e9 * dt)
+        v[:, ber] = np.where((dt > 0) & (gbps > 0), est, np.nan)
+        delta[:, ber] = v[:, ber]
+
+    def _refuse_rows(self, mask: npt.NDArray[np.bool_], frame: Frame,
+                     slots: npt.NDArray[np.int32], w: ScopeWindows, res: IngestResult,
+                     reason: str) -> None:
+        if not mask.any():
+            return
+        for i in np.flatnonzero(mask)[:MAX_DETAILED_REJECTIONS]:
+            res.refuse(int(np.count_nonzero(~np.isnan(frame.values[i]))) or 1,
+                       f"{reason}: ts={float(frame.ts[i])!r}", entity=w.entities[slots[i]].key)
+        extra = int(mask.sum()) - MAX_DETAILED_REJECTIONS
+        if extra > 0:
+            res.refuse(extra, f"{reason}: {extra} more rows")
+
+    @staticmethod
+    def _refuse_cells(mask: npt.NDArray[np.bool_], w: ScopeWindows,
+                      slots: npt.NDArray[np.int32], res: IngestResult, reason: str) -> None:
+        if not mask.any():
+            return
+        rows, cols = np.nonzero(mask)
+        for i, j in zip(rows[:MAX_DETAILED_REJECTIONS], cols[:MAX_DETAILED_REJECTIONS],
+                        strict=True):
+            res.refuse(1, reason, entity=w.entities[slots[i]].key, metric=w.metrics[j].name)
+        if len(rows) > MAX_DETAILED_REJECTIONS:
+            res.refuse(len(rows) - MAX_DETAILED_REJECTIONS,
+                       f"{reason}: {len(rows) - MAX_DETAILED_REJECTIONS} more values")
+
+    # ---- events -------------------------------------------------------------------------------
+    def _events(self, events: EventFrame, now: float, res: IngestResult) -> None:
+        for key, ts, metric, value in zip(events.keys, events.ts, events.metrics, events.values,
+                                          strict=True):
+            why = self._event_problem(key, ts, metric, value, now)
+            if why is not None:
+                res.refuse(1, why, entity=key, metric=metric)
+                continue
+            entity = Entity.parse(key)
+            self.store[entity.scope].slots_for_entity(entity, self.store.registry)
+            self.events.add(Event(ts, key, metric, value))
+            res.clean.events.add(key, ts, metric, value)
+            res.accepted += 1
+
+    def _event_problem(self, key: str, ts: float, metric: str, value: float,
+                       now: float) -> str | None:
+        if metric not in CATALOG or CATALOG[metric].kind is not Kind.EVENT:
+            return f"unknown event metric {metric!r}"
+        try:
+            entity = Entity.parse(key)
+        except ValueError as e:
+            return str(e)
+        if entity.scope is not CATALOG[metric].scope:
+            return f"{metric} events belong to {CATALOG[metric].scope} entities, not {key!r}"
+        if not np.isfinite(ts) or ts > now + self.max_future_s:
+            return f"bad event timestamp {ts!r}"
+        if not np.isfinite(value) or value != int(value) or value < 0:
+            return f"event code must be a non-negative integer, got {value!r}"
+        return None

@@ -1,0 +1,104 @@
+"""Scoring tick: run every detector over the window store, fuse their findings into one risk
+per GPU, link, port and node, and keep the result as the state the API and alerts read."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from collectors.catalog import Scope
+from models.detectors.findings import Detector, Signal
+from models.detectors.fusion import ScopeRisk, fuse, node_risk
+from models.detectors.view import EventView, ScopeView
+from service.ingest import EventLog
+from service.windows import WindowStore
+
+SCOPES = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
+
+
+class StoreView:
+    """The FleetView detectors read: the window store's scopes plus the event log."""
+
+    def __init__(self, store: WindowStore, events: EventLog) -> None:
+        self.store = store
+        self.events = events
+
+    def scope(self, scope: Scope) -> ScopeView:
+        return self.store[scope]
+
+    def events_since(self, ts: float) -> Sequence[EventView]:
+        return self.events.since(ts)
+
+
+@dataclass(frozen=True, slots=True)
+class EntityRisk:
+    key: str
+    scope: Scope
+    node: str
+    risk: float
+    signals: list[Signal]
+
+
+@dataclass(slots=True)
+class RiskState:
+    """Risk of every entity at one tick. Arrays are indexed by window-store slot."""
+
+    at: float
+    store: WindowStore
+    scopes: dict[Scope, ScopeRisk]
+    nodes: npt.NDArray[np.float32]
+    node_names: list[str]
+    duration_s: float = 0.0
+    _index: dict[str, tuple[Scope, int]] = field(default_factory=dict)
+
+    def entity(self, key: str) -> EntityRisk | None:
+        if not self._index:
+            for scope in SCOPES:
+                for i, e in enumerate(self.store[scope].entities[: len(self.scopes[scope].risk)]):
+                    self._index[e.key] = (scope, i)
+        hit = self._index.get(key)
+        if hit is None:
+            return None
+        scope, i = hit
+        sr = self.scopes[scope]
+        e = self.store[scope].entities[i]
+        return EntityRisk(key, scope, e.node, float(sr.risk[i]), sr.explain(i))
+
+    def node(self, name: str) -> float | None:
+        try:
+            return float(self.nodes[self.node_names.index(name)])
+        except ValueError:
+            return None
+
+    def top(self, scope: Scope, threshold: float = 0.0) -> list[EntityRisk]:
+        """Entities of a scope with risk above threshold, riskiest first."""
+        sr = self.scopes[scope]
+        idx = np.flatnonzero(sr.risk > threshold)
+        idx = idx[np.argsort(-sr.risk[idx], kind="stable")]
+        ents = self.store[scope].entities
+        return [EntityRisk(ents[i].key, scope, ents[i].node, float(sr.risk[i]), sr.explain(int(i)))
+                for i in idx]
+
+
+class Scorer:
+    def __init__(self, store: WindowStore, events: EventLog, detectors: list[Detector]) -> None:
+        self.store = store
+        self.view = StoreView(store, events)
+        names = [d.name for d in detectors]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate detector names: {names}")
+        self.detectors = detectors
+
+    def score(self, now: float) -> RiskState:
+        t0 = time.perf_counter()
+        findings = [f for d in self.detectors for f in d.detect(self.view, now)]
+        sizes = {s: len(self.store[s]) for s in SCOPES}
+        scopes = fuse(findings, sizes)
+        reg = self.store.registry
+        nodes = node_risk(scopes, {s: self.store[s].node_of for s in SCOPES}, len(reg.nodes))
+        return RiskState(now, self.store, scopes, nodes, list(reg.nodes),
+                         duration_s=time.perf_counter() - t0)

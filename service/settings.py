@@ -1,0 +1,81 @@
+"""One settings tree: a YAML file plus GPUHEALTH_ environment overrides (nested with `__`,
+e.g. GPUHEALTH_ALERTS__RESOLVE_FOR_S=600). Every section validates at start-up and all
+problems are reported at once (pydantic collects them)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from models.detectors.dynamic import DynamicConfig
+from models.detectors.hard import HardRuleConfig
+from service.alerting import AlertPolicy
+from service.windows import WindowConfig
+
+
+class ServiceSettings(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    collect_interval_s: float = Field(default=5.0, gt=0)
+    score_interval_s: float = Field(default=5.0, gt=0)
+
+
+class StorageSettings(BaseModel):
+    data_dir: Path = Path("var")
+    sqlite_file: str = "gpuhealth.db"
+    write_samples: bool = True  # keep sample history in SQLite (the embedded default sink)
+
+    @property
+    def sqlite_path(self) -> Path:
+        return self.data_dir / self.sqlite_file
+
+
+class IngestSettings(BaseModel):
+    max_future_s: float = Field(default=300.0, gt=0)
+    max_samples_per_batch: int = Field(default=5_000_000, gt=0)
+    max_lines_per_request: int = Field(default=1_000_000, gt=0)
+
+
+class DetectorSettings(BaseModel):
+    hard: HardRuleConfig = HardRuleConfig()
+    dynamic: DynamicConfig = DynamicConfig()
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUHEALTH_", env_nested_delimiter="__",
+                                      extra="forbid")
+
+    service: ServiceSettings = ServiceSettings()
+    storage: StorageSettings = StorageSettings()
+    ingest: IngestSettings = IngestSettings()
+    window: WindowConfig = WindowConfig()
+    detectors: DetectorSettings = DetectorSettings()
+    alerts: AlertPolicy = AlertPolicy()
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Environment wins over the file, which is passed as init values by load().
+        return env_settings, init_settings
+
+
+def load(path: str | Path | None = None, **overrides: Any) -> Settings:
+    """Settings from a YAML file (or $GPUHEALTH_CONFIG), then the environment, then overrides."""
+    path = path or os.environ.get("GPUHEALTH_CONFIG")
+    data: dict[str, Any] = {}
+    if path:
+        loaded = yaml.safe_load(Path(path).read_text())
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ValueError(f"{path}: the settings file must hold a mapping")
+        data = loaded or {}
+    for k, v in overrides.items():
+        data[k] = v
+    return Settings(**data)

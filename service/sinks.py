@@ -1,0 +1,68 @@
+"""Sinks: where accepted samples are kept for history. One verb, `write`. SQLite is the
+embedded default; the InfluxDB sink speaks the v1 HTTP API (DESIGN.md decision 6)."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from collectors.catalog import CATALOG, Scope
+from collectors.frames import Batch
+
+
+class Sink(Protocol):
+    def write(self, batch: Batch) -> None: ...
+
+
+class SQLiteSink:
+    """One wide table per scope (a row per entity and time, a column per catalog metric) and
+    one table of events: a 5-s round of a 32-GPU cluster is a few hundred rows, not thousands."""
+
+    def __init__(self, path: str | Path) -> None:
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._lock = threading.Lock()
+        self._insert: dict[Scope, str] = {}
+        for scope in (Scope.GPU, Scope.NVLINK, Scope.IB_PORT):
+            cols = [m.name for m in CATALOG.columns(scope)]
+            self._db.execute(
+                f"CREATE TABLE IF NOT EXISTS {scope}_samples (ts REAL NOT NULL, entity TEXT NOT "
+                f"NULL, node TEXT NOT NULL, {', '.join(c + ' REAL' for c in cols)})")
+            self._db.execute(f"CREATE INDEX IF NOT EXISTS {scope}_by_entity ON {scope}_samples "
+                             "(entity, ts)")
+            marks = ",".join("?" * (len(cols) + 3))
+            self._insert[scope] = f"INSERT INTO {scope}_samples VALUES ({marks})"
+        self._db.execute("CREATE TABLE IF NOT EXISTS events (ts REAL NOT NULL, entity TEXT NOT "
+                         "NULL, metric TEXT NOT NULL, value REAL NOT NULL)")
+
+    def write(self, batch: Batch) -> None:
+        with self._lock:
+            self._db.execute("BEGIN")
+            for scope, f in batch.frames.items():
+                keys = [e.key for e in f.entities.entities]
+                nodes = [e.node for e in f.entities.entities]
+                vals = f.values.astype(object)
+                vals[np.isnan(f.values)] = None
+                rows = ((float(t), keys[r], nodes[r], *v)
+                        for t, r, v in zip(f.ts, f.rows, vals.tolist(), strict=True))
+                self._db.executemany(self._insert[scope], rows)
+            ev = batch.events
+            self._db.executemany("INSERT INTO events VALUES (?,?,?,?)",
+                                 zip(ev.ts, ev.keys, ev.metrics, ev.values, strict=True))
+            self._db.execute("COMMIT")
+
+    def count(self, scope: Scope) -> int:
+        with self._lock:
+            row = self._db.execute(f"SELECT COUNT(*) FROM {scope}_samples").fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

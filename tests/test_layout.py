@@ -1,0 +1,102 @@
+"""Package layout rules from DESIGN.md.
+
+Top-level names like `models` are generic, so packages are listed by hand in pyproject.toml
+rather than discovered: a package missing from the list installs without its files. And the
+dependency arrow points one way: `collectors` and `models` never import `service`.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TOP_LEVEL = ("collectors", "models", "service", "bench")
+NO_SERVICE = ("collectors", "models")
+
+
+def _listed_packages() -> list[str]:
+    with (REPO / "pyproject.toml").open("rb") as f:
+        packages = tomllib.load(f)["tool"]["setuptools"]["packages"]
+    assert isinstance(packages, list) and all(isinstance(p, str) for p in packages)
+    return packages
+
+
+def _package_dirs() -> set[str]:
+    """Dotted names of every directory under the top-level packages that has an __init__.py."""
+    found: set[str] = set()
+    for top in TOP_LEVEL:
+        for init in (REPO / top).rglob("__init__.py"):
+            found.add(".".join(init.parent.relative_to(REPO).parts))
+    return found
+
+
+def test_every_package_is_listed() -> None:
+    found = _package_dirs()
+    assert set(TOP_LEVEL) <= found
+    missing = sorted(found - set(_listed_packages()))
+    assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {missing}"
+
+
+def test_every_listed_package_exists() -> None:
+    listed = _listed_packages()
+    assert len(listed) == len(set(listed)), "a package is listed twice"
+    absent = [p for p in listed if not (REPO.joinpath(*p.split(".")) / "__init__.py").is_file()]
+    assert not absent, f"listed in pyproject.toml but no <package>/__init__.py: {absent}"
+
+
+def _imported_modules(path: Path, root: Path = REPO) -> set[str]:
+    """Absolute names of the modules a file imports, relative imports resolved."""
+    # The package a file's relative imports start from: its directory, for modules and
+    # __init__.py alike.
+    package = list(path.relative_to(root).parent.parts)
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            prefix = ".".join([*base, *([node.module] if node.module else [])])
+            names.add(prefix)
+            # `from x import y` may import the submodule x.y.
+            names.update(f"{prefix}.{alias.name}" if prefix else alias.name for alias in node.names)
+    return names
+
+
+def _is_service(name: str) -> bool:
+    return name == "service" or name.startswith("service.")
+
+
+@pytest.mark.parametrize("top", NO_SERVICE)
+def test_never_imports_service(top: str) -> None:
+    files = sorted((REPO / top).rglob("*.py"))
+    assert files, f"no Python files under {top}/"
+    offenders = {
+        str(f.relative_to(REPO)): sorted(n for n in _imported_modules(f) if _is_service(n))
+        for f in files
+    }
+    offenders = {f: names for f, names in offenders.items() if names}
+    assert not offenders, f"{top} must not import service: {offenders}"
+
+
+def test_import_scan_resolves_every_form(tmp_path: Path) -> None:
+    # Guards the scanner: a form it missed would let a service import through unnoticed.
+    mod = tmp_path / "models" / "sub" / "mod.py"
+    mod.parent.mkdir(parents=True)
+    mod.write_text(
+        "import numpy as np\n"
+        "import service.api\n"
+        "from service import store\n"
+        "from . import sibling\n"
+        "from ..other import thing\n",
+        encoding="utf-8",
+    )
+    names = _imported_modules(mod, root=tmp_path)
+    assert {"numpy", "service.api", "service.store", "models.sub.sibling",
+            "models.other.thing"} <= names
+    assert sorted(n for n in names if _is_service(n)) == ["service", "service.api",
+                                                          "service.store"]
+    assert not _is_service("services")
