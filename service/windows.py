@@ -52,14 +52,15 @@ class WindowConfig:
 class _Ring:
     """One resolution: data[metric, row, slot], with the absolute bucket index held per row."""
 
-    def __init__(self, n_metrics: int, length: int, capacity: int, with_range: bool) -> None:
+    def __init__(self, n_metrics: int, length: int, capacity: int, n_range: int) -> None:
+        """n_range: how many (gauge) columns also keep max and min; 0 for the raw ring."""
         self.length = length
         self.agg: F32 = np.full((n_metrics, length, capacity), np.nan, np.float32)
         self.hi: F32 | None = None
         self.lo: F32 | None = None
-        if with_range:
-            self.hi = np.full((n_metrics, length, capacity), np.nan, np.float32)
-            self.lo = np.full((n_metrics, length, capacity), np.nan, np.float32)
+        if n_range:
+            self.hi = np.full((n_range, length, capacity), np.nan, np.float32)
+            self.lo = np.full((n_range, length, capacity), np.nan, np.float32)
         self.held: I64 = np.full(length, -1, np.int64)  # which bucket index each row holds
 
     def grow(self, capacity: int) -> None:
@@ -110,6 +111,10 @@ class ScopeWindows:
         kinds = [m.kind for m in self.metrics]
         self.is_counter = np.array([k is Kind.COUNTER for k in kinds])
         self.is_state = np.array([k is Kind.STATE for k in kinds])
+        # Only gauges keep max/min in rollups: a counter's bucket is its sum, a state's its max.
+        self.gauge_cols: npt.NDArray[np.intp] = np.flatnonzero(
+            [k is Kind.GAUGE for k in kinds]).astype(np.intp)
+        self._range_of = {int(c): i for i, c in enumerate(self.gauge_cols)}
         self.resets = np.array([m.resets for m in self.metrics])
         self.capacity = capacity
         self.entities: list[Entity] = []
@@ -122,9 +127,9 @@ class ScopeWindows:
         self.last_ts: F64 = np.full((capacity, m), np.nan)
         self.last_k: I64 = np.full(capacity, -1, np.int64)
         raw_len, tier_specs = config.for_scope(scope)
-        self.raw = _Ring(m, raw_len, capacity, with_range=False)
+        self.raw = _Ring(m, raw_len, capacity, n_range=0)
         self.tier_specs = tier_specs
-        self.tiers = [_Ring(m, t.length, capacity, with_range=True) for t in tier_specs]
+        self.tiers = [_Ring(m, t.length, capacity, len(self.gauge_cols)) for t in tier_specs]
         self.ratios: list[int] = []
         parent = config.step_s
         for t in tier_specs:
@@ -163,6 +168,9 @@ class ScopeWindows:
         if cached is not None and cached[0] is table:
             return cached[1]
         out = np.empty(len(table), np.int32)
+        new = sum(1 for e in table.entities if e not in self._slot)
+        if len(self.entities) + new > self.capacity:  # one exact growth for a whole new table
+            self._grow(len(self.entities) + new)
         for i, e in enumerate(table.entities):
             s = self._slot.get(e)
             if s is None:
@@ -176,7 +184,7 @@ class ScopeWindows:
     def _add(self, e: Entity, registry: EntityRegistry) -> int:
         s = len(self.entities)
         if s == self.capacity:
-            self._grow(self.capacity * 2)
+            self._grow(self.capacity + max(64, self.capacity // 4))
         self.entities.append(e)
         self._slot[e] = s
         self.node_of[s] = registry.node_slot(e.node)
@@ -242,8 +250,9 @@ class ScopeWindows:
             return
         rows = rows[held]
         agg = parent.agg[:, rows, :]
-        hi = parent.hi[:, rows, :] if parent.hi is not None else agg
-        lo = parent.lo[:, rows, :] if parent.lo is not None else agg
+        g = self.gauge_cols
+        hi = parent.hi[:, rows, :] if parent.hi is not None else agg[g]
+        lo = parent.lo[:, rows, :] if parent.lo is not None else agg[g]
         present = ~np.isnan(agg)
         cnt = present.sum(axis=1)
         total = np.where(present, agg, 0).sum(axis=1)
@@ -251,12 +260,12 @@ class ScopeWindows:
             mean = total / cnt
         mean[cnt == 0] = np.nan
         total[cnt == 0] = np.nan
-        mx = np.fmax.reduce(hi, axis=1)
+        mx = np.fmax.reduce(agg, axis=1)
         res = np.where(self.is_counter[:, None], total, np.where(self.is_state[:, None], mx, mean))
         tier.agg[:, row, :] = res
-        assert tier.hi is not None and tier.lo is not None
-        tier.hi[:, row, :] = mx
-        tier.lo[:, row, :] = np.fmin.reduce(lo, axis=1)
+        if tier.hi is not None and tier.lo is not None:
+            tier.hi[:, row, :] = np.fmax.reduce(hi, axis=1)
+            tier.lo[:, row, :] = np.fmin.reduce(lo, axis=1)
 
     # ---- reading -----------------------------------------------------------------------------
     def window(self, metric: str, n: int, tier: str | None = None, stat: str = "agg") -> F32:
@@ -272,9 +281,12 @@ class ScopeWindows:
         n_used = len(self.entities)
         if last < 0 or n_used == 0:
             return np.full((n_used, n), np.nan, np.float32)
-        source = {"agg": ring.agg, "hi": ring.hi, "lo": ring.lo}[stat]
-        if source is None:
-            source = ring.agg
+        if stat not in ("agg", "hi", "lo"):
+            raise ValueError(f"unknown stat {stat!r}")
+        source = ring.agg
+        rc = self._range_of.get(c)
+        if stat != "agg" and rc is not None and ring.hi is not None and ring.lo is not None:
+            source, c = (ring.hi if stat == "hi" else ring.lo), rc
         rows, held = ring.rows(last, n)
         out = source[c, rows, :n_used].T.copy()
         out[:, ~held] = np.nan

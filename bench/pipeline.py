@@ -1,0 +1,150 @@
+"""Pipeline benchmark: ingest of one 5-s round and one scoring tick at fleet scale.
+
+    python -m bench.pipeline [--gpus 1000 10000] [--warmup-min 15] [--json]
+
+For each fleet size (DGX-like nodes: 8 GPUs, 18 NVLink links per GPU, 8 IB ports per node,
+every catalog metric reported) it warms the window store up with a few minutes of rounds, then
+times: ingest of one round, a plain scoring tick, and a tick at a minute boundary (where the
+rollup-based rules recompute), and reports them as shares of the 5-s budget on one core, plus
+window-store and detector memory per GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from collectors.catalog import CATALOG, Kind, Scope
+from collectors.frames import Batch, Entity, EntityTable, Frame
+from service.pipeline import Pipeline
+from service.settings import Settings
+
+BUDGET_S = 5.0
+LINKS, PORTS, GPUS_PER_NODE = 18, 8, 8
+
+
+@dataclass
+class Result:
+    gpus: int
+    links: int
+    ports: int
+    samples_per_round: int
+    ingest_s: float
+    tick_s: float
+    tick_minute_s: float
+    tick_amortised_s: float
+    share_of_budget: float
+    store_bytes_per_gpu: float
+    rss_mb: float
+
+
+class Fleet:
+    """Synthetic healthy rounds with realistic value ranges for every catalog metric."""
+
+    def __init__(self, gpus: int, seed: int = 0) -> None:
+        nodes = [f"n{i:05d}" for i in range(gpus // GPUS_PER_NODE)]
+        self.tables = {
+            Scope.GPU: EntityTable(Scope.GPU, [Entity.gpu(n, g) for n in nodes
+                                               for g in range(GPUS_PER_NODE)]),
+            Scope.NVLINK: EntityTable(Scope.NVLINK, [Entity.nvlink(n, g, lk) for n in nodes
+                                                     for g in range(GPUS_PER_NODE)
+                                                     for lk in range(LINKS)]),
+            Scope.IB_PORT: EntityTable(Scope.IB_PORT, [Entity.ib_port(n, f"mlx5_{p}", 1)
+                                                       for n in nodes for p in range(PORTS)]),
+        }
+        self.rng = np.random.default_rng(seed)
+        self.counters = {s: np.zeros((len(t), len(CATALOG.columns(s))))
+                         for s, t in self.tables.items()}
+
+    def round(self, ts: float) -> Batch:
+        b = Batch()
+        for scope, table in self.tables.items():
+            cols = CATALOG.columns(scope)
+            n = len(table)
+            v = np.empty((n, len(cols)))
+            for j, m in enumerate(cols):
+                if m.kind is Kind.COUNTER:
+                    inc = self.rng.poisson(0.01, n) if not m.name.endswith("_data") else 1e9
+                    self.counters[scope][:, j] += inc
+                    v[:, j] = self.counters[scope][:, j]
+                elif m.kind is Kind.STATE:
+                    v[:, j] = {"nvlink_state": 1, "ib_state": 4}.get(m.name, 0)
+                elif m.name == "ib_rate":
+                    v[:, j] = 400
+                else:
+                    v[:, j] = 50 + self.rng.normal(0, 2, n)
+            b.add(Frame(table, np.arange(n, dtype=np.int32), np.full(n, ts), v))
+        return b
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def run(gpus: int, warmup_min: float, repeats: int) -> Result:
+    fleet = Fleet(gpus)
+    pipe = Pipeline(Settings(), alert_db=":memory:", notifiers=[])
+    t0 = 1_700_000_000.0  # a whole hour, so minute boundaries fall at known rounds
+    steps = int(warmup_min * 60 / 5)
+    for k in range(steps):
+        pipe.process(fleet.round(t0 + 5 * k), t0 + 5 * k)
+    ingest, tick, minute = [], [], []
+    k = steps
+    while len(minute) < repeats or len(tick) < repeats:
+        ts = t0 + 5 * k
+        batch = fleet.round(ts)
+        gc.collect()
+        a = time.perf_counter()
+        pipe.ingest(batch, ts)
+        b = time.perf_counter()
+        pipe.tick(ts)
+        c = time.perf_counter()
+        ingest.append(b - a)
+        (minute if int(ts) % 60 == 0 else tick).append(c - b)
+        k += 1
+    samples = sum(int(np.count_nonzero(~np.isnan(f.values))) for f in batch.frames.values())
+    t_ing, t_tick, t_min = (statistics.median(x) for x in (ingest, tick, minute))
+    amortised = (11 * t_tick + t_min) / 12
+    return Result(
+        gpus=gpus, links=len(fleet.tables[Scope.NVLINK]), ports=len(fleet.tables[Scope.IB_PORT]),
+        samples_per_round=samples, ingest_s=t_ing, tick_s=t_tick, tick_minute_s=t_min,
+        tick_amortised_s=amortised, share_of_budget=(t_ing + amortised) / BUDGET_S,
+        store_bytes_per_gpu=pipe.store.nbytes() / gpus, rss_mb=_rss_mb())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, nargs="+", default=[1000, 10000])
+    ap.add_argument("--warmup-min", type=float, default=12.0)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    results = [run(g, args.warmup_min, args.repeats) for g in args.gpus]
+    if args.json:
+        json.dump([asdict(r) for r in results], sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"{'GPUs':>7} {'links':>7} {'ports':>6} {'samples':>9} {'ingest':>8} {'tick':>8} "
+          f"{'tick@1m':>8} {'ingest+tick':>12} {'of 5 s':>7} {'KB/GPU':>7} {'RSS MB':>7}")
+    for r in results:
+        total = r.ingest_s + r.tick_amortised_s
+        print(f"{r.gpus:>7} {r.links:>7} {r.ports:>6} {r.samples_per_round:>9} "
+              f"{r.ingest_s * 1e3:>6.1f}ms {r.tick_s * 1e3:>6.1f}ms {r.tick_minute_s * 1e3:>6.1f}ms "
+              f"{total * 1e3:>10.1f}ms {r.share_of_budget:>7.1%} "
+              f"{r.store_bytes_per_gpu / 1024:>7.1f} {r.rss_mb:>7.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
