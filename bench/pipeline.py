@@ -95,7 +95,7 @@ def _rss_mb() -> float:
 def run(gpus: int, warmup_min: float, repeats: int) -> Result:
     fleet = Fleet(gpus)
     pipe = Pipeline(Settings(), alert_db=":memory:", notifiers=[])
-    t0 = 1_700_000_000.0  # a whole hour, so minute boundaries fall at known rounds
+    t0 = 1_699_999_200.0  # on a whole hour, so minute boundaries fall at known rounds
     steps = int(warmup_min * 60 / 5)
     for k in range(steps):
         pipe.process(fleet.round(t0 + 5 * k), t0 + 5 * k)

@@ -208,7 +208,9 @@ class DynamicThresholds:
         if n == 0:
             return []
         short = self._sbe_hours(g, HOUR)
-        base = np.nan_to_num(self.sbe_base.get(n), nan=0.0)
+        # Growth needs a past to grow from: until a GPU has a learned hour, it is not judged.
+        learned = self.sbe_base.get(n)
+        base = np.where(np.isnan(learned), np.inf, learned)
         recur = np.sum(hourly(g, "ecc_sbe_volatile", 6) >= c.sbe_burst_min, axis=1)
         with np.errstate(invalid="ignore"):
             rising = (short >= c.sbe_min_count) & (short >= c.sbe_factor * np.maximum(base, 1.0))
@@ -285,7 +287,8 @@ class DynamicThresholds:
             return []
         errs = self._nvl_errors(nvl, HOUR)
         recov = np.nan_to_num(_sum(recent(nvl, "nvlink_recovery", HOUR)[0]))
-        base = np.nan_to_num(self.nvl_base.get(n), nan=0.0)
+        learned = self.nvl_base.get(n)
+        base = np.where(np.isnan(learned), np.inf, learned)
         per_hour = sum(hourly(nvl, m, 12) for m in (
             "nvlink_crc_flit", "nvlink_crc_data", "nvlink_replay", "nvlink_recovery"))
         hours = np.sum(per_hour > 0, axis=1)

@@ -1,0 +1,136 @@
+import numpy as np
+
+from collectors.catalog import CATALOG, Scope
+from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
+from service.ingest import EventLog, Ingestor
+from service.windows import WindowStore
+from tests.pipeline.builders import T0
+
+GPU = Scope.GPU
+COLS = CATALOG.columns(GPU)
+
+
+def _col(name: str) -> int:
+    return CATALOG.column(GPU, name)
+
+
+def _frame(table: EntityTable, rows: list[int], ts: list[float], **metrics: list[float]) -> Frame:
+    v = np.full((len(rows), len(COLS)), np.nan)
+    for name, vals in metrics.items():
+        v[:, _col(name)] = vals
+    return Frame(table, np.array(rows, np.int32), np.array(ts, float), v)
+
+
+def _setup() -> tuple[WindowStore, Ingestor, EntityTable]:
+    store = WindowStore()
+    table = EntityTable(GPU, [Entity.gpu("n0", 0), Entity.gpu("n0", 1)])
+    return store, Ingestor(store, EventLog()), table
+
+
+def _ingest(ing: Ingestor, frame: Frame, now: float = T0 + 3600) -> tuple[int, int, list[str]]:
+    b = Batch()
+    b.add(frame)
+    r = ing.ingest(b, now)
+    return r.accepted, r.rejected, [str(x) for x in r.rejections]
+
+
+def test_nan_cells_are_missing_and_infinities_are_refused_cell_by_cell() -> None:
+    store, ing, t = _setup()
+    acc, rej, why = _ingest(ing, _frame(t, [0, 1], [T0, T0], gpu_temp=[np.inf, 50.0],
+                                        power_draw=[300.0, np.nan]))
+    assert (acc, rej) == (2, 1)
+    assert "value is infinite" in why[0] and "n0:gpu0" in why[0] and "gpu_temp" in why[0]
+    assert store[GPU].latest("power_draw")[0] == 300
+    assert np.isnan(store[GPU].latest("gpu_temp")[0])
+
+
+def test_negative_and_decreasing_persistent_counters_are_refused() -> None:
+    store, ing, t = _setup()
+    _ingest(ing, _frame(t, [0, 1], [T0, T0], ecc_sbe_aggregate=[10.0, 5.0]))
+    acc, rej, why = _ingest(ing, _frame(t, [0, 1], [T0 + 5, T0 + 5],
+                                        ecc_sbe_aggregate=[4.0, -1.0], gpu_temp=[50.0, 51.0]))
+    assert (acc, rej) == (2, 2)
+    assert any("persistent counter decreased from 10 to 4" in w for w in why)
+    assert any("counter is negative" in w for w in why)
+    # The refused values do not move the counter's baseline: the next real value chains on.
+    assert store[GPU].latest("ecc_sbe_aggregate").tolist() == [10, 5]
+
+
+def test_volatile_counter_drop_is_a_reset_not_a_spike() -> None:
+    store, ing, t = _setup()
+    resets = []
+    for i, v in enumerate([100.0, 103.0, 2.0, 4.0]):  # driver reload between 103 and 2
+        b = Batch()
+        b.add(_frame(t, [0], [T0 + 5 * i], ecc_sbe_volatile=[v]))
+        r = ing.ingest(b, T0 + 3600)
+        assert r.rejected == 0
+        resets.append(r.resets)
+    assert resets == [0, 0, 1, 0]
+    deltas = store[GPU].window("ecc_sbe_volatile", 4)[0]
+    assert np.isnan(deltas[0]) and deltas[1:].tolist() == [3, 2, 2]
+
+
+def test_duplicate_and_out_of_order_rows_are_refused_and_the_rest_kept() -> None:
+    store, ing, t = _setup()
+    acc, rej, why = _ingest(ing, _frame(
+        t, [0, 0, 0, 1, 0], [T0 + 10, T0 + 10, T0 + 5, T0, T0 + 15],
+        gpu_temp=[50.0, 51.0, 52.0, 53.0, 54.0]))
+    assert acc == 3 and rej == 2
+    assert any("duplicate timestamp" in w for w in why)
+    assert any("out-of-order" in w for w in why)
+    assert store[GPU].window("gpu_temp", 2)[0].tolist() == [50, 54]
+    # Across batches too: an older sample than the last accepted one is refused.
+    assert _ingest(ing, _frame(t, [0], [T0 + 12], gpu_temp=[1.0]))[1] == 1
+
+
+def test_bad_timestamps_are_refused() -> None:
+    store, ing, t = _setup()
+    acc, rej, why = _ingest(ing, _frame(t, [0, 1], [np.nan, T0 + 99999], gpu_temp=[1.0, 2.0]),
+                            now=T0)
+    assert acc == 0 and rej == 2
+    assert "not a finite number" in why[0] and "future" in why[1]
+
+
+def test_oversized_batches_keep_what_fits() -> None:
+    store = WindowStore()
+    ing = Ingestor(store, EventLog(), max_samples=len(COLS) * 3)
+    table = EntityTable(GPU, [Entity.gpu("n0", g) for g in range(5)])
+    v = np.full((5, len(COLS)), 1.0)
+    b = Batch()
+    b.add(Frame(table, np.arange(5, dtype=np.int32), np.full(5, T0), v))
+    r = ing.ingest(b, T0)
+    assert r.accepted == 3 * len(COLS)
+    assert "batch too large" in str(r.rejections[0])
+    assert len(r.clean.frames[GPU]) == 3
+
+
+def test_events_are_validated() -> None:
+    store, ing, _ = _setup()
+    ev = EventFrame()
+    ev.add("n0:gpu1", T0, "xid", 79)
+    ev.add("n0:gpu1", T0, "xid", 1.5)
+    ev.add("n0:gpu1:nvlink0", T0, "xid", 79)
+    ev.add("n0:gpu1", T0, "gpu_temp", 79)
+    ev.add("n0::", T0, "xid", 79)
+    r = ing.ingest(Batch(events=ev), T0)
+    assert r.accepted == 1 and r.rejected == 4
+    reasons = " | ".join(str(x) for x in r.rejections)
+    assert "non-negative integer" in reasons and "belong to gpu" in reasons
+    assert "unknown event metric" in reasons and "not an entity key" in reasons
+    assert [e.value for e in ing.events.since(0)] == [79]
+
+
+def test_ib_ber_is_derived_from_symbol_errors_and_rate() -> None:
+    store = WindowStore()
+    ing = Ingestor(store, EventLog())
+    table = EntityTable(Scope.IB_PORT, [Entity.ib_port("n0", "mlx5_0", 1)])
+    cols = CATALOG.columns(Scope.IB_PORT)
+    for i, sym in enumerate([0.0, 4.0]):
+        v = np.full((1, len(cols)), np.nan)
+        v[0, CATALOG.column(Scope.IB_PORT, "ib_symbol_error")] = sym
+        v[0, CATALOG.column(Scope.IB_PORT, "ib_rate")] = 400
+        b = Batch()
+        b.add(Frame(table, np.array([0], np.int32), np.array([T0 + 5 * i]), v))
+        ing.ingest(b, T0 + 60)
+    ber = store[Scope.IB_PORT].latest("ib_ber")[0]
+    assert ber == 4 / (400e9 * 5)
