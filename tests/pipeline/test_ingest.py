@@ -84,7 +84,7 @@ def test_duplicate_and_out_of_order_rows_are_refused_and_the_rest_kept() -> None
 
 
 def test_bad_timestamps_are_refused() -> None:
-    store, ing, t = _setup()
+    _store, ing, t = _setup()
     acc, rej, why = _ingest(ing, _frame(t, [0, 1], [np.nan, T0 + 99999], gpu_temp=[1.0, 2.0]),
                             now=T0)
     assert acc == 0 and rej == 2
@@ -105,7 +105,7 @@ def test_oversized_batches_keep_what_fits() -> None:
 
 
 def test_events_are_validated() -> None:
-    store, ing, _ = _setup()
+    _store, ing, _ = _setup()
     ev = EventFrame()
     ev.add("n0:gpu1", T0, "xid", 79)
     ev.add("n0:gpu1", T0, "xid", 1.5)

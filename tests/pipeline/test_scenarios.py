@@ -90,7 +90,7 @@ def test_telemetry_gap_causes_no_alert(tmp_path: Path) -> None:
         for g in range(8):
             r.add(f"n0:gpu{g}", "ecc_sbe_volatile", 0.1)  # counters keep counting in the gap
         if 0.5 * HOUR <= t < 0.7 * HOUR:
-            return tuple(f"n0:gpu{g}" for g in range(8)) + ("n0:mlx5_0:1",)
+            return (*tuple(f"n0:gpu{g}" for g in range(8)), "n0:mlx5_0:1")
         return ()
 
     _, fired = _replay(tmp_path, Rounds(), 1.5 * HOUR, gap)
