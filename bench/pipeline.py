@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         total = r.ingest_s + r.tick_amortised_s
         print(f"{r.gpus:>7} {r.links:>7} {r.ports:>6} {r.samples_per_round:>9} "
-              f"{r.ingest_s * 1e3:>6.1f}ms {r.tick_s * 1e3:>6.1f}ms {r.tick_minute_s * 1e3:>6.1f}ms "
+              f"{r.ingest_s * 1e3:>6.1f}ms {r.tick_s * 1e3:>6.1f}ms "
+              f"{r.tick_minute_s * 1e3:>6.1f}ms "
               f"{total * 1e3:>10.1f}ms {r.share_of_budget:>7.1%} "
               f"{r.store_bytes_per_gpu / 1024:>7.1f} {r.rss_mb:>7.0f}")
     return 0

@@ -39,6 +39,8 @@ class IngestSettings(BaseModel):
     max_future_s: float = Field(default=300.0, gt=0)
     max_samples_per_batch: int = Field(default=5_000_000, gt=0)
     max_lines_per_request: int = Field(default=1_000_000, gt=0)
+    # InfluxDB 1.x's default max-body-size for /write; also bounds a gzip body once inflated.
+    max_body_bytes: int = Field(default=25_000_000, gt=0)
 
 
 class DetectorSettings(BaseModel):

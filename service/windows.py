@@ -355,3 +355,20 @@ class WindowStore:
 
     def nbytes(self) -> int:
         return sum(s.nbytes() for s in self.scopes.values())
+
+
+def window_config_for(step_s: float) -> WindowConfig:
+    """Windows for a trace sampled every step_s seconds: the default at 5 s; for coarse
+    fleet-scale traces (minutes to an hour per sample) a raw ring of about half a day to a week
+    and only the rollup tiers that are coarser than the step."""
+    if step_s <= 5.0:
+        return WindowConfig()
+    raw = max(24, min(2016, round(12 * 3600 / step_s)))
+    tiers = tuple(t for t in (TierSpec("1m", 60.0, 120), TierSpec("1h", 3600.0, 168),
+                              TierSpec("1d", 86400.0, 30))
+                  if t.step_s > step_s and (t.step_s / step_s).is_integer())
+    if step_s >= 3600:
+        raw = max(raw, 168)
+    nvl = tuple(TierSpec(t.name, t.step_s, max(1, t.length // 2)) for t in tiers)
+    return WindowConfig(step_s=step_s, raw_length=raw, tiers=tiers,
+                        nvlink_raw_length=max(12, raw // 2), nvlink_tiers=nvl)

@@ -1,0 +1,427 @@
+"""InfluxDB line protocol: a strict parser and a formatter.
+
+    measurement[,tag=value...] field=value[,field=value...] [timestamp]
+
+The parser never raises on bad input: each refused line becomes a Rejection naming its 1-based
+line number and the reason, and the good lines around it are kept. Lines without a backslash or
+a double quote (nearly all of them) take a str.split fast path; the rest go through a scanner
+that understands escapes and quoted strings.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import NamedTuple, NoReturn
+
+from collectors.frames import Rejection
+
+
+class UInt(int):
+    """An unsigned integer field (`42u`), kept distinct from `42i` so formatting round-trips."""
+
+    __slots__ = ()
+
+
+FieldValue = float | int | bool | str
+
+# InfluxDB 1.x's default max-body-size for /write; a trace reader parses in smaller chunks.
+DEFAULT_MAX_BYTES = 25_000_000
+DEFAULT_MAX_LINES = 1_000_000
+
+PRECISION_NS: dict[str, int] = {
+    "ns": 1, "n": 1,
+    "us": 1_000, "u": 1_000, "µs": 1_000,
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+}
+
+_I64_MIN, _I64_MAX, _U64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
+_FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+_INT = re.compile(r"-?[0-9]+")
+_TRUE = frozenset(("t", "T", "true", "True", "TRUE"))
+_FALSE = frozenset(("f", "F", "false", "False", "FALSE"))
+_NON_FINITE = frozenset(("nan", "inf", "infinity"))
+_FLOAT_END = frozenset("0123456789.")
+_FLOAT_START = frozenset("-.0123456789")
+_DIGITS = frozenset("0123456789")
+
+# Parsed key sections (measurement and tags) by their text; cleared when full.
+_HEADS: dict[str, tuple[str, dict[str, str]]] = {}
+_HEADS_MAX = 200_000
+
+# Slow-path tokens. A backslash escapes the next character; a lone trailing one is literal.
+_MEAS_TOK = re.compile(r"(?:[^\\ ,]|\\.|\\$)+")
+_KEY_TOK = re.compile(r"(?:[^\\ ,=]|\\.|\\$)+")
+_STR_TOK = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_VAL_TOK = re.compile(r"[^ ,]*")
+_UNESC_MEAS = re.compile(r"\\([\\ ,])")
+_UNESC_KEY = re.compile(r"\\([\\ ,=])")
+_UNESC_STR = re.compile(r'\\([\\"])')
+_ESC_MEAS = re.compile(r"([\\ ,])")
+_ESC_KEY = re.compile(r"([\\ ,=])")
+_ESC_STR = re.compile(r'([\\"])')
+
+
+@dataclass(slots=True)
+class Point:
+    """One parsed line. `ts_ns` is None when the line had no timestamp and no default was given."""
+
+    measurement: str
+    tags: dict[str, str]
+    fields: dict[str, FieldValue]
+    ts_ns: int | None = None
+    line: int = field(default=0, compare=False)
+    source: str = field(default="", compare=False)  # the file it came from, for messages
+
+
+class Parsed(NamedTuple):
+    points: list[Point]
+    rejected: list[Rejection]
+
+
+class _Bad(Exception):
+    def __init__(self, reason: str, metric: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.metric = metric
+
+
+# ---- parsing ---------------------------------------------------------------------------------
+
+def parse(
+    data: str | bytes | Iterable[str] | Iterable[bytes],
+    *,
+    first_line: int = 1,
+    default_ts_ns: int | None = None,
+    precision: str = "ns",
+    max_lines: int | None = DEFAULT_MAX_LINES,
+    max_bytes: int | None = DEFAULT_MAX_BYTES,
+    source: str = "",
+) -> Parsed:
+    """Parse line protocol. Lines past `max_lines` or `max_bytes` are refused, not parsed.
+    `source` (a file name) prefixes rejection reasons and is kept on each point."""
+    try:
+        mult = PRECISION_NS[precision]
+    except KeyError:
+        raise ValueError(
+            f"unknown precision {precision!r}; expected one of {sorted(PRECISION_NS)}"
+        ) from None
+    points: list[Point] = []
+    rejected: list[Rejection] = []
+    last_line = sys.maxsize if max_lines is None else first_line - 1 + max_lines
+    byte_limit = sys.maxsize if max_bytes is None else max_bytes
+    size = 0
+    where = f"{source}: " if source else ""
+    lines = _lines(data)
+    for lineno, raw in enumerate(lines, first_line):
+        if max_bytes is not None:
+            size += 1 + (len(raw) if isinstance(raw, bytes) or raw.isascii()
+                         else len(raw.encode()))
+        if lineno > last_line or size > byte_limit:
+            rejected.append(_oversized(where, lineno, lineno + sum(1 for _ in lines),
+                                       f"{max_lines} lines" if lineno > last_line
+                                       else f"{max_bytes} bytes"))
+            break
+        if isinstance(raw, bytes):
+            try:
+                line = raw.decode()
+            except UnicodeDecodeError as exc:
+                rejected.append(Rejection(f"{where}not valid UTF-8 ({exc.reason})", lineno))
+                continue
+        else:
+            line = raw
+        s = line.strip(" \t\r\n")
+        if not s or s[0] == "#":
+            continue
+        try:
+            if "\\" in s or '"' in s:
+                meas, tags, fields, ts = _scan(s)
+            else:
+                meas, tags, fields, ts = _split(s)
+            if ts is None:
+                ts_ns = default_ts_ns
+            elif mult == 1 and ts.isdigit() and ts.isascii() and len(ts) < 19:
+                ts_ns = int(ts)  # the common case: a positive nanosecond stamp
+            else:
+                ts_ns = _timestamp(ts, mult)
+        except _Bad as bad:
+            rejected.append(Rejection(where + bad.reason, lineno, metric=bad.metric))
+            continue
+        points.append(Point(meas, tags, fields, ts_ns, lineno, source))
+    return Parsed(points, rejected)
+
+
+def _oversized(where: str, first: int, last: int, limit: str) -> Rejection:
+    span = f"line {first}" if last == first else f"lines {first}-{last}"
+    return Rejection(f"{where}batch exceeds the limit of {limit}; {span} not parsed", first)
+
+
+def _lines(data: str | bytes | Iterable[str] | Iterable[bytes]) -> Iterator[str | bytes]:
+    if isinstance(data, bytes | bytearray):
+        raw = bytes(data)
+        try:
+            data = raw.decode()
+        except UnicodeDecodeError:  # keep the good lines: decode line by line
+            split = raw.split(b"\n")
+            return iter(split[:-1] if split[-1] == b"" else split)
+    if isinstance(data, str):
+        text = data.split("\n")
+        return iter(text[:-1] if text[-1] == "" else text)  # a final newline ends, not adds
+    return iter(data)
+
+
+def _split(s: str) -> tuple[str, dict[str, str], dict[str, FieldValue], str | None]:
+    """Fast path for lines without escapes or quoted strings."""
+    parts = s.split(" ")
+    if "" in parts:  # runs of spaces between sections
+        parts = [p for p in parts if p]
+    if len(parts) < 2:
+        raise _Bad("missing field set")
+    if len(parts) > 3:
+        raise _Bad(f"unexpected text after the timestamp: {' '.join(parts[3:])!r} "
+                   "(unescaped space?)")
+    key = parts[0]
+    head = _HEADS.get(key)
+    if head is None:
+        head = _head(key)
+    meas, tags = head[0], head[1].copy()
+    fields: dict[str, FieldValue] = {}
+    for item in parts[1].split(","):
+        k, _, v = item.partition("=")
+        if not k or not v or k in fields:
+            _field_error(item, k, v)
+        # Inline fast cases (non-negative integers, plain decimals); _value has the full rules.
+        last = v[-1]
+        if last == "i":
+            body = v[:-1]
+            if body.isdigit() and body.isascii() and len(body) < 19:
+                fields[k] = int(body)
+                continue
+        elif last in _DIGITS and v[0] in _FLOAT_START and v.isascii() and "_" not in v:
+            try:
+                x = float(v)
+            except ValueError:
+                pass
+            else:
+                if x - x == 0.0:  # finite
+                    fields[k] = x
+                    continue
+        fields[k] = _value(v, k)
+    return meas, tags, fields, parts[2] if len(parts) == 3 else None
+
+
+def _head(key: str) -> tuple[str, dict[str, str]]:
+    """Measurement and tags of a key section; cached, since a fleet repeats the same series
+    every round and tag parsing is a third of the work."""
+    tags: dict[str, str] = {}
+    meas, *pairs = key.split(",")
+    if not meas:
+        raise _Bad("missing measurement")
+    for pair in pairs:
+        k, eq, v = pair.partition("=")
+        if not k or not v or "=" in v or k in tags:
+            _tag_error(k, eq, v, pair, tags)
+        tags[k] = v
+    if len(_HEADS) >= _HEADS_MAX:
+        _HEADS.clear()
+    _HEADS[key] = (meas, tags)
+    return meas, tags
+
+
+def _field_error(item: str, k: str, v: str) -> NoReturn:
+    if "=" not in item:
+        raise _Bad(f"field {item!r} has no '=' (missing field set?)")
+    if not k:
+        raise _Bad(f"field with an empty name: {item!r}")
+    if not v:
+        raise _Bad("field has no value", k)
+    raise _Bad("duplicate field", k)
+
+
+def _tag_error(k: str, eq: str, v: str, pair: str, tags: Mapping[str, str]) -> NoReturn:
+    if not eq or not v:
+        raise _Bad(f"tag {k!r} has no value")
+    if not k:
+        raise _Bad(f"tag with an empty key: {pair!r}")
+    if "=" in v:
+        raise _Bad(f"tag {k!r} value {v!r} holds an unescaped '='")
+    raise _Bad(f"duplicate tag {k!r}")
+
+
+def _scan(s: str) -> tuple[str, dict[str, str], dict[str, FieldValue], str | None]:
+    """Slow path: escapes in names and quoted string fields."""
+    n = len(s)
+    m = _MEAS_TOK.match(s)
+    if m is None:
+        raise _Bad("missing measurement")
+    meas = _UNESC_MEAS.sub(r"\1", m.group())
+    pos = m.end()
+    tags: dict[str, str] = {}
+    while pos < n and s[pos] == ",":
+        k, pos = _key(s, pos + 1)
+        if pos >= n or s[pos] != "=":
+            raise _Bad(f"tag {k!r} has no value")
+        m = _KEY_TOK.match(s, pos + 1)
+        if m is None:
+            raise _Bad(f"tag {k!r} has no value")
+        pos = m.end()
+        if pos < n and s[pos] == "=":
+            raise _Bad(f"tag {k!r} value holds an unescaped '='")
+        if k in tags:
+            raise _Bad(f"duplicate tag {k!r}")
+        tags[k] = _UNESC_KEY.sub(r"\1", m.group())
+    if pos >= n:
+        raise _Bad("missing field set")
+    while pos < n and s[pos] == " ":
+        pos += 1
+    fields: dict[str, FieldValue] = {}
+    while True:
+        k, pos = _key(s, pos)
+        if pos >= n or s[pos] != "=":
+            raise _Bad(f"field {k!r} has no '=' (missing field set?)")
+        pos += 1
+        if k in fields:
+            raise _Bad("duplicate field", k)
+        if pos < n and s[pos] == '"':
+            m = _STR_TOK.match(s, pos)
+            if m is None:
+                raise _Bad("unterminated string", k)
+            fields[k] = _UNESC_STR.sub(r"\1", m.group(1))
+        else:
+            m = _VAL_TOK.match(s, pos)
+            assert m is not None  # matches the empty string at worst
+            fields[k] = _value(m.group(), k)
+        pos = m.end()
+        if pos < n and s[pos] == ",":
+            pos += 1
+            continue
+        break
+    if pos < n and s[pos] != " ":
+        raise _Bad(f"unexpected text after the field value: {s[pos:]!r}", k)
+    rest = s[pos:].strip(" ")
+    if not rest:
+        return meas, tags, fields, None
+    if " " in rest:
+        raise _Bad(f"unexpected text after the timestamp: {rest.split(' ', 1)[1]!r} "
+                   "(unescaped space?)")
+    return meas, tags, fields, rest
+
+
+def _key(s: str, pos: int) -> tuple[str, int]:
+    m = _KEY_TOK.match(s, pos)
+    if m is None:
+        raise _Bad(f"empty tag or field key at column {pos + 1}")
+    return _UNESC_KEY.sub(r"\1", m.group()), m.end()
+
+
+def _value(v: str, name: str) -> FieldValue:
+    if not v:
+        raise _Bad("field has no value", name)
+    last = v[-1]
+    if last in _FLOAT_END:
+        if _FLOAT.fullmatch(v) is None:
+            raise _Bad(f"field value {v!r} is not a number", name)
+        x = float(v)
+        if not math.isfinite(x):
+            raise _Bad(f"field value {v!r} is not finite", name)
+        return x
+    if last == "i" or last == "u":
+        body = v[:-1]
+        if _INT.fullmatch(body) is None:
+            raise _Bad(f"field value {v!r} is not an integer", name)
+        i = int(body)
+        if last == "u":
+            if not 0 <= i <= _U64_MAX:
+                raise _Bad(f"field value {v!r} is out of the unsigned 64-bit range", name)
+            return UInt(i)
+        if not _I64_MIN <= i <= _I64_MAX:
+            raise _Bad(f"field value {v!r} is out of the 64-bit integer range", name)
+        return i
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    if v.lstrip("+-").lower() in _NON_FINITE:
+        raise _Bad(f"field value {v!r} is not a number (line protocol has no NaN or infinity)",
+                   name)
+    raise _Bad(f"field value {v!r} is not a number", name)
+
+
+def _timestamp(ts: str, mult: int) -> int:
+    if _INT.fullmatch(ts) is None:
+        raise _Bad(f"timestamp {ts!r} is not an integer")
+    t = int(ts) * mult
+    if not _I64_MIN <= t <= _I64_MAX:
+        raise _Bad(f"timestamp {ts!r} is out of the 64-bit nanosecond range")
+    return t
+
+
+# ---- formatting ------------------------------------------------------------------------------
+
+@lru_cache(maxsize=65536)
+def escape_measurement(s: str) -> str:
+    _no_newline(s)
+    if s[0] == "#":
+        raise ValueError(f"measurement {s!r} would read as a comment")
+    return _ESC_MEAS.sub(r"\\\1", s)
+
+
+@lru_cache(maxsize=65536)
+def escape_key(s: str) -> str:
+    """Escape a tag key, tag value or field key."""
+    _no_newline(s)
+    return _ESC_KEY.sub(r"\\\1", s)
+
+
+def _no_newline(s: str) -> None:
+    if "\n" in s or "\r" in s:
+        raise ValueError(f"line protocol cannot carry a newline: {s!r}")
+    if not s:
+        raise ValueError("line protocol names cannot be empty")
+
+
+def format_value(v: FieldValue) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, UInt):
+        return f"{int(v)}u"
+    if isinstance(v, int):
+        return f"{v}i"
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"line protocol cannot carry {v}")
+        return repr(v)
+    if "\n" in v:
+        raise ValueError(f"line protocol cannot carry a newline: {v!r}")
+    return '"' + _ESC_STR.sub(r"\\\1", v) + '"'
+
+
+def format_line(
+    measurement: str,
+    tags: Mapping[str, str],
+    fields: Mapping[str, FieldValue],
+    ts_ns: int | None = None,
+) -> str:
+    """One line; tags sorted by key (InfluxDB's preferred order), empty tag values dropped."""
+    if not fields:
+        raise ValueError(f"a {measurement!r} point needs at least one field")
+    head = escape_measurement(measurement)
+    if tags:
+        head += "".join(f",{escape_key(k)}={escape_key(v)}" for k, v in sorted(tags.items()) if v)
+    body = ",".join(f"{escape_key(k)}={format_value(v)}" for k, v in fields.items())
+    return f"{head} {body}" if ts_ns is None else f"{head} {body} {ts_ns}"
+
+
+def format_point(p: Point) -> str:
+    return format_line(p.measurement, p.tags, p.fields, p.ts_ns)
+
+
+def format_points(points: Iterable[Point]) -> Iterator[str]:
+    return (format_point(p) for p in points)

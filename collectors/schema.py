@@ -1,0 +1,333 @@
+"""Line-protocol points onto the metric catalog: parsed points in, a columnar Batch out.
+
+Three schemas are understood, told apart by measurement name:
+
+- ours (the trace format): `gpu`, `nvlink`, `ib_port`, `node` with canonical catalog field
+  names, and one measurement per event metric (`xid`, field `code`);
+- Telegraf `nvidia_smi` (tag `index` is the GPU) and `infiniband`, with field names taken from
+  each Metric.telegraf.
+
+Bad values are rejected field by field, so one bad field never costs the rest of its line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from operator import itemgetter
+from types import MappingProxyType
+
+import numpy as np
+
+from collectors.catalog import CATALOG, Kind, Metric, Scope
+from collectors.frames import Batch, Entity, EntityTable, Frame, Rejection
+from collectors.lineprotocol import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_LINES,
+    FieldValue,
+    Point,
+    escape_key,
+    parse,
+)
+
+# The tags that name an entity, in Entity order (node, unit, sub), and which must be integers.
+_OWN_TAGS: dict[Scope, tuple[str, ...]] = {
+    Scope.GPU: ("host", "gpu"),
+    Scope.NVLINK: ("host", "gpu", "link"),
+    Scope.IB_PORT: ("host", "device", "port"),
+    Scope.NODE: ("host",),
+}
+_NUMERIC_TAGS = frozenset(("gpu", "link", "port", "index"))
+_TELEGRAF = {"nvidia_smi": (Scope.GPU, ("host", "index")),
+             "infiniband": (Scope.IB_PORT, ("host", "device", "port"))}
+EVENT_FIELD = "code"
+
+# nvidia-smi reports some conditions as words; Telegraf passes them on as strings.
+_STATE_WORDS = {"yes": 1.0, "no": 0.0, "active": 1.0, "not active": 0.0,
+                "true": 1.0, "false": 0.0}
+
+
+@dataclass(frozen=True, slots=True)
+class MeasurementSpec:
+    """How one measurement maps onto the catalog: `fields` gives each field's column in
+    CATALOG.columns(scope); an event measurement instead carries `event` in field `code`."""
+
+    measurement: str
+    scope: Scope
+    tags: tuple[str, ...]
+    fields: Mapping[str, int] = field(default_factory=dict)
+    event: str | None = None
+
+
+def _specs() -> dict[str, MeasurementSpec]:
+    specs: dict[str, MeasurementSpec] = {}
+    for scope, tags in _OWN_TAGS.items():
+        cols = {m.name: i for i, m in enumerate(CATALOG.columns(scope))}
+        specs[scope.value] = MeasurementSpec(scope.value, scope, tags, cols)
+        for ev in CATALOG.events(scope):
+            specs[ev.name] = MeasurementSpec(ev.name, scope, tags, event=ev.name)
+    for meas, (scope, tags) in _TELEGRAF.items():
+        cols = {m.telegraf.split(".", 1)[1]: i for i, m in enumerate(CATALOG.columns(scope))
+                if m.telegraf and m.telegraf.startswith(meas + ".")}
+        specs[meas] = MeasurementSpec(meas, scope, tags, cols)
+    return specs
+
+
+_SPECS = _specs()
+MEASUREMENTS: Mapping[str, MeasurementSpec] = MappingProxyType(_SPECS)
+
+
+_Reject = Callable[[Rejection], None]
+
+
+class _Bad(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class _Rows:
+    """One scope's samples while a batch is being assembled (row = entity slot at one time)."""
+
+    row_of: dict[tuple[int, int], int] = field(default_factory=dict)
+    slots: list[int] = field(default_factory=list)
+    ts_ns: list[int] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+    cols: list[int] = field(default_factory=list)
+    vals: list[float] = field(default_factory=list)
+    merged: bool = False  # a row got fields from two points, so a cell may be set twice
+
+
+class SchemaMapper:
+    """Builds Batches from points. Stateful on purpose: it keeps one EntityTable per scope and
+    hands out the same object while no new entity appears (the window store caches its slot
+    lookup by table identity); a new entity yields a new, longer table with old slots kept.
+
+    `strict=False` drops unknown measurements and fields silently instead of rejecting them,
+    for feeds such as a full Telegraf export that carry far more than the catalog tracks."""
+
+    def __init__(self, *, strict: bool = True) -> None:
+        self.strict = strict
+        self._tables: dict[Scope, EntityTable] = {}
+        # Every entity gets its slot when first seen; the table catches up when a frame is built.
+        self._known: dict[Scope, list[Entity]] = {s: [] for s in Scope}
+        self._slot_of: dict[Entity, int] = {}
+        self._by_tags: dict[Scope, dict[tuple[str | None, ...], tuple[Entity, int]]] = {
+            s: {} for s in Scope}
+        self._counters = {s: frozenset(i for i, m in enumerate(CATALOG.columns(s))
+                                       if m.kind is Kind.COUNTER) for s in Scope}
+
+    def table(self, scope: Scope) -> EntityTable | None:
+        return self._tables.get(scope)
+
+    def parse(
+        self,
+        data: str | bytes | Iterable[str] | Iterable[bytes],
+        *,
+        first_line: int = 1,
+        default_ts_ns: int | None = None,
+        precision: str = "ns",
+        max_lines: int | None = DEFAULT_MAX_LINES,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
+    ) -> Batch:
+        """Line protocol to a Batch; parse and schema rejections both land in batch.rejected."""
+        points, rejected = parse(data, first_line=first_line, default_ts_ns=default_ts_ns,
+                                 precision=precision, max_lines=max_lines, max_bytes=max_bytes)
+        return self.to_batch(points, rejected)
+
+    def to_batch(self, points: Iterable[Point], rejected: Iterable[Rejection] = ()) -> Batch:
+        batch = Batch(rejected=list(rejected))
+        acc: dict[Scope, _Rows] = {}
+        reject = batch.rejected.append
+        specs = _SPECS
+        for p in points:
+            spec = specs.get(p.measurement)
+            if spec is None:
+                if self.strict:
+                    reject(_rejection(p, f"unknown measurement {p.measurement!r} (known: "
+                                     f"{', '.join(specs)})"))
+                continue
+            ts_ns = p.ts_ns
+            known = self._by_tags[spec.scope].get(tuple(map(p.tags.get, spec.tags)))
+            if known is None or ts_ns is None:
+                try:
+                    if ts_ns is None:
+                        raise _Bad("missing timestamp")
+                    known = self._entity(spec, p.tags)
+                except _Bad as bad:
+                    reject(_rejection(p, str(bad)))
+                    continue
+            if spec.event is not None:
+                self._event(batch, spec.event, known[0], ts_ns, p, reject)
+                continue
+            rows = acc.get(spec.scope)
+            if rows is None:
+                rows = acc[spec.scope] = _Rows()
+            self._fields(rows, spec, known, ts_ns, p, reject)
+        for scope, rows in acc.items():
+            if rows.vals:
+                batch.add(self._frame(scope, rows))
+        return batch
+
+    def _fields(self, rows: _Rows, spec: MeasurementSpec, known: tuple[Entity, int], ts_ns: int,
+                p: Point, reject: _Reject) -> None:
+        cols = spec.fields
+        counters = self._counters[spec.scope]
+        unknown: list[str] = []
+        row = -1
+        add_row, add_col, add_val = rows.rows.append, rows.cols.append, rows.vals.append
+        for name, v in p.fields.items():
+            col = cols.get(name)
+            if col is None:
+                unknown.append(name)
+                continue
+            t = type(v)
+            if t is float or t is int:
+                x = float(v)
+            else:
+                y = _number(v, CATALOG.columns(spec.scope)[col])
+                if y is None:
+                    reject(_rejection(p, f"field value {v!r} is not a number",
+                                     known[0].key, name))
+                    continue
+                x = y
+            if x < 0.0 and col in counters:
+                reject(_rejection(p, f"counter {name} is negative: {v}", known[0].key, name))
+                continue
+            if row < 0:
+                key = (known[1], ts_ns)
+                row = rows.row_of.setdefault(key, len(rows.slots))
+                if row == len(rows.slots):
+                    rows.slots.append(known[1])
+                    rows.ts_ns.append(ts_ns)
+                else:
+                    rows.merged = True
+            add_row(row)
+            add_col(col)
+            add_val(x)
+        if unknown and self.strict:
+            s = "s" if len(unknown) > 1 else ""
+            reject(_rejection(p, f"unknown field{s} for measurement {spec.measurement!r}: "
+                             f"{', '.join(unknown)}", known[0].key,
+                             unknown[0] if len(unknown) == 1 else None))
+
+    def _event(self, batch: Batch, metric: str, entity: Entity, ts_ns: int, p: Point,
+               reject: _Reject) -> None:
+        ts = ts_ns / 1e9
+        for name, v in p.fields.items():
+            if name != EVENT_FIELD:
+                if self.strict:
+                    reject(_rejection(p, f"unknown field for measurement {p.measurement!r}: {name} "
+                                     f"(an event carries only {EVENT_FIELD!r})",
+                                     entity.key, name))
+                continue
+            if isinstance(v, bool | str) or not float(v).is_integer() or v < 0:
+                reject(_rejection(p, f"{metric} code must be a non-negative integer, got {v!r}",
+                                  entity.key, metric))
+                continue
+            batch.events.add(entity.key, ts, metric, float(v))
+        if EVENT_FIELD not in p.fields:
+            reject(_rejection(p, f"{metric} point has no {EVENT_FIELD!r} field", entity.key))
+
+    def _entity(self, spec: MeasurementSpec, tags: Mapping[str, str]) -> tuple[Entity, int]:
+        """Validate the naming tags of a point not seen before; gives its entity and slot."""
+        parts: list[str] = []
+        for name in spec.tags:
+            v = tags.get(name)
+            if not v:
+                raise _Bad(f"missing tag {name!r}")
+            if ":" in v:
+                raise _Bad(f"tag {name!r} value {v!r} holds ':', which entity keys reserve")
+            if name in _NUMERIC_TAGS:
+                if not (v.isascii() and v.isdigit()):
+                    raise _Bad(f"tag {name!r} value {v!r} is not a non-negative integer")
+                v = str(int(v))
+            parts.append(v)
+        e = Entity(spec.scope, *parts)
+        slot = self._slot_of.get(e)
+        if slot is None:
+            known = self._known[spec.scope]
+            slot = self._slot_of[e] = len(known)
+            known.append(e)
+        found = self._by_tags[spec.scope][tuple(map(tags.get, spec.tags))] = (e, slot)
+        return found
+
+    def _frame(self, scope: Scope, rows: _Rows) -> Frame:
+        known = self._known[scope]
+        table = self._tables.get(scope)
+        if table is None or len(table) < len(known):
+            table = self._tables[scope] = EntityTable(scope, known)
+        width = len(CATALOG.columns(scope))
+        n = len(rows.slots)
+        slots = np.asarray(rows.slots, np.int32)
+        ts = np.asarray(rows.ts_ns, np.int64) / 1e9
+        flat = np.asarray(rows.rows, np.int64) * width + np.asarray(rows.cols, np.int64)
+        vals = np.asarray(rows.vals, np.float64)
+        if rows.merged:  # a cell set twice keeps its last value
+            flat, first = np.unique(flat[::-1], return_index=True)
+            vals = vals[::-1][first]
+        values = np.full((n, width), np.nan)
+        values.reshape(-1)[flat] = vals
+        order = np.lexsort((slots, ts))
+        return Frame(table, slots[order], ts[order], values[order])
+
+
+def _rejection(p: Point, reason: str, entity: str | None = None,
+               metric: str | None = None) -> Rejection:
+    return Rejection(f"{p.source}: {reason}" if p.source else reason, p.line, entity, metric)
+
+
+def _number(v: FieldValue, metric: Metric) -> float | None:
+    if isinstance(v, bool):
+        return 1.0 if v else 0.0
+    if isinstance(v, int | float):
+        return float(v)
+    if metric.kind is Kind.STATE:
+        return _STATE_WORDS.get(v.strip().lower())
+    return None
+
+
+# ---- our schema back to line protocol ------------------------------------------------------
+
+def batch_to_lines(batch: Batch) -> Iterator[str]:
+    """A Batch in our own schema, in time order: counters and states as integers (`i`), gauges
+    as floats, NaN cells left out, timestamps in nanoseconds."""
+    out: list[tuple[int, str]] = []
+    for scope, frame in batch.frames.items():
+        metrics = CATALOG.columns(scope)
+        names = [escape_key(m.name) + "=" for m in metrics]
+        whole = [m.kind is not Kind.GAUGE for m in metrics]
+        heads: dict[int, str] = {}
+        for slot, ts, row in zip(frame.rows.tolist(), frame.ts.tolist(), frame.values.tolist(),
+                                 strict=True):
+            body = ",".join(
+                names[j] + (f"{int(v)}i" if whole[j] and v.is_integer() and abs(v) < _I63
+                             else repr(v))
+                for j, v in enumerate(row) if v == v  # NaN != NaN: not reported
+            )
+            if not body:
+                continue
+            head = heads.get(slot)
+            if head is None:
+                head = heads[slot] = _head(scope.value, frame.entities[slot])
+            t = _ns(ts)
+            out.append((t, f"{head} {body} {t}"))
+    ev = batch.events
+    for key, ts, metric, value in zip(ev.keys, ev.ts, ev.metrics, ev.values, strict=True):
+        t = _ns(ts)
+        out.append((t, f"{_head(metric, Entity.parse(key))} {EVENT_FIELD}={int(value)}i {t}"))
+    out.sort(key=itemgetter(0))
+    return (line for _, line in out)
+
+
+_I63 = 2.0**63  # beyond this a whole number no longer fits line protocol's `i`
+
+
+def _ns(ts: float) -> int:
+    # Float seconds carry about 0.2 µs at today's epoch; rounding to µs makes ns stable.
+    return round(ts * 1e6) * 1000
+
+
+def _head(measurement: str, e: Entity) -> str:
+    tags = (e.node, e.unit, e.sub)
+    pairs = sorted(zip(_OWN_TAGS[e.scope], tags, strict=False))
+    return measurement + "".join(f",{k}={escape_key(v)}" for k, v in pairs)

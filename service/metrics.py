@@ -1,0 +1,139 @@
+"""The service's own Prometheus metrics, on a registry built per app (never the global one).
+
+Counts the pipeline already keeps (samples, rejections, resets, notifications) are read from
+`Pipeline.stats` at scrape time by a custom collector, so no call site can forget or double an
+increment. Durations are histograms observed where the work is timed (the scheduler and the
+write endpoint). Fleet risk is exported as a few counts per scope and level, never one series
+per GPU: at 10,000 GPUs that would be the scrape that hurts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Mapping
+
+import numpy as np
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+
+from collectors.base import CollectorStatus
+from service.alerting import LEVELS
+from service.pipeline import Pipeline
+from service.scoring import SCOPES
+
+StatusSource = Callable[[], Mapping[str, CollectorStatus]]
+
+# A 5-s tick budget: buckets resolve from a millisecond up to well past the budget.
+_TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def _no_collectors() -> Mapping[str, CollectorStatus]:
+    return {}
+
+
+class PipelineCollector:
+    """Reads the state the pipeline stages leave behind, at scrape time."""
+
+    def __init__(self, pipeline: Pipeline, statuses: StatusSource = _no_collectors) -> None:
+        self.pipeline = pipeline
+        self.statuses = statuses
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # families depend on runtime state; skip the registry's describe-by-collect
+
+    def collect(self) -> Iterable[Metric]:
+        yield from self._stats()
+        yield self._collectors()
+        yield self._alerts()
+        yield from self._risk()
+
+    def _stats(self) -> Iterable[Metric]:
+        st = self.pipeline.stats
+        for name, doc, value in (
+            ("gpuhealth_samples_ingested", "Samples (values and events) accepted by ingest",
+             st.samples_ingested),
+            ("gpuhealth_samples_rejected", "Samples or lines refused by parsing or ingest",
+             st.samples_rejected),
+            ("gpuhealth_counter_resets", "Counter resets detected (driver reload, GPU reset)",
+             st.counter_resets),
+            ("gpuhealth_batches", "Batches ingested", st.batches),
+            ("gpuhealth_score_ticks", "Scoring ticks run", st.ticks),
+            ("gpuhealth_notifications_sent", "Notifications delivered", st.notifications_sent),
+            ("gpuhealth_notifications_failed", "Notifications that failed after retry",
+             st.notifications_failed),
+        ):
+            yield CounterMetricFamily(name, doc, value=value)
+
+    def _collectors(self) -> Metric:
+        up = GaugeMetricFamily("gpuhealth_collector_up",
+                               "1 when the collector's last round succeeded (reason: /readyz)",
+                               labels=["collector"])
+        for name, status in sorted(self.statuses().items()):
+            up.add_metric([name], 1.0 if status.up else 0.0)
+        return up
+
+    def _alerts(self) -> Metric:
+        firing = GaugeMetricFamily("gpuhealth_alerts_firing", "Open alerts by current level",
+                                   labels=["level"])
+        by_level = Tally(a.level for a in self.pipeline.alerts.open_alerts())
+        for level in LEVELS:
+            firing.add_metric([str(level)], by_level.get(level, 0))
+        return firing
+
+    def _risk(self) -> Iterable[Metric]:
+        risk = self.pipeline.risk  # one immutable snapshot per tick; no lock needed
+        tracked = GaugeMetricFamily("gpuhealth_entities", "Entities scored, by scope",
+                                    labels=["scope"])
+        at_risk = GaugeMetricFamily(
+            "gpuhealth_entities_at_risk",
+            "Entities whose risk is at or above the enter threshold of a level",
+            labels=["scope", "level"])
+        if risk is None:
+            return
+        enter = self.pipeline.settings.alerts.enter
+        per_scope = [(str(s), risk.scopes[s].risk) for s in SCOPES]
+        per_scope.append(("node", risk.nodes))
+        for scope, r in per_scope:
+            tracked.add_metric([scope], len(r))
+            for level, threshold in zip(LEVELS, enter, strict=True):
+                at_risk.add_metric([scope, str(level)], int(np.count_nonzero(r >= threshold)))
+        yield tracked
+        yield at_risk
+        yield GaugeMetricFamily("gpuhealth_last_tick_timestamp_seconds",
+                                "Data time of the newest scoring tick", value=risk.at)
+        yield GaugeMetricFamily("gpuhealth_last_tick_duration_seconds",
+                                "Duration of the newest scoring tick", value=risk.duration_s)
+
+
+class ServiceMetrics:
+    """Everything /metrics renders. One instance per app, on its own registry."""
+
+    def __init__(self, pipeline: Pipeline, statuses: StatusSource = _no_collectors) -> None:
+        self.registry = CollectorRegistry()
+        self.tick_seconds = Histogram(
+            "gpuhealth_score_tick_seconds", "Duration of a scoring tick (detectors, fusion, "
+            "alert state machine, notifications)", buckets=_TICK_BUCKETS, registry=self.registry)
+        self.ingest_seconds = Histogram(
+            "gpuhealth_ingest_seconds", "Duration of ingesting one batch, by source",
+            ["source"], buckets=_TICK_BUCKETS, registry=self.registry)
+        self.skipped = Counter(
+            "gpuhealth_ticks_skipped", "Scheduled runs skipped because the previous run of the "
+            "job was still going or ran too late (coalesced, never queued)", ["job"],
+            registry=self.registry)
+        self.job_errors = Counter(
+            "gpuhealth_job_errors", "Scheduled runs that raised (a programmer or config error)",
+            ["job"], registry=self.registry)
+        self.write_requests = Counter(
+            "gpuhealth_write_requests", "Line-protocol write requests by HTTP status",
+            ["code"], registry=self.registry)
+        self._pipeline = PipelineCollector(pipeline, statuses)
+        self.registry.register(self._pipeline)
+
+    def track_collectors(self, statuses: StatusSource) -> None:
+        """Export `collector_up` from this source (the scheduler, once it exists)."""
+        self._pipeline.statuses = statuses
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition text and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service.settings import Settings, StorageSettings
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """Default settings writing only under the test's temporary directory."""
+    return Settings(storage=StorageSettings(data_dir=tmp_path / "data"))
