@@ -99,7 +99,9 @@ def run(gpus: int, warmup_min: float, repeats: int) -> Result:
     steps = int(warmup_min * 60 / 5)
     for k in range(steps):
         pipe.process(fleet.round(t0 + 5 * k), t0 + 5 * k)
-    ingest, tick, minute = [], [], []
+    ingest: list[float] = []
+    tick: list[float] = []
+    minute: list[float] = []
     k = steps
     while len(minute) < repeats or len(tick) < repeats:
         ts = t0 + 5 * k
