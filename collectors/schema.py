@@ -21,14 +21,8 @@ import numpy as np
 
 from collectors.catalog import CATALOG, Kind, Metric, Scope
 from collectors.frames import Batch, Entity, EntityTable, Frame, Rejection
-from collectors.lineprotocol import (
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_LINES,
-    FieldValue,
-    Point,
-    escape_key,
-    parse,
-)
+from collectors.lineprotocol import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, FieldValue, Point, parse
+from collectors.lpformat import escape_key
 
 # The tags that name an entity, in Entity order (node, unit, sub), and which must be integers.
 _OWN_TAGS: dict[Scope, tuple[str, ...]] = {

@@ -7,15 +7,8 @@ import random
 import pytest
 
 from collectors.frames import Rejection
-from collectors.lineprotocol import (
-    FieldValue,
-    Point,
-    UInt,
-    format_line,
-    format_point,
-    format_value,
-    parse,
-)
+from collectors.lineprotocol import FieldValue, Point, UInt, parse
+from collectors.lpformat import format_line, format_point, format_value
 
 TS = 1_700_000_000_000_000_000
 

@@ -11,17 +11,9 @@ import pytest
 
 from collectors.catalog import Scope
 from collectors.frames import Batch, Entity
+from collectors.labels import FailureMode, Label, LabelError, dump_labels, load_labels
 from collectors.schema import SchemaMapper
-from collectors.trace import (
-    LABELS_FILE,
-    FailureMode,
-    Label,
-    LabelError,
-    TraceReader,
-    TraceWriter,
-    dump_labels,
-    load_labels,
-)
+from collectors.trace import LABELS_FILE, TraceReader, TraceWriter
 
 T0 = 1_700_000_000
 NS = 10**9

@@ -1,0 +1,89 @@
+"""The app factory: the lifespan that builds and tears down the service, and the routes."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
+
+from collectors.base import Collector
+from service.api import read, write
+from service.api.state import Running
+from service.metrics import ServiceMetrics
+from service.pipeline import Pipeline
+from service.scheduler import Clock, TickScheduler
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+PipelineFactory = Callable[[], Pipeline]
+CollectorFactory = Callable[[Pipeline], Sequence[Collector]]
+
+
+def create_app(
+    source: Settings | PipelineFactory | None = None,
+    *,
+    collectors: Sequence[Collector] | CollectorFactory = (),
+    clock: Clock = time.time,
+    schedule: bool = True,
+) -> FastAPI:
+    """The service. `source` is the settings to build a Pipeline from, or a factory that builds
+    one; `collectors` (or a factory given the pipeline) feed the scheduler's collect jobs;
+    `clock` gives the time ingest and scoring run at. `schedule=False` builds everything but
+    leaves the jobs to the caller (app.state.gpuhealth.scheduler), as tests do."""
+    if source is None or isinstance(source, Settings):
+        settings = source or Settings()
+
+        def factory() -> Pipeline:
+            return Pipeline(settings)
+    else:
+        factory = source
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pipeline = factory()
+        scheduler: TickScheduler | None = None
+        found: list[Collector] = []
+        try:
+            found = list(collectors(pipeline) if callable(collectors) else collectors)
+            metrics = ServiceMetrics(pipeline)
+            svc = pipeline.settings.service
+            scheduler = TickScheduler(pipeline, found, clock=clock, metrics=metrics,
+                                      collect_interval_s=svc.collect_interval_s,
+                                      score_interval_s=svc.score_interval_s)
+            metrics.track_collectors(scheduler.statuses)
+            for c in found:
+                _call_optional(c, "start")
+            app.state.gpuhealth = Running(pipeline, scheduler, metrics, clock, found)
+            if schedule:
+                scheduler.start()
+            yield
+        finally:
+            app.state.gpuhealth = None
+            if scheduler is not None:
+                # Shutdown waits for a running tick: keep the event loop free meanwhile.
+                await run_in_threadpool(scheduler.shutdown)
+            for c in found:
+                _call_optional(c, "close")
+            pipeline.close()
+
+    app = FastAPI(title="gpuhealth", version="0.1.0", lifespan=lifespan,
+                  description="Predictive health monitoring for GPU training clusters")
+    app.include_router(read.router)
+    app.include_router(write.router)
+    return app
+
+
+def _call_optional(obj: object, name: str) -> None:
+    """Collectors may have start()/close() beyond the protocol's collect()."""
+    method: Any = getattr(obj, name, None)
+    if callable(method):
+        try:
+            method()
+        except Exception:
+            log.exception("%s.%s() failed", type(obj).__name__, name)

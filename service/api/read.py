@@ -1,0 +1,128 @@
+"""The read endpoints: probes and metrics, fleet state, alerts."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi.responses import JSONResponse
+
+from service.api.schemas import (
+    AlertDetail,
+    AlertList,
+    CollectorOut,
+    GpuDetail,
+    LevelChange,
+    NodeDetail,
+    NodeList,
+    Readiness,
+)
+from service.api.state import Running, State
+from service.api.views import alert_out, gpu_detail, node_detail, node_list
+
+router = APIRouter()
+
+
+# ---- probes and metrics -------------------------------------------------------------------------
+
+@router.get("/healthz", tags=["probes"], summary="The process is alive")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", tags=["probes"], response_model=Readiness,
+            responses={503: {"model": Readiness, "description": "Not ready, with the reasons"}},
+            summary="Ready once a scoring tick has run and every collector is up")
+def readyz(st: State) -> JSONResponse:
+    statuses = st.scheduler.statuses()
+    reasons = [] if st.pipeline.stats.ticks else ["no scoring tick has run yet"]
+    reasons += [f"collector {name} is down: {s.reason or 'no reason given'}"
+                for name, s in sorted(statuses.items()) if not s.up]
+    body = Readiness(ready=not reasons, reasons=reasons, collectors=_collectors(st))
+    return JSONResponse(body.model_dump(), status_code=503 if reasons else 200)
+
+
+@router.get("/v1/collectors", tags=["probes"], response_model=dict[str, CollectorOut],
+            summary="Each collector's state, with the reason when it is down")
+def list_collectors(st: State) -> dict[str, CollectorOut]:
+    return _collectors(st)
+
+
+def _collectors(st: Running) -> dict[str, CollectorOut]:
+    return {n: CollectorOut(up=s.up, reason=s.reason, exhausted=s.exhausted)
+            for n, s in sorted(st.scheduler.statuses().items())}
+
+
+@router.get("/metrics", tags=["probes"], response_class=Response,
+            summary="Prometheus metrics in the text exposition format")
+def metrics(st: State) -> Response:
+    body, content_type = st.metrics.render()
+    return Response(body, media_type=content_type)
+
+
+# ---- fleet state ----------------------------------------------------------------------------
+
+@router.get("/v1/nodes", tags=["fleet"], response_model=NodeList,
+            summary="Risk summary per node")
+def list_nodes(
+    st: State,
+    sort: Literal["risk", "node", "alerts"] = "risk",
+    order: Annotated[Literal["asc", "desc"] | None,
+                     Query(description="default: desc for risk and alerts, asc for node")] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> NodeList:
+    descending = (order or ("asc" if sort == "node" else "desc")) == "desc"
+    return node_list(st.pipeline, sort, descending, limit, offset)
+
+
+@router.get("/v1/nodes/{node}", tags=["fleet"], response_model=NodeDetail,
+            responses={404: {"description": "Unknown node"}},
+            summary="A node's GPUs, NVLink links and IB ports with risk, level and explanation")
+def get_node(st: State, node: str) -> NodeDetail:
+    detail = node_detail(st.pipeline, node)
+    if detail is None:
+        raise HTTPException(404, f"node {node!r} is not known: no sample has named it")
+    return detail
+
+
+@router.get("/v1/gpus/{gpu}", tags=["fleet"], response_model=GpuDetail,
+            responses={404: {"description": "Unknown GPU, or not a GPU key"}},
+            summary="Latest metrics, risk, explanation, links and open alerts of one GPU")
+def get_gpu(st: State, gpu: str) -> GpuDetail:
+    detail = gpu_detail(st.pipeline, gpu)
+    if isinstance(detail, str):
+        raise HTTPException(404, detail)
+    return detail
+
+
+_LEVEL_DOC = "alerts that reached at least this level (1 record, 2 email, 3 page)"
+
+
+@router.get("/v1/alerts", tags=["alerts"], response_model=AlertList,
+            summary="Alerts, newest first")
+def list_alerts(
+    st: State,
+    level: Annotated[int | None, Query(ge=1, le=3, description=_LEVEL_DOC)] = None,
+    state: Literal["firing", "resolved"] | None = None,
+    node: str | None = None,
+    entity: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> AlertList:
+    found = st.pipeline.alerts.find(level=level, state=state, node=node, entity=entity,
+                                    limit=limit, offset=offset)
+    return AlertList(limit=limit, offset=offset, alerts=[alert_out(a) for a in found])
+
+
+@router.get("/v1/alerts/{alert_id}", tags=["alerts"], response_model=AlertDetail,
+            responses={404: {"description": "Unknown alert"}},
+            summary="One alert with its history of level changes")
+def get_alert(st: State, alert_id: int) -> AlertDetail:
+    alert = st.pipeline.alerts.get(alert_id)
+    if alert is None:
+        raise HTTPException(404, f"alert {alert_id} does not exist")
+    history = [LevelChange(at=h["at"], old_level=int(h["old_level"]),
+                           new_level=int(h["new_level"]), risk=h["risk"])
+               for h in st.pipeline.alerts.history(alert_id)]
+    return AlertDetail(**alert_out(alert).model_dump(), history=history)

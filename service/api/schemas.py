@@ -1,0 +1,134 @@
+"""Wire shapes: the pydantic models the endpoints return and the OpenAPI schema names."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+
+class SignalOut(BaseModel):
+    rule: str
+    signal: str
+    value: float | None
+    threshold: float | None
+    risk: float
+    hard: bool
+
+
+class TopSignal(BaseModel):
+    entity: str
+    rule: str
+    signal: str
+    risk: float
+
+
+class NodeSummary(BaseModel):
+    node: str
+    risk: float | None  # None until a tick has scored the node
+    level: int  # level of the node's worst open alert, 0 when none
+    gpus: int
+    links: int
+    ports: int
+    alerts: int  # open alerts
+    top_signal: TopSignal | None
+
+
+class NodeList(BaseModel):
+    total: int
+    limit: int
+    offset: int
+    nodes: list[NodeSummary]
+
+
+class EntityOut(BaseModel):
+    entity: str
+    scope: str
+    risk: float | None
+    level: int
+    explanation: list[SignalOut]  # empty while risk is zero
+
+
+class AlertOut(BaseModel):
+    id: int
+    entity: str
+    scope: str
+    node: str
+    level: int
+    peak_level: int
+    state: str
+    risk: float
+    started_at: float
+    updated_at: float
+    resolved_at: float | None
+    explanation: list[SignalOut]
+
+
+class LevelChange(BaseModel):
+    at: float
+    old_level: int
+    new_level: int
+    risk: float
+
+
+class AlertDetail(AlertOut):
+    history: list[LevelChange]
+
+
+class AlertList(BaseModel):
+    limit: int
+    offset: int
+    alerts: list[AlertOut]
+
+
+class NodeDetail(BaseModel):
+    node: str
+    risk: float | None
+    level: int
+    gpus: list[EntityOut]
+    links: list[EntityOut]
+    ports: list[EntityOut]
+    alerts: list[AlertOut]
+
+
+class MetricOut(BaseModel):
+    name: str
+    unit: str
+    kind: str
+    value: float | None  # None: never reported
+    ts: float | None
+
+
+class GpuDetail(BaseModel):
+    gpu: str
+    node: str
+    risk: float | None
+    level: int
+    metrics: list[MetricOut]
+    explanation: list[SignalOut]
+    links: list[EntityOut]
+    alerts: list[AlertOut]  # open alerts of the GPU and of its NVLink links
+
+
+class CollectorOut(BaseModel):
+    up: bool
+    reason: str
+    exhausted: bool
+
+
+class Readiness(BaseModel):
+    ready: bool
+    reasons: list[str]
+    collectors: dict[str, CollectorOut]
+
+
+class RejectionOut(BaseModel):
+    line: int | None
+    reason: str
+    entity: str | None
+    metric: str | None
+
+
+class WriteError(BaseModel):
+    error: str  # InfluxDB's error key, which Telegraf logs
+    accepted: int = 0
+    rejected: int = 0
+    rejections: list[RejectionOut] = []

@@ -1,0 +1,197 @@
+"""Views: pipeline state to wire shapes, for the read endpoints."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from collectors.catalog import CATALOG, Scope
+from collectors.frames import Entity
+from models.detectors.findings import Signal
+from service.alert_store import Alert
+from service.api.schemas import (
+    AlertOut,
+    EntityOut,
+    GpuDetail,
+    MetricOut,
+    NodeDetail,
+    NodeList,
+    NodeSummary,
+    SignalOut,
+    TopSignal,
+)
+from service.pipeline import Pipeline
+from service.scoring import SCOPES, RiskState
+
+ALL = 1_000_000  # "no limit" for alert-store queries scoped to one node
+
+
+def _num(x: object) -> float | None:
+    """JSON has no NaN: missing or undefined values travel as null."""
+    if x is None or isinstance(x, bool) or not isinstance(x, int | float | np.floating):
+        return None
+    f = float(x)
+    return f if math.isfinite(f) else None
+
+
+def _signal(s: Signal) -> SignalOut:
+    return SignalOut(rule=s.rule, signal=s.signal, value=_num(s.value),
+                     threshold=_num(s.threshold), risk=s.risk, hard=s.hard)
+
+
+def alert_out(a: Alert) -> AlertOut:
+    expl = [SignalOut(rule=str(d.get("rule", "")), signal=str(d.get("signal", "")),
+                      value=_num(d.get("value")), threshold=_num(d.get("threshold")),
+                      risk=_num(d.get("risk")) or 0.0, hard=bool(d.get("hard", False)))
+            for d in a.explanation]
+    return AlertOut(id=a.id, entity=a.entity, scope=str(a.scope), node=a.node, level=a.level,
+                    peak_level=a.peak_level, state=a.state, risk=a.risk,
+                    started_at=a.started_at, updated_at=a.updated_at,
+                    resolved_at=a.resolved_at, explanation=expl)
+
+
+def _entity(risk: RiskState | None, scope: Scope, e: Entity, slot: int,
+            levels: dict[str, int]) -> EntityOut:
+    r: float | None = None
+    expl: list[SignalOut] = []
+    if risk is not None and slot < len(risk.scopes[scope].risk):  # else new since the tick
+        sr = risk.scopes[scope]
+        r = float(sr.risk[slot])
+        if r > 0:
+            expl = [_signal(s) for s in sr.explain(slot)]
+    return EntityOut(entity=e.key, scope=str(scope), risk=r, level=levels.get(e.key, 0),
+                     explanation=expl)
+
+
+def node_list(p: Pipeline, sort: str, descending: bool, limit: int, offset: int) -> NodeList:
+    open_alerts = p.alerts.open_alerts()
+    n_alerts: dict[str, int] = defaultdict(int)
+    level: dict[str, int] = defaultdict(int)
+    for a in open_alerts:
+        n_alerts[a.node] += 1
+        level[a.node] = max(level[a.node], a.level)
+    with p.lock:
+        risk = p.risk
+        names = list(p.store.registry.nodes)
+        counts = {}
+        for s in SCOPES:
+            w = p.store[s]
+            node_of = w.node_of[: len(w)]
+            counts[s] = np.bincount(node_of[node_of >= 0], minlength=len(names))
+        top = _riskiest(p, risk)
+    # Registry order is append-only, so a tick's node list is a prefix of the live one.
+    node_risk: list[float | None] = [None] * len(names)
+    if risk is not None:
+        node_risk[: len(risk.nodes)] = [float(x) for x in risk.nodes]
+    ranked = [-1.0 if r is None else r for r in node_risk]  # unscored sorts below zero risk
+    order = sorted(range(len(names)), key=lambda i: names[i])  # ties stay in name order
+    if sort == "risk":
+        order.sort(key=lambda i: ranked[i], reverse=descending)
+    elif sort == "alerts":
+        order.sort(key=lambda i: n_alerts[names[i]], reverse=descending)
+    elif descending:
+        order.reverse()
+    rows = []
+    for i in order[offset: offset + limit]:
+        name = names[i]
+        rows.append(NodeSummary(
+            node=name, risk=node_risk[i], level=level[name], gpus=int(counts[Scope.GPU][i]),
+            links=int(counts[Scope.NVLINK][i]), ports=int(counts[Scope.IB_PORT][i]),
+            alerts=n_alerts[name], top_signal=top.get(i)))
+    return NodeList(total=len(names), limit=limit, offset=offset, nodes=rows)
+
+
+def _riskiest(p: Pipeline, risk: RiskState | None) -> dict[int, TopSignal]:
+    """Per node slot, the top signal of its riskiest entity. Only entities above zero are
+    looked at, so a healthy fleet costs a comparison per entity and no Python loop."""
+    best: dict[int, tuple[float, Scope, int]] = {}
+    if risk is None:
+        return {}
+    for scope in SCOPES:
+        r = risk.scopes[scope].risk
+        idx = np.flatnonzero(r > 0)
+        if not len(idx):
+            continue
+        nodes = p.store[scope].node_of[idx]
+        order = np.lexsort((-r[idx], nodes))
+        uniq, first = np.unique(nodes[order], return_index=True)
+        for node, j in zip(uniq.tolist(), first.tolist(), strict=True):
+            slot = int(idx[order[j]])
+            if node not in best or r[slot] > best[node][0]:
+                best[node] = (float(r[slot]), scope, slot)
+    out: dict[int, TopSignal] = {}
+    for node, (r_max, scope, slot) in best.items():
+        signals = risk.scopes[scope].explain(slot)
+        if signals:
+            out[node] = TopSignal(entity=p.store[scope].entities[slot].key,
+                                  rule=signals[0].rule, signal=signals[0].signal, risk=r_max)
+    return out
+
+
+def node_detail(p: Pipeline, node: str) -> NodeDetail | None:
+    alerts = p.alerts.find(state="firing", node=node, limit=ALL)
+    levels = {a.entity: a.level for a in alerts}
+    lists: dict[Scope, list[EntityOut]] = {}
+    with p.lock:
+        try:
+            node_slot = p.store.registry.nodes.index(node)
+        except ValueError:
+            return None
+        risk = p.risk
+        for scope in SCOPES:
+            w = p.store[scope]
+            slots = np.flatnonzero(w.node_of[: len(w)] == node_slot)
+            lists[scope] = [_entity(risk, scope, w.entities[i], i, levels)
+                            for i in map(int, slots)]
+    return NodeDetail(node=node, risk=None if risk is None else risk.node(node),
+                      level=max(levels.values(), default=0), gpus=lists[Scope.GPU],
+                      links=lists[Scope.NVLINK], ports=lists[Scope.IB_PORT],
+                      alerts=[alert_out(a) for a in alerts])
+
+
+def gpu_detail(p: Pipeline, key: str) -> GpuDetail | str:
+    """The GPU's view, or why there is none (the 404 message)."""
+    try:
+        e = Entity.parse(key)
+    except ValueError:
+        e = Entity(Scope.NODE, key)
+    if e.scope is not Scope.GPU:
+        return f"{key!r} is not a GPU key: expected <node>:gpu<index>, e.g. n001:gpu3"
+    e = Entity.gpu(e.node, int(e.unit))  # 'gpu03' and 'gpu3' name one GPU
+    mine = [a for a in p.alerts.find(state="firing", node=e.node, limit=ALL)
+            if a.entity == e.key or a.entity.startswith(e.key + ":")]
+    levels = {a.entity: a.level for a in mine}
+    with p.lock:
+        w = p.store[Scope.GPU]
+        slot = w.slot(e)
+        if slot is None:
+            return f"GPU {e.key!r} is not known: no sample has named it"
+        metrics = [MetricOut(name=m.name, unit=m.unit, kind=str(m.kind),
+                             value=_num(w.last_val[slot, j]), ts=_num(w.last_ts[slot, j]))
+                   for j, m in enumerate(w.metrics)]
+        metrics += _latest_events(p, e.key)
+        risk = p.risk
+        me = _entity(risk, Scope.GPU, e, slot, levels)
+        lw = p.store[Scope.NVLINK]
+        links = [_entity(risk, Scope.NVLINK, lw.entities[i], i, levels)
+                 for i in map(int, np.flatnonzero(lw.gpu_of[: len(lw)] == slot))]
+    return GpuDetail(gpu=e.key, node=e.node, risk=me.risk, level=me.level, metrics=metrics,
+                     explanation=me.explanation, links=links,
+                     alerts=[alert_out(a) for a in mine])
+
+
+def _latest_events(p: Pipeline, key: str) -> list[MetricOut]:
+    """The newest value of each event metric (Xid) of the GPU; call under the pipeline lock."""
+    wanted = {m.name: m for m in CATALOG.events(Scope.GPU)}
+    found: dict[str, MetricOut] = {}
+    for ev in reversed(p.events.events):
+        if ev.entity == key and ev.metric in wanted and ev.metric not in found:
+            m = wanted[ev.metric]
+            found[m.name] = MetricOut(name=m.name, unit=m.unit, kind=str(m.kind),
+                                      value=ev.value, ts=ev.ts)
+            if len(found) == len(wanted):
+                break
+    return [found.get(m.name) or MetricOut(name=m.name, unit=m.unit, kind=str(m.kind),
+                                           value=None, ts=None) for m in wanted.values()]
