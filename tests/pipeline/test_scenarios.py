@@ -1,12 +1,16 @@
-"""Replays of hand-built rounds through the real pipeline: detectors, fusion, alert machine,
-SQLite alert store and notifier, as `gpuhealth replay` runs them."""
+"""Replays of hand-built traces through the real pipeline: the rounds are written as a gzip
+line-protocol trace, read back by the ReplaySource and run through ingest, detectors, fusion,
+alert machine, SQLite alert store and notifier, as `gpuhealth replay` runs them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from service.pipeline import Pipeline
+from collectors.replay import ReplaySource
+from collectors.trace import TraceReader, TraceWriter
+from service.pipeline import Pipeline, TickResult
+from service.runner import run_replay
 from service.settings import Settings
 from tests.pipeline.builders import T0, Rounds
 
@@ -16,14 +20,20 @@ HOUR = 3600.0
 def _replay(tmp_path: Path, rounds: Rounds, seconds: float,
             change: Callable[[int, float, Rounds], tuple[str, ...]] | None = None,
             step: float = 5.0) -> tuple[Pipeline, list[tuple[float, str, int]]]:
+    with TraceWriter(tmp_path / "trace") as w:
+        for k in range(int(seconds / step)):
+            now = T0 + k * step
+            missing = change(k, now - T0, rounds) if change else ()
+            w.write(rounds.batch(now, missing=missing))
     pipe = Pipeline(Settings(storage={"data_dir": tmp_path}))  # type: ignore[arg-type]
     fired: list[tuple[float, str, int]] = []
-    for k in range(int(seconds / step)):
-        now = T0 + k * step
-        missing = change(k, now - T0, rounds) if change else ()
-        res = pipe.process(rounds.batch(now, missing=missing), now)
-        assert res is not None
-        fired += [(now - T0, t.entity, t.new) for t in res.transitions if t.new > t.old]
+
+    def record(res: TickResult) -> None:
+        fired.extend((res.at - T0, t.entity, t.new) for t in res.transitions if t.new > t.old)
+
+    source = ReplaySource(TraceReader(tmp_path / "trace", step_s=step), speed=0)
+    summary = run_replay(pipe, source, on_tick=record)
+    assert summary.rounds == int(seconds / step) and summary.rejected == 0
     return pipe, fired
 
 
