@@ -94,8 +94,10 @@ class TraceWriter:
         self._next += 1
         self._rows = 0
         # Level 6 (not gzip's 9) keeps writing fast; line protocol compresses well either way.
+        # mtime=0: the gzip header carries no clock, so the same trace is the same bytes.
         if self._gzip:
-            self._file = gzip.open(path, "wt", encoding="utf-8", compresslevel=6)  # noqa: SIM115
+            raw = gzip.GzipFile(path, "wb", compresslevel=6, mtime=0)
+            self._file = io.TextIOWrapper(raw, encoding="utf-8")
         else:
             self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115
         self.files.append(path)

@@ -1,0 +1,19 @@
+"""Fleet simulator: synthetic GPU-cluster telemetry with labelled failures and benign traps,
+following the grounded failure model of literature.md §6. See docs/simulator.md."""
+
+from models.simulator.config import SimConfig
+from models.simulator.modes import Mode
+from models.simulator.scenarios import PRESETS, load_scenario
+from models.simulator.simulator import Simulator, failure_times
+from models.simulator.writer import TraceSummary, write_trace
+
+__all__ = [
+    "PRESETS",
+    "Mode",
+    "SimConfig",
+    "Simulator",
+    "TraceSummary",
+    "failure_times",
+    "load_scenario",
+    "write_trace",
+]

@@ -1,0 +1,131 @@
+"""Failure planning: when, where and whether with a precursor (literature §6.2, §6.3).
+
+Counts per mode are Poisson(rate x GPU-years); times are uniform over the trace. Devices are
+drawn uniformly except that lemon nodes weigh 3-5x for M1-M3 (§6.4), so the fleet-wide rate stays
+the configured one. A failure may not land on a node that is down for another failure; such a
+draw is moved to another device (time, precursor and lead are kept, so their laws stay exact).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from collectors.catalog import Scope
+from models.simulator.config import SECONDS_PER_YEAR, ScriptedFailure, SimConfig
+from models.simulator.modes import LEMON_MODES, MODE_SCOPE, Mode
+from models.simulator.topology import Topology, rng_for
+
+F64 = npt.NDArray[np.float64]
+STREAM_LEMON = 100
+STREAM_MODE = 110  # + mode index
+STREAM_MOVE = 130
+_MAX_MOVES = 50
+
+
+@dataclass(slots=True)
+class Failure:
+    mode: Mode
+    time: float  # terminal event, epoch s
+    node: int
+    unit: int  # GPU index in node, or IB port index for M4
+    link: int  # NVLink index for M3
+    onset: float | None  # precursor onset, None when the event is sudden
+    repair: float  # when the device is back
+
+    def entity(self, topo: Topology) -> int:
+        scope = MODE_SCOPE[self.mode]
+        if scope is Scope.NODE:
+            return self.node
+        if scope is Scope.IB_PORT:
+            return topo.ib_port(self.node, self.unit)
+        gpu = topo.gpu(self.node, self.unit)
+        return topo.nvlink(gpu, self.link) if scope is Scope.NVLINK else gpu
+
+
+def lemon_nodes(cfg: SimConfig) -> dict[int, float]:
+    """Lemon node index -> its M1-M3 rate multiplier."""
+    b = cfg.benign
+    if not b.enabled or b.lemon_node_frac <= 0:
+        return {}
+    rng = rng_for(cfg.seed, STREAM_LEMON)
+    pick = np.flatnonzero(rng.random(cfg.fleet.nodes) < b.lemon_node_frac)
+    mult = rng.uniform(b.lemon_multiplier_min, b.lemon_multiplier_max, len(pick))
+    return {int(n): float(m) for n, m in zip(pick, mult, strict=True)}
+
+
+def sample_failures(cfg: SimConfig, topo: Topology) -> list[Failure]:
+    f = cfg.failures
+    rates = f.effective_rates(cfg.fleet.spec)
+    start, end = float(cfg.time.start_s), cfg.time.end_s
+    years = cfg.fleet.gpus * (end - start) / SECONDS_PER_YEAR
+    lemons = lemon_nodes(cfg)
+    weights = np.ones(topo.nodes)
+    for n, m in lemons.items():
+        weights[n] = m
+    drawn: list[tuple[float, int, Failure]] = []
+    for i, mode in enumerate(Mode):
+        rng = rng_for(cfg.seed, STREAM_MODE + i)
+        n = int(rng.poisson(rates[mode] * years))
+        times = rng.uniform(start, end, n)
+        has = rng.random(n) < f.precursor_fraction.of(mode)
+        lead_s = f.lead_time.of(mode).sample_h(rng, n) * 3600.0
+        rep = f.shapes.repair
+        repair_s = rep.median_h * 3600.0 * np.exp(rep.sigma * rng.standard_normal(n))
+        if mode is Mode.M7_UNOBSERVABLE:
+            repair_s = rng.uniform(rep.restart_min_s, rep.restart_max_s, n)
+        p = weights if mode in LEMON_MODES else np.ones(topo.nodes)
+        nodes = rng.choice(topo.nodes, n, p=p / p.sum())
+        units, links = _units(rng, mode, topo, n)
+        for k in range(n):
+            t = float(np.round(times[k]))
+            fail = Failure(mode, t, int(nodes[k]), int(units[k]), int(links[k]),
+                           float(np.round(t - lead_s[k])) if has[k] else None,
+                           float(np.round(t + repair_s[k])))
+            drawn.append((t, i, fail))
+    drawn.sort(key=lambda x: (x[0], x[1]))
+    return _place([d[2] for d in drawn], cfg, topo, weights)
+
+
+def _units(rng: np.random.Generator, mode: Mode, topo: Topology,
+           n: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    per = topo.ports_per_node if mode is Mode.M4_IB_LINK else topo.gpus_per_node
+    return rng.integers(0, per, n), rng.integers(0, topo.links_per_gpu, n)
+
+
+def _place(fails: list[Failure], cfg: SimConfig, topo: Topology, weights: F64) -> list[Failure]:
+    """Keep each failure off nodes that are down for an earlier one, and keep one device from
+    having two overlapping failures."""
+    rng = rng_for(cfg.seed, STREAM_MOVE)
+    busy: dict[int, list[Failure]] = {}
+    out: list[Failure] = []
+    for fail in fails:
+        for _ in range(_MAX_MOVES):
+            if not any(_clash(fail, o, topo) for o in busy.get(fail.node, ())):
+                break
+            p = weights if fail.mode in LEMON_MODES else np.ones(topo.nodes)
+            fail.node = int(rng.choice(topo.nodes, p=p / p.sum()))
+            u, k = _units(rng, fail.mode, topo, 1)
+            fail.unit, fail.link = int(u[0]), int(k[0])
+        else:
+            continue  # a fleet too small to hold it; dropped
+        busy.setdefault(fail.node, []).append(fail)
+        out.append(fail)
+    return out
+
+
+def _clash(a: Failure, b: Failure, topo: Topology) -> bool:
+    if b.time <= a.time < b.repair or a.time <= b.time < a.repair:
+        return True
+    same = MODE_SCOPE[a.mode] is MODE_SCOPE[b.mode] and a.entity(topo) == b.entity(topo)
+    a0 = a.time if a.onset is None else a.onset
+    b0 = b.time if b.onset is None else b.onset
+    return same and a0 < b.repair and b0 < a.repair
+
+
+def scripted_failure(cfg: SimConfig, s: ScriptedFailure) -> Failure:
+    t = float(cfg.time.start_s + round(s.at_h * 3600.0))
+    onset = None if s.lead_h is None else float(t - round(s.lead_h * 3600.0))
+    return Failure(s.mode, t, s.node, s.unit, s.link, onset, t + round(s.repair_h * 3600.0))

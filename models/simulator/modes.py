@@ -1,0 +1,97 @@
+"""The seven failure modes of literature §6.2 and their per-mode parameters (§6.2, §6.3, §6.5)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from collectors.catalog import Scope
+from models.simulator.leadtime import (
+    ExponentialLead,
+    LeadTime,
+    LogNormalLead,
+    UniformLead,
+)
+
+
+class Mode(StrEnum):
+    M1_HBM = "M1_hbm"
+    M2_GPU_HARD = "M2_gpu_hard"
+    M3_NVLINK = "M3_nvlink"
+    M4_IB_LINK = "M4_ib_link"
+    M5_THERMAL = "M5_thermal"
+    M6_SRAM = "M6_sram"
+    M7_UNOBSERVABLE = "M7_unobservable"
+
+
+# The scope a mode's label names: the device that fails (M7 has no device, so the node).
+MODE_SCOPE: dict[Mode, Scope] = {
+    Mode.M1_HBM: Scope.GPU,
+    Mode.M2_GPU_HARD: Scope.GPU,
+    Mode.M3_NVLINK: Scope.NVLINK,
+    Mode.M4_IB_LINK: Scope.IB_PORT,
+    Mode.M5_THERMAL: Scope.GPU,
+    Mode.M6_SRAM: Scope.GPU,
+    Mode.M7_UNOBSERVABLE: Scope.NODE,
+}
+
+# Lemon nodes multiply these modes only (literature §6.4: "3-5x higher M1-M3 rate").
+LEMON_MODES = (Mode.M1_HBM, Mode.M2_GPU_HARD, Mode.M3_NVLINK)
+
+class ModeRates(BaseModel):
+    """Terminal events per GPU-year (§6.2 defaults; M4 is per GPU-equivalent)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    M1_hbm: float = Field(default=0.030, ge=0)
+    M2_gpu_hard: float = Field(default=0.050, ge=0)
+    M3_nvlink: float = Field(default=0.015, ge=0)
+    M4_ib_link: float = Field(default=0.015, ge=0)
+    M5_thermal: float = Field(default=0.0025, ge=0)
+    M6_sram: float = Field(default=0.008, ge=0)
+    M7_unobservable: float = Field(default=0.055, ge=0)
+
+    def of(self, mode: Mode) -> float:
+        return float(getattr(self, mode.value))
+
+    @property
+    def total(self) -> float:
+        return sum(self.of(m) for m in Mode)
+
+
+class ModeFractions(BaseModel):
+    """Share of terminal events that show a precursor in our metrics (§6.3)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    M1_hbm: float = Field(default=0.45, ge=0, le=1)
+    M2_gpu_hard: float = Field(default=0.2, ge=0, le=1)
+    M3_nvlink: float = Field(default=0.6, ge=0, le=1)
+    M4_ib_link: float = Field(default=0.5, ge=0, le=1)
+    M5_thermal: float = Field(default=0.8, ge=0, le=1)
+    M6_sram: float = Field(default=0.1, ge=0, le=1)
+    M7_unobservable: float = Field(default=0.0, ge=0, le=0)  # unobservable by definition
+
+    def of(self, mode: Mode) -> float:
+        return float(getattr(self, mode.value))
+
+
+class ModeLeadTimes(BaseModel):
+    """Precursor onset to terminal event (§6.3 table, §6.5 sketch)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    M1_hbm: LeadTime = LogNormalLead(median_h=24, p10_h=2, p90_h=120)
+    M2_gpu_hard: LeadTime = ExponentialLead(mean_h=6)
+    M3_nvlink: LeadTime = LogNormalLead(median_h=12, p10_h=1, p90_h=72)
+    M4_ib_link: LeadTime = UniformLead(min_h=24, max_h=168)
+    M5_thermal: LeadTime = UniformLead(min_h=6, max_h=72)
+    # §6.3 gives no law for SRAM; design choice: the M1 law (both are on-die ECC signals).
+    M6_sram: LeadTime = LogNormalLead(median_h=24, p10_h=2, p90_h=120)
+    # Never drawn (fraction 0); present so every mode has an entry.
+    M7_unobservable: LeadTime = UniformLead(min_h=1, max_h=2)
+
+    def of(self, mode: Mode) -> LeadTime:
+        lead: LeadTime = getattr(self, mode.value)
+        return lead
