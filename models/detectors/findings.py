@@ -3,6 +3,7 @@ explanation an operator reads for the few entities where a rule fired."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,8 +46,12 @@ class Signal:
     hard: bool
 
     def as_dict(self) -> dict[str, object]:
-        return {"rule": self.rule, "signal": self.signal, "value": self.value,
-                "threshold": self.threshold, "risk": round(self.risk, 4), "hard": self.hard}
+        """JSON-safe: a value or threshold that is not a finite number becomes None."""
+        def num(x: float) -> float | None:
+            return x if math.isfinite(x) else None
+
+        return {"rule": self.rule, "signal": self.signal, "value": num(self.value),
+                "threshold": num(self.threshold), "risk": round(self.risk, 4), "hard": self.hard}
 
 
 class Detector(Protocol):
