@@ -1,0 +1,146 @@
+"""The Markdown report of an evaluation: one table per question literature §7.1 asks, every
+figure as the mean over seeds with its 95 % interval when there are several seeds.
+
+`render(result)` takes the JSON-able result of service.evaluate (the "results" tree holds
+aggregate.combine leaves) and returns Markdown; plots are linked when their files are given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from models.evaluation.aggregate import mean_of
+
+Scores = dict[str, Any]
+VIEW_TITLES = {"watch": "watch (level >= 1), [5 min, 7 d]",
+               "warning": "warning (level >= 2), [5 min, 24 h]",
+               "critical": "critical (level 3), [0, 1 h]", "any": "any level, [0, 7 d]"}
+
+
+def cell(v: Any, digits: int = 2, scale: float = 1.0) -> str:
+    """A combined leaf as "mean ± half-width", a plain number as itself, missing as "–"."""
+    if isinstance(v, dict) and "mean" in v:
+        m, lo, hi = v.get("mean"), v.get("lo"), v.get("hi")
+        if m is None:
+            return "–"
+        text = f"{m * scale:.{digits}f}"
+        if lo is not None and hi is not None and hi - lo > 1e-12 * max(abs(m), 1.0):
+            text += f" ± {(hi - lo) / 2 * scale:.{digits}f}"
+        return text
+    m = mean_of(v)
+    return "–" if m is None else f"{m * scale:.{digits}f}"
+
+
+def get(tree: Any, *path: str) -> Any:
+    for p in path:
+        if not isinstance(tree, dict):
+            return None
+        tree = tree.get(p)
+    return tree
+
+
+def table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    out.append("")
+    return out
+
+
+def _headline(res: Mapping[str, Scores], dets: Sequence[str]) -> list[str]:
+    head = ["View", "Detector", "Precision", "Recall (precursor)", "Recall (M1-M6)",
+            "Recall (all)", "F1", "FA / 1k node-days", "Lead median h", "Lead p10 h",
+            "Lead >= 1 h", "Lead >= 24 h"]
+    rows = []
+    for view in VIEW_TITLES:
+        for d in dets:
+            v = get(res[d], "views", view)
+            rows.append([view, d] + [cell(get(v, k)) for k in (
+                "precision", "recall_precursor", "recall_observable", "recall_all", "f1",
+                "fa_per_1000_node_days")] + [cell(get(v, "lead", k), 1) for k in (
+                    "median_h", "p10_h")] + [cell(get(v, "lead", k)) for k in (
+                        "share_ge_1h", "share_ge_24h")])
+    return table(head, rows)
+
+
+def _per_mode(res: Mapping[str, Scores], dets: Sequence[str], modes: Sequence[str]) -> list[str]:
+    head = ["Mode", *(f"{d}: recall pre / all, lead h" for d in dets)]
+    rows = []
+    for m in modes:
+        row = [m]
+        for d in dets:
+            v = get(res[d], "views", "watch", "by_mode", m)
+            row.append(f"{cell(get(v, 'recall_precursor'))} / {cell(get(v, 'recall_all'))}, "
+                       f"{cell(get(v, 'lead', 'median_h'), 1)}")
+        rows.append(row)
+    return table(head, rows)
+
+
+def _rows(dets: Sequence[str], fn: Callable[[str], list[str]]) -> list[list[str]]:
+    return [[d, *fn(d)] for d in dets]
+
+
+def section(title: str, body: list[str]) -> list[str]:
+    return [f"### {title}", "", *body]
+
+
+def render(result: Scores, plots: Mapping[str, str] | None = None, title: str = "") -> str:
+    res: Mapping[str, Scores] = result["results"]
+    dets = list(res)
+    truth = result.get("truth", {})
+    exp = result.get("exposure", {})
+    modes = sorted(get(truth, "by_mode") or {})
+    lines = [f"## {title or result.get('scenario', 'evaluation')}", ""]
+    lines += [f"{cell(exp.get('nodes'), 0)} nodes ({cell(exp.get('gpus'), 0)} GPUs), "
+              f"{cell(exp.get('days'), 1)} days at a {cell(exp.get('step_s'), 0)} s step: "
+              f"{cell(exp.get('node_days'), 0)} node-days "
+              f"per seed; seeds {result.get('seeds')}. Failures per seed: "
+              f"{cell(get(truth, 'failures'), 1)} ({cell(get(truth, 'precursor'), 1)} with a "
+              f"precursor, {cell(get(truth, 'observable'), 1)} observable).", ""]
+    lines += section("Event-level scores", _headline(res, dets))
+    lines += section("Per failure mode (watch view)", _per_mode(res, dets, modes))
+    lines += section("False alarms per 1,000 node-days per level", table(
+        ["Detector", "watch", "warning", "critical", "main watch-level causes"],
+        _rows(dets, lambda d: [cell(get(res[d], "views", v, "fa_per_1000_node_days"))
+                               for v in ("watch", "warning", "critical")]
+              + [_causes(get(res[d], "views", "watch", "false_alarms_by_rule"))])))
+    traps = sorted({t for d in dets for t in (get(res[d], "traps", "1") or {})})
+    lines += section("Benign traps that raised an alert (level >= 1, span + 1 h)", table(
+        ["Trap", "n", *dets],
+        [[t, cell(get(res[dets[0]], "traps", "1", t, "n"), 1)]
+         + [cell(get(res[d], "traps", "1", t, "share")) for d in dets] for t in traps]))
+    lines += section("Detection delay of abrupt faults (no precursor, M1-M6; level >= 1)", table(
+        ["Detector", "detected", "median s", "p90 s", "within 60 s"],
+        _rows(dets, lambda d: [cell(get(res[d], "delay", "1", "share")),
+                               cell(get(res[d], "delay", "1", "median_s"), 0),
+                               cell(get(res[d], "delay", "1", "p90_s"), 0),
+                               cell(get(res[d], "delay", "1", "within_60s"))])))
+    lines += section("PR-AUC of the risk score ((entity, day) samples, failure within 24 h)", table(
+        ["Detector", "precursor-bearing", "prevalence", "observable", "prevalence", *modes[:6]],
+        _rows(dets, lambda d: [cell(get(res[d], "pr_auc", "precursor", "pr_auc"), 3),
+                               cell(get(res[d], "pr_auc", "precursor", "prevalence"), 5),
+                               cell(get(res[d], "pr_auc", "observable", "pr_auc"), 3),
+                               cell(get(res[d], "pr_auc", "observable", "prevalence"), 5)]
+              + [cell(get(res[d], "pr_auc", "by_mode", m, "pr_auc"), 3) for m in modes[:6]])))
+    lines += section("Operational value (job model, literature §5)", table(
+        ["Detector", "failures", "avoided", "false alarms", "saved GPU-h", "FA cost GPU-h",
+         "net share of lost GPU-h"],
+        _rows(dets, lambda d: [cell(get(res[d], "operational", k), n) for k, n in (
+            ("failures", 1), ("avoided", 1), ("false_alarms", 1), ("saved_gpu_h", 0),
+            ("false_alarm_cost_gpu_h", 0), ("net_share", 3))])))
+    lines += section("Time split: first half vs second half (watch view)", table(
+        ["Detector", "precision 1st", "precision 2nd", "recall pre 1st", "recall pre 2nd",
+         "FA/1k 1st", "FA/1k 2nd"],
+        _rows(dets, lambda d: [cell(get(res[d], "halves", h, "watch", k))
+                               for k in ("precision", "recall_precursor", "fa_per_1000_node_days")
+                               for h in ("first", "second")])))
+    for name, path in (plots or {}).items():
+        lines += [f"![{name}]({path})", ""]
+    return "\n".join(lines)
+
+
+def _causes(counts: Any, top: int = 3) -> str:
+    if not isinstance(counts, dict):
+        return "–"
+    means = sorted(((mean_of(v) or 0.0, k) for k, v in counts.items()), reverse=True)[:top]
+    return ", ".join(f"{k} {m:.1f}" for m, k in means if m > 0) or "–"
