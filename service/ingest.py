@@ -22,6 +22,9 @@ from service.windows import ScopeWindows, WindowStore
 log = logging.getLogger(__name__)
 
 MAX_DETAILED_REJECTIONS = 200  # per batch; the rest are summarised so a flood stays cheap
+# A persistent counter that reads lower this many times in a row is a new device (a GPU swapped
+# under the same index, an InfoROM reset), not a glitch: it is taken as the new baseline.
+REBASE_AFTER = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,7 @@ class IngestResult:
     accepted: int = 0  # samples (cells and events) written
     rejected: int = 0
     resets: int = 0  # counter resets detected
+    rebased: int = 0  # persistent counters that restarted lower (device replaced)
     rejections: list[Rejection] = field(default_factory=list)
     clean: Batch = field(default_factory=Batch)  # what was accepted, for the sinks
 
@@ -178,9 +182,19 @@ class Ingestor:
         delta = v - prev
         drop = (delta < 0) & w.is_counter
         bad_drop = drop & ~w.resets
+        streak = np.where(bad_drop, w.drop_streak[slots] + 1, 0)
+        streak = np.where(np.isnan(v), w.drop_streak[slots], streak)  # a gap keeps the count
+        w.drop_streak[slots] = streak
+        rebase = bad_drop & (streak >= REBASE_AFTER)
+        if rebase.any():
+            res.rebased += int(rebase.sum())
+            delta[rebase] = np.nan  # what happened between the devices is unknown
+            w.drop_streak[slots] = np.where(rebase, 0, streak)
+            bad_drop &= ~rebase
         if bad_drop.any():
             for i, j in zip(*np.nonzero(bad_drop), strict=True):
-                res.refuse(1, f"persistent counter decreased from {prev[i, j]:g} to {v[i, j]:g}",
+                res.refuse(1, f"persistent counter decreased from {prev[i, j]:g} to {v[i, j]:g}"
+                              f" (taken as a new device after {REBASE_AFTER} such readings)",
                            entity=w.entities[slots[i]].key, metric=w.metrics[j].name)
             v[bad_drop] = np.nan
             delta[bad_drop] = np.nan

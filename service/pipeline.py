@@ -56,11 +56,17 @@ def default_detectors(settings: Settings) -> list[Detector]:
 class Pipeline:
     def __init__(self, settings: Settings | None = None, *, alert_db: str | None = None,
                  sinks: Sequence[Sink] = (), notifiers: Sequence[Notifier] | None = None,
-                 detectors: list[Detector] | None = None) -> None:
+                 detectors: list[Detector] | None = None,
+                 share_store_of: Pipeline | None = None) -> None:
+        """`share_store_of`: read another pipeline's window store and events instead of keeping
+        its own (several detector sets judged on one ingest, as the evaluator does); this
+        pipeline's own ingest is then a no-op, since the owner ingests."""
         self.settings = settings or Settings()
         s = self.settings
-        self.store = WindowStore(s.window)
-        self.events = EventLog()
+        self.owns_store = share_store_of is None
+        self.store: WindowStore = (
+            share_store_of.store if share_store_of else WindowStore(s.window))
+        self.events: EventLog = share_store_of.events if share_store_of else EventLog()
         self.ingestor = Ingestor(self.store, self.events, max_future_s=s.ingest.max_future_s,
                                  max_samples=s.ingest.max_samples_per_batch)
         self.scorer = Scorer(self.store, self.events, detectors or default_detectors(s))
@@ -84,6 +90,8 @@ class Pipeline:
 
     def ingest(self, batch: Batch, now: float | None = None) -> IngestResult:
         now = time.time() if now is None else now
+        if not self.owns_store:
+            return IngestResult()
         t0 = time.perf_counter()
         with self.lock:
             res = self.ingestor.ingest(batch, now)

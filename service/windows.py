@@ -126,6 +126,8 @@ class ScopeWindows:
         self.last_val: F64 = np.full((capacity, m), np.nan)
         self.last_ts: F64 = np.full((capacity, m), np.nan)
         self.last_k: I64 = np.full(capacity, -1, np.int64)
+        # Consecutive refused decreases of a persistent counter, per entity and metric.
+        self.drop_streak = np.zeros((capacity, m), np.int16)
         raw_len, tier_specs = config.for_scope(scope)
         self.raw = _Ring(m, raw_len, capacity, n_range=0)
         self.tier_specs = tier_specs
@@ -205,6 +207,7 @@ class ScopeWindows:
         self.last_val = pad(self.last_val, np.nan)  # type: ignore[assignment]
         self.last_ts = pad(self.last_ts, np.nan)  # type: ignore[assignment]
         self.last_k = pad(self.last_k, -1)  # type: ignore[assignment]
+        self.drop_streak = pad(self.drop_streak, 0)  # type: ignore[assignment]
         self.raw.grow(capacity)
         for t in self.tiers:
             t.grow(capacity)

@@ -100,7 +100,8 @@ class Renderer:
 
     def _xids(self, win: Window) -> EventFrame:
         p = self.plan
-        lo = int(np.searchsorted(p.xid_t, win.prev, "right"))
+        # Events planned before the run starts (precursors of early failures) have no round.
+        lo = int(np.searchsorted(p.xid_t, max(win.prev, self.cfg.time.start_s - 1e-9), "right"))
         hi = int(np.searchsorted(p.xid_t, win.t_last, "right"))
         ev = EventFrame()
         table = self.topo.tables[Scope.GPU]

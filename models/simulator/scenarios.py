@@ -74,7 +74,9 @@ def _fleet_year() -> Tree:
     return {
         "name": "fleet-year",
         "fleet": {"nodes": 512, "generation": "H100-like", "nvlinks_per_gpu": 4},
-        "time": {"days": 365, "step_s": 300},
+        # Hourly samples: one round costs about 35 ms for four detector sets at this size, so
+        # 8,760 rounds fit the 30-minute budget with room for seeds (docs/evaluation.md).
+        "time": {"days": 365, "step_s": 3600},
     }
 
 

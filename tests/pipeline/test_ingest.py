@@ -134,3 +134,17 @@ def test_ib_ber_is_derived_from_symbol_errors_and_rate() -> None:
         ing.ingest(b, T0 + 60)
     ber = store[Scope.IB_PORT].latest("ib_ber")[0]
     assert ber == 4 / (400e9 * 5)
+
+
+def test_a_persistent_counter_that_stays_lower_is_a_new_device() -> None:
+    store, ing, t = _setup()
+    readings = [500.0, 3.0, 4.0, 4.0, 6.0]  # GPU swapped after the first reading
+    rejected = []
+    for i, v in enumerate(readings):
+        b = Batch()
+        b.add(_frame(t, [0], [T0 + 5 * i], ecc_sbe_aggregate=[v]))
+        rejected.append(ing.ingest(b, T0 + 3600).rejected)
+    assert rejected == [0, 1, 1, 0, 0]
+    assert store[GPU].latest("ecc_sbe_aggregate")[0] == 6
+    deltas = store[GPU].window("ecc_sbe_aggregate", 5)[0]
+    assert np.isnan(deltas[:4]).all() and deltas[4] == 2
