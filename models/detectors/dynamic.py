@@ -227,8 +227,18 @@ class DynamicThresholds:
 
     # ---- peers --------------------------------------------------------------------------------
     def _residual(self, g: ScopeView, metric: str) -> F64:
+        """Temperature above the node's median, less what the GPU's extra power explains:
+        a GPU that runs warmer because it works harder than its peers is not anomalous."""
         level = _nanmean(recent(g, metric, self.c.peer_window_s)[0])
-        return level - node_median(level, g.node_of)
+        power = _nanmean(recent(g, "power_draw", self.c.peer_window_s)[0])
+        x = level - node_median(level, g.node_of)
+        p = power - node_median(power, g.node_of)
+        ok = np.isfinite(x) & np.isfinite(p)
+        denom = float(np.sum(p[ok] ** 2))
+        # One fleet-wide slope (degC per W), fitted through the origin on this minute's data.
+        slope = float(np.clip(np.sum(x[ok] * p[ok]) / denom, 0.0, 0.5)) if denom > 0 else 0.0
+        out: F64 = x - slope * np.nan_to_num(p)
+        return out
 
     def _peer(self, g: ScopeView) -> list[Finding]:
         c, n, out = self.c, len(g), []

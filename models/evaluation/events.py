@@ -9,7 +9,8 @@ Scope rules (which alert can speak for which failure):
 - an alert predicts a failure of its own entity;
 - an alert on an NVLink link also predicts a failure of the GPU that owns the link (a dying GPU
   shows errors on its links, literature §6.3 M2), never the other way round: an NVLink failure
-  (M3) needs an alert on that link;
+  (M3) needs an alert on that link or on its far end (the label's `peer`, which shows mirror
+  counts: 42% inter-GPU propagation on A100, Delta);
 - an alert on any GPU, link or port of a node predicts a node-scope failure (M7);
 - an InfiniBand port failure (M4) needs an alert on that port.
 
@@ -57,6 +58,7 @@ class Failure:
     mode: str
     onset: float | None = None  # precursor onset; None for an abrupt fault
     repaired: float | None = None  # when the device came back, if a repair label says
+    peer: str | None = None  # an NVLink failure's far end
 
     @property
     def precursor(self) -> bool:
@@ -127,8 +129,10 @@ def truth_from_labels(labels: Iterable[Mapping[str, Any] | Any]) -> Truth:
     for d in raw_failures:
         t, node, mode = float(d["time"]), str(d["node"]), str(d["mode"])
         later = [r for r in repairs.get((node, mode), []) if r >= t]
+        peer = d.get("peer")
         failures.append(Failure(t, str(d["entity"]), Scope(d["scope"]), node, mode,
-                                _num(d, "precursor_onset"), later[0] if later else None))
+                                _num(d, "precursor_onset"), later[0] if later else None,
+                                str(peer) if peer else None))
     failures.sort(key=lambda f: (f.time, f.entity))
     traps.sort(key=lambda x: (x.start, x.entity))
     return Truth(tuple(failures), tuple(traps), ignored)

@@ -74,11 +74,15 @@ class FailureIndex:
         order = sorted(range(len(failures)), key=lambda i: failures[i].time)
         for i in order:
             f = failures[i]
-            times, idx = self._by_key.setdefault(f.entity, ([], []))
-            times.append(f.time)
-            idx.append(i)
-            rel = f"node:{f.node}" if f.scope is Scope.NODE else family(f.entity, f.scope)
-            self._by_related[rel].append(i)
+            for key in (f.entity, f.peer) if f.peer else (f.entity,):
+                times, idx = self._by_key.setdefault(key, ([], []))
+                times.append(f.time)
+                idx.append(i)
+            if f.scope is Scope.NODE:
+                self._by_related[f"node:{f.node}"].append(i)
+            else:
+                for key in (f.entity, f.peer) if f.peer else (f.entity,):
+                    self._by_related[family(key, f.scope)].append(i)
 
     def grace_end(self, f: Failure) -> float:
         return max(f.time + self.grace_s, f.repaired if f.repaired is not None else f.time)
@@ -96,7 +100,7 @@ class FailureIndex:
                 + self._by_related.get(f"node:{a.node}", []))
 
     def in_grace(self, a: AlertRecord) -> bool:
-        return any(self.failures[i].time < a.time <= self.grace_end(self.failures[i])
+        return any(self.failures[i].time <= a.time <= self.grace_end(self.failures[i])
                    for i in self.related_to(a))
 
 

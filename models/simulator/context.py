@@ -41,10 +41,15 @@ class Ctx:
     def failure_label(self, t: float, scope: Scope, ent: int, mode: str,
                       onset: float | None) -> None:
         node = self.topo.node_names[ent if scope is Scope.NODE else self.topo.node_of(scope, ent)]
-        self.b.labels.append({
+        label: dict[str, object] = {
             "kind": "failure", "time": t, "node": node, "entity": self.topo.key(scope, ent),
             "scope": scope.value, "mode": mode, "precursor_onset": onset,
-        })
+        }
+        if scope is Scope.NVLINK:  # the far end shows mirror counts and logs the Xid too
+            peer = self.topo.peer_link(*divmod(ent, self.topo.links_per_gpu))
+            if peer is not None:
+                label["peer"] = self.topo.key(Scope.NVLINK, self.topo.nvlink(*peer))
+        self.b.labels.append(label)
 
     def benign_label(self, trap: str, scope: Scope, ent: int, start: float, end: float) -> None:
         node = self.topo.node_names[ent if scope is Scope.NODE else self.topo.node_of(scope, ent)]

@@ -144,3 +144,17 @@ def test_views_follow_the_literature() -> None:
         ("watch", 1, 300.0, 7 * DAY), ("warning", 2, 300.0, DAY), ("critical", 3, 0.0, HOUR),
         ("any", 1, 0.0, 7 * DAY)]
     assert isinstance(WATCH, View)
+
+
+def test_an_nvlink_failure_is_predicted_from_either_end_and_its_xids_are_fallout() -> None:
+    peer = "n1:gpu5:nvlink2"
+    failure = [Failure(T, LINK, Scope.NVLINK, "n1", "M3_nvlink", T - DAY, peer=peer)]
+    m = match([alert(T - 3 * HOUR, peer, Scope.NVLINK)], failure, WATCH)
+    assert m.first_alert == {0: T - 3 * HOUR}
+    # Xid 74 lands on both GPUs right at the failure: fallout of it, not false alarms.
+    both = match([alert(T, "n1:gpu3", Scope.GPU, 3), alert(T + 1, "n1:gpu5", Scope.GPU, 3)],
+                 failure, WATCH)
+    assert both.false_alarms == []
+    label = {"kind": "failure", "time": T, "node": "n1", "entity": LINK, "scope": "nvlink",
+             "mode": "M3_nvlink", "precursor_onset": None, "peer": peer}
+    assert truth_from_labels([label]).failures[0].peer == peer
