@@ -33,7 +33,8 @@ class DynamicConfig:
     # Correctable ECC: bursts that recur and grow (literature.md 6.3, M1).
     sbe_min_count: float = 20.0
     sbe_factor: float = 10.0
-    sbe_recur_hours: int = 3  # of the last 6 h with errors
+    sbe_recur_hours: int = 4  # of the last 6 h with errors
+    sbe_over_peak: float = 2.0  # and this many times the GPU's own (decaying) worst hour
     sbe_burst_min: float = 5.0
     remap_window_s: float = 24 * HOUR
     # Peer comparison: a GPU warmer than its node's median beyond its own usual offset.
@@ -48,7 +49,7 @@ class DynamicConfig:
     nvl_min_errors: float = 50.0
     nvl_factor: float = 10.0
     nvl_recoveries: float = 2.0
-    nvl_recur_hours: int = 4  # of the last 12 h with errors
+    nvl_recur_hours: int = 4  # of the last 6 h with errors: recoveries recur with shrinking gaps
 
 
 class Baseline:
@@ -58,12 +59,17 @@ class Baseline:
     def __init__(self, half_life_h: float) -> None:
         self.alpha = 1.0 - 0.5 ** (1.0 / half_life_h)
         self.mean: F64 = np.zeros(0)
+        # The worst unflagged hour, decaying with the same half-life: bursty but stable sources
+        # (benign correctable-ECC carriers) are judged against their own bursts, not their mean.
+        self.peak: F64 = np.zeros(0)
         self.count: npt.NDArray[np.int64] = np.zeros(0, np.int64)
 
     def _fit(self, n: int) -> None:
         if n > len(self.mean):
-            self.mean = np.concatenate([self.mean, np.zeros(n - len(self.mean))])
-            self.count = np.concatenate([self.count, np.zeros(n - len(self.count), np.int64)])
+            grow = n - len(self.mean)
+            self.mean = np.concatenate([self.mean, np.zeros(grow)])
+            self.peak = np.concatenate([self.peak, np.zeros(grow)])
+            self.count = np.concatenate([self.count, np.zeros(grow, np.int64)])
 
     def update(self, value: F64, flagged: B) -> None:
         self._fit(len(value))
@@ -73,11 +79,17 @@ class Baseline:
         m[first] = value[first]
         later = ok & ~first
         m[later] += self.alpha * (value[later] - m[later])
+        pk = self.peak[: len(value)]
+        pk[ok] = np.maximum(pk[ok] * (1.0 - self.alpha), value[ok])
         self.count[: len(value)] += ok
 
     def get(self, n: int) -> F64:
         self._fit(n)
         return np.where(self.count[:n] > 0, self.mean[:n], np.nan)
+
+    def get_peak(self, n: int) -> F64:
+        self._fit(n)
+        return np.where(self.count[:n] > 0, self.peak[:n], np.nan)
 
 
 def _sum(win: npt.NDArray[np.float32]) -> F64:
@@ -212,16 +224,19 @@ class DynamicThresholds:
         learned = self.sbe_base.get(n)
         base = np.where(np.isnan(learned), np.inf, learned)
         recur = np.sum(hourly(g, "ecc_sbe_volatile", 6) >= c.sbe_burst_min, axis=1)
+        peak = np.nan_to_num(self.sbe_base.get_peak(n), nan=np.inf)
         with np.errstate(invalid="ignore"):
-            rising = (short >= c.sbe_min_count) & (short >= c.sbe_factor * np.maximum(base, 1.0))
+            rising = ((short >= c.sbe_min_count) & (short >= c.sbe_factor * np.maximum(base, 1.0))
+                      & (short >= c.sbe_over_peak * peak))
         risk = np.where(rising, c.watch_risk, 0.0)
         risk = np.where(rising & (recur >= c.sbe_recur_hours), c.warn_risk, risk)
         remaps = _sum(recent(g, "remapped_rows_correctable", c.remap_window_s)[0])
         return [
             Finding("sbe_growth", Scope.GPU, risk.astype(np.float32), short,
                     c.sbe_factor, "correctable ECC errors in the last hour (vs x baseline)"),
+            # Small on its own: the pending flag of the same remap already speaks for it.
             Finding("remap_step", Scope.GPU,
-                    np.where(remaps >= 1, np.float32(c.watch_risk - 0.05), np.float32(0)),
+                    np.where(remaps >= 1, np.float32(0.2), np.float32(0)),
                     remaps, 1.0, f"rows remapped in the last {c.remap_window_s / HOUR:g} h"),
         ]
 
@@ -267,7 +282,9 @@ class DynamicThresholds:
             high = ber > c.ber_limit
             step = ber >= c.ber_step * base
         over = np.where(high, c.warn_risk, 0.0)
-        over = np.where(high & (flaps > 0), c.crit_risk, over)
+        # With flaps the link is failing, but days can remain (LOS forecasting: 1-7 days):
+        # urgent enough to drain at the next boundary, not to page.
+        over = np.where(high & (flaps > 0), 0.8, over)
         return [
             Finding("ib_ber", Scope.IB_PORT, over.astype(np.float32), ber, c.ber_limit,
                     "bit-error rate over the last hour (with link flaps: critical)"),
@@ -299,7 +316,7 @@ class DynamicThresholds:
         recov = np.nan_to_num(_sum(recent(nvl, "nvlink_recovery", HOUR)[0]))
         learned = self.nvl_base.get(n)
         base = np.where(np.isnan(learned), np.inf, learned)
-        per_hour = sum(hourly(nvl, m, 12) for m in (
+        per_hour = sum(hourly(nvl, m, 6) for m in (
             "nvlink_crc_flit", "nvlink_crc_data", "nvlink_replay", "nvlink_recovery"))
         hours = np.sum(per_hour > 0, axis=1)
         with np.errstate(invalid="ignore"):

@@ -47,7 +47,7 @@ def test_hbm_degradation_is_flagged_before_the_uncorrectable_error(tmp_path: Pat
     gpu = "n1:gpu5"
 
     def degrade(k: int, t: float, r: Rounds) -> tuple[str, ...]:
-        if t >= 2 * HOUR and k % (360 if t < 4 * HOUR else 120) == 0:  # bursts, then faster
+        if t >= 1.25 * HOUR and k % (360 if t < 4 * HOUR else 120) == 0:  # bursts, then faster
             r.add(gpu, "ecc_sbe_volatile", 60)
             r.add(gpu, "ecc_sbe_aggregate", 60)
         if t == 4.5 * HOUR:
