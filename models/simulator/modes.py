@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from collectors.catalog import Scope
+from collectors.labels import FailureMode
 from models.simulator.leadtime import (
     ExponentialLead,
     LeadTime,
@@ -14,16 +13,7 @@ from models.simulator.leadtime import (
     UniformLead,
 )
 
-
-class Mode(StrEnum):
-    M1_HBM = "M1_hbm"
-    M2_GPU_HARD = "M2_gpu_hard"
-    M3_NVLINK = "M3_nvlink"
-    M4_IB_LINK = "M4_ib_link"
-    M5_THERMAL = "M5_thermal"
-    M6_SRAM = "M6_sram"
-    M7_UNOBSERVABLE = "M7_unobservable"
-
+Mode = FailureMode  # one enum for the simulator's modes and the labels' (collectors.labels)
 
 # The scope a mode's label names: the device that fails (M7 has no device, so the node).
 MODE_SCOPE: dict[Mode, Scope] = {
