@@ -30,13 +30,16 @@ class DynamicConfig:
     # Sustained HBM temperature (issue 2): above 85 degC for 3 h.
     hbm_temp_c: float = 85.0
     hbm_temp_hold_s: float = 3 * HOUR
+    hbm_temp_risk: float = 0.25
     # Correctable ECC: bursts that recur and grow (literature.md 6.3, M1).
     sbe_min_count: float = 20.0
     sbe_factor: float = 10.0
-    sbe_recur_hours: int = 4  # of the last 6 h with errors
+    sbe_recur_hours: int = 4  # of the last 6 h with errors: warning
+    sbe_watch_hours: int = 2  # of the last 6 h with errors: watch (one burst is not growth)
     sbe_over_peak: float = 2.0  # and this many times the GPU's own (decaying) worst hour
     sbe_burst_min: float = 5.0
     remap_window_s: float = 24 * HOUR
+    remap_min: float = 2.0
     # Peer comparison: a GPU warmer than its node's median beyond its own usual offset.
     peer_window_s: float = 1800.0
     peer_watch_c: float = 5.0
@@ -152,6 +155,7 @@ class DynamicThresholds:
         self.ber_base = Baseline(hl)
         self.nvl_base = Baseline(hl)
         self.hbm_since: F64 = np.zeros(0)
+        self._prev_drift: dict[str, F64] = {}
         self._minute = -1
         self._hour = -1
         self._cached: list[Finding] = []
@@ -205,7 +209,9 @@ class DynamicThresholds:
         since[hot & np.isnan(since)] = now
         since[cool] = np.nan
         held = now - since
-        risk = np.where(held >= c.hbm_temp_hold_s, np.float32(c.warn_risk), np.float32(0))
+        # Below every alert level on its own: HBM temperature is a weak failure predictor
+        # (literature §2.4); it shows in the risk and explanation and adds to other signals.
+        risk = np.where(held >= c.hbm_temp_hold_s, np.float32(c.hbm_temp_risk), np.float32(0))
         return Finding("hbm_temp_sustained", Scope.GPU, risk.astype(np.float32), held / HOUR,
                        c.hbm_temp_hold_s / HOUR,
                        f"hours with HBM temperature above {c.hbm_temp_c:g} degC")
@@ -228,16 +234,18 @@ class DynamicThresholds:
         with np.errstate(invalid="ignore"):
             rising = ((short >= c.sbe_min_count) & (short >= c.sbe_factor * np.maximum(base, 1.0))
                       & (short >= c.sbe_over_peak * peak))
-        risk = np.where(rising, c.watch_risk, 0.0)
+        risk = np.where(rising & (recur >= c.sbe_watch_hours), c.watch_risk, 0.0)
         risk = np.where(rising & (recur >= c.sbe_recur_hours), c.warn_risk, risk)
         remaps = _sum(recent(g, "remapped_rows_correctable", c.remap_window_s)[0])
         return [
             Finding("sbe_growth", Scope.GPU, risk.astype(np.float32), short,
                     c.sbe_factor, "correctable ECC errors in the last hour (vs x baseline)"),
-            # Small on its own: the pending flag of the same remap already speaks for it.
+            # A second remap is evidence beyond one benign remap (literature §6.4), whose
+            # pending flag already shows in the hard rules.
             Finding("remap_step", Scope.GPU,
-                    np.where(remaps >= 1, np.float32(0.2), np.float32(0)),
-                    remaps, 1.0, f"rows remapped in the last {c.remap_window_s / HOUR:g} h"),
+                    np.where(remaps >= c.remap_min, np.float32(c.watch_risk), np.float32(0)),
+                    remaps, c.remap_min,
+                    f"rows remapped in the last {c.remap_window_s / HOUR:g} h"),
         ]
 
     # ---- peers --------------------------------------------------------------------------------
@@ -260,7 +268,12 @@ class DynamicThresholds:
         if n == 0:
             return []
         for metric, base in self.peer_base.items():
-            drift = self._residual(g, metric) - np.nan_to_num(base.get(n), nan=0.0)
+            now_drift = self._residual(g, metric) - np.nan_to_num(base.get(n), nan=0.0)
+            prev = self._prev_drift.get(metric, np.zeros(0))
+            prev = np.concatenate([prev, np.full(max(0, n - len(prev)), np.nan)])[:n]
+            self._prev_drift[metric] = now_drift
+            # Persistent: the smaller of this and the previous evaluation must cross.
+            drift = np.minimum(now_drift, np.where(np.isnan(prev), -np.inf, prev))
             with np.errstate(invalid="ignore"):
                 risk = np.where(drift >= c.peer_warn_c, c.warn_risk,
                                 np.where(drift >= c.peer_watch_c, c.watch_risk, 0.0))

@@ -105,3 +105,22 @@ def test_telemetry_gap_causes_no_alert(tmp_path: Path) -> None:
 
     _, fired = _replay(tmp_path, Rounds(), 1.5 * HOUR, gap)
     assert fired == []
+
+
+def test_sustained_hot_hbm_is_explained_and_adds_to_other_memory_signals(tmp_path: Path) -> None:
+    gpu = "n0:gpu3"
+
+    def hot(k: int, t: float, r: Rounds) -> tuple[str, ...]:
+        if k == 0:  # the whole node runs hot, so peers see nothing odd
+            for g in range(8):
+                r.set(f"n0:gpu{g}", "mem_temp", 88.0)
+        if t == 3.5 * HOUR:
+            r.set(gpu, "remapped_rows_pending", 1)
+        return ()
+
+    pipe, fired = _replay(tmp_path, Rounds(), 3.6 * HOUR, hot)
+    risk = pipe.risk.entity(gpu) if pipe.risk else None
+    assert risk is not None and {s.rule for s in risk.signals} == {
+        "hbm_temp_sustained", "remap_pending"}
+    # Neither is an alert alone; together they are worth a record.
+    assert fired == [(3.5 * HOUR, gpu, 1)]

@@ -1,5 +1,6 @@
 """The read API through the app's lifespan, over a real Pipeline fed real Batches: three nodes,
-a double-bit ECC error and a dead NVLink link on n001:gpu3, a pending row remap on n002:gpu5."""
+a double-bit ECC error and a dead NVLink link on n001:gpu3, retired pages past the DCGM soft
+limit on n002:gpu5."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def faulty(svc: Service) -> Service:
         svc.round()
     svc.fleet.set("n001:gpu3", "ecc_dbe_volatile", 2)
     svc.fleet.set("n001:gpu3:nvlink1", "nvlink_state", 0)
-    svc.fleet.set("n002:gpu5", "remapped_rows_pending", 1)
+    svc.fleet.set("n002:gpu5", "retired_pages_sbe", 20)
     svc.round()
     return svc
 
@@ -99,7 +100,7 @@ def test_nodes_summary_and_sorting(faulty: Service) -> None:
     assert n1["top_signal"]["risk"] == 1.0
     n2 = nodes["n002"]
     assert n2["level"] == 1 and n2["alerts"] == 1 and 0 < n2["risk"] < 1
-    assert n2["top_signal"] == {"entity": "n002:gpu5", "rule": "remap_pending",
+    assert n2["top_signal"] == {"entity": "n002:gpu5", "rule": "retired_pages_soft",
                                 "signal": n2["top_signal"]["signal"], "risk": n2["risk"]}
     n3 = nodes["n003"]
     assert (n3["risk"], n3["level"], n3["alerts"], n3["gpus"], n3["top_signal"]) == (
