@@ -45,6 +45,19 @@ class Result:
     rss_mb: float
 
 
+# Healthy levels (mean, noise) of the gauges: a fleet that is not on fire, so the tick measures
+# the steady state rather than a storm of alert writes.
+GAUGES = {
+    "gpu_temp": (55.0, 2.0), "mem_temp": (60.0, 2.0), "gpu_slowdown_temp": (87.0, 0.0),
+    "gpu_shutdown_temp": (92.0, 0.0), "mem_max_temp": (95.0, 0.0), "gpu_temp_margin": (30.0, 2.0),
+    "power_draw": (500.0, 20.0), "sm_clock": (1980.0, 10.0), "gpu_util": (90.0, 3.0),
+    "ib_rate": (400.0, 0.0),
+}
+
+# Healthy error counters: a trickle of correctable ECC and symbol errors, nothing else.
+TRICKLE = {"ecc_sbe_volatile": 0.001, "ecc_sbe_aggregate": 0.001, "ib_symbol_error": 0.01}
+
+
 class Fleet:
     """Synthetic healthy rounds with realistic value ranges for every catalog metric."""
 
@@ -71,15 +84,15 @@ class Fleet:
             v = np.empty((n, len(cols)))
             for j, m in enumerate(cols):
                 if m.kind is Kind.COUNTER:
-                    inc = self.rng.poisson(0.01, n) if not m.name.endswith("_data") else 1e9
+                    rate = TRICKLE.get(m.name, 0.0)
+                    inc = 1e9 if m.name.endswith("_data") else self.rng.poisson(rate, n)
                     self.counters[scope][:, j] += inc
                     v[:, j] = self.counters[scope][:, j]
                 elif m.kind is Kind.STATE:
                     v[:, j] = {"nvlink_state": 1, "ib_state": 4}.get(m.name, 0)
-                elif m.name == "ib_rate":
-                    v[:, j] = 400
                 else:
-                    v[:, j] = 50 + self.rng.normal(0, 2, n)
+                    mean, sd = GAUGES[m.name]
+                    v[:, j] = mean + self.rng.normal(0, sd, n) if sd else mean
             b.add(Frame(table, np.arange(n, dtype=np.int32), np.full(n, ts), v))
         return b
 
