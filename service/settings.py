@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from models.detectors.dynamic import DynamicConfig
@@ -41,6 +41,9 @@ class IngestSettings(BaseModel):
     max_lines_per_request: int = Field(default=1_000_000, gt=0)
     # InfluxDB 1.x's default max-body-size for /write; also bounds a gzip body once inflated.
     max_body_bytes: int = Field(default=25_000_000, gt=0)
+    # Write tokens. Empty: writes need no credentials (the embedded default on loopback); else
+    # every write must carry one, the ways InfluxDB clients and Telegraf send it.
+    tokens: list[SecretStr] = Field(default_factory=list)
 
 
 class DetectorSettings(BaseModel):

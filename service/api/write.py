@@ -3,6 +3,9 @@ bounded gzip inflation, and parsing and ingest off the event loop."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hmac
 import math
 import time
 import zlib
@@ -27,7 +30,8 @@ accepted; 400 listing each rejected line (number and reason) while every valid s
 413 when the body, or what it inflates to, is over the limit. `strict=false` ignores
 measurements and fields the catalog does not track instead of rejecting them."""
 _WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": WriteError}, 413: {"model": WriteError}, 415: {"model": WriteError}}
+    400: {"model": WriteError}, 401: {"model": WriteError}, 413: {"model": WriteError},
+    415: {"model": WriteError}}
 
 
 class _Refused(Exception):
@@ -35,6 +39,46 @@ class _Refused(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+def _authorize(request: Request, st: Running, u: str | None, p: str | None) -> None:
+    """Accept a write token the ways InfluxDB clients send it: `Authorization: Token T` (v2
+    clients, Telegraf's influxdb_v2 output), `Bearer T`, `Basic base64(user:T)` or `?u=&p=T`
+    (v1 clients, Telegraf's influxdb output with a password)."""
+    tokens = [t.get_secret_value().encode() for t in st.settings.ingest.tokens]
+    if not tokens:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, cred = header.partition(" ")
+    given: str | None = None
+    if scheme.lower() in ("token", "bearer"):
+        given = cred.strip()
+    elif scheme.lower() == "basic":
+        try:
+            given = base64.b64decode(cred.strip(), validate=True).decode().partition(":")[2]
+        except (binascii.Error, UnicodeDecodeError):
+            raise _Refused(401, "malformed Basic authorization header") from None
+    elif p is not None:
+        given = p
+    if not given:
+        raise _Refused(401, "authorization required: send 'Authorization: Token <token>'")
+    # Constant-time comparison against every token, so timing tells nothing.
+    if not any(hmac.compare_digest(given.encode(), t) for t in tokens):
+        raise _Refused(401, "invalid token")
+
+
+@router.post("/api/v2/write", tags=["ingest"], status_code=204, response_class=Response,
+             operation_id="write_influxdb_v2", summary="Write line protocol (InfluxDB v2 path)",
+             description=_WRITE_DOC, responses=_WRITE_ERRORS)
+async def write_v2(
+    request: Request,
+    st: State,
+    org: Annotated[str | None, Query(description="accepted for InfluxDB compatibility")] = None,
+    bucket: Annotated[str | None, Query(description="accepted for InfluxDB compatibility")] = None,
+    precision: Precision = "ns",
+    strict: bool = True,
+) -> Response:
+    return await write(request, st, None, precision, strict)
 
 
 @router.post("/write", tags=["ingest"], status_code=204, response_class=Response,
@@ -49,14 +93,19 @@ async def write(
     db: Annotated[str | None, Query(description="accepted for InfluxDB compatibility")] = None,
     precision: Precision = "ns",
     strict: bool = True,
+    u: Annotated[str | None, Query(description="InfluxDB v1 user (ignored)")] = None,
+    p: Annotated[str | None, Query(description="InfluxDB v1 password: a write token")] = None,
 ) -> Response:
     limit = st.settings.ingest.max_body_bytes
     try:
+        _authorize(request, st, u, p)
         body = await _read_body(request, limit)
         data = _inflate(body, request.headers.get("content-encoding", ""), limit)
     except _Refused as r:
         st.metrics.write_requests.labels(str(r.status)).inc()
-        return JSONResponse(WriteError(error=r.message).model_dump(), status_code=r.status)
+        headers = {"WWW-Authenticate": 'Token realm="gpuhealth"'} if r.status == 401 else None
+        return JSONResponse(WriteError(error=r.message).model_dump(), status_code=r.status,
+                            headers=headers)
     # Parsing and ingest are CPU work under locks: keep them off the event loop.
     res = await run_in_threadpool(_ingest_lines, st, data, precision, strict)
     if not res.rejected:
