@@ -20,7 +20,7 @@ from service.ingest import EventLog, Ingestor, IngestResult
 from service.notify import Delivery, Notification, Notifier, RecordNotifier, notifications
 from service.scoring import SCOPES, RiskState, Scorer
 from service.settings import Settings
-from service.sinks import Sink
+from service.sinks import Sink, SQLiteSink
 from service.windows import WindowStore
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,8 @@ def default_detectors(settings: Settings) -> list[Detector]:
 
 class Pipeline:
     def __init__(self, settings: Settings | None = None, *, alert_db: str | None = None,
-                 sinks: Sequence[Sink] = (), notifiers: Sequence[Notifier] | None = None,
+                 sinks: Sequence[Sink] | None = None,
+                 notifiers: Sequence[Notifier] | None = None,
                  detectors: list[Detector] | None = None,
                  share_store_of: Pipeline | None = None) -> None:
         """`share_store_of`: read another pipeline's window store and events instead of keeping
@@ -75,6 +76,9 @@ class Pipeline:
         self.alerts = AlertStore(db)
         self.notifiers: list[Notifier] = (
             list(notifiers) if notifiers is not None else [RecordNotifier(db)])
+        if sinks is None:  # the embedded default keeps sample history beside the alerts
+            keep = s.storage.write_samples and alert_db is None
+            sinks = [SQLiteSink(s.storage.sqlite_path)] if keep else []
         self.sinks = list(sinks)
         self.risk: RiskState | None = None
         self.stats = Stats()

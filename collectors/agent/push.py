@@ -1,0 +1,52 @@
+"""Pushing gzip line protocol to the service or to InfluxDB, and what to do with the answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import httpx
+
+
+class Outcome(Enum):
+    SENT = "sent"  # stored (204), or stored in part with bad lines named (400): do not resend
+    RETRY = "retry"  # target down, overloaded or refusing us for now: keep and back off
+    DROP = "drop"  # the segment itself can never be stored (413): resending cannot help
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    outcome: Outcome
+    status: int | None
+    detail: str
+
+
+class Pusher:
+    """POSTs one gzip segment. A 400 is a partial write, as InfluxDB answers it: the good lines
+    were kept, so the segment is done (a resent segment after a lost reply is refused there as
+    duplicates, which is what makes delivery exactly-once)."""
+
+    def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 10.0,
+                 client: httpx.Client | None = None) -> None:
+        self.url = url
+        self.headers = {"Content-Encoding": "gzip", "Content-Type": "text/plain; charset=utf-8"}
+        if token:
+            self.headers["Authorization"] = f"Token {token}"
+        self.client = client or httpx.Client(timeout=timeout_s)
+
+    def push(self, body: bytes) -> PushResult:
+        try:
+            r = self.client.post(self.url, content=body, headers=self.headers)
+        except httpx.HTTPError as exc:
+            return PushResult(Outcome.RETRY, None, f"{type(exc).__name__}: {exc}")
+        if r.status_code in (200, 204):
+            return PushResult(Outcome.SENT, r.status_code, "")
+        if r.status_code == 400:
+            return PushResult(Outcome.SENT, 400, r.text[:500])
+        if r.status_code == 413:
+            return PushResult(Outcome.DROP, 413, r.text[:500])
+        # 401/403 (a token being rotated), 404 (a proxy mid-deploy), 429 and 5xx: wait.
+        return PushResult(Outcome.RETRY, r.status_code, r.text[:500])
+
+    def close(self) -> None:
+        self.client.close()
