@@ -1,0 +1,113 @@
+"""`nvidia-smi -q` text output (also `-q -d SECTION`) to Points.
+
+The text form is an indented tree: a line without a colon opens a section, "Key : value" is a
+reading. Each GPU block starts with a "GPU 00000000:07:00.0" header at column 0; GPUs are
+numbered in the order they appear, which is nvidia-smi's own index order. A reading is found by
+its section path and key, case-insensitively; each metric lists the spellings of the drivers
+we have seen, newest first, and the first readable one wins.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from collectors.lineprotocol import FieldValue, Point
+from collectors.nvidia_smi.values import SmiParseError, gpu_point, value
+
+Path = tuple[str, ...]
+
+_GPU_HEADER = re.compile(r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]\s*$")
+_EVENTS = ("clocks event reasons", "clocks throttle reasons")  # renamed in driver 535
+
+
+def _throttle(key: str) -> tuple[Path, ...]:
+    return tuple((section, key) for section in _EVENTS)
+
+
+def _ecc(scope: str, dram: str, old: str) -> tuple[Path, ...]:
+    # Ampere+: "DRAM Correctable"; older drivers: "Single Bit" > "Device Memory".
+    return (("ecc errors", scope, dram), ("ecc errors", scope, old, "device memory"))
+
+
+TEXT_PATHS: Mapping[str, tuple[Path, ...]] = {
+    "gpu_temp": (("temperature", "gpu current temp"),),
+    "mem_temp": (("temperature", "memory current temp"),),
+    "gpu_slowdown_temp": (("temperature", "gpu slowdown temp"),),
+    "gpu_shutdown_temp": (("temperature", "gpu shutdown temp"),),
+    "mem_max_temp": (("temperature", "memory max operating temp"),),
+    "gpu_temp_margin": (("temperature", "gpu t.limit temp"),),
+    "power_draw": (("gpu power readings", "power draw"),
+                   ("gpu power readings", "instantaneous power draw"),
+                   ("power readings", "power draw")),
+    "sm_clock": (("clocks", "sm"),),
+    "gpu_util": (("utilization", "gpu"),),
+    "ecc_sbe_volatile": _ecc("volatile", "dram correctable", "single bit"),
+    "ecc_dbe_volatile": _ecc("volatile", "dram uncorrectable", "double bit"),
+    "ecc_sbe_aggregate": _ecc("aggregate", "dram correctable", "single bit"),
+    "ecc_dbe_aggregate": _ecc("aggregate", "dram uncorrectable", "double bit"),
+    "ecc_sram_correctable": (("ecc errors", "aggregate", "sram correctable"),),
+    "retired_pages_sbe": (("retired pages", "single bit ecc"),),
+    "retired_pages_dbe": (("retired pages", "double bit ecc"),),
+    "retired_pages_pending": (("retired pages", "pending page blacklist"),
+                              ("retired pages", "pending")),
+    "remapped_rows_correctable": (("remapped rows", "correctable error"),),
+    "remapped_rows_uncorrectable": (("remapped rows", "uncorrectable error"),),
+    "remapped_rows_pending": (("remapped rows", "pending"),),
+    "remapped_rows_failure": (("remapped rows", "remapping failure occurred"),),
+    "pcie_replay": (("pci", "replays since reset"),),
+    # "HW Thermal Slowdown" is indented under the "HW Slowdown" reading, not a section.
+    "throttle_thermal": _throttle("hw thermal slowdown"),
+    "throttle_power": _throttle("sw power cap"),
+    "throttle_hw_slowdown": _throttle("hw slowdown"),
+}
+
+
+def parse_text(text: str, host: str, ts_ns: int) -> list[Point]:
+    """One `gpu` point per GPU block that has any readable catalog metric."""
+    blocks = _blocks(text)
+    if not blocks:
+        raise SmiParseError("no 'GPU <bus id>' block in nvidia-smi -q output")
+    points = []
+    for index, readings in enumerate(blocks):
+        fields: dict[str, FieldValue] = {}
+        for name, paths in TEXT_PATHS.items():
+            for path in paths:
+                v = value(readings.get(path))
+                if v is not None:
+                    fields[name] = v
+                    break
+        if fields:
+            points.append(gpu_point(host, index, fields, ts_ns))
+    return points
+
+
+def _blocks(text: str) -> list[dict[Path, str]]:
+    """Per GPU block, every reading keyed by (section, ..., key), lower case."""
+    blocks: list[dict[Path, str]] = []
+    readings: dict[Path, str] | None = None
+    sections: list[tuple[int, str]] = []  # (indent, name) of the open sections
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if _GPU_HEADER.match(line):
+            readings = {}
+            blocks.append(readings)
+            sections = []
+            continue
+        if readings is None:
+            continue  # the log header before the first GPU (timestamp, driver version)
+        indent = len(line) - len(line.lstrip())
+        if indent == 0:
+            readings = None  # a column-0 line that is not a GPU header ends the GPU blocks
+            continue
+        while sections and sections[-1][0] >= indent:
+            sections.pop()
+        key, colon, raw = line.partition(":")
+        name = key.strip().lower()
+        if not colon:
+            sections.append((indent, name))
+            continue
+        path = (*(s for _, s in sections), name)
+        readings.setdefault(path, raw.strip())
+    return blocks

@@ -1,0 +1,82 @@
+"""`nvidia-smi -q -x` (DTD v10 to v13, with or without a DOCTYPE line) to Points.
+
+Each catalog GPU metric names its element path under <gpu> (Metric.smi_xml, the newest
+spelling); older DTDs spell some of them differently, so each metric gets a list of paths and
+the first one holding a readable value wins. GPUs are numbered in document order, which is
+nvidia-smi's own index order, so XML and `--query-gpu` rows of one GPU line up.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+
+from collectors.catalog import CATALOG, Scope
+from collectors.lineprotocol import FieldValue, Point
+from collectors.nvidia_smi.values import SmiParseError, gpu_point, value
+
+_THROTTLE_OLD = ("clocks_event_reasons/clocks_event_reason_",
+                 "clocks_throttle_reasons/clocks_throttle_reason_")
+
+# Spellings of older DTDs, tried after Metric.smi_xml.
+_FALLBACKS: Mapping[str, tuple[str, ...]] = {
+    # v13 splits power into average and instant; v11 and older have power_readings.
+    "power_draw": ("gpu_power_readings/instant_power_draw", "power_readings/power_draw"),
+    # Pre-Ampere ECC reports per memory: device_memory is the DRAM (HBM/GDDR) count.
+    "ecc_sbe_volatile": ("ecc_errors/volatile/single_bit/device_memory",),
+    "ecc_dbe_volatile": ("ecc_errors/volatile/double_bit/device_memory",),
+    "ecc_sbe_aggregate": ("ecc_errors/aggregate/single_bit/device_memory",),
+    "ecc_dbe_aggregate": ("ecc_errors/aggregate/double_bit/device_memory",),
+    # Before v12 page retirement on a pending blacklist was spelled pending_blacklist.
+    "retired_pages_pending": ("retired_pages/pending_blacklist",),
+}
+
+
+def _paths() -> dict[str, tuple[str, ...]]:
+    paths: dict[str, tuple[str, ...]] = {}
+    for m in CATALOG.columns(Scope.GPU):
+        if m.smi_xml is None:
+            continue
+        alts = list(_FALLBACKS.get(m.name, ()))
+        if m.smi_xml.startswith(_THROTTLE_OLD[0]):
+            # Drivers before 535 call clock events "throttle reasons".
+            alts.append(m.smi_xml.replace(*_THROTTLE_OLD))
+        paths[m.name] = (m.smi_xml, *alts)
+    return paths
+
+
+XML_PATHS: Mapping[str, tuple[str, ...]] = _paths()
+
+
+def parse_xml(text: str | bytes, host: str, ts_ns: int) -> list[Point]:
+    """One `gpu` point per <gpu> element. A MIG-enabled GPU is one physical GPU here: its
+    <mig_devices> are not descended into, so the readings are the physical GPU's."""
+    data = text.encode() if isinstance(text, str) else text
+    try:
+        root = ET.fromstring(data)
+    except ET.ParseError as exc:
+        raise SmiParseError(f"nvidia-smi XML does not parse: {exc}") from None
+    if root.tag != "nvidia_smi_log":
+        raise SmiParseError(f"not nvidia-smi XML: root element is <{root.tag}>")
+    gpus = root.findall("gpu")
+    if not gpus:
+        raise SmiParseError("nvidia-smi XML holds no <gpu> element")
+    points = []
+    for index, gpu in enumerate(gpus):
+        fields = gpu_fields(gpu)
+        if fields:
+            points.append(gpu_point(host, index, fields, ts_ns))
+    return points
+
+
+def gpu_fields(gpu: ET.Element) -> dict[str, FieldValue]:
+    fields: dict[str, FieldValue] = {}
+    for name, paths in XML_PATHS.items():
+        for path in paths:
+            # remapped_rows is the text "N/A" (no children) on GPUs without a row remapper,
+            # so its child paths find nothing and the fields stay out.
+            v = value(gpu.findtext(path))
+            if v is not None:
+                fields[name] = v
+                break
+    return fields
