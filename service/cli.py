@@ -37,7 +37,8 @@ COMMANDS: dict[str, Command] = {}
 # ---- subcommands registered by other modules --------------------------------------------------
 # The lead adds `demo`, `simulate` and `evaluate` here: each module named below calls
 # `register(...)` when imported.
-COMMAND_MODULES: tuple[str, ...] = ("service.demo", "service.simulate", "service.evaluate")
+COMMAND_MODULES: tuple[str, ...] = (
+    "service.demo", "service.simulate", "service.evaluate", "service.agent_cmd")
 
 
 def register(name: str, configure: Configure, run: Run, help: str = "") -> None:

@@ -1,0 +1,142 @@
+"""A dcgm-exporter `/metrics` page (Prometheus text exposition) to points in our own schema.
+
+Each DCGM_FI_* sample carries its GPU in the `gpu` label (plus `UUID`, `pci_bus_id`, `Hostname`)
+and becomes a field of a `gpu` point, or of an `nvlink` point for per-link fields. Fields with no
+catalog home are counted in ParseStats, not rejected: a default dcgm-exporter page is mostly
+utilization and memory gauges that this service does not track.
+
+DCGM_FI_DEV_XID_ERRORS holds the *last* Xid code seen on the GPU (0 before any), not an event per
+Xid. It is passed on as an `xid` point carrying that last value; DcgmExporterCollector keeps the
+value between scrapes and turns a change into an event. Used on its own, the parser's `xid`
+points are readings, not events.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from collectors.catalog import Kind, Scope
+from collectors.dcgm.fields import FIELDS, FieldMap
+from collectors.lineprotocol import FieldValue, Point
+
+XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
+_XID_MEASUREMENT = "xid"
+_XID_CODE = "code"
+_PREFIX = "DCGM_FI_"
+# Under MIG, utilization describes one instance, not the board; every other GPU metric in the
+# catalog (temperature, power, ECC, remaps, Xid, NVLink) is a property of the physical GPU and
+# reads the same from each instance, so it folds into the GPU with the instance as a tag.
+_PER_INSTANCE = frozenset({"gpu_util"})
+
+
+class ExpositionError(ValueError):
+    """The page is not Prometheus text exposition."""
+
+
+@dataclass(slots=True)
+class ParseStats:
+    samples: int = 0  # DCGM_FI_* samples seen
+    mapped: int = 0  # of those, the ones that became a field or an Xid reading
+    unknown: Counter[str] = field(default_factory=Counter)  # DCGM fields with no catalog home
+    skipped: Counter[str] = field(default_factory=Counter)  # known fields left out, by reason
+
+
+_Key = tuple[str, str, str, str | None, str | None]  # measurement, host, gpu, link, mig
+
+
+def parse_exposition(
+    text: str, host: str | None, ts_ns: int, *, stats: ParseStats | None = None,
+    fields: FieldMap = FIELDS,
+) -> list[Point]:
+    """Points for the DCGM fields the catalog knows. `host` names the node; None takes it from
+    each sample's `Hostname` label. Raises ExpositionError when the page does not parse."""
+    st = stats if stats is not None else ParseStats()
+    points: dict[_Key, Point] = {}
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as exc:  # the parser reports every syntax error as ValueError
+        raise ExpositionError(f"not Prometheus text exposition: {exc}") from None
+    for fam in families:
+        for sample in fam.samples:
+            name = _field_name(fam.name, fam.type, sample.name)
+            if name is None or not name.startswith(_PREFIX):
+                continue
+            st.samples += 1
+            _one(points, st, fields, name, sample.labels, float(sample.value), host, ts_ns)
+    return list(points.values())
+
+
+def _field_name(family: str, kind: str, sample: str) -> str | None:
+    """The DCGM field a sample carries. prometheus_client renames counter samples to
+    `<family>_total` (OpenMetrics style) although dcgm-exporter writes the bare field name, and
+    adds `_created` samples; undo the first, drop the second."""
+    if sample == family:
+        return family
+    if kind == "counter" and sample == family + "_total":
+        return family
+    return None
+
+
+def _one(points: dict[_Key, Point], st: ParseStats, fields: FieldMap, name: str,
+         labels: dict[str, str], value: float, host: str | None, ts_ns: int) -> None:
+    node = host if host is not None else labels.get("Hostname")
+    gpu = labels.get("gpu")
+    if not node or gpu is None:
+        st.skipped["no host or gpu label"] += 1
+        return
+    if not math.isfinite(value):
+        st.skipped["value is not finite"] += 1
+        return
+    mig = labels.get("GPU_I_ID") or None
+    extra = {"uuid": labels.get("UUID"), "pci_bus_id": labels.get("pci_bus_id")}
+    if name == XID_FIELD:
+        st.mapped += 1
+        _put(points, (_XID_MEASUREMENT, node, gpu, None, mig), extra, _XID_CODE, int(value), ts_ns)
+        return
+    found = fields.lookup(name)
+    if found is None:
+        if fields.is_link_total(name):
+            st.skipped["NVLink total over all links (the catalog keeps links apart)"] += 1
+        else:
+            st.unknown[name] += 1
+        return
+    used = False
+    for target in found.targets:
+        m = target.metric
+        if mig is not None and m.name in _PER_INSTANCE:
+            st.skipped[f"{m.name} of a MIG instance (not the GPU's)"] += 1
+            continue
+        v: FieldValue
+        if target.mask is not None:
+            v = 1 if int(value) & target.mask else 0
+        elif m.kind is not Kind.GAUGE and value.is_integer():
+            v = int(value)
+        else:
+            v = float(value)
+        if m.scope is Scope.NVLINK:
+            key: _Key = (Scope.NVLINK.value, node, gpu, str(found.link), mig)
+        else:
+            key = (Scope.GPU.value, node, gpu, None, mig)
+        _put(points, key, extra, m.name, v, ts_ns)
+        used = True
+    if used:
+        st.mapped += 1
+
+
+def _put(points: dict[_Key, Point], key: _Key, extra: dict[str, str | None], name: str,
+         value: FieldValue, ts_ns: int) -> None:
+    p = points.get(key)
+    if p is None:
+        measurement, node, gpu, link, mig = key
+        tags = {"host": node, "gpu": gpu}
+        if link is not None:
+            tags["link"] = link
+        if mig is not None:
+            tags["mig"] = mig
+        tags.update({k: v for k, v in extra.items() if v})
+        p = points[key] = Point(measurement, tags, {}, ts_ns)
+    p.fields[name] = value
