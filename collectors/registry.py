@@ -129,3 +129,34 @@ def _ib_build(host: str, cfg: Mapping[str, Any]) -> Collector:
 
 register(Source("infiniband", "InfiniBand port counters and state from sysfs", _ib_parse,
                 lambda: IB_ROOT.is_dir() and any(IB_ROOT.iterdir()), _ib_build))
+
+
+# ---- kernel log (Xid) -------------------------------------------------------------------------
+
+def _kernel_parse(path: Path, host: str, ts_ns: int) -> list[Point]:
+    """Xid events of a dmesg, journalctl or syslog capture, coalesced; a GPU whose PCI bus id
+    the capture does not map to an index keeps the bus id as its label."""
+    from collectors.kernel_log import parse_kernel_log
+
+    res = parse_kernel_log(path.read_text(errors="replace").splitlines(), host,
+                           boot_time=ts_ns / 1e9)
+    return [Point("xid", {"host": host, "gpu": str(e.gpu if e.gpu is not None else e.bus_id)},
+                  {"code": e.code}, int(e.ts * 1e9)) for e in res.events]
+
+
+def _kernel_build(host: str, cfg: Mapping[str, Any]) -> Collector:
+    from collectors.kernel_log import KernelLogCollector
+
+    settings = dict(cfg)
+    path = settings.pop("path", None)
+    if path:
+        return KernelLogCollector.from_file(host, Path(path), **settings)
+    if Path("/dev/kmsg").exists():
+        return KernelLogCollector.from_kmsg(host, **settings)
+    return KernelLogCollector.from_journal(host, **settings)
+
+
+register(Source("kernel-log", "Xid and SXid lines from /dev/kmsg, journalctl -k or a log file",
+                _kernel_parse,
+                lambda: Path("/dev/kmsg").exists() or shutil.which("journalctl") is not None,
+                _kernel_build))

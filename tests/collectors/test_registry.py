@@ -96,3 +96,13 @@ def test_parse_reads_a_dcgm_exporter_page(tmp_path: Path,
     assert main(["parse", "dcgm-exporter", str(page)]) == 0
     gpu = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("gpu,"))
     assert "gpu_temp=31" in gpu
+
+
+@NEEDS
+def test_parse_reads_xids_from_a_kernel_log(capsys: pytest.CaptureFixture[str]) -> None:
+    log = FIXTURES / "xid-logs" / "gpud-dmesg-time-format-iso-xid48-63-94.log"
+    assert main(["parse", "kernel-log", str(log), "--host", "n3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    codes = [int(x.split("code=")[1].split("i")[0]) for x in lines]
+    assert codes[:2] == [48, 63] and 94 in codes
+    assert all(x.startswith("xid,") and "host=n3" in x for x in lines)

@@ -1,0 +1,122 @@
+"""Kernel log lines -> Xid events (coalesced) and SXid records, rejecting what cannot be read.
+
+`KernelLogParser` keeps its state between calls (line numbers, open coalescing windows, which
+unmapped bus ids it already warned about) so the collector can feed it a few lines at a time;
+`parse_kernel_log` is the one-shot form for a whole file.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import UTC, tzinfo
+
+from collectors.catalog import Scope
+from collectors.frames import Entity, Rejection
+from collectors.kernel_log.coalesce import DEFAULT_WINDOW_S, Coalescer
+from collectors.kernel_log.messages import normalize_bus_id, parse_sxid, parse_xid
+from collectors.kernel_log.records import ParseResult, SXidRecord, XidRecord
+from collectors.kernel_log.timestamps import Stamped, TimeContext, split_stamp
+
+log = logging.getLogger(__name__)
+
+XID_METRIC = "xid"
+
+
+def gpu_key(host: str, gpu: int | None, bus_id: str) -> str:
+    """Entity key of the GPU; an unmapped GPU is labelled by its bus id ("n1:gpu0000:19:00"),
+    which keeps its events apart from the mapped GPUs instead of guessing an index."""
+    if gpu is not None:
+        return Entity.gpu(host, gpu).key
+    return Entity(Scope.GPU, host, bus_id).key
+
+
+class KernelLogParser:
+    def __init__(
+        self,
+        host: str,
+        *,
+        gpu_index: Mapping[str, int] | None = None,
+        time: TimeContext | None = None,
+        window_s: float = DEFAULT_WINDOW_S,
+    ) -> None:
+        self.host = host
+        self.time = time or TimeContext()
+        self._gpus: dict[str, int] = {}
+        for bus, idx in (gpu_index or {}).items():
+            norm = normalize_bus_id(bus)
+            if norm is None:
+                raise ValueError(f"not a PCI bus id in the GPU map: {bus!r}")
+            self._gpus[norm] = idx
+        self.coalescer = Coalescer(window_s)
+        self._line = 0
+        self._warned: set[str] = set()
+
+    def feed(self, lines: Iterable[str]) -> ParseResult:
+        """Parse more lines. Events returned are new; repeats of an event returned by an earlier
+        call only raise that event's `repeats`."""
+        out = ParseResult()
+        for line in lines:
+            self._line += 1
+            out.lines += 1
+            # Cheap substring tests first: nearly every kernel line is not about Xids.
+            is_sxid = "SXid" in line
+            if not is_sxid and "NVRM: Xid" not in line:
+                out.ignored += 1
+                continue
+            stamped = split_stamp(line, self.time)
+            if not isinstance(stamped, Stamped):
+                reason = stamped or "Xid line without a known time stamp"
+                out.rejected.append(Rejection(reason, line=self._line))
+                continue
+            if is_sxid:
+                self._sxid(stamped, out)
+            else:
+                self._xid(stamped, out)
+        return out
+
+    def _xid(self, stamped: Stamped, out: ParseResult) -> None:
+        msg = parse_xid(stamped.message)
+        if isinstance(msg, str):
+            out.rejected.append(Rejection(msg, line=self._line, metric=XID_METRIC))
+            return
+        gpu = self._gpus.get(msg.bus_id)
+        if gpu is None and msg.bus_id not in self._warned:
+            self._warned.add(msg.bus_id)
+            note = (f"{self.host}: PCI {msg.bus_id} is not in the GPU map; its Xids are keyed "
+                    f"by bus id")
+            out.notes.append(note)
+            log.warning(note)
+        rec = XidRecord(ts=stamped.ts, bus_id=msg.bus_id, code=msg.code, gpu=gpu, pid=msg.pid,
+                        process=msg.process, detail=msg.detail, line=self._line)
+        ev = self.coalescer.push(gpu_key(self.host, gpu, msg.bus_id), rec)
+        if ev is not None:
+            out.events.append(ev)
+
+    def _sxid(self, stamped: Stamped, out: ParseResult) -> None:
+        msg = parse_sxid(stamped.message)
+        if isinstance(msg, str):
+            out.rejected.append(Rejection(msg, line=self._line, metric="sxid"))
+            return
+        out.sxids.append(SXidRecord(ts=stamped.ts, switch=msg.switch, bus_id=msg.bus_id,
+                                    code=msg.code, fatal=msg.fatal, detail=msg.detail,
+                                    line=self._line))
+
+
+def parse_kernel_log(
+    lines: Iterable[str],
+    host: str,
+    *,
+    gpu_index: Mapping[str, int] | None = None,
+    boot_time: float | None = None,
+    year: int | None = None,
+    now: float | None = None,
+    tz: tzinfo = UTC,
+    window_s: float = DEFAULT_WINDOW_S,
+) -> ParseResult:
+    """Parse a whole log. `gpu_index` maps PCI bus ids (as nvidia-smi prints them, or as the
+    kernel does) to GPU indices; `boot_time` (epoch s) is needed for `[uptime]` and kmsg
+    stamps; `year`/`now` date syslog stamps. Result events carry final repeat counts."""
+    parser = KernelLogParser(host, gpu_index=gpu_index,
+                             time=TimeContext(boot_time, year, now, tz), window_s=window_s)
+    return parser.feed(lines)

@@ -1,0 +1,71 @@
+"""What the kernel-log parser produces: raw Xid and SXid records, coalesced Xid events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from collectors.frames import Rejection
+
+
+@dataclass(frozen=True, slots=True)
+class XidRecord:
+    """One `NVRM: Xid (PCI:...): code, ...` line. `gpu` is the nvidia-smi index, or None when
+    the caller's bus-id map does not know `bus_id`."""
+
+    ts: float
+    bus_id: str
+    code: int
+    gpu: int | None
+    pid: int | None
+    process: str | None
+    detail: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class SXidRecord:
+    """One NVSwitch `SXid` line. No catalog metric carries these yet, so they travel beside the
+    Xid events instead of in the EventFrame."""
+
+    ts: float
+    switch: str | None  # "nvidia-nvswitch3" when the line names the device
+    bus_id: str
+    code: int
+    fatal: bool | None  # None when the line does not say Fatal / Non-fatal
+    detail: str
+    line: int
+
+
+@dataclass(slots=True)
+class XidEvent:
+    """Repeats of one code on one GPU inside the coalescing window, as one event at the time of
+    the first. `repeats` counts every line, the first included."""
+
+    key: str  # entity key, "n001:gpu3"; the bus id stands in for the index when unmapped
+    ts: float
+    code: int
+    bus_id: str
+    gpu: int | None
+    pid: int | None
+    process: str | None
+    detail: str
+    line: int
+    last_ts: float
+    repeats: int = 1
+
+    @property
+    def mapped(self) -> bool:
+        return self.gpu is not None
+
+
+@dataclass(slots=True)
+class ParseResult:
+    """Everything one parse produced. `ignored` counts lines that are not about Xids at all
+    (other kernel messages, blank lines); `rejected` lists Xid-looking lines we could not read."""
+
+    events: list[XidEvent] = field(default_factory=list)
+    sxids: list[SXidRecord] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    ignored: int = 0
+    lines: int = 0
