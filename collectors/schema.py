@@ -5,7 +5,8 @@ Three schemas are understood, told apart by measurement name:
 - ours (the trace format): `gpu`, `nvlink`, `ib_port`, `node` with canonical catalog field
   names, and one measurement per event metric (`xid`, field `code`);
 - Telegraf `nvidia_smi` (tag `index` is the GPU) and `infiniband`, with field names taken from
-  each Metric.telegraf.
+  each Metric.telegraf;
+- Telegraf `prometheus` scraping dcgm-exporter (collectors.telegraf_prom translates it).
 
 Bad values are rejected field by field, so one bad field never costs the rest of its line.
 """
@@ -23,6 +24,7 @@ from collectors.catalog import CATALOG, Kind, Metric, Scope
 from collectors.frames import Batch, Entity, EntityTable, Frame, Rejection
 from collectors.lineprotocol import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, FieldValue, Point, parse
 from collectors.lpformat import escape_key
+from collectors.telegraf_prom import translate
 
 # The tags that name an entity, in Entity order (node, unit, sub), and which must be integers.
 _OWN_TAGS: dict[Scope, tuple[str, ...]] = {
@@ -101,6 +103,7 @@ class SchemaMapper:
 
     def __init__(self, *, strict: bool = True) -> None:
         self.strict = strict
+        self._last_xid: dict[tuple[str, str], int] = {}  # Telegraf-scraped DCGM Xid baselines
         self._tables: dict[Scope, EntityTable] = {}
         # Every entity gets its slot when first seen; the table catches up when a frame is built.
         self._known: dict[Scope, list[Entity]] = {s: [] for s in Scope}
@@ -133,7 +136,7 @@ class SchemaMapper:
         acc: dict[Scope, _Rows] = {}
         reject = batch.rejected.append
         specs = _SPECS
-        for p in points:
+        for p in translate(points, self._last_xid):
             spec = specs.get(p.measurement)
             if spec is None:
                 if self.strict:

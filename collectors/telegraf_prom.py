@@ -1,0 +1,89 @@
+"""Telegraf's `prometheus` input scraping dcgm-exporter, turned into our own schema.
+
+Telegraf writes a scraped metric either as its own measurement with the value in a field named
+by its type (metric_version 1: `DCGM_FI_DEV_GPU_TEMP,gpu=0,UUID=... gauge=41`) or as fields of
+one `prometheus` measurement (metric_version 2: `prometheus,gpu=0 DCGM_FI_DEV_GPU_TEMP=41`).
+Both become `gpu` / `nvlink` points here. DCGM_FI_DEV_XID_ERRORS holds the last Xid's code on
+every scrape, so it becomes an `xid` event only when it changes to a new non-zero code (the
+first value seen for a GPU is a baseline, as the dcgm-exporter collector's XidTracker does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from functools import cache
+from typing import TYPE_CHECKING
+
+from collectors.catalog import Scope
+from collectors.lineprotocol import FieldValue, Point
+
+if TYPE_CHECKING:
+    from collectors.dcgm.fields import FieldMap
+
+_VALUE_FIELDS = ("gauge", "counter", "value", "untyped")
+_XID = "DCGM_FI_DEV_XID_ERRORS"
+
+
+@cache
+def _fields() -> FieldMap:
+    # Imported late: the dcgm package's collector imports the schema mapper, which imports this.
+    from collectors.dcgm.fields import FIELDS
+
+    return FIELDS
+
+
+def is_prometheus(p: Point) -> bool:
+    return p.measurement.startswith("DCGM_FI_") or p.measurement == "prometheus"
+
+
+def _host(tags: dict[str, str]) -> str | None:
+    # dcgm-exporter's own Hostname label names the GPU node; Telegraf's host tag names wherever
+    # Telegraf ran, which for a central scraper is not the GPU's node.
+    return tags.get("Hostname") or tags.get("hostname") or tags.get("host")
+
+
+def _one(name: str, value: FieldValue, p: Point,
+         last_xid: dict[tuple[str, str], int]) -> Iterator[Point]:
+    if isinstance(value, bool | str):
+        return
+    host, gpu = _host(p.tags), p.tags.get("gpu")
+    if host is None or gpu is None:
+        return
+    if name == _XID:
+        code, before = int(value), last_xid.get((host, gpu))
+        last_xid[(host, gpu)] = code
+        if before is not None and code and code != before:
+            yield Point("xid", {"host": host, "gpu": gpu}, {"code": int(value)}, p.ts_ns, p.line,
+                        p.source)
+        return
+    found = _fields().lookup(name)
+    if found is None:
+        return
+    for t in found.targets:
+        v: FieldValue = value
+        if t.mask is not None:
+            v = 1 if int(value) & t.mask else 0
+        if t.metric.scope is Scope.NVLINK and found.link is not None:
+            yield Point("nvlink", {"host": host, "gpu": gpu, "link": str(found.link)},
+                        {t.metric.name: v}, p.ts_ns, p.line, p.source)
+        elif t.metric.scope is Scope.GPU:
+            yield Point("gpu", {"host": host, "gpu": gpu}, {t.metric.name: v}, p.ts_ns, p.line,
+                        p.source)
+
+
+def translate(points: Iterable[Point],
+              last_xid: dict[tuple[str, str], int]) -> Iterator[Point]:
+    """Our-schema points for Telegraf prometheus points; every other point passes through.
+    DCGM fields the catalog has no home for are dropped, as the dcgm-exporter collector does.
+    `last_xid` is the caller's memory of each GPU's last Xid value between calls."""
+    for p in points:
+        if not is_prometheus(p):
+            yield p
+        elif p.measurement == "prometheus":
+            for name, value in p.fields.items():
+                if name.startswith("DCGM_FI_"):
+                    yield from _one(name, value, p, last_xid)
+        else:
+            found = next((p.fields[f] for f in _VALUE_FIELDS if f in p.fields), None)
+            if found is not None:
+                yield from _one(p.measurement, found, p, last_xid)
