@@ -124,7 +124,10 @@ def _ib_parse(path: Path, host: str, ts_ns: int) -> list[Point]:
 def _ib_build(host: str, cfg: Mapping[str, Any]) -> Collector:
     from collectors.infiniband import InfinibandCollector
 
-    return InfinibandCollector(host=host, **dict(cfg))
+    settings = dict(cfg)
+    if "root" in settings:  # from YAML or the environment it arrives as a string
+        settings["root"] = Path(settings["root"])
+    return InfinibandCollector(host=host, **settings)
 
 
 register(Source("infiniband", "InfiniBand port counters and state from sysfs", _ib_parse,

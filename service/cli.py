@@ -18,6 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collectors.base import Collector
+    from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +67,6 @@ def _configure_serve(p: argparse.ArgumentParser) -> None:
 def _run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from collectors.base import Collector
     from collectors.replay import ReplaySource
     from collectors.trace import TraceReader
     from service.api import create_app
@@ -82,10 +86,38 @@ def _run_serve(args: argparse.Namespace) -> int:
         svc = svc.model_copy(update={"collect_interval_s": min(svc.collect_interval_s, interval),
                                      "score_interval_s": min(svc.score_interval_s, interval)})
         settings = settings.model_copy(update={"service": svc})
+    else:
+        collectors = local_collectors(settings)
     app = create_app(settings, collectors=collectors, clock=clock or time.time)
     # log_config=None: logging was configured once, in main.
     uvicorn.run(app, host=args.host or svc.host, port=args.port or svc.port, log_config=None)
     return 0
+
+
+def local_collectors(settings: Settings) -> list[Collector]:
+    """The sources named in settings.collectors (each validated by its own constructor, so a
+    wrong key fails at start-up with its source's name), plus every detected one if `auto`."""
+    import socket
+
+    from collectors import registry
+
+    cfg = settings.collectors
+    names = dict(cfg.sources)
+    if cfg.auto:
+        for s in registry.SOURCES.values():
+            if s.name not in names and s.detect():
+                names[s.name] = {}
+    host = socket.gethostname()
+    out: list[Collector] = []
+    problems: list[str] = []
+    for name, section in names.items():
+        try:
+            out.append(registry.get(name).build(host, section))
+        except (KeyError, TypeError, ValueError) as exc:
+            problems.append(f"collectors.sources.{name}: {exc}")
+    if problems:
+        raise SystemExit("bad collector settings:\n  " + "\n  ".join(problems))
+    return out
 
 
 # ---- replay -----------------------------------------------------------------------------------

@@ -46,6 +46,15 @@ class IngestSettings(BaseModel):
     tokens: list[SecretStr] = Field(default_factory=list)
 
 
+class CollectorSettings(BaseModel):
+    """Sources the service runs itself (a single node, or a head node with its own GPUs):
+    `sources` maps a registered source name (collectors.registry) to its own config section;
+    `auto` also runs every other source this host has, with defaults."""
+
+    auto: bool = False
+    sources: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
 class DetectorSettings(BaseModel):
     hard: HardRuleConfig = HardRuleConfig()
     dynamic: DynamicConfig = DynamicConfig()
@@ -60,6 +69,7 @@ class Settings(BaseSettings):
     ingest: IngestSettings = IngestSettings()
     window: WindowConfig = WindowConfig()
     detectors: DetectorSettings = DetectorSettings()
+    collectors: CollectorSettings = CollectorSettings()
     alerts: AlertPolicy = AlertPolicy()
 
     @classmethod

@@ -106,3 +106,23 @@ def test_parse_reads_xids_from_a_kernel_log(capsys: pytest.CaptureFixture[str]) 
     codes = [int(x.split("code=")[1].split("i")[0]) for x in lines]
     assert codes[:2] == [48, 63] and 94 in codes
     assert all(x.startswith("xid,") and "host=n3" in x for x in lines)
+
+
+def test_the_service_builds_its_own_collectors_from_settings(tmp_path: Path) -> None:
+    from service.cli import local_collectors
+    from service.settings import Settings
+
+    s = Settings(collectors={"sources": {  # type: ignore[arg-type]
+        "infiniband": {"root": str(tmp_path / "none")},
+        "kernel-log": {"path": str(tmp_path / "kern.log")}}})
+    built = local_collectors(s)
+    assert len(built) == 2
+    ib = built[0]
+    ib.collect()
+    assert not ib.status.up and "no InfiniBand devices" in ib.status.reason
+    bad = Settings(collectors={  # type: ignore[arg-type]
+        "sources": {"nvidia-smi": {"no_such_option": 1}, "nope": {}}})
+    with pytest.raises(SystemExit) as exc:
+        local_collectors(bad)
+    msg = str(exc.value)
+    assert "collectors.sources.nvidia-smi" in msg and "collectors.sources.nope" in msg
