@@ -163,3 +163,40 @@ register(Source("kernel-log", "Xid and SXid lines from /dev/kmsg, journalctl -k 
                 _kernel_parse,
                 lambda: Path("/dev/kmsg").exists() or shutil.which("journalctl") is not None,
                 _kernel_build))
+
+
+# ---- NVML ----------------------------------------------------------------------------------
+
+def _nvml_parse(path: Path, host: str, ts_ns: int) -> list[Point]:
+    raise ValueError("NVML reads a live driver; capture nvidia-smi output and parse that instead")
+
+
+def _nvml_build(host: str, cfg: Mapping[str, Any]) -> Collector:
+    from collectors.nvml import NvmlCollector
+
+    return NvmlCollector(host, **dict(cfg))
+
+
+def _nvml_detect() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+    except Exception:  # no driver, no library: this host has no NVML
+        return False
+    return True
+
+
+register(Source("nvml", "NVML through nvidia-ml-py: every GPU metric, NVLink per link, Xid events",
+                _nvml_parse, _nvml_detect, _nvml_build))
+
+
+# NVML reads everything nvidia-smi prints, without a process per round.
+SUPERSEDED = {"nvidia-smi": "nvml"}
+
+
+def detected() -> list[str]:
+    """The sources this host has, less those another detected source covers."""
+    found = [s.name for s in SOURCES.values() if s.detect()]
+    return [n for n in found if SUPERSEDED.get(n) not in found]

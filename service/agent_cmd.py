@@ -38,7 +38,7 @@ def _configure_agent(p: argparse.ArgumentParser) -> None:
 
 
 def _collectors(args: argparse.Namespace) -> list[Collector]:
-    names = args.source or [s.name for s in registry.SOURCES.values() if s.detect()]
+    names = args.source or registry.detected()
     if not names:
         raise SystemExit("no source found on this host; name one with --source")
     return [registry.get(n).build(args.host, {}) for n in names]

@@ -104,9 +104,8 @@ def local_collectors(settings: Settings) -> list[Collector]:
     cfg = settings.collectors
     names = dict(cfg.sources)
     if cfg.auto:
-        for s in registry.SOURCES.values():
-            if s.name not in names and s.detect():
-                names[s.name] = {}
+        for name in registry.detected():
+            names.setdefault(name, {})
     host = socket.gethostname()
     out: list[Collector] = []
     problems: list[str] = []

@@ -1,0 +1,175 @@
+"""NvmlCollector: GPU health straight from NVML (libnvidia-ml), no subprocess.
+
+Each collect reads, for every GPU, the catalog's `gpu` metrics, the `nvlink` metrics per link
+and the Xid events queued since the last collect, at one timestamp.
+
+Failures are data: no library, no driver or a failed nvmlInit give up=False with the reason and
+an empty Batch (nvmlInit is tried again next collect, so a driver loaded later is picked up). A
+GPU that falls off the bus is named in the status reason while the others keep reporting; only
+when every GPU is lost is the collector down. What a GPU does not support is asked once and
+listed in `unsupported`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+from collectors.base import CollectorStatus
+from collectors.frames import Batch
+from collectors.lineprotocol import FieldValue, Point
+from collectors.nvml.api import Handle, NvmlApi, load_pynvml
+from collectors.nvml.gpu import read_gpu
+from collectors.nvml.nvlink import read_links
+from collectors.nvml.reader import GpuLost, GpuReader
+from collectors.nvml.xid import XidWatcher
+from collectors.schema import EVENT_FIELD, SchemaMapper
+
+log = logging.getLogger(__name__)
+
+
+class NvmlCollector:
+    def __init__(
+        self,
+        host: str,
+        *,
+        nvml: NvmlApi | None = None,
+        clock: Callable[[], float] = time.time,
+        name: str = "nvml",
+        xid_events: bool = True,
+    ) -> None:
+        self.name = name
+        self.status = CollectorStatus()
+        self.host = host
+        self.xid_events = xid_events
+        self._nvml = nvml
+        self._clock = clock
+        self._mapper = SchemaMapper()  # one per collector: one EntityTable per topology
+        self._ready = False
+        self._handles: list[Handle | None] = []
+        self._readers: list[GpuReader] = []
+        self._xid: XidWatcher | None = None
+        self._lost: frozenset[int] = frozenset()
+
+    @property
+    def unsupported(self) -> Mapping[int, frozenset[str]]:
+        """Per GPU index, the catalog metrics (and "xid") its NVML does not support."""
+        return {r.index: frozenset(r.unsupported) for r in self._readers if r.unsupported}
+
+    @property
+    def lost(self) -> frozenset[int]:
+        """GPU indexes that answered GPU_IS_LOST (fell off the bus) on the last collect."""
+        return self._lost
+
+    def collect(self) -> Batch:
+        ts_ns = int(self._clock() * 1e9)
+        if not self._ready:
+            reason = self._start()
+            if reason:
+                return self._down(reason)
+        nvml = self._require()
+        points: list[Point] = []
+        lost: list[int] = []
+        for r in self._readers:
+            try:
+                points += self._read(nvml, r, ts_ns)
+            except GpuLost:
+                lost.append(r.index)
+        self._lost = frozenset(lost)
+        if lost and len(lost) == len(self._readers):
+            return self._down(f"all GPUs are lost (fell off the bus): {_list(lost)}")
+        batch = self._mapper.to_batch(points)
+        reason = f"GPU {_list(lost)} lost (fell off the bus)" if lost else ""
+        if reason and reason != self.status.reason:
+            log.warning("collector %s: %s", self.name, reason)
+        self.status = CollectorStatus(up=True, reason=reason)
+        return batch
+
+    def close(self) -> None:
+        """Free the event sets and end the NVML session; the next collect starts a new one."""
+        if not self._ready:
+            return
+        nvml = self._require()
+        if self._xid is not None:
+            self._xid.close()
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError as exc:
+            log.debug("nvmlShutdown failed: %s", exc)
+        self._ready = False
+
+    def _read(self, nvml: NvmlApi, r: GpuReader, ts_ns: int) -> list[Point]:
+        h = self._handles[r.index]
+        if h is None:  # lost when the session started: its handle may come back after a reset
+            try:
+                h = self._handles[r.index] = nvml.nvmlDeviceGetHandleByIndex(r.index)
+            except nvml.NVMLError_GpuIsLost:
+                raise GpuLost from None
+            except nvml.NVMLError as exc:
+                log.debug("gpu %d: no handle: %s", r.index, exc)
+                return []
+        host, gpu = self.host, str(r.index)
+        out: list[Point] = []
+        fields: dict[str, FieldValue] = dict(read_gpu(r, h))
+        if fields:
+            out.append(Point("gpu", {"host": host, "gpu": gpu}, fields, ts_ns))
+        for link, link_fields in read_links(r, h).items():
+            lf: dict[str, FieldValue] = dict(link_fields)
+            out.append(Point("nvlink", {"host": host, "gpu": gpu, "link": str(link)}, lf, ts_ns))
+        if self._xid is not None:
+            self._xid.ensure(r, h)
+            out += [Point("xid", {"host": host, "gpu": gpu}, {EVENT_FIELD: code}, ts_ns)
+                    for code in self._xid.drain(r)]
+        return out
+
+    def _start(self) -> str:
+        """nvmlInit and one handle per GPU; the reason it failed, or "" when ready."""
+        if self._nvml is None:
+            try:
+                self._nvml = load_pynvml()
+            except ImportError:
+                return "pynvml is not installed (pip install nvidia-ml-py)"
+        nvml = self._nvml
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError_LibraryNotFound:
+            return "NVML library not found (libnvidia-ml.so.1; is the NVIDIA driver installed?)"
+        except nvml.NVMLError_DriverNotLoaded:
+            return "NVIDIA driver not loaded"
+        except nvml.NVMLError as exc:
+            return f"nvmlInit failed: {exc}"
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except nvml.NVMLError as exc:
+            nvml.nvmlShutdown()
+            return f"nvmlDeviceGetCount failed: {exc}"
+        self._handles = []
+        for i in range(count):
+            try:
+                self._handles.append(nvml.nvmlDeviceGetHandleByIndex(i))
+            except nvml.NVMLError as exc:
+                # A lost GPU has no handle; it is reported lost by the collect that follows.
+                log.warning("gpu %d: nvmlDeviceGetHandleByIndex failed: %s", i, exc)
+                self._handles.append(None)
+        # Readers (and what they learned unsupported) survive a close/restart of the session.
+        known = {r.index: r for r in self._readers}
+        self._readers = [known.get(i) or GpuReader(nvml, i) for i in range(count)]
+        self._xid = XidWatcher(nvml) if self.xid_events else None
+        self._ready = True
+        return ""
+
+    def _require(self) -> NvmlApi:
+        if self._nvml is None:
+            raise RuntimeError("NVML is not loaded")  # unreachable once _start succeeded
+        return self._nvml
+
+    def _down(self, reason: str) -> Batch:
+        if self.status.up or self.status.reason != reason:
+            log.warning("collector %s down: %s", self.name, reason)
+        self.status = CollectorStatus(up=False, reason=reason)
+        return Batch()
+
+
+def _list(indexes: list[int]) -> str:
+    return ", ".join(map(str, indexes))
