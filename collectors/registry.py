@@ -147,10 +147,32 @@ def _kernel_parse(path: Path, host: str, ts_ns: int) -> list[Point]:
                   {"code": e.code}, int(e.ts * 1e9)) for e in res.events]
 
 
+def gpu_bus_map(binary: str = "nvidia-smi", timeout_s: float = 5.0) -> dict[str, int]:
+    """PCI bus id -> GPU index as nvidia-smi numbers them, so kernel-log Xids land on the same
+    GPU entity as every other source; empty when nvidia-smi is absent or fails."""
+    from collectors.nvidia_smi import run_process
+
+    try:
+        rc, stdout, _ = run_process(
+            [binary, "--query-gpu=index,pci.bus_id", "--format=csv,noheader"], timeout_s)
+    except (OSError, TimeoutError):
+        return {}
+    if rc != 0:
+        return {}
+    out: dict[str, int] = {}
+    for line in stdout.splitlines():
+        index, _, bus = (x.strip() for x in line.partition(","))
+        if index.isdigit() and bus:
+            out[bus] = int(index)
+    return out
+
+
 def _kernel_build(host: str, cfg: Mapping[str, Any]) -> Collector:
     from collectors.kernel_log import KernelLogCollector
 
     settings = dict(cfg)
+    if "gpu_index" not in settings and shutil.which("nvidia-smi"):
+        settings["gpu_index"] = gpu_bus_map()
     path = settings.pop("path", None)
     if path:
         return KernelLogCollector.from_file(host, Path(path), **settings)

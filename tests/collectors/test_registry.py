@@ -126,3 +126,31 @@ def test_the_service_builds_its_own_collectors_from_settings(tmp_path: Path) -> 
         local_collectors(bad)
     msg = str(exc.value)
     assert "collectors.sources.nvidia-smi" in msg and "collectors.sources.nope" in msg
+
+
+@NEEDS
+def test_kernel_log_xids_land_on_the_gpu_index_nvidia_smi_gives(tmp_path: Path) -> None:
+    """The kernel log names a GPU by PCI bus id; the agent asks nvidia-smi for the index."""
+    from collectors.frames import Entity
+
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho '0, 00000000:07:00.0'\necho '1, 00000000:19:00.0'\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    env_path = os.environ["PATH"]
+    os.environ["PATH"] = f"{fake.parent}{os.pathsep}{env_path}"
+    try:
+        assert registry.gpu_bus_map()["00000000:19:00.0"] == 1
+        collector = registry.get("kernel-log").build("n4", {"path": str(log)})
+    finally:
+        os.environ["PATH"] = env_path
+    collector.collect()  # it follows from the end, as a live kernel log is followed
+    capture = FIXTURES / "xid-logs" / "gpud-dmesg-time-format-iso-xid48-63-94.log"
+    with log.open("a") as f:
+        f.write(capture.read_text())
+    batch = collector.collect()
+    assert collector.status.up, collector.status.reason
+    assert set(batch.events.keys) == {Entity.gpu("n4", 1).key}
+    assert {48, 63, 94} <= {int(v) for v in batch.events.values}
