@@ -17,7 +17,6 @@ from collectors.agent.push import Pusher
 from collectors.agent.spool import Spool
 from collectors.base import Collector
 from collectors.lpformat import format_points
-from collectors.schema import batch_to_lines
 from service.cli import register
 
 
@@ -90,10 +89,6 @@ def _run_parse(args: argparse.Namespace) -> int:
         for line in format_points(points):
             print(line)
     return 1 if failed else 0
-
-
-def round_lines(collectors: list[Collector]) -> list[str]:
-    return [line for c in collectors for line in batch_to_lines(c.collect())]
 
 
 register("agent", _configure_agent, _run_agent,

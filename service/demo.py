@@ -5,6 +5,7 @@ injected failure (alerted or not, level, lead time) and every false alarm."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import shutil
@@ -131,7 +132,7 @@ def run_demo(args: argparse.Namespace, out: Any = sys.stdout,
                 f"{'-' if value is None else f'{value:.3g}'}")
 
     wall0 = time.monotonic()
-    with api if api is not None else _Null():
+    with api if api is not None else contextlib.nullcontext():
         if api is not None:
             if on_api is not None:
                 on_api(api.url)
@@ -170,14 +171,6 @@ def run_demo(args: argparse.Namespace, out: Any = sys.stdout,
                 pass
     pipeline.close()
     return summary
-
-
-class _Null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _alerts_for(res: TickResult) -> list[Any]:
