@@ -319,6 +319,9 @@ _ib("port_xmit_data", "words", "Data octets sent, divided by 4 (IBA PortXmitData
     "counters/port_xmit_data")
 _ib("state", "enum", "Logical port state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE", "state", _S)
 _ib("rate", "Gbit/s", "Link rate (e.g. 400 for 4X NDR)", "rate", _G)
+_r(Metric("ib_link_flaps", "events", _C, Scope.IB_PORT,
+          "Times the port left ACTIVE or link_downed rose, counted by the collector across reads "
+          "(gpud's flap scan); starts at 0 when the collector starts", resets=True))
 _r(Metric("ib_ber", "ratio", _G, Scope.IB_PORT,
           "Bit-error rate estimated from symbol errors over bits carried at the link rate",
           derived=True))

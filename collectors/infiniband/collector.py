@@ -1,9 +1,8 @@
 """InfinibandCollector: the IB sysfs tree read on every collect().
 
 It emits raw counters, port state and rate; ib_ber is derived later in the window store from
-symbol errors and the rate, so it is not computed here. Link flaps need two reads and are kept
-in `flaps` (see collectors.infiniband.flaps); the catalog has no per-port flap metric yet, so
-they do not travel in the Batch.
+symbol errors and the rate, so it is not computed here. Link flaps need two reads: the running
+count per port (collectors.infiniband.flaps) travels as the counter `ib_link_flaps`.
 """
 
 from __future__ import annotations
@@ -60,6 +59,9 @@ class InfinibandCollector:
         self.last_flaps = self.flaps.update(ports)
         self.status.up, self.status.reason = True, ""
         points = [p for p in (to_point(r, self.host, ts_ns) for r in ports) if p.fields]
+        for p in points:
+            key = (p.tags["device"], int(p.tags["port"]))
+            p.fields["ib_link_flaps"] = self.flaps.total.get(key, 0)
         return self._mapper.to_batch(points, rejected)
 
     def _down(self, reason: str) -> Batch:

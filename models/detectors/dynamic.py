@@ -290,6 +290,8 @@ class DynamicThresholds:
         ber = _nanmean(recent(ib, "ib_ber", HOUR)[0])
         flaps = _sum(recent(ib, "ib_link_error_recovery", HOUR)[0])
         flaps = np.nan_to_num(flaps) + np.nan_to_num(_sum(recent(ib, "ib_link_downed", HOUR)[0]))
+        # Short flaps seen by the collector between reads (no link_downed bump, under 30 s).
+        flaps += np.nan_to_num(_sum(recent(ib, "ib_link_flaps", HOUR)[0]))
         base = np.maximum(np.nan_to_num(self.ber_base.get(n), nan=c.ber_floor), c.ber_floor)
         with np.errstate(invalid="ignore"):
             high = ber > c.ber_limit

@@ -62,6 +62,10 @@ def test_collects_and_derives_flaps(tmp_path: Path) -> None:
     f2 = second.frames[Scope.IB_PORT]
     sym = CATALOG.column(Scope.IB_PORT, "ib_symbol_error")
     assert np.nansum(f2.values[:, sym]) == 12
+    # The running flap count travels as the counter ib_link_flaps.
+    fl = CATALOG.column(Scope.IB_PORT, "ib_link_flaps")
+    got = {f2.entities[int(r)].unit: f2.values[i, fl] for i, r in enumerate(f2.rows)}
+    assert (got["mlx5_0"], got["mlx5_4"], got["mlx5_5"], got["mlx5_6"]) == (2, 1, 1, 0)
 
 
 def test_saturated_and_cleared_counters_report_no_increase() -> None:
