@@ -45,6 +45,7 @@ class PipelineCollector:
     def collect(self) -> Iterable[Metric]:
         yield from self._stats()
         yield self._collectors()
+        yield self._errors()
         yield self._alerts()
         yield from self._risk()
 
@@ -72,6 +73,16 @@ class PipelineCollector:
         for name, status in sorted(self.statuses().items()):
             up.add_metric([name], 1.0 if status.up else 0.0)
         return up
+
+    def _errors(self) -> Metric:
+        # The reason a collector is down, as an info-style series (value 1); none while up.
+        err = GaugeMetricFamily("gpuhealth_collector_last_error",
+                                "Why a collector is down (1 per down collector, reason label)",
+                                labels=["collector", "reason"])
+        for name, status in sorted(self.statuses().items()):
+            if not status.up:
+                err.add_metric([name, status.reason[:200]], 1.0)
+        return err
 
     def _alerts(self) -> Metric:
         firing = GaugeMetricFamily("gpuhealth_alerts_firing", "Open alerts by current level",
@@ -117,6 +128,9 @@ class ServiceMetrics:
         self.ingest_seconds = Histogram(
             "gpuhealth_ingest_seconds", "Duration of ingesting one batch, by source",
             ["source"], buckets=_TICK_BUCKETS, registry=self.registry)
+        self.scrape_seconds = Histogram(
+            "gpuhealth_collector_scrape_seconds", "Duration of one collect() of a collector",
+            ["collector"], buckets=_TICK_BUCKETS, registry=self.registry)
         self.skipped = Counter(
             "gpuhealth_ticks_skipped", "Scheduled runs skipped because the previous run of the "
             "job was still going or ran too late (coalesced, never queued)", ["job"],

@@ -118,6 +118,7 @@ class TickScheduler:
         """One round of one collector into the pipeline; returns the samples accepted."""
         collector = self.collectors[name]
         job = f"collect:{name}"
+        t_scrape = time.perf_counter()
         try:
             batch = collector.collect()
         except Exception as exc:  # a broken collector must not stop the others
@@ -125,6 +126,8 @@ class TickScheduler:
             self._set_status(name, CollectorStatus(False, f"collect() raised {exc!r}"))
             self._count(job, errors=1)
             return 0
+        if self.metrics is not None:
+            self.metrics.scrape_seconds.labels(name).observe(time.perf_counter() - t_scrape)
         self._set_status(name, replace(collector.status))
         if isinstance(self.clock, DataClock):
             self.clock.observe(batch)

@@ -227,6 +227,11 @@ def test_metrics(faulty: Service) -> None:
     assert value("gpuhealth_alerts_firing", level="1") == 1
     assert value("gpuhealth_collector_up", collector="fleet") == 1
     assert value("gpuhealth_collector_up", collector="broken") == 0
+    assert value("gpuhealth_collector_scrape_seconds_count", collector="fleet") == 3
+    down = [lbl for (name, lbl), v in samples.items()
+            if name == "gpuhealth_collector_last_error" and v == 1]
+    assert [dict(lbl)["collector"] for lbl in down] == ["broken"]
+    assert dict(down[0])["reason"]
     assert value("gpuhealth_samples_ingested_total") > 0
     assert value("gpuhealth_samples_rejected_total") == 0
     assert value("gpuhealth_score_ticks_total") == 3
