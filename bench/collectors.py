@@ -343,26 +343,33 @@ def _node_of(line: str) -> str:
 def _client(conn: Connection, url: str, gpus: int, per_request: int, rounds: int,
             nvlink: bool, t0: float) -> None:
     """The pushing side, in its own process: builds gzip bodies (one per `per_request` GPUs per
-    round, as node agents or a Telegraf relay would), says ready, posts them on a go."""
+    round, as node agents or a Telegraf relay would), posts one warm-up round (the service
+    meets every entity for the first time there), says ready, posts the rest on a go."""
     import httpx
 
     bodies: list[bytes] = []
+    warmup: list[bytes] = []
     lines_n = 0
     samples = 0
-    for k in range(rounds):
+    for k in range(rounds + 1):
         lines, s = _fleet_lines(gpus, nvlink=nvlink, t0=t0 + ROUND_S * k)
-        samples += s
-        lines_n += len(lines)
+        if k:
+            samples += s
+            lines_n += len(lines)
         groups: dict[int, list[str]] = {}
         for ln in lines:
             node = int(_node_of(ln)[1:])
             groups.setdefault(node * NODE_GPUS // per_request, []).append(ln)
         for g in sorted(groups):
-            bodies.append(gzip.compress(("\n".join(groups[g]) + "\n").encode(), 6))
-    conn.send((len(bodies), lines_n, samples, sum(map(len, bodies))))
-    conn.recv()
+            body = gzip.compress(("\n".join(groups[g]) + "\n").encode(), 6)
+            (bodies if k else warmup).append(body)
     errors = 0
     with httpx.Client(timeout=60) as client:
+        for body in warmup:
+            client.post(url, content=body, headers={"Content-Encoding": "gzip",
+                                                    "Content-Type": "text/plain"})
+        conn.send((len(bodies), lines_n, samples, sum(map(len, bodies))))
+        conn.recv()
         w0 = time.perf_counter()
         for body in bodies:
             r = client.post(url, content=body, headers={"Content-Encoding": "gzip",
@@ -411,12 +418,12 @@ def bench_ingest(sim_gpus: int, per_request: int, rounds: int, nvlink: bool) -> 
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as tmp, _service(Path(tmp), lambda: data_clock[0]) as url:
         ours, theirs = ctx.Pipe()
+        data_clock[0] = t0 + ROUND_S * (rounds + 1)
         proc = ctx.Process(target=_client, args=(theirs, url, sim_gpus, per_request, rounds,
                                                  nvlink, t0))
         proc.start()
         theirs.close()
         requests, lines, samples, nbytes = ours.recv()
-        data_clock[0] = t0 + ROUND_S * rounds
         c0 = time.process_time()
         ours.send("go")
         wall, errors = ours.recv()
