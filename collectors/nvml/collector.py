@@ -38,12 +38,15 @@ class NvmlCollector:
         clock: Callable[[], float] = time.time,
         name: str = "nvml",
         xid_events: bool = True,
+        loader: Callable[[], NvmlApi] = load_pynvml,
     ) -> None:
+        """`nvml`: the binding to use; else `loader` imports pynvml on the first collect."""
         self.name = name
         self.status = CollectorStatus()
         self.host = host
         self.xid_events = xid_events
         self._nvml = nvml
+        self._loader = loader
         self._clock = clock
         self._mapper = SchemaMapper()  # one per collector: one EntityTable per topology
         self._ready = False
@@ -127,7 +130,7 @@ class NvmlCollector:
         """nvmlInit and one handle per GPU; the reason it failed, or "" when ready."""
         if self._nvml is None:
             try:
-                self._nvml = load_pynvml()
+                self._nvml = self._loader()
             except ImportError:
                 return "pynvml is not installed (pip install nvidia-ml-py)"
         nvml = self._nvml

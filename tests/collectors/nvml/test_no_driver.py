@@ -5,9 +5,9 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-import collectors.nvml.collector as collector_module
 from collectors.base import Collector
 from collectors.nvml import NvmlCollector
+from collectors.nvml.api import NvmlApi
 from tests.collectors.nvml.fake import FakeNvml
 from tests.collectors.nvml.helpers import HOST
 
@@ -34,12 +34,11 @@ def test_real_pynvml_without_library_is_down_with_reason() -> None:
     assert c.collect().samples == 0 and not c.status.up
 
 
-def test_missing_binding_is_down_with_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_pynvml() -> object:
+def test_missing_binding_is_down_with_reason() -> None:
+    def no_pynvml() -> NvmlApi:
         raise ImportError("No module named 'pynvml'")
 
-    monkeypatch.setattr(collector_module, "load_pynvml", no_pynvml)
-    c = NvmlCollector(HOST)
+    c = NvmlCollector(HOST, loader=no_pynvml)
     assert c.collect().samples == 0
     assert not c.status.up and "pynvml is not installed" in c.status.reason
 
