@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from collectors.lineprotocol import FieldValue, Point
-from collectors.nvidia_smi.values import SmiParseError, gpu_point, value
+from collectors.lineprotocol import Point
+from collectors.nvidia_smi.values import SmiParseError, first_readable, gpu_point
 
 Path = tuple[str, ...]
 
@@ -70,13 +70,7 @@ def parse_text(text: str, host: str, ts_ns: int) -> list[Point]:
         raise SmiParseError("no 'GPU <bus id>' block in nvidia-smi -q output")
     points = []
     for index, readings in enumerate(blocks):
-        fields: dict[str, FieldValue] = {}
-        for name, paths in TEXT_PATHS.items():
-            for path in paths:
-                v = value(readings.get(path))
-                if v is not None:
-                    fields[name] = v
-                    break
+        fields = first_readable(TEXT_PATHS, readings.get)
         if fields:
             points.append(gpu_point(host, index, fields, ts_ns))
     return points

@@ -9,7 +9,8 @@ we cannot read is left out (missing is missing, never zero).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from collectors.lineprotocol import FieldValue, Point
 
@@ -44,6 +45,23 @@ def value(raw: str | None) -> float | None:
         return word
     m = _NUMBER.match(text)
     return float(m.group(1)) if m else None
+
+
+K = TypeVar("K")
+
+
+def first_readable(paths: Mapping[str, Sequence[K]],
+                   read: Callable[[K], str | None]) -> dict[str, FieldValue]:
+    """Per metric, the value at the first of its paths that reads as a number: drivers spell
+    the same reading differently, newest spelling first."""
+    fields: dict[str, FieldValue] = {}
+    for name, candidates in paths.items():
+        for path in candidates:
+            v = value(read(path))
+            if v is not None:
+                fields[name] = v
+                break
+    return fields
 
 
 def gpu_point(host: str, gpu: int, fields: dict[str, FieldValue], ts_ns: int) -> Point:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from collectors.catalog import CATALOG, Scope
 from collectors.lineprotocol import FieldValue, Point
-from collectors.nvidia_smi.values import SmiParseError, gpu_point, value
+from collectors.nvidia_smi.values import SmiParseError, first_readable, gpu_point
 
 _THROTTLE_OLD = ("clocks_event_reasons/clocks_event_reason_",
                  "clocks_throttle_reasons/clocks_throttle_reason_")
@@ -70,13 +70,6 @@ def parse_xml(text: str | bytes, host: str, ts_ns: int) -> list[Point]:
 
 
 def gpu_fields(gpu: ET.Element) -> dict[str, FieldValue]:
-    fields: dict[str, FieldValue] = {}
-    for name, paths in XML_PATHS.items():
-        for path in paths:
-            # remapped_rows is the text "N/A" (no children) on GPUs without a row remapper,
-            # so its child paths find nothing and the fields stay out.
-            v = value(gpu.findtext(path))
-            if v is not None:
-                fields[name] = v
-                break
-    return fields
+    # remapped_rows is the text "N/A" (no children) on GPUs without a row remapper, so its
+    # child paths find nothing and the fields stay out.
+    return first_readable(XML_PATHS, gpu.findtext)
