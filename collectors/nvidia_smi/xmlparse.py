@@ -50,7 +50,8 @@ XML_PATHS: Mapping[str, tuple[str, ...]] = _paths()
 
 def parse_xml(text: str | bytes, host: str, ts_ns: int) -> list[Point]:
     """One `gpu` point per <gpu> element. A MIG-enabled GPU is one physical GPU here: its
-    <mig_devices> are not descended into, so the readings are the physical GPU's."""
+    <mig_devices> are not descended into, so the readings are the physical GPU's; the point
+    carries the instances as tags instead (`mig_tags`)."""
     data = text.encode() if isinstance(text, str) else text
     try:
         root = ET.fromstring(data)
@@ -65,8 +66,24 @@ def parse_xml(text: str | bytes, host: str, ts_ns: int) -> list[Point]:
     for index, gpu in enumerate(gpus):
         fields = gpu_fields(gpu)
         if fields:
-            points.append(gpu_point(host, index, fields, ts_ns))
+            p = gpu_point(host, index, fields, ts_ns)
+            p.tags.update(mig_tags(gpu))
+            points.append(p)
     return points
+
+
+def mig_tags(gpu: ET.Element) -> dict[str, str]:
+    """`mig=enabled` and `mig_instances` (GPU instance ids, comma-separated, in document
+    order) for a GPU in MIG mode, so an operator sees which tenants share a failing board;
+    nothing for a GPU that is not (or cannot be) in MIG mode."""
+    if (gpu.findtext("mig_mode/current_mig") or "").strip().lower() != "enabled":
+        return {}
+    ids = [t.strip() for t in (d.findtext("gpu_instance_id") for d in
+                               gpu.findall("mig_devices/mig_device")) if t and t.strip()]
+    tags = {"mig": "enabled"}
+    if ids:
+        tags["mig_instances"] = ",".join(ids)
+    return tags
 
 
 def gpu_fields(gpu: ET.Element) -> dict[str, FieldValue]:

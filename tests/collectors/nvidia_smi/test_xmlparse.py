@@ -24,7 +24,7 @@ def test_every_capture_parses_into_our_schema(path: Path) -> None:
     assert points, path.name
     for i, p in enumerate(points):
         assert p.measurement == "gpu"
-        assert p.tags == {"host": "n1", "gpu": str(i)}
+        assert {"host": "n1", "gpu": str(i)}.items() <= p.tags.items()
         assert p.ts_ns == TS
         # Every capture in the set reports at least the core temperature and the SM clock.
         assert {"gpu_temp", "sm_clock"} <= p.fields.keys()
@@ -117,3 +117,27 @@ def test_truncated_capture_raises() -> None:
     text = need(XML_DIR / "telegraf-a100-sxm4-v12.xml").read_text()
     with pytest.raises(SmiParseError, match="does not parse"):
         parse_xml(text[: len(text) // 2], "n1", TS)
+
+
+def test_mig_instances_are_tags_of_the_physical_gpu() -> None:
+    from collectors.lineprotocol import parse
+    from collectors.lpformat import format_point
+
+    points = parse_xml(need(XML_DIR / "telegraf-a100-sxm4-v12.xml").read_text(), "n1", TS)
+    (p,) = points
+    assert p.tags["gpu"] == "0"
+    assert p.tags["mig"] == "enabled"
+    assert p.tags["mig_instances"] == "3,4,5,6"
+    # The comma in the tag value is escaped on the wire and comes back whole.
+    (back,) = parse(format_point(p)).points
+    assert back.tags["mig_instances"] == "3,4,5,6"
+    # The catalog mapping ignores the extra tags: the readings land on the physical GPU.
+    batch = SchemaMapper().to_batch(points)
+    assert batch.rejected == []
+    assert [e.key for e in batch.frames[Scope.GPU].entities.entities] == ["n1:gpu0"]
+
+
+def test_gpus_without_mig_mode_carry_no_mig_tags() -> None:
+    for name in ("telegraf-a10g.xml", "telegraf-rtx-3080-v13.xml"):
+        for p in parse_xml(need(XML_DIR / name).read_text(), "n1", TS):
+            assert "mig" not in p.tags and "mig_instances" not in p.tags
