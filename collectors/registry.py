@@ -173,6 +173,7 @@ def _kernel_build(host: str, cfg: Mapping[str, Any]) -> Collector:
     settings = dict(cfg)
     if "gpu_index" not in settings and shutil.which("nvidia-smi"):
         settings["gpu_index"] = gpu_bus_map()
+        settings["refresh_index"] = gpu_bus_map
     path = settings.pop("path", None)
     if path:
         return KernelLogCollector.from_file(host, Path(path), **settings)

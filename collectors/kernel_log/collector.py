@@ -11,6 +11,7 @@ from typing import Any
 
 from collectors.base import CollectorStatus
 from collectors.frames import Batch
+from collectors.kernel_log.busmap import BusMap, Fetch
 from collectors.kernel_log.coalesce import DEFAULT_WINDOW_S
 from collectors.kernel_log.parser import XID_METRIC, KernelLogParser
 from collectors.kernel_log.records import SXidRecord, XidEvent
@@ -52,6 +53,7 @@ class KernelLogCollector:
         source: LineSource,
         *,
         gpu_index: Mapping[str, int] | None = None,
+        refresh_index: Fetch | None = None,
         boot_time: float | None = None,
         proc_root: Path = Path("/proc"),
         clock: Callable[[], float] = time.time,
@@ -67,7 +69,9 @@ class KernelLogCollector:
         if boot_time is None:
             boot_time = read_boot_time(proc_root, clock)
         self._time = TimeContext(boot_time=boot_time, tz=tz)
-        self._parser = KernelLogParser(host, gpu_index=gpu_index, time=self._time,
+        # A bus id missing from the map refetches it (a swapped or late GPU), rate-limited.
+        bus_map = BusMap(gpu_index, refresh_index, clock=clock)
+        self._parser = KernelLogParser(host, gpu_index=bus_map, time=self._time,
                                        window_s=window_s)
         self.last_events: list[XidEvent] = []
         self.last_sxids: list[SXidRecord] = []

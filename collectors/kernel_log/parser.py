@@ -13,8 +13,9 @@ from datetime import UTC, tzinfo
 
 from collectors.catalog import Scope
 from collectors.frames import Entity, Rejection
+from collectors.kernel_log.busmap import BusMap
 from collectors.kernel_log.coalesce import DEFAULT_WINDOW_S, Coalescer
-from collectors.kernel_log.messages import normalize_bus_id, parse_sxid, parse_xid
+from collectors.kernel_log.messages import parse_sxid, parse_xid
 from collectors.kernel_log.records import ParseResult, SXidRecord, XidRecord
 from collectors.kernel_log.timestamps import Stamped, TimeContext, split_stamp
 
@@ -36,18 +37,13 @@ class KernelLogParser:
         self,
         host: str,
         *,
-        gpu_index: Mapping[str, int] | None = None,
+        gpu_index: Mapping[str, int] | BusMap | None = None,
         time: TimeContext | None = None,
         window_s: float = DEFAULT_WINDOW_S,
     ) -> None:
         self.host = host
         self.time = time or TimeContext()
-        self._gpus: dict[str, int] = {}
-        for bus, idx in (gpu_index or {}).items():
-            norm = normalize_bus_id(bus)
-            if norm is None:
-                raise ValueError(f"not a PCI bus id in the GPU map: {bus!r}")
-            self._gpus[norm] = idx
+        self._gpus = gpu_index if isinstance(gpu_index, BusMap) else BusMap(gpu_index)
         self.coalescer = Coalescer(window_s)
         self._line = 0
         self._warned: set[str] = set()
@@ -80,7 +76,7 @@ class KernelLogParser:
         if isinstance(msg, str):
             out.rejected.append(Rejection(msg, line=self._line, metric=XID_METRIC))
             return
-        gpu = self._gpus.get(msg.bus_id)
+        gpu = self._gpus.index(msg.bus_id)
         if gpu is None and msg.bus_id not in self._warned:
             self._warned.add(msg.bus_id)
             note = (f"{self.host}: PCI {msg.bus_id} is not in the GPU map; its Xids are keyed "

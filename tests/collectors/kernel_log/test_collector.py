@@ -236,3 +236,55 @@ def test_the_real_journalctl_is_up_or_says_why() -> None:
     assert c.status.up or c.status.reason
     assert len(batch.events) == 0
     c.close()
+
+
+class CountingFetch:
+    """nvidia-smi's bus map as a callable that counts how often it was asked."""
+
+    def __init__(self, answer: dict[str, int]) -> None:
+        self.answer = answer
+        self.calls = 0
+
+    def __call__(self) -> dict[str, int]:
+        self.calls += 1
+        return self.answer
+
+
+def test_a_gpu_missing_from_the_start_map_is_mapped_after_a_refresh(tmp_path: Path) -> None:
+    # The GPU was not visible when the agent started (a swap, or a driver still loading):
+    # its first Xid refetches the map, and it lands on gpu3 like every other source's data.
+    src = lines(ISO_48_63_94)
+    log = tmp_path / "dmesg.log"
+    log.write_text("")
+    fetch = CountingFetch(GPU_MAP)
+    clock = Clock(T48 + 10)
+    c = KernelLogCollector("n001", FileFollower(log), gpu_index={}, refresh_index=fetch,
+                           boot_time=0.0, clock=clock)
+    assert codes(c) == []  # opens the log at its end
+    append(log, src[10:12])
+    assert [k for k, *_ in codes(c)] == ["n001:gpu3", "n001:gpu3"]
+    assert fetch.calls == 1  # the second line hit the refreshed map
+    assert c.status.reason == ""  # mapped: no "not in the GPU map" note
+
+
+def test_refresh_of_an_unmappable_bus_is_rate_limited(tmp_path: Path) -> None:
+    src = lines(ISO_48_63_94)
+    log = tmp_path / "dmesg.log"
+    log.write_text("")
+    fetch = CountingFetch({})  # nvidia-smi knows no such GPU (or fails)
+    clock = Clock(T48 + 10)
+    c = KernelLogCollector("n001", FileFollower(log), gpu_index={}, refresh_index=fetch,
+                           boot_time=0.0, clock=clock)
+    assert codes(c) == []
+    append(log, src[10:13])
+    assert {k for k, *_ in codes(c)} == {"n001:gpu0000:19:00"}  # keyed by bus id, not guessed
+    assert fetch.calls == 1
+    clock.now += 30
+    append(log, src[10:11])
+    codes(c)
+    assert fetch.calls == 1  # within a minute of the last try: not asked again
+    clock.now += 31
+    fetch.answer = GPU_MAP  # the GPU is back on the bus
+    append(log, src[11:12])
+    assert [k for k, *_ in codes(c)] == ["n001:gpu3"]
+    assert fetch.calls == 2
