@@ -32,7 +32,8 @@ def test_parse_prints_what_the_source_reads(capsys: pytest.CaptureFixture[str]) 
     text = FIXTURES / "nvidia-smi-text" / "gpud-nvidia-smi-query.535.129.03.out.0.valid.a10"
     assert main(["parse", "nvidia-smi", str(XML), str(text), "--host", "n7"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("gpu,gpu=0,host=n7 gpu_temp=27.0,mem_temp=44.0")
+    assert lines[0].startswith("gpu,gpu=0,host=n7,mig=enabled,mig_instances=3\\,4\\,5\\,6 "
+                               "gpu_temp=27.0,mem_temp=44.0")
     a10 = lines[1]
     assert "remapped_rows_uncorrectable=4" in a10 and "remapped_rows_pending=1" in a10
 
