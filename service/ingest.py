@@ -62,6 +62,9 @@ class IngestResult:
     rebased: int = 0  # persistent counters that restarted lower (device replaced)
     rejections: list[Rejection] = field(default_factory=list)
     clean: Batch = field(default_factory=Batch)  # what was accepted, for the sinks
+    # Per-second rates of the accepted counters (reset-aware), same columns as `clean`; NaN
+    # where a counter had no earlier reading to difference against.
+    rates: Batch = field(default_factory=Batch)
 
     def refuse(self, n: int, reason: str, entity: str | None = None, metric: str | None = None,
                line: int | None = None) -> None:
@@ -104,14 +107,15 @@ class Ingestor:
                 frame = Frame(frame.entities, frame.rows[:keep], frame.ts[:keep],
                               frame.values[:keep])
             budget -= len(frame) * width
-            clean = self._frame(frame, now, res)
+            clean, rates = self._frame(frame, now, res)
             if len(clean):
                 res.clean.add(clean)
+                res.rates.add(rates)
         self._events(batch.events, now, res)
         return res
 
     # ---- frames -----------------------------------------------------------------------------
-    def _frame(self, frame: Frame, now: float, res: IngestResult) -> Frame:
+    def _frame(self, frame: Frame, now: float, res: IngestResult) -> tuple[Frame, Frame]:
         w = self.store[frame.scope]
         slots = w.slots_for(frame.entities, self.store.registry)[frame.rows]
         ts = frame.ts
@@ -156,18 +160,21 @@ class Ingestor:
         # Ranks are processed in turn so counter deltas chain through several rows per entity.
         kept: list[npt.NDArray[np.intp]] = []
         values_out = np.full(frame.values.shape, np.nan)
+        rates_out = np.full(frame.values.shape, np.nan)
         for r in range(int(rank.max()) + 1 if len(rank) else 0):
             sel = order[rank == r]
-            values_out[sel] = self._rows(w, frame, sel, slots[sel], ks[sel], res)
+            values_out[sel], rates_out[sel] = self._rows(w, frame, sel, slots[sel], ks[sel], res)
             kept.append(sel)
         if not kept:
-            return Frame.empty(frame.entities)
+            return Frame.empty(frame.entities), Frame.empty(frame.entities)
         sel_all = np.sort(np.concatenate(kept))
-        return Frame(frame.entities, frame.rows[sel_all], ts[sel_all], values_out[sel_all])
+        rows, kept_ts = frame.rows[sel_all], ts[sel_all]
+        return (Frame(frame.entities, rows, kept_ts, values_out[sel_all]),
+                Frame(frame.entities, rows, kept_ts, rates_out[sel_all]))
 
     def _rows(self, w: ScopeWindows, frame: Frame, sel: npt.NDArray[np.intp],
               slots: npt.NDArray[np.int32], ks: npt.NDArray[np.int64],
-              res: IngestResult) -> npt.NDArray[np.float64]:
+              res: IngestResult) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         n, m = len(sel), len(w.metrics)
         v = np.full((n, m), np.nan)
         v[:, w.frame_cols] = frame.values[sel]
@@ -205,13 +212,15 @@ class Ingestor:
             self._ber(w, v, delta, ts, slots)
         present = ~np.isnan(v)
         stored = np.where(w.is_counter, delta, v)
+        dt = ts[:, None] - w.last_ts[slots]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rate = np.where(w.is_counter & (dt > 0), delta / dt, np.nan)
         w.last_val[slots] = np.where(present, v, prev)
         w.last_ts[slots] = np.where(present, ts[:, None], w.last_ts[slots])
         w.last_k[slots] = ks
         w.write(slots, ks, stored.T.astype(np.float32))
         res.accepted += int(present[:, w.frame_cols].sum())
-        out: npt.NDArray[np.float64] = v[:, w.frame_cols]
-        return out
+        return v[:, w.frame_cols], rate[:, w.frame_cols]
 
     @staticmethod
     def _ber(w: ScopeWindows, v: npt.NDArray[np.float64], delta: npt.NDArray[np.float64],

@@ -9,7 +9,12 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
+
+from collectors.catalog import Scope
 from collectors.frames import Batch, Entity
 from models.detectors.dynamic import DynamicThresholds
 from models.detectors.findings import Detector, Signal
@@ -47,6 +52,15 @@ class TickResult:
     transitions: list[Transition] = field(default_factory=list)
     alerts: list[Alert] = field(default_factory=list)
     notifications: list[Notification] = field(default_factory=list)
+    changed: list[tuple[Transition, Alert]] = field(default_factory=list)
+    deliveries: list[tuple[Notification, Delivery]] = field(default_factory=list)
+    levels: dict[Scope, npt.NDArray[np.int8]] = field(default_factory=dict)
+
+
+class TickObserver(Protocol):
+    """Sees every scoring tick's result after it is complete (the InfluxDB recorder)."""
+
+    def observe(self, tick: TickResult) -> None: ...
 
 
 def default_detectors(settings: Settings) -> list[Detector]:
@@ -58,7 +72,8 @@ class Pipeline:
                  sinks: Sequence[Sink] | None = None,
                  notifiers: Sequence[Notifier] | None = None,
                  detectors: list[Detector] | None = None,
-                 share_store_of: Pipeline | None = None) -> None:
+                 share_store_of: Pipeline | None = None,
+                 observers: Sequence[TickObserver] | None = None) -> None:
         """`share_store_of`: read another pipeline's window store and events instead of keeping
         its own (several detector sets judged on one ingest, as the evaluator does); this
         pipeline's own ingest is then a no-op, since the owner ingests."""
@@ -76,10 +91,18 @@ class Pipeline:
         self.alerts = AlertStore(db)
         self.notifiers: list[Notifier] = (
             list(notifiers) if notifiers is not None else [RecordNotifier(db)])
+        sinks_default = sinks is None
         if sinks is None:  # the embedded default keeps sample history beside the alerts
             keep = s.storage.write_samples and alert_db is None
             sinks = [SQLiteSink(s.storage.sqlite_path)] if keep else []
         self.sinks = list(sinks)
+        self.observers: list[TickObserver] = list(observers or [])
+        if s.storage.influxdb.url and sinks_default:
+            from service.influx.sink import InfluxSink
+
+            influx = InfluxSink.from_settings(s)
+            self.sinks.append(influx)
+            self.observers.append(influx)
         self.risk: RiskState | None = None
         self.stats = Stats()
         # Ingest (collector thread) and tick (scheduler thread) must not interleave.
@@ -100,7 +123,7 @@ class Pipeline:
         with self.lock:
             res = self.ingestor.ingest(batch, now)
             for sink in self.sinks:
-                sink.write(res.clean)
+                sink.write(res)
             st = self.stats
             st.batches += 1
             st.samples_ingested += res.accepted
@@ -127,19 +150,26 @@ class Pipeline:
             changed = self.alerts.apply(transitions, explain) if transitions else []
             self.risk = risk
             self.stats.ticks += 1
+            levels = {sc: self.machine.level(sc).copy() for sc in SCOPES}
         sent = notifications(changed)
-        for n in sent:
-            self._deliver(n)
+        deliveries = [(n, d) for n in sent for d in self._deliver(n)]
         duration = time.perf_counter() - t0
         self.stats.last_tick_s = duration
-        return TickResult(now, duration, risk, transitions, [a for _, a in changed], sent)
+        result = TickResult(now, duration, risk, transitions, [a for _, a in changed], sent,
+                            changed, deliveries, levels)
+        for obs in self.observers:
+            obs.observe(result)
+        return result
 
-    def _deliver(self, n: Notification) -> None:
+    def _deliver(self, n: Notification) -> list[Delivery]:
+        out = []
         for notifier in self.notifiers:
             result = notifier.notify(n)
             if not result.ok and result.retry:
                 result = notifier.notify(n)  # one retry; the alerting issue brings backoff
             self._count(result)
+            out.append(result)
+        return out
 
     def _count(self, d: Delivery) -> None:
         if d.ok:
@@ -159,7 +189,7 @@ class Pipeline:
             close = getattr(n, "close", None)
             if callable(close):
                 close()
-        for s in self.sinks:
+        for s in [*self.sinks, *self.observers]:
             close = getattr(s, "close", None)
             if callable(close):
                 close()

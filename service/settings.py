@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from models.detectors.dynamic import DynamicConfig
@@ -25,10 +25,48 @@ class ServiceSettings(BaseModel):
     score_interval_s: float = Field(default=5.0, gt=0)
 
 
+class InfluxSettings(BaseModel):
+    """InfluxDB through the v1-compatible API (docs/influxdb.md has the settings per version).
+    `url` empty: no InfluxDB, SQLite keeps the history."""
+
+    url: str = ""
+    database: str = Field(default="gpuhealth", min_length=1)
+    retention_policy: str = ""  # empty: the database's default policy
+    cluster: str = Field(default="default", min_length=1)  # the `cluster` tag of every point
+    auth: Literal["none", "basic", "token"] = "none"
+    username: str = ""
+    password: SecretStr = SecretStr("")
+    token: SecretStr = SecretStr("")
+    timeout_s: float = Field(default=10.0, gt=0)
+    batch_lines: int = Field(default=50_000, gt=0)  # lines per write request
+    spool_dir: Path | None = None  # default: <data_dir>/influx-spool
+    spool_mb: int = Field(default=1024, gt=0)  # bound; oldest segments dropped first, counted
+    manage_schema: bool = True  # 1.x: create the database, retention policies and CQs
+    raw_retention: str = "14d"
+    rollup_retention: str = "400d"
+
+    @model_validator(mode="after")
+    def _credentials(self) -> InfluxSettings:
+        if self.auth == "token" and not self.token.get_secret_value():
+            raise ValueError("storage.influxdb.auth is 'token' but no token is set")
+        if self.auth == "basic" and not self.username:
+            raise ValueError("storage.influxdb.auth is 'basic' but no username is set")
+        return self
+
+
 class StorageSettings(BaseModel):
     data_dir: Path = Path("var")
     sqlite_file: str = "gpuhealth.db"
     write_samples: bool = True  # keep sample history in SQLite (the embedded default sink)
+    influxdb: InfluxSettings = InfluxSettings()
+    # After a restart, replay this much history from the store into the window store and the
+    # detectors, so sustained-duration rules and baselines keep their state. 0 disables.
+    warm_start_s: float = Field(default=4 * 3600.0, ge=0)
+    warm_start_tick_s: float = Field(default=5.0, gt=0)  # detector ticks during the replay
+
+    @property
+    def influx_spool(self) -> Path:
+        return self.influxdb.spool_dir or self.data_dir / "influx-spool"
 
     @property
     def sqlite_path(self) -> Path:

@@ -1,5 +1,6 @@
-"""Sinks: where accepted samples are kept for history. One verb, `write`. SQLite is the
-embedded default; the InfluxDB sink speaks the v1 HTTP API (DESIGN.md decision 6)."""
+"""Sinks: where accepted samples are kept for history. One verb, `write`, given what ingest
+accepted (and the rates it derived). SQLite is the embedded default; the InfluxDB sink
+(service/influx/sink.py) speaks the v1 HTTP API (DESIGN.md decision 6)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from typing import Protocol
 import numpy as np
 
 from collectors.catalog import CATALOG, Scope
-from collectors.frames import Batch
+from service.ingest import IngestResult
 
 
 class Sink(Protocol):
-    def write(self, batch: Batch) -> None: ...
+    def write(self, result: IngestResult) -> None: ...
 
 
 class SQLiteSink:
@@ -42,7 +43,8 @@ class SQLiteSink:
         self._db.execute("CREATE TABLE IF NOT EXISTS events (ts REAL NOT NULL, entity TEXT NOT "
                          "NULL, metric TEXT NOT NULL, value REAL NOT NULL)")
 
-    def write(self, batch: Batch) -> None:
+    def write(self, result: IngestResult) -> None:
+        batch = result.clean
         with self._lock:
             self._db.execute("BEGIN")
             for scope, f in batch.frames.items():

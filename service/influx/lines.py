@@ -1,0 +1,82 @@
+"""Line protocol of what the service stores in InfluxDB (docs/influxdb.md): samples, derived
+rates and events, each point tagged with the cluster. Field types are fixed per field (counters
+and states integers, gauges and every rate floats) so InfluxDB never refuses a type change."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from collectors.catalog import CATALOG, Kind, Scope
+from collectors.frames import Batch, Entity, Frame
+from collectors.lpformat import escape_key
+
+# The tags naming an entity of each scope, in Entity order (node, unit, sub).
+ENTITY_TAGS: dict[Scope, tuple[str, ...]] = {
+    Scope.GPU: ("host", "gpu"),
+    Scope.NVLINK: ("host", "gpu", "link"),
+    Scope.IB_PORT: ("host", "device", "port"),
+    Scope.NODE: ("host",),
+}
+RATE_SUFFIX = "_rate"
+EVENT_FIELD = "code"
+_I63 = 2.0**63
+
+
+def ns(ts: float) -> int:
+    # Float seconds carry about 0.2 µs at today's epoch; rounding to µs keeps ns stable, so a
+    # resent point lands on the same timestamp and overwrites instead of doubling.
+    return round(ts * 1e6) * 1000
+
+
+def entity_tags(e: Entity) -> dict[str, str]:
+    names = (e.node, e.unit, e.sub)
+    return {k: v for k, v in zip(ENTITY_TAGS[e.scope], names, strict=False) if v is not None}
+
+
+def head(measurement: str, tags: dict[str, str]) -> str:
+    """Measurement and tags, tags sorted by key (InfluxDB's preferred order)."""
+    return escape_key(measurement) + "".join(
+        f",{escape_key(k)}={escape_key(v)}" for k, v in sorted(tags.items()) if v != "")
+
+
+class LineWriter:
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
+        self._heads: dict[tuple[str, Entity], str] = {}  # entities repeat every round
+
+    def _head(self, measurement: str, e: Entity) -> str:
+        h = self._heads.get((measurement, e))
+        if h is None:
+            if len(self._heads) > 2_000_000:  # a churning fleet must not grow this forever
+                self._heads.clear()
+            h = self._heads[(measurement, e)] = head(
+                measurement, {"cluster": self.cluster, **entity_tags(e)})
+        return h
+
+    def frame(self, frame: Frame, *, rates: bool = False) -> Iterator[str]:
+        scope = frame.scope
+        metrics = CATALOG.columns(scope)
+        measurement = scope.value + (RATE_SUFFIX if rates else "")
+        names = [escape_key(m.name) + "=" for m in metrics]
+        whole = [not rates and m.kind is not Kind.GAUGE for m in metrics]
+        ents = frame.entities
+        for slot, ts, row in zip(frame.rows.tolist(), frame.ts.tolist(), frame.values.tolist(),
+                                 strict=True):
+            body = ",".join(
+                names[j] + (f"{int(v)}i" if whole[j] and v.is_integer() and abs(v) < _I63
+                             else repr(float(v)))
+                for j, v in enumerate(row) if v == v  # NaN != NaN: not reported
+            )
+            if body:
+                yield f"{self._head(measurement, ents[slot])} {body} {ns(ts)}"
+
+    def batch(self, batch: Batch, rates: Batch | None = None) -> Iterator[str]:
+        for f in batch.frames.values():
+            yield from self.frame(f)
+        if rates is not None:
+            for f in rates.frames.values():
+                yield from self.frame(f, rates=True)
+        ev = batch.events
+        for key, ts, metric, value in zip(ev.keys, ev.ts, ev.metrics, ev.values, strict=True):
+            e = Entity.parse(key)
+            yield f"{self._head(metric, e)} {EVENT_FIELD}={int(value)}i {ns(ts)}"

@@ -1,0 +1,102 @@
+"""What the service decides, as line protocol (docs/influxdb.md): risk per entity with its
+strongest signal, alert level changes, notification and remediation deliveries, collector
+health. Built once per scoring tick from the tick's result."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+import numpy as np
+
+from collectors.base import CollectorStatus
+from collectors.catalog import Scope
+from collectors.lpformat import format_value
+from models.detectors.findings import Signal
+from service.alert_store import Alert
+from service.alerting import Transition
+from service.influx.lines import entity_tags, head, ns
+from service.notify import Delivery, Notification
+from service.scoring import SCOPES, RiskState
+
+# (host, collector) -> status
+Statuses = Callable[[], Mapping[tuple[str, str], CollectorStatus]]
+# Links and ports are many (18 links per GPU); only those at some risk are written each tick.
+_ALWAYS = (Scope.GPU,)
+
+
+def _text(s: str, limit: int = 300) -> str:
+    return format_value(" ".join(s.split())[:limit])  # one line, bounded
+
+
+def top_signal(signals: list[Signal]) -> str:
+    if not signals:
+        return ""
+    s = signals[0]
+    return f"{s.rule}: {s.signal} = {s.value:.4g} (threshold {s.threshold:.4g})"
+
+
+class TickRecorder:
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
+
+    def risk(self, state: RiskState, levels: Mapping[Scope, np.ndarray]) -> Iterator[str]:
+        t = ns(state.at)
+        for scope in SCOPES:
+            sr = state.scopes[scope]
+            n = len(sr.risk)
+            lv = levels.get(scope, np.zeros(0, np.int8))
+            lv = np.pad(lv[:n], (0, max(n - len(lv), 0)))
+            rows = range(n) if scope in _ALWAYS else np.flatnonzero(
+                (sr.risk > 0) | (lv > 0)).tolist()
+            ents = state.store[scope].entities
+            for i in rows:
+                e = ents[i]
+                r = float(sr.risk[i])
+                tags = {"cluster": self.cluster, "scope": scope.value, "entity": e.key,
+                        **entity_tags(e)}
+                fields = f"risk={r!r},level={int(lv[i])}i"
+                if r > 0:
+                    fields += f",top={_text(top_signal(sr.explain(i)))}"
+                yield f"{head('risk', tags)} {fields} {t}"
+        for name, r in zip(state.node_names, state.nodes.tolist(), strict=False):
+            tags = {"cluster": self.cluster, "scope": "node", "entity": name, "host": name}
+            yield f"{head('risk', tags)} risk={float(r)!r},level=0i {t}"
+
+    def deliveries(self, sent: list[tuple[Notification, Delivery]]) -> Iterator[str]:
+        for n, d in sent:
+            a, tr = n.alert, n.transition
+            tags = {"cluster": self.cluster, "host": a.node, "entity": a.entity,
+                    "channel": n.channel}
+            fields = (f"kind={_text(n.kind)},ok={format_value(d.ok)},alert_id={a.id}i,"
+                      f"detail={_text(d.detail or n.summary)}")
+            yield f"{head('action', tags)} {fields} {ns(tr.at)}"
+
+    def alerts(self, changed: list[tuple[Transition, Alert]]) -> Iterator[str]:
+        for tr, a in changed:
+            tags = {"cluster": self.cluster, "host": a.node, "scope": str(a.scope),
+                    "entity": a.entity, "level": str(tr.new)}
+            top = a.explanation[0] if a.explanation else {}
+            summary = (f"{top.get('rule')}: {top.get('signal')} = {top.get('value')} "
+                       f"(threshold {top.get('threshold')})") if top else ""
+            fields = (f"level={tr.new}i,previous={tr.old}i,"
+                      f"state={_text(alert_state(tr.old, tr.new))},risk={float(tr.risk)!r},"
+                      f"alert_id={a.id}i,summary={_text(summary)}")
+            yield f"{head('alert', tags)} {fields} {ns(tr.at)}"
+
+    def collectors(self, statuses: Mapping[tuple[str, str], CollectorStatus], at: float,
+                   scrape_s: Mapping[tuple[str, str], float] | None = None) -> Iterator[str]:
+        t = ns(at)
+        for (host, name), st in sorted(statuses.items()):
+            tags = {"cluster": self.cluster, "host": host, "collector": name}
+            fields = f"up={int(st.up)}i,error={_text(st.reason if not st.up else '')}"
+            if scrape_s and (host, name) in scrape_s:
+                fields += f",scrape_seconds={float(scrape_s[(host, name)])!r}"
+            yield f"{head('collector', tags)} {fields} {t}"
+
+
+def alert_state(old: int, new: int) -> str:
+    if new == 0:
+        return "resolved"
+    if old == 0:
+        return "firing"
+    return "escalated" if new > old else "deescalated"
