@@ -18,6 +18,7 @@ from service.metrics import ServiceMetrics
 from service.pipeline import Pipeline
 from service.scheduler import Clock, TickScheduler
 from service.settings import Settings
+from service.warm import warm_start_from_settings
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ def create_app(
         scheduler: TickScheduler | None = None
         found: list[Collector] = []
         try:
+            # Before the first live round, so detectors continue from where they stopped.
+            await run_in_threadpool(warm_start_from_settings, pipeline, clock())
             found = list(collectors(pipeline) if callable(collectors) else collectors)
             metrics = ServiceMetrics(pipeline)
             svc = pipeline.settings.service

@@ -84,9 +84,10 @@ bind-address = "127.0.0.1:{free_port()}"
             self.proc.wait()
         self.proc = None
 
-    def query(self, q: str, db: str = "") -> list[dict[str, object]]:
+    def query(self, q: str, db: str = "", epoch: str = "") -> list[dict[str, object]]:
         """Raw InfluxQL for test assertions: the `series` of the first statement."""
-        r = httpx.post(f"{self.url}/query", data={"q": q, "db": db}, timeout=30)
+        data = {"q": q, "db": db, **({"epoch": epoch} if epoch else {})}
+        r = httpx.post(f"{self.url}/query", data=data, timeout=30)
         r.raise_for_status()
         res = r.json()["results"][0]
         if "error" in res:

@@ -1,0 +1,105 @@
+"""Warm start from a real InfluxDB: a service restarted mid-trace replays its recent history
+into the detectors, so a sustained-duration rule that started before the restart fires at the
+same tick as in a run that never stopped."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from service.influx.client import InfluxClient
+from service.influx.rounds import InfluxRounds
+from service.influx.sink import InfluxSink
+from service.pipeline import Pipeline
+from service.settings import Settings
+from service.warm import warm_start
+from tests.influx.server import InfluxServer
+from tests.pipeline.builders import T0, Rounds
+
+_db = itertools.count()
+HOT_FROM = T0 + 300  # HBM above 85 degC from here on
+HOLD_S = 600.0
+END = T0 + 1500
+
+
+def settings(srv: InfluxServer, tmp: Path) -> Settings:
+    return Settings(  # type: ignore[arg-type]
+        storage={"data_dir": tmp, "influxdb": {"url": srv.url, "database": f"w{next(_db)}",
+                                               "raw_retention": "INF"}},
+        detectors={"dynamic": {"hbm_temp_hold_s": HOLD_S}})
+
+
+def fires_at(p: Pipeline, r: Rounds, start: float, end: float) -> float | None:
+    """Feed rounds [start, end); the data time the sustained-HBM rule first shows on n0:gpu0."""
+    t = start
+    while t < end:
+        r.set("n0:gpu0", "mem_temp", 90.0 if t >= HOT_FROM else 60.0)
+        tick = p.process(r.batch(t), t)
+        e = tick.risk.entity("n0:gpu0")
+        if e is not None and any(s.rule == "hbm_temp_sustained" for s in e.signals):
+            return t
+        t += 5
+    return None
+
+
+def test_sustained_rule_fires_on_time_after_a_restart(influx_server: InfluxServer,
+                                                      tmp_path: Path) -> None:
+    # Reference: one run that never stops.
+    ref = Pipeline(settings(influx_server, tmp_path / "ref"), alert_db=":memory:", sinks=[])
+    expected = fires_at(ref, Rounds(nodes=1, gpus=2, links=1, ports=1), T0, END)
+    ref.close()
+    assert expected == HOT_FROM + HOLD_S
+
+    s = settings(influx_server, tmp_path / "run")
+    restart_at = T0 + 600  # 300 s into the hot period: the timer has run half its hold
+    r = Rounds(nodes=1, gpus=2, links=1, ports=1)
+    p1 = Pipeline(s, alert_db=str(tmp_path / "alerts.db"))
+    assert fires_at(p1, r, T0, restart_at) is None
+    (sink,) = [x for x in p1.sinks if isinstance(x, InfluxSink)]
+    assert sink.flush(30)
+    p1.close()
+
+    # Restarted: warm start from InfluxDB, then carry on with live rounds.
+    p2 = Pipeline(s, alert_db=str(tmp_path / "alerts.db"))
+    history = InfluxRounds(InfluxClient(s.storage.influxdb), s.storage.influxdb.cluster)
+    st = warm_start(p2, history, restart_at, lookback_s=4 * 3600, tick_s=5.0)
+    assert st.rounds == 120 and st.rejected == 0 and st.first == T0
+    assert fires_at(p2, r, restart_at, END) == expected
+    p2.close()
+
+    # Without the warm start the timer starts again at the restart: the rule fires late.
+    p3 = Pipeline(s, alert_db=":memory:", sinks=[])
+    assert fires_at(p3, r, restart_at, END) == restart_at + HOLD_S
+    p3.close()
+
+
+def test_service_starts_cold_when_influxdb_is_unreachable(tmp_path: Path) -> None:
+    from service.warm import warm_start_from_settings
+    from tests.influx.server import free_port
+
+    s = Settings(storage={"data_dir": tmp_path, "influxdb": {  # type: ignore[arg-type]
+        "url": f"http://127.0.0.1:{free_port()}", "timeout_s": 1.0}})
+    p = Pipeline(s, alert_db=":memory:", sinks=[])
+    try:
+        assert warm_start_from_settings(p, T0) is None
+    finally:
+        p.close()
+
+
+def test_warm_start_through_the_app_lifespan(influx_server: InfluxServer, tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.api import create_app
+
+    s = settings(influx_server, tmp_path)
+    p1 = Pipeline(s, alert_db=str(tmp_path / "alerts.db"))
+    r = Rounds(nodes=1, gpus=2, links=1, ports=1)
+    fires_at(p1, r, T0, T0 + 600)
+    (sink,) = [x for x in p1.sinks if isinstance(x, InfluxSink)]
+    assert sink.flush(30)
+    p1.close()
+    app = create_app(s, clock=lambda: T0 + 600, schedule=False)
+    with TestClient(app):
+        p = app.state.gpuhealth.pipeline
+        assert p.stats.samples_ingested == 0  # warm start is history, not new ingest
+        assert fires_at(p, r, T0 + 600, END) == HOT_FROM + HOLD_S
