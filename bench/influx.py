@@ -127,7 +127,8 @@ def run(gpus: int, rounds: int) -> Report:
             sink.close()
 
             naive_n = 1000
-            naive_lines = [ln.replace("cluster=bench", "cluster=naive") for ln in lines[0][:naive_n]]
+            naive_lines = [ln.replace("cluster=bench", "cluster=naive")
+                           for ln in lines[0][:naive_n]]
             with httpx.Client(timeout=30) as http:
                 n0 = time.perf_counter()
                 for ln in naive_lines:
