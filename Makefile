@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint bench docs serve clean
+.PHONY: demo test lint bench docs dashboards serve clean
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -29,6 +29,9 @@ bench: $(STAMP)
 
 docs: $(STAMP)
 	$(PY) -m service.docs_gen
+
+dashboards: $(STAMP)
+	$(PY) -m service.grafana
 
 serve: $(STAMP)
 	$(VENV)/bin/gpuhealth serve

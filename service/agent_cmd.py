@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
+import os
 import signal
 import socket
 import sys
@@ -17,13 +19,16 @@ from collectors.agent.push import Pusher
 from collectors.agent.spool import Spool
 from collectors.base import Collector
 from collectors.lpformat import format_points
+from collectors.replay import ReplaySource
+from collectors.trace import TraceReader
 from service.cli import register
 
 
 def _configure_agent(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", help="write endpoint: http://SERVICE:8080/write, or InfluxDB's "
                                  "http://HOST:8086/write?db=gpuhealth or /api/v2/write?...")
-    p.add_argument("--token", help="write token (Authorization: Token ...)")
+    p.add_argument("--token", default=os.environ.get("GPUHEALTH_AGENT_TOKEN"),
+                   help="write token (Authorization: Token ...); default $GPUHEALTH_AGENT_TOKEN")
     p.add_argument("--source", action="append", default=[],
                    help=f"source to run (repeatable; default: every one this host has). "
                         f"Known: {', '.join(sorted(registry.SOURCES))}")
@@ -34,9 +39,44 @@ def _configure_agent(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spool-mb", type=int, default=256, help="spool bound; oldest dropped first")
     p.add_argument("--once", action="store_true", help="collect one round and stop")
     p.add_argument("--stdout", action="store_true", help="print line protocol instead of pushing")
+    r = p.add_argument_group("replay", "push a recorded or simulated trace instead of reading "
+                                       "this host's sources (a demo cluster)")
+    r.add_argument("--replay", type=Path, metavar="TRACE",
+                   help="a trace directory or .lp/.lp.gz file (`gpuhealth simulate` writes one)")
+    r.add_argument("--speed", type=float, default=1.0,
+                   help="replay speed: 1 real time, 10 ten times faster, 0 as fast as possible")
+    r.add_argument("--rebase-now", action="store_true",
+                   help="shift the trace's timestamps so it plays as if happening now (needs "
+                        "--speed 1: the service scores at the wall clock's time)")
+    r.add_argument("--backfill-s", type=float, default=0.0, metavar="SECONDS",
+                   help="with --rebase-now: the trace starts this long ago; that part is "
+                        "pushed at once as history, the rest in real time")
+
+
+def _replay(args: argparse.Namespace) -> ReplaySource:
+    if args.speed < 0 or args.backfill_s < 0:
+        raise SystemExit("--speed and --backfill-s must be 0 or more")
+    if args.rebase_now and args.speed != 1:
+        # Rebased samples carry wall-clock stamps: played faster they would run ahead of
+        # the clock, and the service refuses samples from the future and two in one step.
+        raise SystemExit("--rebase-now replays in real time: leave --speed at 1")
+    if args.backfill_s and not args.rebase_now:
+        raise SystemExit("--backfill-s needs --rebase-now")
+    if args.source:
+        raise SystemExit("--replay and --source exclude each other")
+    # Whole steps since the epoch, as a live agent's rounds would roughly fall.
+    step = args.interval
+    start = math.floor((time.time() - args.backfill_s) / step) * step if args.rebase_now else None
+    try:
+        reader = TraceReader(args.replay, step_s=args.interval)
+    except FileNotFoundError as exc:
+        raise SystemExit(str(exc)) from None
+    return ReplaySource(reader, speed=args.speed, start_at=start)
 
 
 def _collectors(args: argparse.Namespace) -> list[Collector]:
+    if args.replay is not None:
+        return [_replay(args)]
     names = args.source or registry.detected()
     if not names:
         raise SystemExit("no source found on this host; name one with --source")
@@ -45,24 +85,35 @@ def _collectors(args: argparse.Namespace) -> list[Collector]:
 
 def _run_agent(args: argparse.Namespace) -> int:
     collectors = _collectors(args)
+    replaying = args.replay is not None
+    # A replay paces itself (ReplaySource sleeps until each round is due) and ends.
+    interval = 0.0 if replaying else args.interval
+
+    def exhausted() -> bool:
+        return replaying and all(c.status.exhausted for c in collectors)
+
     if args.stdout:
         agent = Agent(collectors, Spool(args.spool, args.spool_mb << 20), None,
-                      interval_s=args.interval)
+                      interval_s=interval)
         while True:
             for line in agent.lines():
                 print(line)
             sys.stdout.flush()
-            if args.once:
+            if args.once or exhausted():
                 return 0
-            time.sleep(args.interval)
+            time.sleep(interval)
     if not args.url:
         raise SystemExit("--url is required unless --stdout")
     agent = Agent(collectors, Spool(args.spool, args.spool_mb << 20),
-                  Pusher(args.url, token=args.token), interval_s=args.interval)
+                  Pusher(args.url, token=args.token), interval_s=interval)
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     with contextlib.suppress(KeyboardInterrupt):
-        agent.run(lambda: bool(stopping), rounds=1 if args.once else None)
+        agent.run(lambda: bool(stopping) or exhausted(), rounds=1 if args.once else None)
+        # A finished replay still owes the target what is spooled; a live agent keeps it.
+        while exhausted() and not stopping and agent.spool.oldest() is not None:
+            if not agent.flush():
+                time.sleep(1.0)
     s = agent.stats
     print(f"agent: {s.rounds} rounds, {s.lines} lines, {s.segments_sent} segments sent, "
           f"{agent.spool.stats.segments} spooled, {s.segments_dropped} dropped", file=sys.stderr)

@@ -110,3 +110,30 @@ def test_is_a_collector_and_checks_its_arguments(tmp_path: Path) -> None:
         ReplaySource(trace(tmp_path, [0]), speed=-1)
     with pytest.raises(FileNotFoundError):
         ReplaySource(tmp_path / "missing")
+
+
+# ---- rebasing onto the wall clock ------------------------------------------------------------
+
+def test_rebased_replay_backfills_what_is_due_then_keeps_real_time(tmp_path: Path) -> None:
+    clock = FakeClock()  # read as epoch seconds here
+    start = clock.now - 10.0
+    path = tmp_path / "t.lp"
+    path.write_text("".join(f"gpu,host=n1,gpu=0 gpu_temp={40 + i} {(T0 + dt) * NS}\n"
+                            for i, dt in enumerate([0, 5, 10, 15, 20]))
+                    + f"xid,host=n1,gpu=0 code=79i {(T0 + 20) * NS}\n")
+    src = ReplaySource(path, speed=1, clock=clock, sleep=clock.sleep, start_at=start)
+    batches = [src.collect() for _ in range(5)]
+    # Rounds stamped start, +5 and +10 (= now) are due at once; the next two wait their turn.
+    assert clock.sleeps == [5.0, 5.0]
+    assert [float(b.frames[Scope.GPU].ts[0]) for b in batches] == [
+        start, start + 5, start + 10, start + 15, start + 20]
+    assert batches[-1].events.ts == [start + 20]
+    assert src.shift_s == start - T0
+
+
+def test_rebase_in_the_past_as_fast_as_possible_never_sleeps(tmp_path: Path) -> None:
+    clock = FakeClock()
+    src = ReplaySource(trace(tmp_path, [0, 5, 10]), speed=None, clock=clock, sleep=clock.sleep,
+                       start_at=clock.now - 3600)
+    ts = [float(src.collect().frames[Scope.GPU].ts[0]) for _ in range(3)]
+    assert clock.sleeps == [] and ts == [clock.now - 3600 + k for k in (0, 5, 10)]

@@ -1,0 +1,230 @@
+"""docker-compose.yml: Compose accepts it, and the service, InfluxDB, Grafana and the demo agent
+agree with each other and with the repository (ports, database, token, mounted paths, the
+data source uid the dashboards use, health checks, the Dockerfile). No Docker engine needed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from service.grafana import DATASOURCE_UID
+from service.grafana.registry import build_all
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE = REPO / "docker-compose.yml"
+PROVISIONING = REPO / "dashboards" / "provisioning"
+_DEFAULT = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
+
+
+def _defaults(value: Any) -> Any:
+    """Compose's `${VAR:-default}` with nothing set in the environment: the defaults."""
+    if isinstance(value, str):
+        return _DEFAULT.sub(lambda m: m.group(2) or "", value).replace("$$", "$")
+    if isinstance(value, list):
+        return [_defaults(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _defaults(v) for k, v in value.items()}
+    return value
+
+
+SPEC: dict[str, Any] = _defaults(yaml.safe_load(COMPOSE.read_text(encoding="utf-8")))
+SERVICES: dict[str, Any] = SPEC["services"]
+SVC, INFLUX, GRAFANA, AGENT = (SERVICES[n] for n in ("gpuhealth", "influxdb", "grafana",
+                                                     "demo-agent"))
+DATASOURCE = yaml.safe_load(
+    (PROVISIONING / "datasources" / "gpuhealth.yaml").read_text(encoding="utf-8"))["datasources"][0]
+PROVIDER = yaml.safe_load(
+    (PROVISIONING / "dashboards" / "gpuhealth.yaml").read_text(encoding="utf-8"))["providers"][0]
+
+
+def _compose_cmd() -> list[str] | None:
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True,
+                                 check=False).returncode == 0:
+        return [docker, "compose"]
+    return None
+
+
+def _container_port(service: dict[str, Any]) -> int:
+    (mapping,) = service["ports"]
+    return int(str(mapping).split(":")[-1].split("/")[0])
+
+
+def _health_url(service: dict[str, Any]) -> str:
+    test = " ".join(service["healthcheck"]["test"])
+    found = re.search(r"https?://[^\s'\"]+", test)
+    assert found, test
+    return found.group()
+
+
+def _agent_args() -> list[str]:
+    return " ".join(AGENT["command"]).split()
+
+
+def _arg(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+@pytest.mark.skipif(_compose_cmd() is None,
+                    reason="needs docker-compose (Debian package docker-compose) or the docker "
+                           "compose plugin; no Docker engine is needed")
+def test_compose_accepts_the_file() -> None:
+    cmd = _compose_cmd()
+    assert cmd is not None
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUHEALTH_", "GRAFANA_",
+                                                                     "INFLUXDB_", "COMPOSE_"))}
+    res = subprocess.run([*cmd, "-f", str(COMPOSE), "config", "-q"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 0, res.stderr
+    assert "WARN" not in res.stderr.upper(), res.stderr
+
+
+def test_images_are_pinned() -> None:
+    assert INFLUX["image"] == "influxdb:1.8"
+    assert re.fullmatch(r"grafana/grafana-oss:\d+\.\d+\.\d+", GRAFANA["image"])
+    assert int(GRAFANA["image"].split(":")[1].split(".")[0]) >= 10
+
+
+def test_one_database_everywhere() -> None:
+    env = SVC["environment"]
+    db = INFLUX["environment"]["INFLUXDB_DB"]
+    assert env["GPUHEALTH_STORAGE__INFLUXDB__DATABASE"] == db
+    assert DATASOURCE["jsonData"]["dbName"] == db
+
+
+def test_service_and_grafana_reach_influxdb_where_it_listens() -> None:
+    port = _container_port(INFLUX)
+    for url in (SVC["environment"]["GPUHEALTH_STORAGE__INFLUXDB__URL"], DATASOURCE["url"]):
+        parts = urlsplit(url)
+        assert parts.hostname == "influxdb" and parts.port == port, url
+    assert DATASOURCE["type"] == "influxdb" and DATASOURCE["access"] == "proxy"
+
+
+def test_the_agent_pushes_to_the_service_with_a_token_it_accepts() -> None:
+    tokens = json.loads(SVC["environment"]["GPUHEALTH_INGEST__TOKENS"])
+    assert AGENT["environment"]["GPUHEALTH_AGENT_TOKEN"] in tokens
+    url = urlsplit(_arg(_agent_args(), "--url"))
+    assert url.hostname == "gpuhealth" and url.path == "/write"
+    assert url.port == int(SVC["environment"]["GPUHEALTH_SERVICE__PORT"]) == _container_port(SVC)
+    assert SVC["environment"]["GPUHEALTH_SERVICE__HOST"] == "0.0.0.0"
+
+
+def test_the_agent_command_parses() -> None:
+    from service.cli import build_parser
+
+    args = _agent_args()
+    start = args.index("agent")
+    end = args.index("&&") if "&&" in args[start:] else len(args)
+    ns = build_parser().parse_args(args[start:end])
+    assert ns.replay == Path("/tmp/trace") and ns.rebase_now and ns.speed == 1
+    sim = args[args.index("simulate"):args.index(">")]
+    assert build_parser().parse_args(sim).scenario == "demo"
+
+
+def test_health_checks_match_the_ports() -> None:
+    assert urlsplit(_health_url(INFLUX)).port == _container_port(INFLUX)
+    assert urlsplit(_health_url(INFLUX)).path == "/ping"
+    assert urlsplit(_health_url(GRAFANA)).port == _container_port(GRAFANA) == 3000
+    assert urlsplit(_health_url(GRAFANA)).path == "/api/health"
+    assert urlsplit(_health_url(SVC)).port == _container_port(SVC)
+    assert urlsplit(_health_url(SVC)).path == "/healthz"
+
+
+def test_startup_order_waits_for_health() -> None:
+    for name, service in SERVICES.items():
+        for dep, cond in service.get("depends_on", {}).items():
+            assert cond == {"condition": "service_healthy"}, (name, dep)
+            assert "healthcheck" in SERVICES[dep], dep
+
+
+def test_volumes_are_named_and_declared() -> None:
+    declared = set(SPEC["volumes"])
+    for name, service in SERVICES.items():
+        for v in service.get("volumes", []):
+            src = v.split(":")[0]
+            if not src.startswith("."):
+                assert src in declared, (name, src)
+
+
+def test_grafana_mounts_the_repository_read_only_where_provisioning_looks() -> None:
+    mounts = {}
+    for v in GRAFANA["volumes"]:
+        src, dst, *mode = v.split(":")
+        if src.startswith("."):
+            assert mode == ["ro"], v
+            assert (REPO / src).is_dir(), v
+            mounts[dst] = REPO / src
+    assert mounts["/etc/grafana/provisioning/datasources"] == PROVISIONING / "datasources"
+    assert mounts["/etc/grafana/provisioning/dashboards"] == PROVISIONING / "dashboards"
+    dash_dir = mounts[PROVIDER["options"]["path"]]
+    assert {p.name for p in dash_dir.glob("*.json")} == set(build_all())
+    home = GRAFANA["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert (dash_dir / Path(home).relative_to(PROVIDER["options"]["path"])).is_file()
+
+
+def test_provisioning_is_read_only_and_uses_the_dashboards_uid() -> None:
+    assert PROVIDER["allowUiUpdates"] is False and PROVIDER["type"] == "file"
+    assert DATASOURCE["editable"] is False
+    assert DATASOURCE["uid"] == DATASOURCE_UID
+    for name in build_all():
+        text = (REPO / "dashboards" / name).read_text(encoding="utf-8")
+        uids = set(re.findall(r'"type": "influxdb",\s*"uid": "([^"]+)"', text))
+        assert uids == {DATASOURCE["uid"]}, name
+        assert json.loads(text)["editable"] is False
+
+
+def test_the_dockerfile_builds_what_pyproject_installs() -> None:
+    build = SVC["build"]
+    assert AGENT["build"] == build and AGENT["image"] == SVC["image"]
+    dockerfile = REPO / build["context"] / build["dockerfile"]
+    text = dockerfile.read_text(encoding="utf-8")
+    assert text.startswith("#") and "FROM python:3.11-slim" in text
+    assert "-c constraints.txt" in text and "download.pytorch.org/whl/cpu" in text
+    copied = set()
+    for line in text.splitlines():
+        if line.startswith("COPY "):
+            *sources, _ = line.split()[1:]
+            for s in sources:
+                assert (REPO / s).exists(), s
+                copied.add(s.rstrip("/"))
+    with (REPO / "pyproject.toml").open("rb") as f:
+        packages = tomllib.load(f)["tool"]["setuptools"]["packages"]
+    assert {p.split(".")[0] for p in packages} <= copied
+    ignore = (dockerfile.parent / f"{dockerfile.name}.dockerignore").read_text(encoding="utf-8")
+    for s in copied:
+        assert f"!{s}" in ignore.replace("/\n", "\n"), s
+
+
+def test_the_service_environment_is_valid_settings(tmp_path: Path) -> None:
+    """The service's variables load through the real settings tree (unknown keys are refused),
+    in a fresh interpreter so nothing here leaks into it."""
+    from service.settings import StorageSettings
+
+    if "influxdb" not in StorageSettings.model_fields:
+        pytest.skip("storage.influxdb settings are not in service/settings.py yet")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUHEALTH_")}
+    env.update({k: str(v) for k, v in SVC["environment"].items()})
+    env["GPUHEALTH_STORAGE__DATA_DIR"] = str(tmp_path)
+    code = ("import json; from service.settings import load; s = load(); "
+            "print(json.dumps({'db': s.storage.influxdb.database, 'port': s.service.port, "
+            "'tokens': [t.get_secret_value() for t in s.ingest.tokens]}))")
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got["db"] == INFLUX["environment"]["INFLUXDB_DB"]
+    assert got["port"] == _container_port(SVC)
+    assert AGENT["environment"]["GPUHEALTH_AGENT_TOKEN"] in got["tokens"]
