@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import CATALOG, Kind, Scope
-from collectors.frames import Batch, Entity, EventFrame, Frame, Rejection
+from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame, Rejection
 from service.windows import ScopeWindows, WindowStore
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,18 @@ class EventLog:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """Derived metric values for rows of a clean frame: values[i, j] is metric names[j] of
+    entity `entities[rows[i]]` at ts[i], NaN where it could not be derived."""
+
+    entities: EntityTable
+    rows: npt.NDArray[np.int32]
+    ts: npt.NDArray[np.float64]
+    names: tuple[str, ...]
+    values: npt.NDArray[np.float64]
+
+
 @dataclass(slots=True)
 class IngestResult:
     accepted: int = 0  # samples (cells and events) written
@@ -65,6 +77,8 @@ class IngestResult:
     # Per-second rates of the accepted counters (reset-aware), same columns as `clean`; NaN
     # where a counter had no earlier reading to difference against.
     rates: Batch = field(default_factory=Batch)
+    # Metrics ingest derives (the IB bit-error rate), per accepted row of `clean`.
+    derived: list[Derived] = field(default_factory=list)
 
     def refuse(self, n: int, reason: str, entity: str | None = None, metric: str | None = None,
                line: int | None = None) -> None:
@@ -107,15 +121,18 @@ class Ingestor:
                 frame = Frame(frame.entities, frame.rows[:keep], frame.ts[:keep],
                               frame.values[:keep])
             budget -= len(frame) * width
-            clean, rates = self._frame(frame, now, res)
+            clean, rates, derived = self._frame(frame, now, res)
             if len(clean):
                 res.clean.add(clean)
                 res.rates.add(rates)
+                if derived is not None:
+                    res.derived.append(derived)
         self._events(batch.events, now, res)
         return res
 
     # ---- frames -----------------------------------------------------------------------------
-    def _frame(self, frame: Frame, now: float, res: IngestResult) -> tuple[Frame, Frame]:
+    def _frame(self, frame: Frame, now: float,
+               res: IngestResult) -> tuple[Frame, Frame, Derived | None]:
         w = self.store[frame.scope]
         slots = w.slots_for(frame.entities, self.store.registry)[frame.rows]
         ts = frame.ts
@@ -161,20 +178,28 @@ class Ingestor:
         kept: list[npt.NDArray[np.intp]] = []
         values_out = np.full(frame.values.shape, np.nan)
         rates_out = np.full(frame.values.shape, np.nan)
+        derived_out = np.full((len(ts), len(w.derived_cols)), np.nan)
         for r in range(int(rank.max()) + 1 if len(rank) else 0):
             sel = order[rank == r]
-            values_out[sel], rates_out[sel] = self._rows(w, frame, sel, slots[sel], ks[sel], res)
+            values_out[sel], rates_out[sel], derived_out[sel] = self._rows(
+                w, frame, sel, slots[sel], ks[sel], res)
             kept.append(sel)
         if not kept:
-            return Frame.empty(frame.entities), Frame.empty(frame.entities)
+            return Frame.empty(frame.entities), Frame.empty(frame.entities), None
         sel_all = np.sort(np.concatenate(kept))
         rows, kept_ts = frame.rows[sel_all], ts[sel_all]
+        derived = None
+        if len(w.derived_cols):
+            derived = Derived(frame.entities, rows, kept_ts,
+                              tuple(w.metrics[j].name for j in w.derived_cols),
+                              derived_out[sel_all])
         return (Frame(frame.entities, rows, kept_ts, values_out[sel_all]),
-                Frame(frame.entities, rows, kept_ts, rates_out[sel_all]))
+                Frame(frame.entities, rows, kept_ts, rates_out[sel_all]), derived)
 
     def _rows(self, w: ScopeWindows, frame: Frame, sel: npt.NDArray[np.intp],
               slots: npt.NDArray[np.int32], ks: npt.NDArray[np.int64],
-              res: IngestResult) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+              res: IngestResult) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64],
+                                          npt.NDArray[np.float64]]:
         n, m = len(sel), len(w.metrics)
         v = np.full((n, m), np.nan)
         v[:, w.frame_cols] = frame.values[sel]
@@ -220,7 +245,7 @@ class Ingestor:
         w.last_k[slots] = ks
         w.write(slots, ks, stored.T.astype(np.float32))
         res.accepted += int(present[:, w.frame_cols].sum())
-        return v[:, w.frame_cols], rate[:, w.frame_cols]
+        return v[:, w.frame_cols], rate[:, w.frame_cols], v[:, w.derived_cols]
 
     @staticmethod
     def _ber(w: ScopeWindows, v: npt.NDArray[np.float64], delta: npt.NDArray[np.float64],

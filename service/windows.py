@@ -108,6 +108,9 @@ class ScopeWindows:
         self.frame_cols: npt.NDArray[np.intp] = np.array(
             [self._col[m.name] for m in CATALOG.columns(scope)], np.intp
         )
+        # Metrics ingest computes (the IB bit-error rate); stored, never sent by collectors.
+        self.derived_cols: npt.NDArray[np.intp] = np.array(
+            [i for i, m in enumerate(self.metrics) if m.derived], np.intp)
         kinds = [m.kind for m in self.metrics]
         self.is_counter = np.array([k is Kind.COUNTER for k in kinds])
         self.is_state = np.array([k is Kind.STATE for k in kinds])

@@ -4,11 +4,12 @@ and states integers, gauges and every rate floats) so InfluxDB never refuses a t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from collectors.catalog import CATALOG, Kind, Scope
 from collectors.frames import Batch, Entity, Frame
 from collectors.lpformat import escape_key
+from service.ingest import Derived
 
 # The tags naming an entity of each scope, in Entity order (node, unit, sub).
 ENTITY_TAGS: dict[Scope, tuple[str, ...]] = {
@@ -70,9 +71,25 @@ class LineWriter:
             if body:
                 yield f"{self._head(measurement, ents[slot])} {body} {ns(ts)}"
 
-    def batch(self, batch: Batch, rates: Batch | None = None) -> Iterator[str]:
+    def derived(self, d: Derived) -> Iterator[str]:
+        """Derived gauges as a line of their own in the scope's measurement (same series and
+        time as the sample row, so InfluxDB merges them into one point)."""
+        measurement = d.entities.scope.value
+        names = [escape_key(n) + "=" for n in d.names]
+        ents = d.entities
+        for slot, ts, row in zip(d.rows.tolist(), d.ts.tolist(), d.values.tolist(),
+                                 strict=True):
+            body = ",".join(names[j] + repr(float(v)) for j, v in enumerate(row)
+                            if v == v and abs(v) != float("inf"))
+            if body:
+                yield f"{self._head(measurement, ents[slot])} {body} {ns(ts)}"
+
+    def batch(self, batch: Batch, rates: Batch | None = None,
+              derived: Iterable[Derived] = ()) -> Iterator[str]:
         for f in batch.frames.values():
             yield from self.frame(f)
+        for d in derived:
+            yield from self.derived(d)
         if rates is not None:
             for f in rates.frames.values():
                 yield from self.frame(f, rates=True)

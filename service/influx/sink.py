@@ -70,7 +70,7 @@ class InfluxSink:
 
     # ---- Sink -----------------------------------------------------------------------------------
     def write(self, result: IngestResult) -> None:
-        self.spooler.put(self.lines.batch(result.clean, result.rates))
+        self.spooler.put(self.lines.batch(result.clean, result.rates, result.derived))
 
     # ---- TickObserver ---------------------------------------------------------------------------
     def observe(self, tick: TickResult) -> None:

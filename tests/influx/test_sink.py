@@ -52,6 +52,9 @@ def test_samples_rates_risk_and_alerts_land_in_influxdb(influx_server: InfluxSer
     assert q.count("gpu", "gpu_temp", db) == rounds * 8
     assert q.count("nvlink", "nvlink_state", db) == rounds * 16
     assert q.count("ib_port", "ib_state", db) == rounds * 2
+    # The BER is derived from the second reading on, merged into the port's own points.
+    assert q.count("ib_port", "ib_ber", db) == (rounds - 1) * 2
+    assert q.count("ib_port", "ib_rate", db) == rounds * 2
     # Rates start at the second reading of each counter; 3 errors per 5 s is 0.6/s.
     rate = q.query('SELECT "ecc_sbe_volatile" FROM "gpu_rate" WHERE "host"=\'n0\' AND '
                    '"gpu"=\'1\'', db)
@@ -80,6 +83,7 @@ def test_samples_rates_risk_and_alerts_land_in_influxdb(influx_server: InfluxSer
     assert types[("gpu", "gpu_temp")] == "float"
     assert types[("gpu_rate", "ecc_sbe_volatile")] == "float"
     assert types[("risk", "top")] == "string"
+    assert types[("ib_port", "ib_ber")] == "float"
 
 
 def test_schema_creates_policies_and_continuous_queries(influx_server: InfluxServer,
