@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from collectors.base import Collector
-from service.api import read, write
+from service.api import history, read, write
 from service.api.state import Running
 from service.metrics import ServiceMetrics
 from service.pipeline import Pipeline
@@ -79,6 +79,7 @@ def create_app(
                   description="Predictive health monitoring for GPU training clusters")
     app.include_router(read.router)
     app.include_router(write.router)
+    app.include_router(history.router)
     return app
 
 

@@ -132,3 +132,26 @@ class WriteError(BaseModel):
     accepted: int = 0
     rejected: int = 0
     rejections: list[RejectionOut] = []
+
+
+class SeriesPoints(BaseModel):
+    """One metric of an entity over time: `times` (bucket starts, epoch seconds) and `values`
+    side by side; a bucket without data is left out."""
+
+    metric: str
+    unit: str
+    kind: str  # gauge, counter, state, event, risk
+    rate: bool  # a counter as a per-second rate (reset-aware) rather than its raw value
+    agg: str  # how a bucket's samples became one value: mean, max, min, last, count
+    times: list[float]
+    values: list[float]
+
+
+class HistoryOut(BaseModel):
+    entity: str
+    scope: str
+    start: float  # epoch seconds, inclusive
+    end: float  # exclusive
+    step: int  # bucket width in seconds
+    source: str  # influxdb or sqlite
+    series: list[SeriesPoints]
