@@ -34,10 +34,21 @@ def entity_tags(e: Entity) -> dict[str, str]:
     return {k: v for k, v in zip(ENTITY_TAGS[e.scope], names, strict=False) if v is not None}
 
 
+_TAG_ESCAPES = str.maketrans({",": "\\,", "=": "\\=", " ": "\\ "})
+
+
+def tag(s: str) -> str:
+    """A tag key or value as InfluxDB reads it: commas, equals signs and spaces escaped, and a
+    backslash left alone (InfluxDB keeps `\\\\` as two characters in tags)."""
+    if "\n" in s or "\r" in s:
+        raise ValueError(f"line protocol cannot carry a newline: {s!r}")
+    return s.translate(_TAG_ESCAPES)
+
+
 def head(measurement: str, tags: dict[str, str]) -> str:
     """Measurement and tags, tags sorted by key (InfluxDB's preferred order)."""
     return escape_key(measurement) + "".join(
-        f",{escape_key(k)}={escape_key(v)}" for k, v in sorted(tags.items()) if v != "")
+        f",{tag(k)}={tag(v)}" for k, v in sorted(tags.items()) if v != "")
 
 
 class LineWriter:
