@@ -53,7 +53,8 @@ class TickResult:
     alerts: list[Alert] = field(default_factory=list)
     notifications: list[Notification] = field(default_factory=list)
     changed: list[tuple[Transition, Alert]] = field(default_factory=list)
-    deliveries: list[tuple[Notification, Delivery]] = field(default_factory=list)
+    # (notification, what the receiver answered, the receiver's name)
+    deliveries: list[tuple[Notification, Delivery, str]] = field(default_factory=list)
     levels: dict[Scope, npt.NDArray[np.int8]] = field(default_factory=dict)
 
 
@@ -152,7 +153,7 @@ class Pipeline:
             self.stats.ticks += 1
             levels = {sc: self.machine.level(sc).copy() for sc in SCOPES}
         sent = notifications(changed)
-        deliveries = [(n, d) for n in sent for d in self._deliver(n)]
+        deliveries = [(n, d, name) for n in sent for d, name in self._deliver(n)]
         duration = time.perf_counter() - t0
         self.stats.last_tick_s = duration
         result = TickResult(now, duration, risk, transitions, [a for _, a in changed], sent,
@@ -161,14 +162,14 @@ class Pipeline:
             obs.observe(result)
         return result
 
-    def _deliver(self, n: Notification) -> list[Delivery]:
+    def _deliver(self, n: Notification) -> list[tuple[Delivery, str]]:
         out = []
         for notifier in self.notifiers:
             result = notifier.notify(n)
             if not result.ok and result.retry:
                 result = notifier.notify(n)  # one retry; the alerting issue brings backoff
             self._count(result)
-            out.append(result)
+            out.append((result, type(notifier).__name__))
         return out
 
     def _count(self, d: Delivery) -> None:

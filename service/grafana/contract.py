@@ -84,7 +84,7 @@ ALERT = Measurement(
 )
 ACTION = Measurement(
     "action",
-    _BASE | {"entity", "channel"},
+    _BASE | {"entity", "channel", "receiver"},
     frozenset({"kind", "ok", "alert_id", "detail"}),
 )
 COLLECTOR = Measurement(

@@ -62,11 +62,12 @@ class TickRecorder:
             tags = {"cluster": self.cluster, "scope": "node", "entity": name, "host": name}
             yield f"{head('risk', tags)} risk={float(r)!r},level=0i {t}"
 
-    def deliveries(self, sent: list[tuple[Notification, Delivery]]) -> Iterator[str]:
-        for n, d in sent:
+    def deliveries(self, sent: list[tuple[Notification, Delivery, str]]) -> Iterator[str]:
+        for n, d, receiver in sent:
             a, tr = n.alert, n.transition
+            # The receiver is a tag: two receivers of one channel must not overwrite each other.
             tags = {"cluster": self.cluster, "host": a.node, "entity": a.entity,
-                    "channel": n.channel}
+                    "channel": n.channel, "receiver": receiver}
             fields = (f"kind={_text(n.kind)},ok={format_value(d.ok)},alert_id={a.id}i,"
                       f"detail={_text(d.detail or n.summary)}")
             yield f"{head('action', tags)} {fields} {ns(tr.at)}"
