@@ -42,6 +42,7 @@ PRECISION_NS: dict[str, int] = {
 }
 
 _I64_MIN, _I64_MAX, _U64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
+_I64_MAX_TEXT = str(_I64_MAX)
 _FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _INT = re.compile(r"-?[0-9]+")
 _TRUE = frozenset(("t", "T", "true", "True", "TRUE"))
@@ -103,12 +104,7 @@ def parse(
 ) -> Parsed:
     """Parse line protocol. Lines past `max_lines` or `max_bytes` are refused, not parsed.
     `source` (a file name) prefixes rejection reasons and is kept on each point."""
-    try:
-        mult = PRECISION_NS[precision]
-    except KeyError:
-        raise ValueError(
-            f"unknown precision {precision!r}; expected one of {sorted(PRECISION_NS)}"
-        ) from None
+    mult = precision_ns(precision)
     points: list[Point] = []
     rejected: list[Rejection] = []
     last_line = sys.maxsize if max_lines is None else first_line - 1 + max_lines
@@ -133,25 +129,73 @@ def parse(
                 continue
         else:
             line = raw
-        s = line.strip(" \t\r\n")
-        if not s or s[0] == "#":
-            continue
-        try:
-            if "\\" in s or '"' in s:
-                meas, tags, fields, ts = _scan(s)
-            else:
-                meas, tags, fields, ts = _split(s)
-            if ts is None:
-                ts_ns = default_ts_ns
-            elif mult == 1 and ts.isdigit() and ts.isascii() and len(ts) < 19:
-                ts_ns = int(ts)  # the common case: a positive nanosecond stamp
-            else:
-                ts_ns = _timestamp(ts, mult)
-        except _Bad as bad:
-            rejected.append(Rejection(where + bad.reason, lineno, metric=bad.metric))
-            continue
-        points.append(Point(meas, tags, fields, ts_ns, lineno, source))
+        _one(line, lineno, mult, default_ts_ns, source, where, points, rejected)
     return Parsed(points, rejected)
+
+
+def parse_numbered(
+    lines: Iterable[tuple[int, str]],
+    *,
+    default_ts_ns: int | None = None,
+    precision: str = "ns",
+    source: str = "",
+) -> Parsed:
+    """Parse lines that carry their own 1-based numbers (a subset of a body, in order); no
+    limits apply, the caller has applied them."""
+    mult = precision_ns(precision)
+    points: list[Point] = []
+    rejected: list[Rejection] = []
+    where = f"{source}: " if source else ""
+    for lineno, line in lines:
+        _one(line, lineno, mult, default_ts_ns, source, where, points, rejected)
+    return Parsed(points, rejected)
+
+
+def precision_ns(precision: str) -> int:
+    try:
+        return PRECISION_NS[precision]
+    except KeyError:
+        raise ValueError(
+            f"unknown precision {precision!r}; expected one of {sorted(PRECISION_NS)}"
+        ) from None
+
+
+def timestamp_ns(ts: str, mult: int) -> int | None:
+    """A timestamp token in nanoseconds, or None where parse would refuse it."""
+    try:
+        return _ts(ts, mult)
+    except _Bad:
+        return None
+
+
+def _one(line: str, lineno: int, mult: int, default_ts_ns: int | None, source: str, where: str,
+         points: list[Point], rejected: list[Rejection]) -> None:
+    s = line.strip(" \t\r\n")
+    if not s or s[0] == "#":
+        return
+    try:
+        if "\\" in s or '"' in s:
+            meas, tags, fields, ts = _scan(s)
+        else:
+            meas, tags, fields, ts = _split(s)
+        ts_ns = default_ts_ns if ts is None else _ts(ts, mult)
+    except _Bad as bad:
+        rejected.append(Rejection(where + bad.reason, lineno, metric=bad.metric))
+        return
+    points.append(Point(meas, tags, fields, ts_ns, lineno, source))
+
+
+def _ts(ts: str, mult: int) -> int:
+    # The common case first: a positive nanosecond stamp of this century (19 digits).
+    if mult == 1 and ts.isdigit() and ts.isascii() and (
+            len(ts) < 19 or (len(ts) == 19 and ts <= _I64_MAX_TEXT)):
+        return int(ts)
+    return _timestamp(ts, mult)
+
+
+def oversized(first: int, last: int, limit: str) -> Rejection:
+    """The one rejection for lines `first`..`last` past a batch limit (`limit` names it)."""
+    return _oversized("", first, last, limit)
 
 
 def _oversized(where: str, first: int, last: int, limit: str) -> Rejection:

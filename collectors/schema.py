@@ -8,7 +8,12 @@ Three schemas are understood, told apart by measurement name:
   each Metric.telegraf;
 - Telegraf `prometheus` scraping dcgm-exporter (collectors.telegraf_prom translates it).
 
+Node agents' `gpuhealth_collector` status points (collectors.collector_status) are not samples:
+the mapper keeps them aside for `take_reports`.
+
 Bad values are rejected field by field, so one bad field never costs the rest of its line.
+`parse` sends the lines whose layout it has met before through collectors.lpbulk, which fills
+the columns without a Python step per field; the rest take the point-by-point path below.
 """
 
 from __future__ import annotations
@@ -20,10 +25,23 @@ from types import MappingProxyType
 
 import numpy as np
 
+from collectors import collector_status
 from collectors.catalog import CATALOG, Kind, Metric, Scope
+from collectors.collector_status import CollectorReport
 from collectors.frames import Batch, Entity, EntityTable, Frame, Rejection
-from collectors.lineprotocol import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, FieldValue, Point, parse
+from collectors.lineprotocol import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_LINES,
+    FieldValue,
+    Point,
+    oversized,
+    parse,
+    parse_numbered,
+    precision_ns,
+)
+from collectors.lpbulk import FastPath
 from collectors.lpformat import escape_key
+from collectors.lpframe import Cells, Chunk, assemble
 from collectors.telegraf_prom import translate
 
 # The tags that name an entity, in Entity order (node, unit, sub), and which must be integers.
@@ -87,10 +105,13 @@ class _Rows:
     row_of: dict[tuple[int, int], int] = field(default_factory=dict)
     slots: list[int] = field(default_factory=list)
     ts_ns: list[int] = field(default_factory=list)
+    first: list[int] = field(default_factory=list)  # line that opened each row
     rows: list[int] = field(default_factory=list)
     cols: list[int] = field(default_factory=list)
     vals: list[float] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)  # line of each cell
     merged: bool = False  # a row got fields from two points, so a cell may be set twice
+    chunks: list[Chunk] = field(default_factory=list)  # lines the fast path took
 
 
 class SchemaMapper:
@@ -112,6 +133,14 @@ class SchemaMapper:
             s: {} for s in Scope}
         self._counters = {s: frozenset(i for i, m in enumerate(CATALOG.columns(s))
                                        if m.kind is Kind.COUNTER) for s in Scope}
+        self._fast = FastPath()
+        self.fast_lines = 0  # lines parse() took on the fast path, for tests and benchmarks
+        self._reports: list[CollectorReport] = []
+
+    def take_reports(self) -> list[CollectorReport]:
+        """The collector status reports parsed since the last call, in line order."""
+        out, self._reports = self._reports, []
+        return out
 
     def table(self, scope: Scope) -> EntityTable | None:
         return self._tables.get(scope)
@@ -127,21 +156,50 @@ class SchemaMapper:
         max_bytes: int | None = DEFAULT_MAX_BYTES,
     ) -> Batch:
         """Line protocol to a Batch; parse and schema rejections both land in batch.rejected."""
-        points, rejected = parse(data, first_line=first_line, default_ts_ns=default_ts_ns,
-                                 precision=precision, max_lines=max_lines, max_bytes=max_bytes)
-        return self.to_batch(points, rejected)
+        lines = _text_lines(data, max_bytes)
+        if lines is None:  # not one text within the byte limit: the reference path alone
+            points, rejected = parse(data, first_line=first_line, default_ts_ns=default_ts_ns,
+                                     precision=precision, max_lines=max_lines,
+                                     max_bytes=max_bytes)
+            return self.to_batch(points, rejected)
+        over: list[Rejection] = []
+        if max_lines is not None and len(lines) > max_lines:
+            over.append(oversized(first_line + max_lines, first_line + len(lines) - 1,
+                                  f"{max_lines} lines"))
+            del lines[max_lines:]
+        chunks, rest = self._fast.run(lines, first_line, precision_ns(precision))
+        self.fast_lines += len(lines) - len(rest)
+        points, rejected = parse_numbered(((first_line + i, lines[i]) for i in rest),
+                                          default_ts_ns=default_ts_ns, precision=precision)
+        batch = Batch(rejected=rejected + over)
+        acc = {scope: _Rows(chunks=cs) for scope, cs in chunks.items()}
+
+        def learn(p: Point, spec: MeasurementSpec, slot: int) -> None:
+            self._fast.learn(lines[p.line - first_line], p.measurement, p.fields, spec.scope,
+                             spec.fields, slot)
+
+        self._map(points, batch, acc, learn)
+        return batch
 
     def to_batch(self, points: Iterable[Point], rejected: Iterable[Rejection] = ()) -> Batch:
         batch = Batch(rejected=list(rejected))
-        acc: dict[Scope, _Rows] = {}
+        self._map(points, batch, {}, None)
+        return batch
+
+    def _map(self, points: Iterable[Point], batch: Batch, acc: dict[Scope, _Rows],
+             learn: Callable[[Point, MeasurementSpec, int], None] | None) -> None:
+        """Map points into `acc` and then frames on `batch`; `learn` hears of every point
+        taken whole into a frame."""
         reject = batch.rejected.append
         specs = _SPECS
         for p in translate(points, self._last_xid):
             spec = specs.get(p.measurement)
             if spec is None:
-                if self.strict:
+                if p.measurement == collector_status.MEASUREMENT:
+                    self._report(p, reject)
+                elif self.strict:
                     reject(_rejection(p, f"unknown measurement {p.measurement!r} (known: "
-                                     f"{', '.join(specs)})"))
+                                     f"{', '.join(specs)}, {collector_status.MEASUREMENT})"))
                 continue
             ts_ns = p.ts_ns
             known = self._by_tags[spec.scope].get(tuple(map(p.tags.get, spec.tags)))
@@ -159,19 +217,35 @@ class SchemaMapper:
             rows = acc.get(spec.scope)
             if rows is None:
                 rows = acc[spec.scope] = _Rows()
-            self._fields(rows, spec, known, ts_ns, p, reject)
+            before = len(batch.rejected)
+            if self._fields(rows, spec, known, ts_ns, p, reject) and learn is not None and (
+                    len(batch.rejected) == before):
+                learn(p, spec, known[1])
         for scope, rows in acc.items():
-            if rows.vals:
+            if rows.vals or rows.chunks:
                 batch.add(self._frame(scope, rows))
-        return batch
+
+    def _report(self, p: Point, reject: _Reject) -> None:
+        got = collector_status.read_report(p)
+        if isinstance(got, str):
+            reject(_rejection(p, f"{collector_status.MEASUREMENT}: {got}"))
+            return
+        self._reports.append(got)
+        extra = [k for k in p.fields if k not in collector_status.FIELDS]
+        if extra and self.strict:
+            reject(_rejection(p, f"unknown field{'s' if len(extra) > 1 else ''} for measurement "
+                                 f"{p.measurement!r}: {', '.join(extra)}", None,
+                              extra[0] if len(extra) == 1 else None))
 
     def _fields(self, rows: _Rows, spec: MeasurementSpec, known: tuple[Entity, int], ts_ns: int,
-                p: Point, reject: _Reject) -> None:
+                p: Point, reject: _Reject) -> bool:
+        """Cells of one point; whether any landed."""
         cols = spec.fields
         counters = self._counters[spec.scope]
         unknown: list[str] = []
         row = -1
         add_row, add_col, add_val = rows.rows.append, rows.cols.append, rows.vals.append
+        line = p.line
         for name, v in p.fields.items():
             col = cols.get(name)
             if col is None:
@@ -196,16 +270,19 @@ class SchemaMapper:
                 if row == len(rows.slots):
                     rows.slots.append(known[1])
                     rows.ts_ns.append(ts_ns)
+                    rows.first.append(line)
                 else:
                     rows.merged = True
             add_row(row)
             add_col(col)
             add_val(x)
+            rows.lines.append(line)
         if unknown and self.strict:
             s = "s" if len(unknown) > 1 else ""
             reject(_rejection(p, f"unknown field{s} for measurement {spec.measurement!r}: "
                              f"{', '.join(unknown)}", known[0].key,
                              unknown[0] if len(unknown) == 1 else None))
+        return row >= 0
 
     def _event(self, batch: Batch, metric: str, entity: Entity, ts_ns: int, p: Point,
                reject: _Reject) -> None:
@@ -254,6 +331,12 @@ class SchemaMapper:
         if table is None or len(table) < len(known):
             table = self._tables[scope] = EntityTable(scope, known)
         width = len(CATALOG.columns(scope))
+        if rows.chunks:
+            return Frame(table, *assemble(
+                width, Cells(np.asarray(rows.slots, np.int64), np.asarray(rows.ts_ns, np.int64),
+                              np.asarray(rows.first, np.int64), np.asarray(rows.rows, np.intp),
+                              np.asarray(rows.cols, np.intp), np.asarray(rows.vals, np.float64),
+                              np.asarray(rows.lines, np.int64), rows.merged), rows.chunks))
         n = len(rows.slots)
         slots = np.asarray(rows.slots, np.int32)
         ts = np.asarray(rows.ts_ns, np.int64) / 1e9
@@ -266,6 +349,30 @@ class SchemaMapper:
         values.reshape(-1)[flat] = vals
         order = np.lexsort((slots, ts))
         return Frame(table, slots[order], ts[order], values[order])
+
+
+def _text_lines(data: str | bytes | Iterable[str] | Iterable[bytes],
+                max_bytes: int | None) -> list[str] | None:
+    """The lines of a body given whole as valid UTF-8 within `max_bytes`; else None."""
+    if isinstance(data, bytes | bytearray):
+        size = len(data)
+        try:
+            text = bytes(data).decode()
+        except UnicodeDecodeError:
+            return None
+    elif isinstance(data, str):
+        text = data
+        size = len(text) if text.isascii() else len(text.encode())
+    else:
+        return None
+    if max_bytes is not None and size + 1 > max_bytes:
+        return None
+    if "\r" in text:  # CRLF: the reference path strips the CR anyway
+        text = text.replace("\r\n", "\n")
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # a final newline ends, not adds
+    return lines
 
 
 def _rejection(p: Point, reason: str, entity: str | None = None,

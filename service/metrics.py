@@ -5,24 +5,32 @@ Counts the pipeline already keeps (samples, rejections, resets, notifications) a
 increment. Durations are histograms observed where the work is timed (the scheduler and the
 write endpoint). Fleet risk is exported as a few counts per scope and level, never one series
 per GPU: at 10,000 GPUs that would be the scrape that hurts.
+
+Collectors are one series per (collector, host): node agents' collectors carry their node as
+`host`; the service's own collectors carry no `host` label (to Prometheus the same as an empty
+one), so their series stay what they were before agents reported.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
+from prometheus_client.samples import Sample
 
 from collectors.base import CollectorStatus
 from service.alerting import LEVELS
 from service.pipeline import Pipeline
+from service.remote_collectors import RemoteStatus
 from service.scoring import SCOPES
 
 StatusSource = Callable[[], Mapping[str, CollectorStatus]]
+RemoteSource = Callable[[], Sequence[RemoteStatus]]  # already judged stale or not
 
 # A 5-s tick budget: buckets resolve from a millisecond up to well past the budget.
 _TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -32,20 +40,27 @@ def _no_collectors() -> Mapping[str, CollectorStatus]:
     return {}
 
 
+def _no_remote() -> Sequence[RemoteStatus]:
+    return ()
+
+
 class PipelineCollector:
     """Reads the state the pipeline stages leave behind, at scrape time."""
 
-    def __init__(self, pipeline: Pipeline, statuses: StatusSource = _no_collectors) -> None:
+    def __init__(self, pipeline: Pipeline, statuses: StatusSource = _no_collectors,
+                 remote: RemoteSource = _no_remote,
+                 last_scrape: Mapping[str, float] | None = None) -> None:
         self.pipeline = pipeline
         self.statuses = statuses
+        self.remote = remote
+        self.last_scrape: Mapping[str, float] = {} if last_scrape is None else last_scrape
 
     def describe(self) -> Iterable[Metric]:
         return []  # families depend on runtime state; skip the registry's describe-by-collect
 
     def collect(self) -> Iterable[Metric]:
         yield from self._stats()
-        yield self._collectors()
-        yield self._errors()
+        yield from self._collectors()
         yield self._alerts()
         yield from self._risk()
 
@@ -66,23 +81,32 @@ class PipelineCollector:
         ):
             yield CounterMetricFamily(name, doc, value=value)
 
-    def _collectors(self) -> Metric:
-        up = GaugeMetricFamily("gpuhealth_collector_up",
-                               "1 when the collector's last round succeeded (reason: /readyz)",
-                               labels=["collector"])
-        for name, status in sorted(self.statuses().items()):
-            up.add_metric([name], 1.0 if status.up else 0.0)
-        return up
-
-    def _errors(self) -> Metric:
+    def _collectors(self) -> Iterable[Metric]:
+        up = GaugeMetricFamily(
+            "gpuhealth_collector_up", "1 when the collector's last round succeeded (and, for a "
+            "node agent's, was reported recently); host: the agent's node, none for the "
+            "service's own", labels=["collector", "host"])
         # The reason a collector is down, as an info-style series (value 1); none while up.
         err = GaugeMetricFamily("gpuhealth_collector_last_error",
                                 "Why a collector is down (1 per down collector, reason label)",
-                                labels=["collector", "reason"])
+                                labels=["collector", "host", "reason"])
+        last = GaugeMetricFamily("gpuhealth_collector_last_scrape_seconds",
+                                 "Duration of the collector's last collect()",
+                                 labels=["collector", "host"])
         for name, status in sorted(self.statuses().items()):
+            _add(up, {"collector": name}, 1.0 if status.up else 0.0)
             if not status.up:
-                err.add_metric([name, status.reason[:200]], 1.0)
-        return err
+                _add(err, {"collector": name, "reason": status.reason[:200]}, 1.0)
+            if name in self.last_scrape:
+                _add(last, {"collector": name}, self.last_scrape[name])
+        for r in self.remote():
+            labels = {"collector": r.collector, "host": r.host}
+            _add(up, labels, 1.0 if r.up else 0.0)
+            if not r.up:
+                _add(err, {**labels, "reason": r.reason[:200]}, 1.0)
+            if not math.isnan(r.scrape_seconds):
+                _add(last, labels, r.scrape_seconds)
+        return up, err, last
 
     def _alerts(self) -> Metric:
         firing = GaugeMetricFamily("gpuhealth_alerts_firing", "Open alerts by current level",
@@ -117,6 +141,36 @@ class PipelineCollector:
                                 "Duration of the newest scoring tick", value=risk.duration_s)
 
 
+def _add(family: GaugeMetricFamily, labels: dict[str, str], value: float) -> None:
+    # Samples of one family may leave a label out: the service's own collectors have no host.
+    family.samples.append(Sample(family.name, labels, value))
+
+
+class _ScrapeTimes:
+    """The scrape-duration histogram, also keeping each collector's last duration for the
+    last-scrape gauge (the scheduler only observes)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.histogram = Histogram(
+            "gpuhealth_collector_scrape_seconds", "Duration of one collect() of a collector",
+            ["collector"], buckets=_TICK_BUCKETS, registry=registry)
+        self.last: dict[str, float] = {}
+
+    def labels(self, collector: str) -> _ScrapeTime:
+        return _ScrapeTime(self, collector)
+
+
+class _ScrapeTime:
+    __slots__ = ("collector", "times")
+
+    def __init__(self, times: _ScrapeTimes, collector: str) -> None:
+        self.times, self.collector = times, collector
+
+    def observe(self, seconds: float) -> None:
+        self.times.last[self.collector] = seconds
+        self.times.histogram.labels(self.collector).observe(seconds)
+
+
 class ServiceMetrics:
     """Everything /metrics renders. One instance per app, on its own registry."""
 
@@ -128,9 +182,7 @@ class ServiceMetrics:
         self.ingest_seconds = Histogram(
             "gpuhealth_ingest_seconds", "Duration of ingesting one batch, by source",
             ["source"], buckets=_TICK_BUCKETS, registry=self.registry)
-        self.scrape_seconds = Histogram(
-            "gpuhealth_collector_scrape_seconds", "Duration of one collect() of a collector",
-            ["collector"], buckets=_TICK_BUCKETS, registry=self.registry)
+        self.scrape_seconds = _ScrapeTimes(self.registry)
         self.skipped = Counter(
             "gpuhealth_ticks_skipped", "Scheduled runs skipped because the previous run of the "
             "job was still going or ran too late (coalesced, never queued)", ["job"],
@@ -141,12 +193,17 @@ class ServiceMetrics:
         self.write_requests = Counter(
             "gpuhealth_write_requests", "Line-protocol write requests by HTTP status",
             ["code"], registry=self.registry)
-        self._pipeline = PipelineCollector(pipeline, statuses)
+        self._pipeline = PipelineCollector(pipeline, statuses,
+                                           last_scrape=self.scrape_seconds.last)
         self.registry.register(self._pipeline)
 
     def track_collectors(self, statuses: StatusSource) -> None:
         """Export `collector_up` from this source (the scheduler, once it exists)."""
         self._pipeline.statuses = statuses
+
+    def track_remote(self, remote: RemoteSource) -> None:
+        """Export node agents' collectors from this source (the write endpoint's store)."""
+        self._pipeline.remote = remote
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type."""

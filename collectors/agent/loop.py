@@ -1,9 +1,15 @@
 """The node agent: collect every source each round, spool the round as gzip line protocol,
-and push the spool oldest first, backing off while the target is unreachable."""
+and push the spool oldest first, backing off while the target is unreachable.
+
+Each round also reports every collector as one `gpuhealth_collector` point (up, scrape
+duration, samples, last error; collectors.collector_status), so the service exports node
+agents' collectors as it does its own, and an InfluxDB target stores them like any point.
+"""
 
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -11,6 +17,7 @@ from dataclasses import dataclass
 from collectors.agent.push import Outcome, Pusher
 from collectors.agent.spool import Spool
 from collectors.base import Collector
+from collectors.collector_status import status_line
 from collectors.schema import batch_to_lines
 
 log = logging.getLogger(__name__)
@@ -31,8 +38,14 @@ class Agent:
     def __init__(self, collectors: Sequence[Collector], spool: Spool, pusher: Pusher | None, *,
                  interval_s: float = 5.0, backoff_s: tuple[float, float] = (1.0, 60.0),
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, host: str | None = None,
+                 timer: Callable[[], float] = time.perf_counter,
+                 wall_ns: Callable[[], int] = time.time_ns) -> None:
+        """`host` tags the status points (default: the first collector's `host`, else this
+        machine's name); `timer` times each collect(); `wall_ns` stamps the status points."""
         self.collectors = list(collectors)
+        self.host = host or _host_of(self.collectors)
+        self.timer, self.wall_ns = timer, wall_ns
         self.spool = spool
         self.pusher = pusher
         self.interval_s = interval_s
@@ -43,14 +56,19 @@ class Agent:
         self.stats = AgentStats()
 
     def lines(self) -> list[str]:
-        """One round from every collector, as line protocol; a source that is down adds
-        nothing and says why in its status."""
+        """One round from every collector, as line protocol, each followed by its status
+        point; a source that is down adds only the status, which says why."""
         out: list[str] = []
+        ts_ns = self.wall_ns()
         for c in self.collectors:
+            t0 = self.timer()
             batch = c.collect()
+            seconds = max(self.timer() - t0, 0.0)
             if not c.status.up:
                 log.warning("collector %s is down: %s", c.name, c.status.reason)
             out.extend(batch_to_lines(batch))
+            out.append(status_line(self.host, c.name, c.status.up, seconds, batch.samples,
+                                   c.status.reason or "down, no reason given", ts_ns))
         return out
 
     def collect_round(self) -> int:
@@ -103,3 +121,11 @@ class Agent:
             else:  # fell behind (a slow source): skip rather than pile rounds up
                 next_at = self.clock()
         return self.stats
+
+
+def _host_of(collectors: Sequence[Collector]) -> str:
+    for c in collectors:
+        host = getattr(c, "host", None)
+        if isinstance(host, str) and host:
+            return host
+    return socket.gethostname()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, field
 from threading import Lock
 from typing import Annotated
@@ -12,6 +14,7 @@ from collectors.base import Collector
 from collectors.schema import SchemaMapper
 from service.metrics import ServiceMetrics
 from service.pipeline import Pipeline
+from service.remote_collectors import STALE_AFTER_ROUNDS, RemoteCollectors, RemoteStatus
 from service.scheduler import Clock, TickScheduler
 from service.settings import Settings
 
@@ -30,10 +33,26 @@ class Running:
     mappers: dict[bool, SchemaMapper] = field(default_factory=lambda: {
         True: SchemaMapper(strict=True), False: SchemaMapper(strict=False)})
     mapper_lock: Lock = field(default_factory=Lock)
+    # Node agents' collector reports. A collector reads as down after STALE_AFTER_ROUNDS rounds
+    # without one; agents are assumed to run at the service's collect interval.
+    remote: RemoteCollectors = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.remote = RemoteCollectors(
+            STALE_AFTER_ROUNDS * self.settings.service.collect_interval_s)
+        self.metrics.track_remote(self.remote_statuses)
 
     @property
     def settings(self) -> Settings:
         return self.pipeline.settings
+
+    def now(self) -> float:
+        """The service clock; wall time while a replay's data clock has no time yet."""
+        now = self.clock()
+        return time.time() if math.isnan(now) else now
+
+    def remote_statuses(self) -> list[RemoteStatus]:
+        return self.remote.statuses(self.now())
 
 
 def _running(request: Request) -> Running:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import math
 import time
 import zlib
 from typing import Annotated, Any, Literal
@@ -25,7 +24,8 @@ router = APIRouter()
 
 
 _WRITE_DOC = """Line protocol, plain or `Content-Encoding: gzip`: our own schema (`gpu`, `nvlink`,
-`ib_port`, `xid`) or Telegraf's `nvidia_smi` and `infiniband`. 204 when every line was
+`ib_port`, `xid`), Telegraf's `nvidia_smi` and `infiniband`, and node agents' collector status
+(`gpuhealth_collector`, exported on /metrics). 204 when every line was
 accepted; 400 listing each rejected line (number and reason) while every valid sample is kept;
 413 when the body, or what it inflates to, is over the limit. `strict=false` ignores
 measurements and fields the catalog does not track instead of rejecting them."""
@@ -157,14 +157,16 @@ def _inflate(body: bytes, encoding: str, limit: int) -> bytes:
 
 
 def _ingest_lines(st: Running, data: bytes, precision: str, strict: bool) -> IngestResult:
-    now = st.clock()
-    if math.isnan(now):  # a replay's data clock before its first round
-        now = time.time()
+    now = st.now()
+    mapper = st.mappers[strict]
     with st.mapper_lock:
         # Lines without a timestamp get the server's time, as InfluxDB does.
-        batch = st.mappers[strict].parse(
+        batch = mapper.parse(
             data, default_ts_ns=int(now * 1e9), precision=precision,
             max_lines=st.settings.ingest.max_lines_per_request, max_bytes=None)
+        reports = mapper.take_reports()
+    if reports:  # node agents' collector status: not samples, kept for /metrics
+        st.remote.record(reports)
     t0 = time.perf_counter()
     res = st.pipeline.ingest(batch, now)
     st.metrics.ingest_seconds.labels("write").observe(time.perf_counter() - t0)
