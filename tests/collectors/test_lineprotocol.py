@@ -260,3 +260,12 @@ def test_a_source_name_prefixes_reasons_and_stays_on_points() -> None:
     points, rejected = parse("m f=1 1\nm f=x 1", source="part-3.lp")
     assert points[0].source == "part-3.lp"
     assert reasons(rejected) == ["line 2: part-3.lp: field value 'x' is not a number (f)"]
+
+
+def test_nineteen_digit_stamps_up_to_the_64_bit_limit() -> None:
+    # Today's nanosecond stamps have 19 digits; the common-case shortcut must stop at 2**63-1.
+    points, rejected = parse("m f=1 9223372036854775807\nm f=1 9223372036854775808\n"
+                             "m f=1 1750000000000000000")
+    assert [p.ts_ns for p in points] == [2**63 - 1, 1_750_000_000_000_000_000]
+    assert reasons(rejected) == ["line 2: timestamp '9223372036854775808' is out of the 64-bit "
+                                 "nanosecond range"]

@@ -132,3 +132,20 @@ def test_write_requests_are_counted(client: TestClient) -> None:
     assert 'gpuhealth_write_requests_total{code="204"} 1.0' in text
     assert 'gpuhealth_write_requests_total{code="400"} 1.0' in text
     assert 'gpuhealth_ingest_seconds_count{source="write"} 2.0' in text
+
+
+def test_a_known_layout_takes_the_fast_path_and_still_names_bad_lines(
+        client: TestClient) -> None:
+    def body(ts_ns: int, bad: str = "3i") -> str:
+        return "\n".join(f"gpu,host=n003,gpu={g} gpu_temp={50 + g},ecc_sbe_volatile="
+                         f"{bad if g == 2 else '3i'} {ts_ns}" for g in range(4))
+    assert client.post("/write", content=body(NS - 5 * 10**9)).status_code == 204
+    mapper = client.app.state.gpuhealth.mappers[True]  # type: ignore[attr-defined]
+    before = mapper.fast_lines
+    r = client.post("/write", content=body(NS, bad="-3i"))
+    assert r.status_code == 400
+    [rej] = r.json()["rejections"]
+    assert rej["line"] == 3 and "counter ecc_sbe_volatile is negative" in rej["reason"]
+    assert mapper.fast_lines - before == 3  # the good lines; the bad one took the slow path
+    assert _metric(client, "n003:gpu1", "gpu_temp")["value"] == 51.0
+    assert _metric(client, "n003:gpu2", "gpu_temp")["value"] == 52.0  # its good field kept
