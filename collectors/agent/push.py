@@ -21,6 +21,18 @@ class PushResult:
     detail: str
 
 
+def outcome_of(r: httpx.Response) -> PushResult:
+    """What an InfluxDB-style write answer means for the segment sent."""
+    if r.status_code in (200, 204):
+        return PushResult(Outcome.SENT, r.status_code, "")
+    if r.status_code == 400:
+        return PushResult(Outcome.SENT, 400, r.text[:500])
+    if r.status_code == 413:
+        return PushResult(Outcome.DROP, 413, r.text[:500])
+    # 401/403 (a token being rotated), 404 (a proxy or database mid-deploy), 429 and 5xx: wait.
+    return PushResult(Outcome.RETRY, r.status_code, r.text[:500])
+
+
 class Pusher:
     """POSTs one gzip segment. A 400 is a partial write, as InfluxDB answers it: the good lines
     were kept, so the segment is done (a resent segment after a lost reply is refused there as
@@ -39,14 +51,7 @@ class Pusher:
             r = self.client.post(self.url, content=body, headers=self.headers)
         except httpx.HTTPError as exc:
             return PushResult(Outcome.RETRY, None, f"{type(exc).__name__}: {exc}")
-        if r.status_code in (200, 204):
-            return PushResult(Outcome.SENT, r.status_code, "")
-        if r.status_code == 400:
-            return PushResult(Outcome.SENT, 400, r.text[:500])
-        if r.status_code == 413:
-            return PushResult(Outcome.DROP, 413, r.text[:500])
-        # 401/403 (a token being rotated), 404 (a proxy mid-deploy), 429 and 5xx: wait.
-        return PushResult(Outcome.RETRY, r.status_code, r.text[:500])
+        return outcome_of(r)
 
     def close(self) -> None:
         self.client.close()

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from collectors.agent.push import Outcome, PushResult
+from collectors.agent.push import Outcome, PushResult, outcome_of
 from service.settings import InfluxSettings
 
 
@@ -59,13 +59,7 @@ class InfluxClient:
                                         "Content-Type": "text/plain; charset=utf-8"})
         except httpx.HTTPError as exc:
             return PushResult(Outcome.RETRY, None, f"{type(exc).__name__}: {exc}")
-        if r.status_code in (200, 204):
-            return PushResult(Outcome.SENT, r.status_code, "")
-        if r.status_code == 400:
-            return PushResult(Outcome.SENT, 400, r.text[:500])
-        if r.status_code == 413:
-            return PushResult(Outcome.DROP, 413, r.text[:500])
-        return PushResult(Outcome.RETRY, r.status_code, r.text[:500])
+        return outcome_of(r)
 
     def query(self, q: str, *, write: bool = False, epoch: str = "ms",
               database: bool = True) -> list[list[Series]]:
