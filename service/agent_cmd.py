@@ -94,7 +94,7 @@ def _run_agent(args: argparse.Namespace) -> int:
 
     if args.stdout:
         agent = Agent(collectors, Spool(args.spool, args.spool_mb << 20), None,
-                      interval_s=interval)
+                      interval_s=interval, host=args.host)
         while True:
             for line in agent.lines():
                 print(line)
@@ -105,7 +105,7 @@ def _run_agent(args: argparse.Namespace) -> int:
     if not args.url:
         raise SystemExit("--url is required unless --stdout")
     agent = Agent(collectors, Spool(args.spool, args.spool_mb << 20),
-                  Pusher(args.url, token=args.token), interval_s=interval)
+                  Pusher(args.url, token=args.token), interval_s=interval, host=args.host)
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     with contextlib.suppress(KeyboardInterrupt):

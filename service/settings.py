@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from models.detectors.dynamic import DynamicConfig
 from models.detectors.hard import HardRuleConfig
 from service.alerting import AlertPolicy
+from service.influx.influxql import parse_duration
 from service.windows import WindowConfig
 
 
@@ -44,6 +45,12 @@ class InfluxSettings(BaseModel):
     manage_schema: bool = True  # 1.x: create the database, retention policies and CQs
     raw_retention: str = "14d"
     rollup_retention: str = "400d"
+
+    @field_validator("raw_retention", "rollup_retention")
+    @classmethod
+    def _retention(cls, v: str) -> str:
+        parse_duration(v)  # ValueError names the bad value
+        return v
 
     @model_validator(mode="after")
     def _credentials(self) -> InfluxSettings:

@@ -68,6 +68,7 @@ def create_app(
             yield
         finally:
             app.state.gpuhealth = None
+            history.close_history(app)
             if scheduler is not None:
                 # Shutdown waits for a running tick: keep the event loop free meanwhile.
                 await run_in_threadpool(scheduler.shutdown)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 
 from collectors.catalog import Scope
 from collectors.frames import Entity
@@ -51,6 +51,14 @@ def _history(request: Request, st: State) -> History:
 def _cached(request: Request, st: Running) -> History | None:
     cached: tuple[Running, History] | None = getattr(request.app.state, "history", None)
     return cached[1] if cached is not None and cached[0] is st else None
+
+
+def close_history(app: FastAPI) -> None:
+    """At shutdown: the cached store's connections go with the lifespan that used them."""
+    cached: tuple[Running, History] | None = getattr(app.state, "history", None)
+    app.state.history = None
+    if cached is not None:
+        _close(cached[1])
 
 
 def _close(h: History) -> None:

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 
-from collectors.base import Collector
+from collectors.base import Collector, CollectorStatus
 from collectors.schema import SchemaMapper
 from service.metrics import ServiceMetrics
 from service.pipeline import Pipeline
@@ -41,6 +41,10 @@ class Running:
         self.remote = RemoteCollectors(
             STALE_AFTER_ROUNDS * self.settings.service.collect_interval_s)
         self.metrics.track_remote(self.remote_statuses)
+        for obs in self.pipeline.observers:
+            track = getattr(obs, "track_collectors", None)
+            if callable(track):  # the InfluxDB sink records collector health every tick
+                track(self.collector_statuses)
 
     @property
     def settings(self) -> Settings:
@@ -53,6 +57,12 @@ class Running:
 
     def remote_statuses(self) -> list[RemoteStatus]:
         return self.remote.statuses(self.now())
+
+    def collector_statuses(self) -> dict[tuple[str, str], CollectorStatus]:
+        """Every collector by (host, name): the service's own under host "" (as /metrics
+        labels them), node agents' under their host."""
+        own = {("", name): st for name, st in self.scheduler.statuses().items()}
+        return {**own, **self.remote.as_collector_statuses(self.now())}
 
 
 def _running(request: Request) -> Running:

@@ -40,6 +40,24 @@ def duration(seconds: float) -> str:
     return f"{int(seconds)}s"
 
 
+_UNITS = {"ns": 1e-9, "u": 1e-6, "µ": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
+          "d": 86400.0, "w": 604800.0}
+_DURATION = re.compile(r"(\d+)(ns|u|µ|ms|s|m|h|d|w)")
+
+
+def parse_duration(text: str) -> float | None:
+    """An InfluxQL duration literal (`14d`, `1h30m`) in seconds; `INF` (keep forever) is None.
+    Raises ValueError for anything else, so a typo in a retention setting fails at start."""
+    t = text.strip()
+    if t.upper() == "INF":
+        return None
+    parts = _DURATION.findall(t)
+    if not t or "".join(n + u for n, u in parts) != t:
+        raise ValueError(f"{text!r} is not an InfluxQL duration (like 14d, 1h30m or INF)")
+    seconds = sum(int(n) * _UNITS[u] for n, u in parts)
+    return None if seconds == 0 else seconds  # InfluxDB reads a zero duration as infinite
+
+
 def _no_control(s: str) -> None:
     # A newline inside a literal is legal InfluxQL but never a real name here; refusing it
     # keeps multi-statement tricks out of every query we build.

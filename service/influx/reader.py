@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
 from service.history import (
+    Agg,
     HistoryUnavailable,
     QueryError,
     SeriesOut,
@@ -23,8 +26,9 @@ from service.history import (
     Wanted,
 )
 from service.influx.client import InfluxClient, InfluxError, Series
-from service.influx.influxql import duration, ident, string, time_ns
+from service.influx.influxql import duration, ident, parse_duration, string, time_ns
 from service.influx.lines import ENTITY_TAGS, EVENT_FIELD, RATE_SUFFIX, entity_tags
+from service.influx.schema import ROLLED_UP, ROLLUP_EVERY_S, ROLLUP_RP
 from service.settings import InfluxSettings
 
 RISK_MEASUREMENT = "risk"
@@ -37,21 +41,56 @@ def _missing_db(exc: InfluxError) -> bool:
 
 
 class InfluxHistory:
-    def __init__(self, client: InfluxClient, cluster: str) -> None:
+    """Bucketed series from the raw policy; with `raw_keep_s` (the raw retention, when the
+    rollup policy exists), the part of a range older than raw retention is read from the
+    5-minute rollups instead, so a 90-day chart still has its first 76 days."""
+
+    def __init__(self, client: InfluxClient, cluster: str, *, raw_keep_s: float | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.client = client
         self.cluster = cluster
+        self.raw_keep_s = raw_keep_s
+        self.clock = clock
 
     @classmethod
     def from_settings(cls, cfg: InfluxSettings) -> InfluxHistory:
-        return cls(InfluxClient(cfg), cfg.cluster)
+        # Rollups exist where gpuhealth manages the schema (1.x); elsewhere raw only.
+        keep = parse_duration(cfg.raw_retention) if cfg.manage_schema else None
+        return cls(InfluxClient(cfg), cfg.cluster, raw_keep_s=keep)
 
     def series(self, query: SeriesQuery) -> list[SeriesOut]:
         out = [SeriesOut(w) for w in query.metrics]
+        split = self._rollup_until(query)
+        if split is None:
+            self._read(query, out, rollup=False)
+            return out
+        # Whole buckets before `split` from the rollups, the rest from raw; an aggregation the
+        # rollups do not keep (min, last, counts) is read from raw over the whole range.
+        old = replace(query, end=split)
+        rolled = [s for s in out if _rolled(query.scope, s.metric)]
+        self._read(old, rolled, rollup=True)
+        if split < query.end:
+            self._read(replace(query, start=split), rolled, rollup=False)
+        rest = [s for s in out if not _rolled(query.scope, s.metric)]
+        if rest:
+            self._read(query, rest, rollup=False)
+        return out
+
+    def _rollup_until(self, q: SeriesQuery) -> float | None:
+        """Where raw data begins, on the query's bucket grid; None: raw covers the range."""
+        if self.raw_keep_s is None or q.step % ROLLUP_EVERY_S:
+            return None
+        horizon = self.clock() - self.raw_keep_s
+        if q.start >= horizon:
+            return None
+        return min(q.end, math.ceil(horizon / q.step) * q.step)
+
+    def _read(self, query: SeriesQuery, outs: Sequence[SeriesOut], *, rollup: bool) -> None:
         groups: dict[str, list[SeriesOut]] = {}
-        for s in out:
+        for s in outs:
             groups.setdefault(self._measurement(query.scope, s.metric), []).append(s)
         try:
-            statements = [self._select(query, m, [s.metric for s in ss])
+            statements = [self._select(query, m, [s.metric for s in ss], rollup)
                           for m, ss in groups.items()]
         except ValueError as exc:  # influxql refused a name: nothing stored can have it
             raise QueryError(str(exc)) from None
@@ -60,7 +99,6 @@ class InfluxHistory:
         for ss, stmt in zip(groups.values(), statements, strict=True):
             for series in self._query(stmt):
                 _fill(ss, series)
-        return out
 
     def _query(self, statement: str) -> list[Series]:
         try:
@@ -79,8 +117,13 @@ class InfluxHistory:
             return w.name
         return scope.value + (RATE_SUFFIX if w.source is Source.RATE else "")
 
-    def _select(self, q: SeriesQuery, measurement: str, metrics: Sequence[Wanted]) -> str:
-        fields = ", ".join(_expr(w) + " AS " + ident(w.name) for w in metrics)
+    def _select(self, q: SeriesQuery, measurement: str, metrics: Sequence[Wanted],
+                rollup: bool = False) -> str:
+        fields = ", ".join((_rollup_expr(w) if rollup else _expr(w)) + " AS " + ident(w.name)
+                           for w in metrics)
+        source = ident(measurement)
+        if rollup:
+            source = f"{ident(self.client.cfg.database)}.{ident(ROLLUP_RP)}.{source}"
         if measurement == RISK_MEASUREMENT:
             tags = {"scope": q.scope.value, "entity": q.entity.key}
         else:
@@ -88,7 +131,7 @@ class InfluxHistory:
         cond = " AND ".join([f"{ident('cluster')} = {string(self.cluster)}",
                              *(f"{ident(k)} = {string(v)}" for k, v in tags.items()),
                              f"time >= {time_ns(q.start)}", f"time < {time_ns(q.end)}"])
-        return (f"SELECT {fields} FROM {ident(measurement)} WHERE {cond} "
+        return (f"SELECT {fields} FROM {source} WHERE {cond} "
                 f"GROUP BY time({duration(q.step)}) fill(none)")
 
     def close(self) -> None:
@@ -99,6 +142,18 @@ def _expr(w: Wanted) -> str:
     if w.source is Source.EVENT:
         return f"count({ident(EVENT_FIELD)})"
     return f"{w.agg.value}({ident(w.name)})"  # Agg values are InfluxQL function names
+
+
+def _rolled(scope: Scope, w: Wanted) -> bool:
+    """Whether the rollups keep this aggregation of this metric (mean and max, not events)."""
+    return (w.agg in (Agg.MEAN, Agg.MAX) and w.source is not Source.EVENT
+            and InfluxHistory._measurement(scope, w) in ROLLED_UP)
+
+
+def _rollup_expr(w: Wanted) -> str:
+    # The continuous query names its fields mean_<field> and max_<field>; a bucket of whole
+    # 5-minute rollups is the mean of their means (equal sample counts) or the max of maxes.
+    return f"{w.agg.value}({ident(w.agg.value + '_' + w.name)})"
 
 
 def _fill(outs: Sequence[SeriesOut], series: Series) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from service.influx.client import InfluxClient, InfluxError
-from service.influx.influxql import ident
+from service.influx.influxql import ident, time_ns
 from service.influx.lines import RATE_SUFFIX
 
 log = logging.getLogger(__name__)
@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 RAW_RP = "raw"
 ROLLUP_RP = "rollup_5m"
 ROLLUP_EVERY = "5m"
+ROLLUP_EVERY_S = 300
 ROLLED_UP = ("gpu", "nvlink", "ib_port", "gpu" + RATE_SUFFIX, "nvlink" + RATE_SUFFIX,
              "ib_port" + RATE_SUFFIX, "risk")
 
@@ -30,11 +31,25 @@ def statements(database: str, raw_retention: str, rollup_retention: str) -> list
            f"CREATE RETENTION POLICY {ident(ROLLUP_RP)} ON {db} DURATION {rollup_retention} "
            f"REPLICATION 1"]
     for m in ROLLED_UP:
-        out.append(
-            f"CREATE CONTINUOUS QUERY {ident('cq_' + m + '_' + ROLLUP_EVERY)} ON {db} BEGIN "
-            f"SELECT mean(*), max(*) INTO {db}.{ident(ROLLUP_RP)}.:MEASUREMENT "
-            f"FROM {db}.{ident(RAW_RP)}.{ident(m)} GROUP BY time({ROLLUP_EVERY}), * END")
+        out.append(f"CREATE CONTINUOUS QUERY {ident('cq_' + m + '_' + ROLLUP_EVERY)} ON {db} "
+                   f"BEGIN {_rollup(database, m)} END")
     return out
+
+
+def _rollup(database: str, measurement: str, where: str = "") -> str:
+    db = ident(database)
+    return (f"SELECT mean(*), max(*) INTO {db}.{ident(ROLLUP_RP)}.:MEASUREMENT "
+            f"FROM {db}.{ident(RAW_RP)}.{ident(measurement)}{where} "
+            f"GROUP BY time({ROLLUP_EVERY}), *")
+
+
+def backfill_rollups(client: InfluxClient, start: float, end: float) -> None:
+    """Roll up raw points of [start, end) now, as the continuous queries would have: for data
+    written late (a replayed trace, a spool emptied after an outage) which continuous queries,
+    running only over recent intervals, never see."""
+    where = f" WHERE time >= {time_ns(start)} AND time < {time_ns(end)}"
+    for m in ROLLED_UP:
+        client.query(_rollup(client.cfg.database, m, where), write=True, database=False)
 
 
 def ensure_schema(client: InfluxClient, raw_retention: str, rollup_retention: str) -> None:
