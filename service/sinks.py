@@ -12,6 +12,7 @@ from typing import Protocol
 import numpy as np
 
 from collectors.catalog import CATALOG, Scope
+from collectors.frames import EntityTable
 from service.ingest import IngestResult
 
 
@@ -42,14 +43,22 @@ class SQLiteSink:
             self._insert[scope] = f"INSERT INTO {scope}_samples VALUES ({marks})"
         self._db.execute("CREATE TABLE IF NOT EXISTS events (ts REAL NOT NULL, entity TEXT NOT "
                          "NULL, metric TEXT NOT NULL, value REAL NOT NULL)")
+        # Collectors reuse one (immutable) entity table per topology: its keys are built once.
+        self._names: dict[Scope, tuple[EntityTable, list[str], list[str]]] = {}
+
+    def _keys(self, scope: Scope, table: EntityTable) -> tuple[list[str], list[str]]:
+        cached = self._names.get(scope)
+        if cached is None or cached[0] is not table:
+            cached = (table, [e.key for e in table.entities], [e.node for e in table.entities])
+            self._names[scope] = cached
+        return cached[1], cached[2]
 
     def write(self, result: IngestResult) -> None:
         batch = result.clean
         with self._lock:
             self._db.execute("BEGIN")
             for scope, f in batch.frames.items():
-                keys = [e.key for e in f.entities.entities]
-                nodes = [e.node for e in f.entities.entities]
+                keys, nodes = self._keys(scope, f.entities)
                 vals = f.values.astype(object)
                 vals[np.isnan(f.values)] = None
                 rows = ((float(t), keys[r], nodes[r], *v)
