@@ -43,7 +43,7 @@ COMMANDS: dict[str, Command] = {}
 # The lead adds `demo`, `simulate` and `evaluate` here: each module named below calls
 # `register(...)` when imported.
 COMMAND_MODULES: tuple[str, ...] = (
-    "service.demo", "service.simulate", "service.evaluate", "service.agent_cmd",
+    "service.demo", "service.simulate", "service.evaluate", "service.agent_cmd", "service.train",
     "service.export")
 
 

@@ -16,6 +16,7 @@ the protocol.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import sys
@@ -48,10 +49,43 @@ __all__ = ["DETECTOR_SETS", "Evaluator", "Source", "alert_records", "configure_p
            "evaluate_scenario", "evaluate_source", "regenerate_docs", "run", "simulator_source",
            "summarize_demo", "trace_source"]
 DOC_PATH = Path(__file__).resolve().parents[1] / "docs" / "evaluation.md"
+
+
+def _model(s: Settings) -> list[Detector]:
+    """The configured model as a detector (loaded once per process and path)."""
+    path = s.detectors.model.resolved()
+    if path is None:
+        raise ValueError("the lstm and fused sets need a model: detectors.model.path is empty")
+    from models.predictor.detector import PredictorConfig, PredictorDetector
+
+    caps = {1: 1.0, 24: 1.0, 168: s.detectors.model.week_cap}
+    return [PredictorDetector(_load_predictor(str(path)), PredictorConfig(caps=caps))]
+
+
+@functools.lru_cache(maxsize=4)
+def _load_predictor(path: str) -> Any:
+    from models.predictor.package import Predictor
+
+    return Predictor.load(Path(path))
+
+
+def _rules(s: Settings) -> list[Detector]:
+    return [HardRules(s.detectors.hard), DynamicThresholds(s.detectors.dynamic)]
+
+
+def _peer(s: Settings, seed: int) -> list[Detector]:
+    from models.detectors.peer import PeerMahalanobis
+
+    return [PeerMahalanobis()]
+
+
 DETECTOR_SETS: dict[str, Callable[[Settings, int], list[Detector]]] = {
-    "ours": lambda s, seed: [HardRules(s.detectors.hard), DynamicThresholds(s.detectors.dynamic)],
+    "ours": lambda s, seed: _rules(s),
+    "lstm": lambda s, seed: _model(s),
+    "fused": lambda s, seed: [*_rules(s), *_model(s)],
     "static": lambda s, seed: [StaticThresholds()],
     "ewma": lambda s, seed: [EwmaZScore()],
+    "mahalanobis": _peer,
     "random": lambda s, seed: [RandomScore(RandomConfig(seed=seed))],
 }
 
@@ -61,8 +95,10 @@ DETECTOR_SETS: dict[str, Callable[[Settings, int], list[Detector]]] = {
 class Evaluator:
     """One Pipeline per detector set over one shared window store."""
 
-    def __init__(self, step_s: float, start: float, sets: Sequence[str], seed: int = 0) -> None:
-        settings = Settings(window=window_config_for(step_s))
+    def __init__(self, step_s: float, start: float, sets: Sequence[str], seed: int = 0,
+                 model: str = "default") -> None:
+        settings = Settings(window=window_config_for(step_s),
+                            detectors={"model": {"path": model}})  # type: ignore[arg-type]
         self.pipes: dict[str, Pipeline] = {}
         for name in sets:
             first = next(iter(self.pipes.values()), None)
@@ -128,7 +164,8 @@ def feed_rounds(chunks: Iterable[Batch], step_s: float) -> Iterator[Round]:
 
 def evaluate_source(src: Source, sets: Sequence[str], seed: int = 0,
                     cfg: EvalConfig | None = None,
-                    progress: Callable[[float], None] | None = None) -> dict[str, Any]:
+                    progress: Callable[[float], None] | None = None,
+                    model: str = "default") -> dict[str, Any]:
     """Feed one source to every detector set and score them. Returns the per-set scores, the
     pooled PR samples and watch-level leads (for plots) and the timing."""
     started = time.perf_counter()
@@ -141,7 +178,7 @@ def evaluate_source(src: Source, sets: Sequence[str], seed: int = 0,
             continue
         if ev is None:
             start = start if start is not None else (r.now // DAY) * DAY
-            ev = Evaluator(src.step_s, start, sets, seed)
+            ev = Evaluator(src.step_s, start, sets, seed, model)
         ev.feed(r)
         if progress is not None and ev.rounds % 500 == 0:
             progress(r.now)
@@ -171,8 +208,8 @@ def evaluate_source(src: Source, sets: Sequence[str], seed: int = 0,
 
 def evaluate_scenario(scenario: str | Path, seeds: Sequence[int] = (0,),
                       sets: Sequence[str] = tuple(DETECTOR_SETS), days: float | None = None,
-                      cfg: EvalConfig | None = None, step_s: int | None = None
-                      ) -> dict[str, Any]:
+                      cfg: EvalConfig | None = None, step_s: int | None = None,
+                      model: str = "default") -> dict[str, Any]:
     """Simulate each seed, feed it to every detector set, and summarise over the seeds.
     `days` and `step_s` override the scenario's length and sample step."""
     from models.evaluation.summary import summarize
@@ -182,7 +219,7 @@ def evaluate_scenario(scenario: str | Path, seeds: Sequence[int] = (0,),
         src = simulator_source(scenario_config(scenario, seed, days, step_s))
         log.info("evaluating %s seed %d (%s days at %g s)", src.name, seed,
                  src.meta.get("days"), src.step_s)
-        runs.append(evaluate_source(src, sets, seed, cfg, _progress(src)))
+        runs.append(evaluate_source(src, sets, seed, cfg, _progress(src), model))
     return summarize(Path(str(scenario)).stem, seeds, runs)
 
 
@@ -204,6 +241,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--days", type=float, help="shorten (or lengthen) the scenario")
     p.add_argument("--detectors", nargs="+", choices=list(DETECTOR_SETS),
                    default=list(DETECTOR_SETS), help="detector sets to compare")
+    p.add_argument("--model", default="default",
+                   help="model artifact for the lstm and fused sets (default: the shipped one)")
     p.add_argument("--min-warning", type=float, default=300.0,
                    help="minimum warning time in seconds for the watch and warning views")
     p.add_argument("--out", type=Path, help="directory for report.md, results.json and plots "
@@ -232,10 +271,11 @@ def run(args: argparse.Namespace) -> int:
         except FileNotFoundError as exc:
             print(f"gpuhealth evaluate: {exc}", file=sys.stderr)
             return 2
-        result = summarize(src.name, [0], [evaluate_source(src, args.detectors, 0, cfg)])
+        result = summarize(src.name, [0], [evaluate_source(src, args.detectors, 0, cfg,
+                                                           model=args.model)])
     else:
         result = evaluate_scenario(args.scenario, args.seeds, args.detectors, args.days, cfg,
-                                   args.step)
+                                   args.step, args.model)
     out = args.out or Path("var") / "evaluate" / str(result["scenario"])
     write_outputs(result, out, f"{result['scenario']} (seeds {result['seeds']})")
     if args.json:

@@ -65,7 +65,24 @@ class TickObserver(Protocol):
 
 
 def default_detectors(settings: Settings) -> list[Detector]:
-    return [HardRules(settings.detectors.hard), DynamicThresholds(settings.detectors.dynamic)]
+    """Rules and thresholds, and the model slot when a model is configured (it holds no model
+    until an artifact is there, and says so)."""
+    found: list[Detector] = [HardRules(settings.detectors.hard),
+                             DynamicThresholds(settings.detectors.dynamic)]
+    slot = model_slot(settings)
+    return [*found, slot] if slot is not None else found
+
+
+def model_slot(settings: Settings) -> Detector | None:
+    m = settings.detectors.model
+    path = m.resolved()
+    if path is None:
+        return None
+    from models.predictor.detector import PredictorConfig
+    from models.predictor.slot import ModelSlot
+
+    caps = {1: 1.0, 24: 1.0, 168: m.week_cap}
+    return ModelSlot(path, recheck_s=m.recheck_s, config=PredictorConfig(caps=caps))
 
 
 class Pipeline:
@@ -105,6 +122,7 @@ class Pipeline:
             self.sinks.append(influx)
             self.observers.append(influx)
         self.risk: RiskState | None = None
+        self.model = next((d for d in self.scorer.detectors if hasattr(d, "status")), None)
         self.stats = Stats()
         # Ingest (collector thread) and tick (scheduler thread) must not interleave.
         self.lock = threading.RLock()

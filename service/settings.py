@@ -100,9 +100,28 @@ class CollectorSettings(BaseModel):
     sources: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
+SHIPPED_MODEL = Path(__file__).resolve().parents[1] / "models" / "artifacts" / "default"
+
+
+class ModelSettings(BaseModel):
+    """The LSTM predictor. `path`: "default" is the model shipped with gpuhealth (see its
+    MODEL_CARD.md), "" or "none" runs rules and thresholds only, anything else is an artifact
+    directory written by `gpuhealth train`; it is loaded when it appears or changes."""
+
+    path: str = "default"
+    recheck_s: float = Field(default=60.0, gt=0)
+    week_cap: float = Field(default=0.5, ge=0, le=1)  # highest risk a 7-day horizon may give
+
+    def resolved(self) -> Path | None:
+        if self.path.strip().lower() in ("", "none"):
+            return None
+        return SHIPPED_MODEL if self.path == "default" else Path(self.path)
+
+
 class DetectorSettings(BaseModel):
     hard: HardRuleConfig = HardRuleConfig()
     dynamic: DynamicConfig = DynamicConfig()
+    model: ModelSettings = ModelSettings()
 
 
 class Settings(BaseSettings):

@@ -28,6 +28,14 @@ class Finding:
     threshold: float
     signal: str  # what value measures, e.g. "correctable ECC errors in the last hour"
     hard: bool = False  # a vendor-fact rule: at risk 1 it escalates at once, no for-duration
+    # Per-slot wording where one sentence does not fit every entity (a model's explanation
+    # names what drove each entity's score); slots not in it read `signal`.
+    details: dict[int, str] | None = None
+
+    def signal_of(self, slot: int) -> str:
+        if self.details is not None:
+            return self.details.get(slot, self.signal)
+        return self.signal
 
     def __post_init__(self) -> None:
         if self.risk.shape != self.value.shape:

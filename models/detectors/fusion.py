@@ -23,7 +23,8 @@ class ScopeRisk:
 
     def explain(self, slot: int) -> list[Signal]:
         out = [
-            Signal(f.rule, f.signal, float(f.value[slot]), f.threshold, float(f.risk[slot]), f.hard)
+            Signal(f.rule, f.signal_of(slot), float(f.value[slot]), f.threshold,
+                   float(f.risk[slot]), f.hard)
             for f in self.findings
             if f.risk[slot] > 0
         ]

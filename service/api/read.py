@@ -18,7 +18,7 @@ from service.api.schemas import (
     Readiness,
 )
 from service.api.state import Running, State
-from service.api.views import alert_out, gpu_detail, node_detail, node_list
+from service.api.views import alert_out, gpu_detail, model_out, node_detail, node_list
 
 router = APIRouter()
 
@@ -38,7 +38,8 @@ def readyz(st: State) -> JSONResponse:
     reasons = [] if st.pipeline.stats.ticks else ["no scoring tick has run yet"]
     reasons += [f"collector {name} is down: {s.reason or 'no reason given'}"
                 for name, s in sorted(statuses.items()) if not s.up]
-    body = Readiness(ready=not reasons, reasons=reasons, collectors=_collectors(st))
+    body = Readiness(ready=not reasons, reasons=reasons, collectors=_collectors(st),
+                     model=model_out(st.pipeline))
     return JSONResponse(body.model_dump(), status_code=503 if reasons else 200)
 
 

@@ -97,15 +97,32 @@ class MetricOut(BaseModel):
     ts: float | None
 
 
+class ModelOut(BaseModel):
+    """The LSTM predictor's state: without a model the service scores with rules and
+    thresholds only, and `reason` says why."""
+
+    loaded: bool
+    path: str
+    version: str
+    reason: str
+
+
+class PredictionOut(BaseModel):
+    model: str  # the model version
+    # Calibrated probability of failure per "<mode>@<horizon>h" head, e.g. M1_hbm@24h.
+    probabilities: dict[str, float]
+
+
 class GpuDetail(BaseModel):
     gpu: str
     node: str
     risk: float | None
     level: int
     metrics: list[MetricOut]
-    explanation: list[SignalOut]
+    explanation: list[SignalOut]  # rules, thresholds and the model (rule lstm_<mode>)
     links: list[EntityOut]
     alerts: list[AlertOut]  # open alerts of the GPU and of its NVLink links
+    prediction: PredictionOut | None = None  # None without a model or before its first hour
 
 
 class CollectorOut(BaseModel):
@@ -118,6 +135,7 @@ class Readiness(BaseModel):
     ready: bool
     reasons: list[str]
     collectors: dict[str, CollectorOut]
+    model: ModelOut | None = None  # None: no model configured (detectors.model.path)
 
 
 class RejectionOut(BaseModel):

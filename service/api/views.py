@@ -16,9 +16,11 @@ from service.api.schemas import (
     EntityOut,
     GpuDetail,
     MetricOut,
+    ModelOut,
     NodeDetail,
     NodeList,
     NodeSummary,
+    PredictionOut,
     SignalOut,
     TopSignal,
 )
@@ -177,9 +179,30 @@ def gpu_detail(p: Pipeline, key: str) -> GpuDetail | str:
         lw = p.store[Scope.NVLINK]
         links = [_entity(risk, Scope.NVLINK, lw.entities[i], i, levels)
                  for i in map(int, np.flatnonzero(lw.gpu_of[: len(lw)] == slot))]
+        prediction = _prediction(p, Scope.GPU, slot)
     return GpuDetail(gpu=e.key, node=e.node, risk=me.risk, level=me.level, metrics=metrics,
                      explanation=me.explanation, links=links,
-                     alerts=[alert_out(a) for a in mine])
+                     alerts=[alert_out(a) for a in mine], prediction=prediction)
+
+
+def _prediction(p: Pipeline, scope: Scope, slot: int) -> PredictionOut | None:
+    slot_ = p.model
+    detector = getattr(slot_, "detector", None)
+    if detector is None:
+        return None
+    probs: dict[str, float] | None = detector.probabilities(scope, slot)
+    if probs is None:
+        return None
+    return PredictionOut(model=detector.predictor.version,
+                         probabilities={k: round(v, 6) for k, v in probs.items()})
+
+
+def model_out(p: Pipeline) -> ModelOut | None:
+    status = getattr(p.model, "status", None)
+    if status is None:
+        return None
+    return ModelOut(loaded=status.loaded, path=status.path, version=status.version,
+                    reason=status.reason)
 
 
 def _latest_events(p: Pipeline, key: str) -> list[MetricOut]:

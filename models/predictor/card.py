@@ -1,0 +1,83 @@
+"""The model card: what a trained artifact was trained on, what it reads, what it predicts, how
+well it did on data it did not see, and the exact command that reproduces it."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from models.predictor.artifact import ModelArtifact
+from models.predictor.features import FEATURES
+
+
+def _num(x: Any, fmt: str = ".3f") -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return format(x, fmt)
+
+
+def model_card(art: ModelArtifact, digest: str) -> str:
+    card = art.card
+    cfg = art.config
+    lines = [f"# Model card: {art.version}", "",
+             "LSTM failure predictor for gpuhealth (models/predictor). Reproduce with:", "",
+             "```", str(card.get("command", "")), "```", "",
+             f"Weights sha256 `{digest}`. Architecture {cfg['architecture']}: LSTM "
+             f"(hidden {cfg['hidden']}, dropout {cfg['dropout']}) over {cfg['window_h']} hours "
+             "of hourly features, the last hour also fed to the heads directly; one sigmoid "
+             "per failure mode and horizon, calibrated per head on the validation split.", "",
+             "## Data", "",
+             "| Source | Seed | Nodes | GPUs | Days | Step s | Failures |",
+             "|---|---|---|---|---|---|---|"]
+    for d in card.get("data", []):
+        lines.append(f"| {d.get('source', '')} | {d.get('seed', '–')} | {d.get('nodes', '–')} "
+                     f"| {d.get('gpus', '–')} | {_num(d.get('days'), '.1f')} | "
+                     f"{_num(d.get('step_s'), '.0f')} | {d.get('failures', '–')} |")
+    lines += ["", "Splits per run over time: the first 60 % of hours train, the next 20 % "
+              "validate (early stopping, calibration), the last 20 % test; 10 % of nodes are "
+              "held out of training and validation and scored separately over the test period. "
+              f"Training took {_num(card.get('train_wall_s'), '.0f')} s.", "",
+              "## Features", ""]
+    for scope, feats in FEATURES.items():
+        if scope.value not in art.scopes:
+            continue
+        groups: dict[str, list[str]] = {}
+        for f in feats:
+            groups.setdefault(f.group, []).append(f.name)
+        lines.append(f"**{scope.value}** ({len(feats)}): " + "; ".join(
+            f"{g}: {', '.join(n)}" for g, n in groups.items()))
+        lines.append("")
+    lines += ["Per hour from the window store's hour buckets: gauge means and peaks, counter "
+              "increases as log1p, states as the hour's maximum, values relative to the median "
+              "of the same node's peers, missing-data shares, and hours since each error group "
+              "was last active within the window.", "", "## Results (test split)", ""]
+    for scope_name, m in card.get("metrics", {}).items():
+        lines += [f"### {scope_name}", "",
+                  f"Samples: {m['samples']}. Best epoch {m.get('best_epoch')}.", "",
+                  "| Head | positives (test) | prevalence | AP test | AP held-out nodes | "
+                  "AP validation | ECE test |", "|---|---|---|---|---|---|---|"]
+        for head, t in m["test"].items():
+            ho = m["held_out"].get(head, {})
+            va = m["val"].get(head, {})
+            lines.append(f"| {head} | {t['positives']} | {_num(t['prevalence'], '.5f')} | "
+                         f"{_num(t.get('average_precision'))} | "
+                         f"{_num(ho.get('average_precision'))} | "
+                         f"{_num(va.get('average_precision'))} | {_num(t.get('ece'), '.4f')} |")
+        lines.append("")
+        rel = [(h, t["reliability"]) for h, t in m["test"].items() if t.get("reliability")
+               and h.endswith("@24h")]
+        if rel:
+            lines += ["Calibration (test split, 24-h heads): predicted vs observed rate per "
+                      "bin.", "", "| Head | bins (predicted → observed, n) |", "|---|---|"]
+            for h, bins in rel:
+                lines.append(f"| {h} | " + "; ".join(
+                    f"{b['predicted']:.3f} → {b['observed']:.3f} ({b['n']})" for b in bins)
+                    + " |")
+            lines.append("")
+    lines += ["## Use", "",
+              "The service loads the artifact named by `detectors.model.path`; without one it "
+              "runs rules and thresholds only and says so in `/readyz`. Risk per failure mode is "
+              "the largest calibrated probability over the horizons, a week's horizon capped "
+              "at 0.5 (watch); it is fused with the rules by noisy-OR.", ""]
+    return "\n".join(lines)
+

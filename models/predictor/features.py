@@ -1,0 +1,269 @@
+"""Hourly features for the failure predictor, read from the window store's hour buckets.
+
+One function per scope turns the last T finished hours of every entity into [entity, T, F]:
+per-hour values (gauge means and peaks, counter increases on a log scale, states), values
+relative to the entity's peers on the same node in the same hour (literature §3.5: the wins
+came from peer-relative and missingness-aware features), missingness flags, and per-group
+"hours since the last error" within the window. Each hour's features depend only on that hour
+and the hours before it, so the dataset builder (one hour at a time while a trace replays) and
+the live detector (T hours at once) compute the same numbers from the same store.
+
+A GPU's features include its NVLink links (worst link per hour): NVLink failures are predicted
+on the GPU and then placed on its worst link.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from collectors.catalog import Scope
+from models.detectors.view import FleetView, ScopeView
+
+F32 = npt.NDArray[np.float32]
+I32 = npt.NDArray[np.int32]
+HOUR = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Feature:
+    name: str
+    group: str  # what an explanation names: occlusion removes a whole group at once
+    activity: bool = False  # an error count or fault state: > 0 means the group was active
+
+
+def _f(group: str, *names: str, activity: bool = False) -> list[Feature]:
+    return [Feature(n, group, activity) for n in names]
+
+
+# GPU counters read as log1p(increase in the hour); states as the hour's maximum.
+GPU_COUNTERS = {
+    "ecc_sbe_volatile": "ECC", "ecc_dbe_volatile": "ECC", "ecc_sram_correctable": "SRAM",
+    "retired_pages_sbe": "HBM remap", "retired_pages_dbe": "HBM remap",
+    "remapped_rows_correctable": "HBM remap", "remapped_rows_uncorrectable": "HBM remap",
+    "pcie_replay": "PCIe",
+}
+GPU_STATES = {
+    "retired_pages_pending": "HBM remap", "remapped_rows_pending": "HBM remap",
+    "remapped_rows_failure": "HBM remap", "throttle_thermal": "thermal",
+    "throttle_power": "power", "throttle_hw_slowdown": "thermal",
+}
+NVLINK_COUNTERS = ("nvlink_crc_flit", "nvlink_crc_data", "nvlink_replay", "nvlink_recovery")
+IB_COUNTERS = {
+    "ib_symbol_error": "IB errors", "ib_link_error_recovery": "IB link", "ib_link_downed":
+    "IB link", "ib_port_rcv_errors": "IB errors", "ib_local_link_integrity_errors": "IB errors",
+    "ib_excessive_buffer_overrun_errors": "IB errors", "ib_link_flaps": "IB link",
+}
+# Groups whose "hours since last non-zero" is a feature of its own.
+GPU_RECENCY = ("ECC", "HBM remap", "NVLink", "PCIe")
+IB_RECENCY = ("IB errors", "IB link")
+
+GPU_FEATURES: tuple[Feature, ...] = tuple(
+    _f("thermal", "gpu_temp", "gpu_temp_peak", "gpu_temp_vs_peers", "mem_temp",
+       "mem_temp_peak", "mem_temp_vs_peers", "temp_margin_low")
+    + _f("power", "power_draw_vs_peers", "sm_clock_vs_peers", "gpu_util")
+    + [Feature(n, g, True) for n, g in GPU_COUNTERS.items()]
+    + [Feature(n, g, g == "HBM remap") for n, g in GPU_STATES.items()]
+    + _f("NVLink", "nvlink_errors_worst", "nvlink_replay_worst", "nvlink_recovery_worst",
+         "nvlink_down_links", activity=True)
+    + _f("missing", "missing_gpu", "missing_nvlink")
+    + [Feature(f"hours_since_{g.lower().replace(' ', '_')}", g) for g in GPU_RECENCY]
+)
+IB_FEATURES: tuple[Feature, ...] = tuple(
+    [Feature(n, g, True) for n, g in IB_COUNTERS.items()]
+    + _f("IB errors", "ib_ber_log10", "ib_symbol_error_vs_peers")
+    + _f("IB link", "ib_state_low", "ib_rate_vs_peers")
+    + _f("load", "ib_traffic")
+    + _f("missing", "missing_ib")
+    + [Feature(f"hours_since_{g.lower().replace(' ', '_')}", g) for g in IB_RECENCY]
+)
+FEATURES: dict[Scope, tuple[Feature, ...]] = {Scope.GPU: GPU_FEATURES,
+                                               Scope.IB_PORT: IB_FEATURES}
+# Everything before the recency block is per hour; recency is computed over the window.
+_RECENCY: dict[Scope, tuple[str, ...]] = {Scope.GPU: GPU_RECENCY, Scope.IB_PORT: IB_RECENCY}
+
+
+class HourlyUnavailable(ValueError):
+    """The store keeps no hour buckets at this sample step (the detector says so and rests)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hours:
+    """Where a scope's hour buckets are: a rollup tier, or the raw ring at a 1-h step."""
+
+    tier: str | None
+    last: int  # index of the newest finished hour (-1: none yet)
+    length: int  # how many hours the store keeps
+
+
+def hours_of(view: ScopeView) -> Hours:
+    if abs(view.step_s - HOUR) < 1e-9:
+        return Hours(None, view.head, view.raw_length)
+    for t in view.tier_specs:
+        if abs(t.step_s - HOUR) < 1e-9:
+            return Hours(t.name, view.finished(t.name), t.length)
+    raise HourlyUnavailable(f"no hourly buckets at a {view.step_s:g}-s step "
+                            f"(tiers: {', '.join(t.name for t in view.tier_specs) or 'none'})")
+
+
+def _window(view: ScopeView, h: Hours, metric: str, n: int, stat: str = "agg") -> F32:
+    return view.window(metric, n, tier=h.tier, stat=stat)
+
+
+def _log_count(x: F32) -> F32:
+    """Counter increases on a log scale; a negative (a reset ingest missed) reads as zero."""
+    out: F32 = np.log1p(np.clip(x, 0.0, None))
+    return out
+
+
+def _peer_delta(x: F32, node_of: I32) -> F32:
+    """x minus the median of the same node's entities in the same hour (NaN-aware)."""
+    e, t = x.shape
+    if e == 0:
+        return x.copy()
+    order = np.argsort(node_of, kind="stable")
+    nodes = node_of[order]
+    starts = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
+    rank = np.arange(e) - np.repeat(starts, np.diff(np.r_[starts, e]))
+    dense = np.full((len(starts), int(rank.max()) + 1, t), np.nan, np.float32)
+    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, e]))
+    dense[group, rank] = x[order]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN node hours stay NaN
+        med = np.nanmedian(dense, axis=1)
+    out = np.empty_like(x)
+    out[order] = x[order] - med[group]
+    return out
+
+
+def _worst_per_gpu(x: F32, gpu_of: I32, n_gpus: int) -> F32:
+    """Max over each GPU's links, per hour; NaN for a GPU without links or readings."""
+    out = np.full((n_gpus, x.shape[1]), np.nan, np.float32)
+    ok = (gpu_of >= 0) & (gpu_of < n_gpus)
+    if ok.any():
+        np.fmax.at(out, gpu_of[ok], x[ok])
+    return out
+
+
+def _missing(cols: Sequence[F32]) -> F32:
+    stacked = np.stack(cols)
+    out: F32 = np.isnan(stacked).mean(axis=0).astype(np.float32)
+    return out
+
+
+def _hours_since(active: npt.NDArray[np.bool_], cap: float) -> F32:
+    """Per [entity, hour]: hours since the group was last active (0 in an active hour), capped
+    at `cap` (never active within the window)."""
+    t = active.shape[1]
+    idx = np.where(active, np.arange(t)[None, :], -1)
+    last = np.maximum.accumulate(idx, axis=1)
+    out = np.where(last >= 0, np.arange(t)[None, :] - last, cap).astype(np.float32)
+    return np.minimum(out, cap)
+
+
+def gpu_hours(fleet: FleetView, n: int) -> F32:
+    """[gpu, n, per-hour GPU features] (the recency block is added by `sequences`)."""
+    v = fleet.scope(Scope.GPU)
+    h = hours_of(v)
+    g = len(v)
+    node_of = np.asarray(v.node_of[:g])
+    def w(m: str, stat: str = "agg") -> F32:
+        return _window(v, h, m, n, stat)
+
+    temp, mem = w("gpu_temp"), w("mem_temp")
+    temp_pk, mem_pk = w("gpu_temp", "hi"), w("mem_temp", "hi")
+    margin = w("gpu_temp_margin", "lo")
+    power, clock, util = w("power_draw"), w("sm_clock"), w("gpu_util")
+    cols: list[F32] = [temp, temp_pk, _peer_delta(temp, node_of), mem, mem_pk,
+                       _peer_delta(mem, node_of), margin,
+                       _peer_delta(power, node_of) / 100.0,
+                       _peer_delta(clock, node_of) / 100.0, util / 100.0]
+    counters = [_log_count(w(m)) for m in GPU_COUNTERS]
+    states = [w(m) for m in GPU_STATES]
+    nv = fleet.scope(Scope.NVLINK)
+    lk = len(nv)
+    gpu_of = np.asarray(nv.gpu_of[:lk])
+    hn = hours_of(nv)
+    def nw(m: str) -> F32:
+        return _window(nv, hn, m, n)
+
+    if lk:
+        crc = _log_count(nw("nvlink_crc_flit") + np.nan_to_num(nw("nvlink_crc_data")))
+        link_cols = [_worst_per_gpu(crc, gpu_of, g),
+                     _worst_per_gpu(_log_count(nw("nvlink_replay")), gpu_of, g),
+                     _worst_per_gpu(_log_count(nw("nvlink_recovery")), gpu_of, g)]
+        state = nw("nvlink_state")
+        down = np.zeros((g, n), np.float32)
+        ok = (gpu_of >= 0) & (gpu_of < g)
+        with np.errstate(invalid="ignore"):
+            np.add.at(down, gpu_of[ok], (state[ok] < 1).astype(np.float32))
+        link_cols.append(down)
+        miss_nv = np.ones((g, n), np.float32)
+        present = np.zeros((g, n), np.float32)
+        np.add.at(present, gpu_of[ok], (~np.isnan(state[ok])).astype(np.float32))
+        miss_nv[present > 0] = 0.0
+    else:
+        link_cols = [np.full((g, n), np.nan, np.float32) for _ in range(4)]
+        miss_nv = np.zeros((g, n), np.float32)  # a GPU without NVLink misses nothing
+    # Metrics every reporting GPU has (page retirement, say, is absent on row-remapping HBM).
+    miss_gpu = _missing([temp, mem, power, w("ecc_sbe_volatile")])
+    return np.stack([*cols, *counters, *states, *link_cols, miss_gpu, miss_nv], axis=2)
+
+
+def port_hours(fleet: FleetView, n: int) -> F32:
+    """[port, n, per-hour IB port features]."""
+    v = fleet.scope(Scope.IB_PORT)
+    h = hours_of(v)
+    p = len(v)
+    node_of = np.asarray(v.node_of[:p])
+    def w(m: str, stat: str = "agg") -> F32:
+        return _window(v, h, m, n, stat)
+
+    counters = [_log_count(w(m)) for m in IB_COUNTERS]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ber = (np.log10(np.clip(w("ib_ber"), 1e-18, None)) + 18.0).astype(np.float32)
+    sym = counters[0]
+    state = w("ib_state")
+    rate = w("ib_rate")
+    traffic = _log_count(w("ib_port_xmit_data") + np.nan_to_num(w("ib_port_rcv_data"))) / 10.0
+    cols: list[F32] = [*counters, ber, _peer_delta(sym, node_of), state / 4.0,
+            _peer_delta(rate, node_of) / 100.0, traffic,
+            _missing([state, rate, w("ib_symbol_error")])]
+    return np.stack(cols, axis=2)
+
+
+HOURLY = {Scope.GPU: gpu_hours, Scope.IB_PORT: port_hours}
+
+
+def sequences(scope: Scope, x: F32) -> F32:
+    """Per-hour features [entity, T, F0] -> model inputs [entity, T, F]: the recency block
+    appended (hours since each error group was last non-zero, within the window)."""
+    feats = FEATURES[scope]
+    base = feats[: x.shape[2]]
+    t = x.shape[1]
+    extra = []
+    for group in _RECENCY[scope]:
+        idx = [i for i, f in enumerate(base) if f.group == group and f.activity]
+        sub: F32 = np.nan_to_num(x[:, :, idx])
+        active: npt.NDArray[np.bool_] = np.asarray((sub > 0).any(axis=2))
+        extra.append(_hours_since(active, float(t)) / float(t))
+    return np.concatenate([x, np.stack(extra, axis=2)], axis=2).astype(np.float32)
+
+
+MISSING: dict[Scope, str] = {Scope.GPU: "missing_gpu", Scope.IB_PORT: "missing_ib"}
+MIN_OBSERVED_H = 6  # fewer observed hours in a window: no prediction (the model has no basis)
+
+
+def observed(scope: Scope, x: F32) -> npt.NDArray[np.bool_]:
+    """[entity, hour] of per-hour features: whether the entity reported in that hour."""
+    j = [f.name for f in FEATURES[scope]].index(MISSING[scope])
+    out: npt.NDArray[np.bool_] = np.nan_to_num(x[..., j], nan=1.0) < 1.0
+    return out
+
+
+def n_hourly(scope: Scope) -> int:
+    return len(FEATURES[scope]) - len(_RECENCY[scope])
