@@ -69,6 +69,44 @@ def _load_predictor(path: str) -> Any:
     return Predictor.load(Path(path))
 
 
+@functools.lru_cache(maxsize=2)
+def _fit_trees(path: str) -> Any:
+    """The trees baseline, fitted on exactly the data the model's card says it trained on
+    (re-simulated from the scenario and seeds), with the model's window and horizons."""
+    from models.evaluation.sources import scenario_config, simulator_source
+    from models.predictor.trees import TreeConfig, fit_tree_predictor
+    from service.train import record_source
+
+    model = _load_predictor(path)
+    runs: dict[Any, list[Any]] = {}
+    failures = []
+    for d in model.card.get("data", []):
+        if "seed" not in d:
+            raise ValueError(f"the trees baseline re-simulates the model's training data; "
+                             f"{path} was trained on a trace ({d.get('source')})")
+        src = simulator_source(scenario_config(d["source"], int(d["seed"]), days=d.get("days")))
+        per_scope, fails = record_source(src)
+        for scope, rf in per_scope.items():
+            runs.setdefault(scope, []).append(rf)
+        failures.append(fails)
+    log.info("fitting the trees baseline on %d runs", len(failures))
+    cfg = TreeConfig(window_h=model.window_h, horizons=tuple(model.horizons_h))
+    return fit_tree_predictor(runs, failures, cfg)
+
+
+def _trees(s: Settings) -> list[Detector]:
+    path = s.detectors.model.resolved()
+    if path is None:
+        raise ValueError("the trees set trains on the model's data: detectors.model.path is "
+                         "empty")
+    from models.predictor.detector import PredictorConfig, PredictorDetector
+
+    caps = {1: 1.0, 24: 1.0, 168: s.detectors.model.week_cap}
+    det = PredictorDetector(_fit_trees(str(path)), PredictorConfig(caps=caps))
+    det.name = "trees"
+    return [det]
+
+
 def _rules(s: Settings) -> list[Detector]:
     return [HardRules(s.detectors.hard), DynamicThresholds(s.detectors.dynamic)]
 
@@ -86,6 +124,7 @@ DETECTOR_SETS: dict[str, Callable[[Settings, int], list[Detector]]] = {
     "static": lambda s, seed: [StaticThresholds()],
     "ewma": lambda s, seed: [EwmaZScore()],
     "mahalanobis": _peer,
+    "trees": lambda s, seed: _trees(s),
     "random": lambda s, seed: [RandomScore(RandomConfig(seed=seed))],
 }
 

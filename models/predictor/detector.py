@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -36,7 +38,6 @@ from models.predictor.features import (
     observed,
     sequences,
 )
-from models.predictor.package import Predictor, ScopeRuntime
 
 log = logging.getLogger(__name__)
 F32 = npt.NDArray[np.float32]
@@ -64,10 +65,38 @@ class PredictorConfig:
     threads: int = 1
 
 
+class Runtime(Protocol):
+    """One scope's model at run time (the LSTM's ScopeRuntime, the trees baseline's)."""
+
+    @property
+    def scope(self) -> Scope: ...
+
+    @property
+    def heads(self) -> list[str]: ...
+
+    def probabilities(self, x: F32) -> F32:
+        """Calibrated probabilities [entity, head] for inputs [entity, T, F] (NaN: unknown)."""
+        ...
+
+
+class Model(Protocol):
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def window_h(self) -> int: ...
+
+    @property
+    def horizons_h(self) -> list[int]: ...
+
+    @property
+    def scopes(self) -> Mapping[Scope, Runtime]: ...
+
+
 class PredictorDetector:
     name = "lstm"
 
-    def __init__(self, predictor: Predictor, config: PredictorConfig | None = None) -> None:
+    def __init__(self, predictor: Model, config: PredictorConfig | None = None) -> None:
         self.predictor = predictor
         self.config = config or PredictorConfig()
         self._cache: dict[Scope, tuple[int, int, list[Finding]]] = {}
@@ -106,7 +135,7 @@ class PredictorDetector:
         return {h: float(p[slot, j]) for j, h in enumerate(heads)}
 
     # ---- scoring ---------------------------------------------------------------------------
-    def _score(self, view: FleetView, scope: Scope, rt: ScopeRuntime, kept: int) -> list[Finding]:
+    def _score(self, view: FleetView, scope: Scope, rt: Runtime, kept: int) -> list[Finding]:
         t0 = time.perf_counter()
         torch.set_num_threads(self.config.threads)
         hourly = HOURLY[scope](view, min(self.predictor.window_h, kept))
@@ -133,7 +162,7 @@ class PredictorDetector:
             value = p[:, day].astype(np.float64)
             details = self._explain(rt, x, risk, day)
             signal = f"model: probability of {MODE_TEXT.get(mode, mode)} within 24 h"
-            f = Finding(f"lstm_{mode}", scope, risk, value, float("nan"), signal,
+            f = Finding(f"{self.name}_{mode}", scope, risk, value, float("nan"), signal,
                         details={i: f"{signal}; {d}" for i, d in details.items()})
             if mode == "M3_nvlink":
                 f = self._on_worst_link(view, f)
@@ -141,25 +170,24 @@ class PredictorDetector:
         self.last_run_s = time.perf_counter() - t0
         return findings
 
-    def _explain(self, rt: ScopeRuntime, x: F32, risk: F32, head: int) -> dict[int, str]:
+    def _explain(self, rt: Runtime, x: F32, risk: F32, head: int) -> dict[int, str]:
         idx = np.flatnonzero(risk >= self.config.explain_from)
         if not len(idx):
             return {}
         idx = idx[np.argsort(-risk[idx], kind="stable")][: self.config.explain_max]
-        feats = FEATURES[rt.scope]
         groups: dict[str, list[int]] = {}
-        for j, f in enumerate(feats):
+        for j, f in enumerate(FEATURES[rt.scope]):
             if f.group != "missing":
                 groups.setdefault(f.group, []).append(j)
-        scaled = rt.scaler.apply(x[idx])
-        from models.predictor.model import predict
-
-        base = rt.calibrate(predict(rt.model, scaled))[:, head]
+        sub = x[idx]
+        base = rt.probabilities(sub)[:, head]
         drops = np.zeros((len(idx), len(groups)), np.float32)
         for g, cols in enumerate(groups.values()):
-            occluded = scaled.copy()
-            occluded[:, :, cols] = 0.0  # the training mean after scaling
-            drops[:, g] = base - rt.calibrate(predict(rt.model, occluded))[:, head]
+            # Occlusion: the group unknown. The LSTM's scaler reads NaN as the training mean,
+            # the trees as missing; either way "as if this group said nothing".
+            occluded = sub.copy()
+            occluded[:, :, cols] = np.nan
+            drops[:, g] = base - rt.probabilities(occluded)[:, head]
         names = list(groups)
         out: dict[int, str] = {}
         for k, slot in enumerate(idx.tolist()):
