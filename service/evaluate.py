@@ -58,8 +58,8 @@ def _model(s: Settings) -> list[Detector]:
         raise ValueError("the lstm and fused sets need a model: detectors.model.path is empty")
     from models.predictor.detector import PredictorConfig, PredictorDetector
 
-    caps = {1: 1.0, 24: 1.0, 168: s.detectors.model.week_cap}
-    return [PredictorDetector(_load_predictor(str(path)), PredictorConfig(caps=caps))]
+    cfg = PredictorConfig(caps=s.detectors.model.caps())
+    return [PredictorDetector(_load_predictor(str(path)), cfg)]
 
 
 @functools.lru_cache(maxsize=4)
@@ -101,8 +101,8 @@ def _trees(s: Settings) -> list[Detector]:
                          "empty")
     from models.predictor.detector import PredictorConfig, PredictorDetector
 
-    caps = {1: 1.0, 24: 1.0, 168: s.detectors.model.week_cap}
-    det = PredictorDetector(_fit_trees(str(path)), PredictorConfig(caps=caps))
+    det = PredictorDetector(_fit_trees(str(path)),
+                            PredictorConfig(caps=s.detectors.model.caps()))
     det.name = "trees"
     return [det]
 

@@ -81,8 +81,7 @@ def model_slot(settings: Settings) -> Detector | None:
     from models.predictor.detector import PredictorConfig
     from models.predictor.slot import ModelSlot
 
-    caps = {1: 1.0, 24: 1.0, 168: m.week_cap}
-    return ModelSlot(path, recheck_s=m.recheck_s, config=PredictorConfig(caps=caps))
+    return ModelSlot(path, recheck_s=m.recheck_s, config=PredictorConfig(caps=m.caps()))
 
 
 class Pipeline:

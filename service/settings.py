@@ -110,7 +110,14 @@ class ModelSettings(BaseModel):
 
     path: str = "default"
     recheck_s: float = Field(default=60.0, gt=0)
-    week_cap: float = Field(default=0.5, ge=0, le=1)  # highest risk a 7-day horizon may give
+    # Highest risk a horizon's probability may give: a day's stays below critical (the model
+    # pages only on its 1-h horizon), a week's at watch.
+    day_cap: float = Field(default=0.85, ge=0, le=1)
+    week_cap: float = Field(default=0.5, ge=0, le=1)
+
+    def caps(self) -> dict[int, float]:
+        """Horizon (hours) -> the highest risk its probability may give."""
+        return {1: 1.0, 24: self.day_cap, 168: self.week_cap}
 
     def resolved(self) -> Path | None:
         if self.path.strip().lower() in ("", "none"):

@@ -52,7 +52,9 @@ MODE_TEXT = {"M1_hbm": "HBM failure", "M2_gpu_hard": "GPU hard failure",
 class PredictorConfig:
     # Highest risk each horizon's probability may give (hours -> cap): a week's horizon alone
     # stays below the warning threshold (0.6 by default).
-    caps: dict[int, float] = field(default_factory=lambda: {1: 1.0, 24: 1.0, 168: 0.5})
+    # A day's horizon alone stays below critical (0.9): the model pages only for the next hour.
+    caps: dict[int, float] = field(default_factory=lambda: {1: 1.0, 24: 0.85, 168: 0.5})
+    persist_h: int = 2  # scored hours a probability must hold before it counts
     # Below this a probability adds nothing to the risk: at a base rate of one failure per
     # GPU-year every GPU carries some, and fused with noisy-OR it would only blur the rules.
     floor: float = 0.05
@@ -103,6 +105,7 @@ class PredictorDetector:
         # The newest calibrated probabilities [entity slot, head] per scope, for the API.
         self.latest: dict[Scope, tuple[F32, list[str]]] = {}
         self._unavailable: set[Scope] = set()
+        self._history: dict[tuple[Scope, str], list[F32]] = {}
         self.last_run_s = 0.0
 
     def detect(self, view: FleetView, now: float) -> list[Finding]:
@@ -156,7 +159,18 @@ class PredictorDetector:
             caps = np.array([self.config.caps.get(h, 1.0) for h in horizons
                              if f"{mode}@{h}h" in rt.heads], np.float32)
             capped = np.minimum(np.nan_to_num(p[:, cols]), caps[None, :])
-            risk = capped.max(axis=1).astype(np.float32)
+            now_risk = capped.max(axis=1).astype(np.float32)
+            # Persistence: the risk held through the last `persist_h` scored hours (their
+            # minimum), so one hour's spike, the commonest false alarm, raises nothing.
+            hist = self._history.setdefault((scope, mode), [])
+            hist.append(now_risk)
+            del hist[: -self.config.persist_h]
+            n = len(now_risk)
+            risk = now_risk.copy()
+            for past in hist[:-1]:
+                prev = np.zeros(n, np.float32)
+                prev[: min(n, len(past))] = past[:n]
+                risk = np.minimum(risk, prev)
             risk[risk < self.config.floor] = 0.0
             day = cols[horizons.index(24)] if 24 in horizons else cols[0]
             value = p[:, day].astype(np.float64)
