@@ -28,6 +28,9 @@ class Finding:
     threshold: float
     signal: str  # what value measures, e.g. "correctable ECC errors in the last hour"
     hard: bool = False  # a vendor-fact rule: at risk 1 it escalates at once, no for-duration
+    # "model" for a learned predictor's probabilities: fusion treats them as one opinion
+    # beside the rules rather than as one more independent rule (they see the same evidence).
+    source: str = "rule"
     # Per-slot wording where one sentence does not fit every entity (a model's explanation
     # names what drove each entity's score); slots not in it read `signal`.
     details: dict[int, str] | None = None

@@ -32,20 +32,30 @@ class ScopeRisk:
         return out
 
 
+AGREE_CAP = 0.85  # rules and model agreeing raise risk up to warning, never to a page
+
+
 def fuse(findings: list[Finding], sizes: dict[Scope, int]) -> dict[Scope, ScopeRisk]:
     """Noisy-OR of independent rule risks: several weak signals add up, one strong one
-    dominates, and the result never exceeds 1."""
+    dominates, and the result never exceeds 1. A model's probabilities (source "model") are
+    one opinion beside the rules: the larger of the two counts, and where both see risk their
+    noisy-OR may lift it, but only up to AGREE_CAP, because model and rules read the same
+    evidence and a page needs one of them to be sure on its own."""
     out: dict[Scope, ScopeRisk] = {}
     for scope, n in sizes.items():
-        keep = np.ones(n, np.float32)
+        keep = {"rule": np.ones(n, np.float32), "model": np.ones(n, np.float32)}
         hard = np.zeros(n, bool)
         mine = [f for f in findings if f.scope is scope]
         for f in mine:
             r = f.risk[:n]
-            keep *= 1 - r
+            k = keep["model" if f.source == "model" else "rule"]
+            k *= 1 - r
             if f.hard:
                 hard |= r >= 0.999  # only a full-certainty hard rule skips the wait
-        out[scope] = ScopeRisk((1 - keep).astype(np.float32), hard, mine)
+        rules, model = 1 - keep["rule"], 1 - keep["model"]
+        both = np.minimum(1 - keep["rule"] * keep["model"], AGREE_CAP)
+        risk = np.maximum(np.maximum(rules, model), both).astype(np.float32)
+        out[scope] = ScopeRisk(risk, hard, mine)
     return out
 
 

@@ -177,7 +177,8 @@ class PredictorDetector:
             details = self._explain(rt, x, risk, day)
             signal = f"model: probability of {MODE_TEXT.get(mode, mode)} within 24 h"
             f = Finding(f"{self.name}_{mode}", scope, risk, value, float("nan"), signal,
-                        details={i: f"{signal}; {d}" for i, d in details.items()})
+                        details={i: f"{signal}; {d}" for i, d in details.items()},
+                        source="model")
             if mode == "M3_nvlink":
                 f = self._on_worst_link(view, f)
             findings.append(f)
@@ -220,7 +221,8 @@ class PredictorDetector:
         value = np.zeros(n, np.float64)
         details: dict[int, str] = {}
         if n == 0:
-            return Finding(f.rule, Scope.NVLINK, risk, value, f.threshold, f.signal)
+            return Finding(f.rule, Scope.NVLINK, risk, value, f.threshold, f.signal,
+                           source=f.source)
         gpu_of = np.asarray(nv.gpu_of[:n])
         try:
             hn = hours_of(nv)
@@ -238,4 +240,4 @@ class PredictorDetector:
                 if f.details and g in f.details:
                     details[link] = f.details[g]
         return Finding(f.rule, Scope.NVLINK, risk, value, f.threshold, f.signal,
-                       details=details or None)
+                       details=details or None, source=f.source)

@@ -117,7 +117,7 @@ def test_a_hard_rule_never_lowers_the_fused_risk() -> None:
                         (rng.random(n) < 0.3), np.zeros(n), 1.0, "s")
                 for i in range(int(rng.integers(0, 4)))]
         model = Finding("lstm_M1_hbm", Scope.GPU, rng.random(n).astype(np.float32),
-                        np.zeros(n), float("nan"), "model")
+                        np.zeros(n), float("nan"), "model", source="model")
         before = fuse([*soft, model], {Scope.GPU: n})[Scope.GPU].risk
         hard = Finding("dbe", Scope.GPU, (rng.random(n) < 0.1).astype(np.float32),
                        np.zeros(n), 1.0, "h", hard=True)
@@ -126,6 +126,9 @@ def test_a_hard_rule_never_lowers_the_fused_risk() -> None:
         assert np.all(after.risk[hard.risk == 1] == 1.0) and after.hard[hard.risk == 1].all()
         without_model = fuse(soft, {Scope.GPU: n})[Scope.GPU].risk
         assert np.all(before >= without_model - 1e-7)  # the model only adds risk
+        # Agreement lifts risk, but a page needs one source sure on its own.
+        alone = np.maximum(np.maximum(without_model, model.risk), 0.85)
+        assert np.all(before <= alone + 1e-6)
 
 
 def test_feature_lists_are_unique() -> None:
