@@ -21,12 +21,11 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from collectors.catalog import Scope
-from collectors.frames import Batch
 from models.detectors.baselines import EwmaZScore, RandomConfig, RandomScore, StaticThresholds
 from models.detectors.dynamic import DynamicThresholds
 from models.detectors.findings import Detector
@@ -36,7 +35,7 @@ from models.evaluation.events import AlertRecord, truth_from_labels
 from models.evaluation.matching import DAY
 from models.evaluation.metrics import truth_summary
 from models.evaluation.riskscore import DailyMax
-from models.evaluation.rounds import Round, Rounder
+from models.evaluation.rounds import Round, feed_rounds
 from models.evaluation.score import EvalConfig, Exposure, RunData, score_run
 from models.evaluation.sources import Source, scenario_config, simulator_source, trace_source
 from service.cli import register
@@ -192,13 +191,6 @@ class Evaluator:
     @property
     def gpus(self) -> int:
         return len(next(iter(self.pipes.values())).store[Scope.GPU])
-
-
-def feed_rounds(chunks: Iterable[Batch], step_s: float) -> Iterator[Round]:
-    rounder = Rounder(step_s)
-    for chunk in chunks:
-        yield from rounder.feed(chunk)
-    yield from rounder.close()
 
 
 def evaluate_source(src: Source, sets: Sequence[str], seed: int = 0,

@@ -49,8 +49,8 @@ def record_source(src: Any) -> tuple[dict[Any, Any], list[Any]]:
     """Replay one source through a window store; the hourly features per scope and the
     failures it is labelled with."""
     from models.evaluation.events import truth_from_labels
+    from models.evaluation.rounds import feed_rounds
     from models.predictor.dataset import HourlyRecorder
-    from service.evaluate import feed_rounds
     from service.pipeline import Pipeline
     from service.settings import Settings
     from service.windows import window_config_for

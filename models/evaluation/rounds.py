@@ -10,7 +10,7 @@ round it belongs to instead of creating a round of its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,3 +108,11 @@ class Rounder:
         if self._held is not None:
             yield self._held
             self._held = None
+
+
+def feed_rounds(chunks: Iterable[Batch], step_s: float) -> Iterator[Round]:
+    """Every round of a stream of chunks, in time order."""
+    rounder = Rounder(step_s)
+    for chunk in chunks:
+        yield from rounder.feed(chunk)
+    yield from rounder.close()

@@ -81,7 +81,8 @@ def test_demo_summary_rows() -> None:
     sim = Simulator(tiny(days=1.0))
     src = Source("tiny", 300.0, sim.labels, sim.run(), sim.config.time.start_s,
                  sim.config.time.end_s)
-    from service.evaluate import Evaluator, feed_rounds
+    from models.evaluation.rounds import feed_rounds
+    from service.evaluate import Evaluator
 
     ev = Evaluator(300.0, src.start or 0.0, ["ours"])
     transitions = []
