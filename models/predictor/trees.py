@@ -129,10 +129,14 @@ class Bins:
     bin indices, at most `max_bins` distinct values per column, which HGB bins as they are."""
 
     thresholds: tuple[npt.NDArray[np.float64], ...]
+    # Columns with no value at all in training (page retirement on a row-remapping GPU): read
+    # as a constant, since HGB cannot bin a column that is missing throughout.
+    unseen: tuple[bool, ...] = ()
 
     @classmethod
     def fit(cls, x: F32, max_bins: int = 255) -> Bins:
         out = []
+        unseen = tuple(bool(np.isnan(col).all()) for col in x.T)
         for col in x.T:
             v = np.unique(col[~np.isnan(col)]).astype(np.float64)
             if len(v) <= max_bins:
@@ -142,7 +146,7 @@ class Bins:
                 thr = np.unique(np.percentile(col[~np.isnan(col)], q,
                                               method="averaged_inverted_cdf"))
             out.append(thr)
-        return cls(tuple(out))
+        return cls(tuple(out), unseen)
 
     def apply(self, x: F32) -> F32:
         if x.shape[1] != len(self.thresholds):
@@ -151,6 +155,9 @@ class Bins:
         for j, thr in enumerate(self.thresholds):
             out[:, j] = np.searchsorted(thr, x[:, j], side="left")
         out[np.isnan(x)] = np.nan
+        for j, gone in enumerate(self.unseen):
+            if gone:
+                out[:, j] = 0.0
         return out
 
 

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import numpy.typing as npt
 import pytest
+from sklearn.ensemble import HistGradientBoostingClassifier
 
 from collectors.catalog import Scope
 from models.evaluation.events import Failure
@@ -140,3 +141,14 @@ def test_bins_follow_hgb_thresholds_and_keep_nan() -> None:
     assert b[2].tolist() == [2.0, 0.0]
     wide = Bins.fit(np.random.default_rng(0).normal(size=(5000, 1)).astype(np.float32))
     assert len(wide.thresholds[0]) == 254  # quantiles: at most 255 bins
+
+
+def test_a_column_missing_throughout_training_is_a_constant() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 3)).astype(np.float32)
+    x[:, 1] = np.nan  # e.g. page retirement on a GPU that remaps rows instead
+    bins = Bins.fit(x)
+    b = bins.apply(x)
+    assert np.all(b[:, 1] == 0) and not np.isnan(b).any()
+    y = (x[:, 0] > 0.5).astype(np.int64)
+    HistGradientBoostingClassifier(max_iter=5).fit(b, y)  # fits; no binning error
