@@ -35,10 +35,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
-from unittest.mock import patch
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -47,10 +45,8 @@ import torch
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, Frame
 from models.detectors.findings import Finding
-from models.predictor import detector as dm
-from models.predictor import features as ft
-from models.predictor.detector import PredictorConfig, PredictorDetector, Runtime
-from models.predictor.package import Predictor, ScopeRuntime
+from models.predictor.detector import PredictorConfig, PredictorDetector
+from models.predictor.package import Predictor
 from service.ingest import EventLog, Ingestor
 from service.scoring import StoreView
 from service.windows import WindowStore, window_config_for
@@ -68,8 +64,6 @@ THREADS = (2, 1)
 INFER_GOAL_MS, INFER_GOAL_GPUS = 200.0, 10_000
 TRAIN_GOAL_S = 600.0
 F32 = npt.NDArray[np.float32]
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 def links_for(gpus: int) -> int:
@@ -206,17 +200,6 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
 
 
-def _timed(acc: dict[str, float], key: str, fn: Callable[P, R]) -> Callable[P, R]:
-    """fn, adding its wall time in ms to acc[key] on every call."""
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        t0 = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            acc[key] = acc.get(key, 0.0) + 1e3 * (time.perf_counter() - t0)
-    return wrapper
-
-
 def infer(gpus: int, repeats: int, threads: list[int]) -> dict[str, Any]:
     load_start = os.getloadavg()[0]
     links = links_for(gpus)
@@ -238,31 +221,6 @@ def infer(gpus: int, repeats: int, threads: list[int]) -> dict[str, Any]:
     now = T0 + STEP * (hours - 1)
     rss_filled = _rss_mb()
 
-    # The split is timed inside real runs: the detector's feature functions, the runtime's
-    # forward + calibration (outside the explanation, whose own forwards count as explanation)
-    # and the occlusion step are wrapped (this process runs nothing else).
-    acc: dict[str, float] = {}
-    explained = [0]
-    explaining = [False]
-    explain_original = PredictorDetector._explain
-    forward_original = ScopeRuntime.probabilities
-
-    def explain(self: PredictorDetector, rt: Runtime, x: F32, risk: F32,
-                head: int) -> dict[int, str]:
-        explaining[0] = True
-        try:
-            out = explain_original(self, rt, x, risk, head)
-        finally:
-            explaining[0] = False
-        explained[0] += len(out)
-        return out
-
-    def forward(self: ScopeRuntime, x: F32) -> F32:
-        if explaining[0]:
-            return forward_original(self, x)
-        return _timed(acc, "forward", forward_original)(self, x)
-
-    hourly = {s: _timed(acc, "features", f) for s, f in ft.HOURLY.items()}
     per_threads: list[dict[str, Any]] = []
     findings: list[Finding] = []
     for n_threads in threads:
@@ -270,22 +228,17 @@ def infer(gpus: int, repeats: int, threads: list[int]) -> dict[str, Any]:
         config = PredictorConfig(threads=n_threads)
         torch.set_num_threads(n_threads)
         rows: list[dict[str, float]] = []
-        with (patch.object(dm, "HOURLY", hourly),
-              patch.object(dm, "sequences", _timed(acc, "features", ft.sequences)),
-              patch.object(ScopeRuntime, "probabilities", forward),
-              patch.object(PredictorDetector, "_explain", _timed(acc, "explain", explain))):
-            for r in range(repeats + 1):  # the first is a warm-up (first forward, allocator)
-                acc.clear()
-                explained[0] = 0
-                gc.collect()
-                # Fresh: nothing cached, as right after a new hour (and no persistence history,
-                # which changes which entities pass, not what a run costs).
-                det = PredictorDetector(predictor, config)
-                t0 = time.perf_counter()
-                findings = det.detect(view, now)
-                total = 1e3 * (time.perf_counter() - t0)
-                if r:
-                    rows.append({"total": total, **acc})
+        for r in range(repeats + 1):  # the first is a warm-up (first forward, allocator)
+            gc.collect()
+            # Fresh: nothing cached, as right after a new hour (and no persistence history,
+            # which changes which entities pass, not what a run costs). The split is the
+            # detector's own timing of the run's phases.
+            det = PredictorDetector(predictor, config)
+            t0 = time.perf_counter()
+            findings = det.detect(view, now)
+            total = 1e3 * (time.perf_counter() - t0)
+            if r:
+                rows.append({"total": total, **{k: 1e3 * v for k, v in det.timing.items()}})
         cached: list[float] = []
         for _ in range(20):
             t0 = time.perf_counter()
@@ -298,7 +251,7 @@ def infer(gpus: int, repeats: int, threads: list[int]) -> dict[str, Any]:
         "window_h": predictor.window_h,
         "degrading_gpus": len(fleet.bad_gpus), "degrading_ports": len(fleet.bad_ports),
         "fill_s": fill, "ingest_ms_per_round": 1e3 * fill / hours,
-        "explained_entities": explained[0],
+        "explained_entities": det.explained,
         "flagged": {f.rule: int(np.count_nonzero(f.risk > 0)) for f in findings},
         "repeats": repeats, "by_threads": per_threads,
         "store_mb": store.nbytes() / 2**20, "rss_after_fill_mb": rss_filled,
@@ -311,7 +264,8 @@ def _split(threads: int, rows: list[dict[str, float]], cached: list[float]) -> d
     def med(key: str) -> float:
         return statistics.median(row.get(key, 0.0) for row in rows)
 
-    other = statistics.median(row["total"] - sum(v for k, v in row.items() if k != "total")
+    other = statistics.median(row["total"] - sum(v for k, v in row.items()
+                                                 if k not in ("total", "other"))
                               for row in rows)
     return {"threads": threads, "hourly_run_ms": med("total"),
             "hourly_run_min_ms": min(r["total"] for r in rows), "features_ms": med("features"),

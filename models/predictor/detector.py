@@ -107,9 +107,13 @@ class PredictorDetector:
         self._unavailable: set[Scope] = set()
         self._history: dict[tuple[Scope, str], list[F32]] = {}
         self.last_run_s = 0.0
+        # Seconds of the last hourly run per phase, summed over scopes (bench.model reads it).
+        self.timing: dict[str, float] = {}
+        self.explained = 0  # entities explained in the last hourly run
 
     def detect(self, view: FleetView, now: float) -> list[Finding]:
         out: list[Finding] = []
+        fresh = True
         for scope, rt in self.predictor.scopes.items():
             try:
                 h = hours_of(view.scope(scope))
@@ -123,6 +127,8 @@ class PredictorDetector:
             if h.last < 0 or n == 0:
                 continue
             if cached is None or cached[0] != h.last or cached[1] != n:
+                if fresh:
+                    self.timing, self.explained, fresh = {}, 0, False
                 cached = (h.last, n, self._score(view, scope, rt, h.length))
                 self._cache[scope] = cached
             out.extend(cached[2])
@@ -143,7 +149,10 @@ class PredictorDetector:
         torch.set_num_threads(self.config.threads)
         hourly = HOURLY[scope](view, min(self.predictor.window_h, kept))
         x = sequences(scope, hourly)
+        t1 = time.perf_counter()
         p = rt.probabilities(x)
+        t2 = time.perf_counter()
+        explain_s = 0.0
         # Too little history (a new GPU, a fresh start without warm start, a long outage): no
         # prediction at all, rather than one from inputs unlike any the model trained on.
         blind = observed(scope, hourly).sum(axis=1) < MIN_OBSERVED_H
@@ -174,7 +183,10 @@ class PredictorDetector:
             risk[risk < self.config.floor] = 0.0
             day = cols[horizons.index(24)] if 24 in horizons else cols[0]
             value = p[:, day].astype(np.float64)
+            t3 = time.perf_counter()
             details = self._explain(rt, x, risk, day)
+            explain_s += time.perf_counter() - t3
+            self.explained += len(details)
             signal = f"model: probability of {MODE_TEXT.get(mode, mode)} within 24 h"
             f = Finding(f"{self.name}_{mode}", scope, risk, value, float("nan"), signal,
                         details={i: f"{signal}; {d}" for i, d in details.items()},
@@ -183,6 +195,9 @@ class PredictorDetector:
                 f = self._on_worst_link(view, f)
             findings.append(f)
         self.last_run_s = time.perf_counter() - t0
+        for phase, secs in (("features", t1 - t0), ("forward", t2 - t1), ("explain", explain_s),
+                            ("other", self.last_run_s - (t2 - t0) - explain_s)):
+            self.timing[phase] = self.timing.get(phase, 0.0) + secs
         return findings
 
     def _explain(self, rt: Runtime, x: F32, risk: F32, head: int) -> dict[int, str]:
