@@ -85,7 +85,10 @@ class Fleet:
             for j, m in enumerate(cols):
                 if m.kind is Kind.COUNTER:
                     rate = TRICKLE.get(m.name, 0.0)
-                    inc = 1e9 if m.name.endswith("_data") else self.rng.poisson(rate, n)
+                    # Traffic counters (ib_port_*_data) move by the gigabyte; nvlink_crc_data is
+                    # an error counter and trickles like the others.
+                    traffic = m.name.startswith("ib_port_") and m.name.endswith("_data")
+                    inc = 1e9 if traffic else self.rng.poisson(rate, n)
                     self.counters[scope][:, j] += inc
                     v[:, j] = self.counters[scope][:, j]
                 elif m.kind is Kind.STATE:
