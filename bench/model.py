@@ -42,8 +42,9 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from bench.fleet_tables import fleet_tables
 from collectors.catalog import CATALOG, Scope
-from collectors.frames import Batch, Entity, EntityTable, Frame
+from collectors.frames import Batch, Frame
 from models.detectors.findings import Finding
 from models.predictor.detector import PredictorConfig, PredictorDetector
 from models.predictor.package import Predictor
@@ -54,7 +55,7 @@ from service.windows import WindowStore, window_config_for
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_DIR = ROOT / "models" / "artifacts" / "default"
 SIZES = (1000, 10_000, 50_000)
-GPUS_PER_NODE, PORTS = 8, 8
+PORTS = 8
 HOURS = 48  # hourly rounds of history (more if the model's window is longer)
 STEP = 3600.0
 T0 = 1_699_999_200.0  # on a whole hour
@@ -83,16 +84,7 @@ class HourlyFleet:
     def __init__(self, gpus: int, links: int, hours: int, seed: int = 0) -> None:
         self.hours = hours
         self.rng = np.random.default_rng(seed)
-        nodes = [f"n{i:05d}" for i in range(gpus // GPUS_PER_NODE)]
-        self.tables = {
-            Scope.GPU: EntityTable(Scope.GPU, [Entity.gpu(n, g) for n in nodes
-                                               for g in range(GPUS_PER_NODE)]),
-            Scope.NVLINK: EntityTable(Scope.NVLINK, [Entity.nvlink(n, g, lk) for n in nodes
-                                                     for g in range(GPUS_PER_NODE)
-                                                     for lk in range(links)]),
-            Scope.IB_PORT: EntityTable(Scope.IB_PORT, [Entity.ib_port(n, f"mlx5_{p}", 1)
-                                                       for n in nodes for p in range(PORTS)]),
-        }
+        self.tables = fleet_tables(gpus, links, PORTS)
         self.cols = {s: [m.name for m in CATALOG.columns(s)] for s in self.tables}
         self.kind = {s: [m.kind.name for m in CATALOG.columns(s)] for s in self.tables}
         self.counters = {s: np.zeros((len(t), len(self.cols[s]))) for s, t in self.tables.items()}

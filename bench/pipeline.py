@@ -21,13 +21,14 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from bench.fleet_tables import fleet_tables
 from collectors.catalog import CATALOG, Kind, Scope
-from collectors.frames import Batch, Entity, EntityTable, Frame
+from collectors.frames import Batch, Frame
 from service.pipeline import Pipeline
 from service.settings import Settings
 
 BUDGET_S = 5.0
-LINKS, PORTS, GPUS_PER_NODE = 18, 8, 8
+LINKS, PORTS = 18, 8
 
 
 @dataclass
@@ -62,16 +63,7 @@ class Fleet:
     """Synthetic healthy rounds with realistic value ranges for every catalog metric."""
 
     def __init__(self, gpus: int, seed: int = 0) -> None:
-        nodes = [f"n{i:05d}" for i in range(gpus // GPUS_PER_NODE)]
-        self.tables = {
-            Scope.GPU: EntityTable(Scope.GPU, [Entity.gpu(n, g) for n in nodes
-                                               for g in range(GPUS_PER_NODE)]),
-            Scope.NVLINK: EntityTable(Scope.NVLINK, [Entity.nvlink(n, g, lk) for n in nodes
-                                                     for g in range(GPUS_PER_NODE)
-                                                     for lk in range(LINKS)]),
-            Scope.IB_PORT: EntityTable(Scope.IB_PORT, [Entity.ib_port(n, f"mlx5_{p}", 1)
-                                                       for n in nodes for p in range(PORTS)]),
-        }
+        self.tables = fleet_tables(gpus, LINKS, PORTS)
         self.rng = np.random.default_rng(seed)
         self.counters = {s: np.zeros((len(t), len(CATALOG.columns(s))))
                          for s, t in self.tables.items()}

@@ -285,3 +285,11 @@ def expected_calibration_error(p: npt.ArrayLike, labels: npt.ArrayLike, bins: in
     if n == 0:
         raise ValueError("expected calibration error of no examples")
     return sum(b.count * abs(b.mean_predicted - b.observed_rate) for b in table) / n
+
+
+def calibrate_heads(calibrators: Sequence[Calibrator], raw: F32) -> F32:
+    """Raw outputs [entity, head] through each head's calibrator."""
+    out = np.empty_like(raw)
+    for j, cal in enumerate(calibrators):
+        out[:, j] = cal.apply(raw[:, j])
+    return out

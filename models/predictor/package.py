@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from collectors.catalog import Scope
 from models.predictor.artifact import ModelArtifact, ScopeModel, load
-from models.predictor.calibration import Calibrator
+from models.predictor.calibration import Calibrator, calibrate_heads
 from models.predictor.features import FEATURES
 from models.predictor.model import FailureLSTM, Scaler, predict
 from models.predictor.train import ScopeResult, TrainConfig
@@ -54,10 +54,7 @@ class ScopeRuntime:
         return predict(self.model, self.scaler.apply(x))
 
     def calibrate(self, raw: F32) -> F32:
-        out = np.empty_like(raw)
-        for j, cal in enumerate(self.calibrators):
-            out[:, j] = cal.apply(raw[:, j])
-        return out
+        return calibrate_heads(self.calibrators, raw)
 
     def probabilities(self, x: F32) -> F32:
         return self.calibrate(self.raw(x))

@@ -48,7 +48,7 @@ from threadpoolctl import threadpool_limits
 
 from collectors.catalog import Scope
 from models.evaluation.events import Failure
-from models.predictor.calibration import Calibrator, fit_calibrator
+from models.predictor.calibration import Calibrator, calibrate_heads, fit_calibrator
 from models.predictor.dataset import (
     HORIZONS_H,
     RunFeatures,
@@ -209,10 +209,7 @@ class TreeRuntime:
         return self.raw_summary(summarize(x, self.scope))
 
     def calibrate(self, raw: F32) -> F32:
-        out = np.empty_like(raw)
-        for j, cal in enumerate(self.calibrators):
-            out[:, j] = cal.apply(raw[:, j])
-        return out
+        return calibrate_heads(self.calibrators, raw)
 
     def probabilities(self, x: F32) -> F32:
         return self.calibrate(self.raw(x))
