@@ -46,8 +46,9 @@ from bench.fleet_tables import fleet_tables
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Frame
 from models.detectors.findings import Finding
-from models.predictor.detector import PredictorConfig, PredictorDetector
+from models.predictor.detector import PredictorDetector
 from models.predictor.package import Predictor
+from models.predictor.policy import PredictorConfig
 from service.ingest import EventLog, Ingestor
 from service.scoring import StoreView
 from service.windows import WindowStore, window_config_for

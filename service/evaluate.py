@@ -55,9 +55,9 @@ def _model(s: Settings) -> list[Detector]:
     path = s.detectors.model.resolved()
     if path is None:
         raise ValueError("the lstm and fused sets need a model: detectors.model.path is empty")
-    from models.predictor.detector import PredictorConfig, PredictorDetector
+    from models.predictor.detector import PredictorDetector
 
-    cfg = PredictorConfig(caps=s.detectors.model.caps())
+    cfg = s.detectors.model.predictor_config()
     return [PredictorDetector(_load_predictor(str(path)), cfg)]
 
 
@@ -98,10 +98,10 @@ def _trees(s: Settings) -> list[Detector]:
     if path is None:
         raise ValueError("the trees set trains on the model's data: detectors.model.path is "
                          "empty")
-    from models.predictor.detector import PredictorConfig, PredictorDetector
+    from models.predictor.detector import PredictorDetector
 
     det = PredictorDetector(_fit_trees(str(path)),
-                            PredictorConfig(caps=s.detectors.model.caps()))
+                            s.detectors.model.predictor_config())
     det.name = "trees"
     return [det]
 

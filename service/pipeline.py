@@ -78,10 +78,9 @@ def model_slot(settings: Settings) -> Detector | None:
     path = m.resolved()
     if path is None:
         return None
-    from models.predictor.detector import PredictorConfig
     from models.predictor.slot import ModelSlot
 
-    return ModelSlot(path, recheck_s=m.recheck_s, config=PredictorConfig(caps=m.caps()))
+    return ModelSlot(path, recheck_s=m.recheck_s, config=m.predictor_config())
 
 
 class Pipeline:

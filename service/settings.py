@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from models.detectors.dynamic import DynamicConfig
 from models.detectors.hard import HardRuleConfig
+from models.predictor.policy import PredictorConfig
 from service.alerting import AlertPolicy
 from service.influx.influxql import parse_duration
 from service.windows import WindowConfig
@@ -114,6 +115,12 @@ class ModelSettings(BaseModel):
     # pages only on its 1-h horizon), a week's at watch.
     day_cap: float = Field(default=0.85, ge=0, le=1)
     week_cap: float = Field(default=0.5, ge=0, le=1)
+    # Model risk below this adds nothing. 0.6 keeps the model out of watch level (where, on the
+    # ci evaluation, it adds lead time and false alarms) and in warning and above.
+    floor: float = Field(default=0.05, ge=0, le=1)
+
+    def predictor_config(self) -> PredictorConfig:
+        return PredictorConfig(caps=self.caps(), floor=self.floor)
 
     def caps(self) -> dict[int, float]:
         """Horizon (hours) -> the highest risk its probability may give."""

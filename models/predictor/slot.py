@@ -14,8 +14,9 @@ from pathlib import Path
 from models.detectors.findings import Finding
 from models.detectors.view import FleetView
 from models.predictor.artifact import ArtifactError
-from models.predictor.detector import PredictorConfig, PredictorDetector
+from models.predictor.detector import PredictorDetector
 from models.predictor.package import Predictor
+from models.predictor.policy import PredictorConfig
 
 log = logging.getLogger(__name__)
 MODEL_FILE = "model.json"

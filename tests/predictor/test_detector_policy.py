@@ -13,7 +13,8 @@ import pytest
 
 from collectors.catalog import Scope
 from models.predictor.dataset import head_names
-from models.predictor.detector import PredictorConfig, PredictorDetector
+from models.predictor.detector import PredictorDetector
+from models.predictor.policy import PredictorConfig
 from service.ingest import EventLog, Ingestor
 from service.scoring import StoreView
 from service.windows import WindowStore, window_config_for

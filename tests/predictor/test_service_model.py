@@ -12,8 +12,9 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from collectors.catalog import Scope
-from models.predictor.detector import PredictorConfig, PredictorDetector
+from models.predictor.detector import PredictorDetector
 from models.predictor.package import Predictor
+from models.predictor.policy import PredictorConfig
 from models.predictor.slot import ModelSlot
 from service.api import create_app
 from service.pipeline import Pipeline
