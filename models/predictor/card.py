@@ -77,7 +77,9 @@ def model_card(art: ModelArtifact, digest: str) -> str:
     lines += ["## Use", "",
               "The service loads the artifact named by `detectors.model.path`; without one it "
               "runs rules and thresholds only and says so in `/readyz`. Risk per failure mode is "
-              "the largest calibrated probability over the horizons, a week's horizon capped "
-              "at 0.5 (watch); it is fused with the rules by noisy-OR.", ""]
+              "the largest calibrated probability over the horizons held for two scored hours, "
+              "a week's horizon capped at 0.5 (watch) and a day's at 0.85 (below a page); "
+              "fusion takes the larger of the model's and the rules' risk, agreement lifting "
+              "it up to 0.85 (docs/design.md).", ""]
     return "\n".join(lines)
 
