@@ -43,6 +43,7 @@ import numpy.typing as npt
 import torch
 
 from bench.fleet_tables import fleet_tables
+from bench.pipeline import rss_mb
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Frame
 from models.detectors.findings import Finding
@@ -181,14 +182,6 @@ class HourlyFleet:
 
 # ---- inference (one fleet size, in its own process) -------------------------------------------
 
-def _rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
 
@@ -212,7 +205,7 @@ def infer(gpus: int, repeats: int, threads: list[int]) -> dict[str, Any]:
     gc.collect()
     view = StoreView(store, events)
     now = T0 + STEP * (hours - 1)
-    rss_filled = _rss_mb()
+    rss_filled = rss_mb()
 
     per_threads: list[dict[str, Any]] = []
     findings: list[Finding] = []

@@ -92,7 +92,7 @@ class Fleet:
         return b
 
 
-def _rss_mb() -> float:
+def rss_mb() -> float:
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
@@ -130,7 +130,7 @@ def run(gpus: int, warmup_min: float, repeats: int) -> Result:
         gpus=gpus, links=len(fleet.tables[Scope.NVLINK]), ports=len(fleet.tables[Scope.IB_PORT]),
         samples_per_round=samples, ingest_s=t_ing, tick_s=t_tick, tick_minute_s=t_min,
         tick_amortised_s=amortised, share_of_budget=(t_ing + amortised) / BUDGET_S,
-        store_bytes_per_gpu=pipe.store.nbytes() / gpus, rss_mb=_rss_mb())
+        store_bytes_per_gpu=pipe.store.nbytes() / gpus, rss_mb=rss_mb())
 
 
 def main(argv: list[str] | None = None) -> int:
