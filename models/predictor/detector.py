@@ -1,16 +1,17 @@
-"""The predictor as a detector: calibrated failure probabilities become findings that fusion
-combines with the hard rules and dynamic thresholds (noisy-OR, so a model can add risk but
-never take a rule's away).
+"""The predictor as a detector: calibrated failure probabilities become findings (source
+"model") that fusion weighs beside the hard rules and dynamic thresholds; a model can add risk
+but never take a rule's away (models/detectors/fusion.py).
 
 The model reads hour buckets, so it runs once per newly finished hour: one batched forward over
 every GPU and port, and the findings are reused on the ticks in between (a tick costs a
 dictionary lookup). Per failure mode the finding's risk is the largest of the horizons'
-probabilities, each capped by how urgent its horizon is: "likely to fail within a week" alone
-reaches watch, never a page. NVLink failures are predicted per GPU and placed on the GPU's
+probabilities, each capped by how urgent its horizon is ("likely to fail within a week" alone
+reaches watch, never a page), held for `persist_h` scored hours, and dropped under `floor`
+(models/predictor/policy.py). NVLink failures are predicted per GPU and placed on the GPU's
 worst link of the last day, because an NVLink alert has to name the link.
 
-Explanations: for entities whose risk reaches watch, each metric group's inputs are set to the
-fleet mean (occlusion) and the drop in probability says how much that group drove the score.
+Explanations: for entities whose risk reaches watch, each metric group's inputs are set to
+unknown (occlusion) and the drop in probability says how much that group drove the score.
 """
 
 from __future__ import annotations
