@@ -7,6 +7,7 @@ import socket
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -39,9 +40,13 @@ class RoundsCollector:
 
 
 class Service:
-    def __init__(self, data_dir: Path, port: int) -> None:
+    """The real service on loopback; `clock` is the time it ingests at (a fixed point in the
+    test traces by default, the wall clock for a replay moved to now)."""
+
+    def __init__(self, data_dir: Path, port: int,
+                 clock: Callable[[], float] = lambda: T0 + 100_000) -> None:
         settings = Settings(storage={"data_dir": data_dir})  # type: ignore[arg-type]
-        app = create_app(settings, clock=lambda: T0 + 100_000, schedule=False)
+        app = create_app(settings, clock=clock, schedule=False)
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                                     log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -5,43 +5,16 @@ from __future__ import annotations
 
 import math
 import sqlite3
-import threading
 import time
 from pathlib import Path
 
 import pytest
-import uvicorn
 
-from service.api import create_app
 from service.cli import main
-from service.settings import Settings
-from tests.collectors.agent.test_agent import _free_port
+from tests.collectors.agent.test_agent import Service, _free_port
 
 T0 = 1_700_000_000  # the trace's own time: years before the test runs
 NS = 10**9
-
-
-class Service:
-    """The real service on loopback, ingesting at the wall clock's time as it does live."""
-
-    def __init__(self, data_dir: Path, port: int) -> None:
-        settings = Settings(storage={"data_dir": data_dir})  # type: ignore[arg-type]
-        app = create_app(settings, clock=time.time, schedule=False)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                                    log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> Service:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert self.server.started
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
 
 
 def _trace(tmp_path: Path, rounds: int) -> Path:
@@ -57,7 +30,7 @@ def test_a_rebased_replay_reaches_the_service_stamped_as_if_live(tmp_path: Path)
     port = _free_port()
     trace = _trace(tmp_path, 12)  # 55 s of rounds
     before = time.time()
-    with Service(tmp_path / "svc", port):
+    with Service(tmp_path / "svc", port, clock=time.time):  # ingests at the wall clock
         rc = main(["--log-level", "WARNING", "agent", "--replay", str(trace), "--rebase-now",
                    "--backfill-s", "120", "--url", f"http://127.0.0.1:{port}/write",
                    "--spool", str(tmp_path / "spool")])
