@@ -166,7 +166,7 @@ class PredictorDetector:
             day = cols[horizons.index(24)] if 24 in horizons else cols[0]
             value = p[:, day].astype(np.float64)
             t3 = time.perf_counter()
-            details = self._explain(rt, x, risk, day)
+            details = self._explain(rt, x, p[:, day], risk, day)
             explain_s += time.perf_counter() - t3
             self.explained += len(details)
             signal = f"model: probability of {MODE_TEXT.get(mode, mode)} within 24 h"
@@ -182,7 +182,7 @@ class PredictorDetector:
             self.timing[phase] = self.timing.get(phase, 0.0) + secs
         return findings
 
-    def _explain(self, rt: Runtime, x: F32, risk: F32, head: int) -> dict[int, str]:
+    def _explain(self, rt: Runtime, x: F32, p: F32, risk: F32, head: int) -> dict[int, str]:
         idx = np.flatnonzero(risk >= self.config.explain_from)
         if not len(idx):
             return {}
@@ -192,7 +192,7 @@ class PredictorDetector:
             if f.group != "missing":
                 groups.setdefault(f.group, []).append(j)
         sub = x[idx]
-        base = rt.probabilities(sub)[:, head]
+        base = p[idx]  # the run's own probabilities: no second forward
         drops = np.zeros((len(idx), len(groups)), np.float32)
         for g, cols in enumerate(groups.values()):
             # Occlusion: the group unknown. The LSTM's scaler reads NaN as the training mean,

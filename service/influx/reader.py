@@ -40,6 +40,17 @@ def _missing_db(exc: InfluxError) -> bool:
     return "database not found" in str(exc)
 
 
+def _series(client: InfluxClient, statement: str, epoch: str) -> list[Series]:
+    """The series of one statement; none from a database not yet written to."""
+    try:
+        results = client.query(statement, epoch=epoch)
+    except InfluxError as exc:
+        if _missing_db(exc):
+            return []
+        raise
+    return results[0] if results else []
+
+
 class InfluxHistory:
     """Bucketed series from the raw policy; with `raw_keep_s` (the raw retention, when the
     rollup policy exists), the part of a range older than raw retention is read from the
@@ -102,12 +113,9 @@ class InfluxHistory:
 
     def _query(self, statement: str) -> list[Series]:
         try:
-            results = self.client.query(statement, epoch="s")
+            return _series(self.client, statement, "s")
         except InfluxError as exc:
-            if _missing_db(exc):
-                return []
             raise HistoryUnavailable(f"InfluxDB could not answer: {exc}") from None
-        return results[0] if results else []
 
     @staticmethod
     def _measurement(scope: Scope, w: Wanted) -> str:
@@ -218,13 +226,7 @@ class RawReader:
         return batch
 
     def _query(self, statement: str) -> list[Series]:
-        try:
-            results = self.client.query(statement, epoch="ns")
-        except InfluxError as exc:
-            if _missing_db(exc):
-                return []
-            raise
-        return results[0] if results else []
+        return _series(self.client, statement, "ns")
 
     def _entity(self, scope: Scope, tags: dict[str, str], points: int) -> Entity | None:
         names = [tags.get(t, "") for t in ENTITY_TAGS[scope]]
