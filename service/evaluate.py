@@ -40,7 +40,7 @@ from models.evaluation.score import EvalConfig, Exposure, RunData, score_run
 from models.evaluation.sources import Source, scenario_config, simulator_source, trace_source
 from service.cli import register
 from service.pipeline import Pipeline
-from service.settings import Settings
+from service.settings import ModelSettings, Settings
 from service.windows import window_config_for
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,7 @@ def _peer(s: Settings, seed: int) -> list[Detector]:
     return [PeerMahalanobis()]
 
 
+MODEL_SETS = ("lstm", "fused", "trees")  # the sets that need detectors.model.path
 DETECTOR_SETS: dict[str, Callable[[Settings, int], list[Detector]]] = {
     "ours": lambda s, seed: _rules(s),
     "lstm": lambda s, seed: _model(s),
@@ -296,6 +297,16 @@ def run(args: argparse.Namespace) -> int:
         regenerate_docs()
         return 0
     cfg = EvalConfig(min_warning_s=args.min_warning)
+    wanted = [name for name in args.detectors if name in MODEL_SETS]
+    if wanted:  # an unusable model is said before any simulation starts
+        path = ModelSettings(path=args.model).resolved()
+        try:
+            if path is None:
+                raise ValueError(f"the {', '.join(wanted)} set(s) need a model: --model DIR")
+            _load_predictor(str(path))
+        except ValueError as exc:  # ArtifactError is one: missing, corrupt, incompatible
+            print(f"gpuhealth evaluate: {exc}", file=sys.stderr)
+            return 2
     if args.trace is not None:
         try:
             src = trace_source(args.trace, args.labels, args.step)

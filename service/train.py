@@ -95,7 +95,16 @@ def run(args: argparse.Namespace) -> int:
     runs: dict[Scope, list[Any]] = {}
     failures: list[list[Any]] = []
     data: list[dict[str, Any]] = []
-    for src in sources(args):
+    try:
+        found = sources(args)
+    except (FileNotFoundError, ValueError) as exc:  # no such trace, scenario or labels file
+        msg = str(exc)
+        if not args.trace and isinstance(exc, FileNotFoundError):
+            msg = (f"no scenario {args.scenario!r}: a preset (demo, ci, fleet-year) or a "
+                   "scenario YAML file")
+        print(f"gpuhealth train: {msg}", file=sys.stderr)
+        return 2
+    for src in found:
         t0 = time.perf_counter()
         per_scope, fails = record_source(src)
         for scope, rf in per_scope.items():
