@@ -44,7 +44,7 @@ COMMANDS: dict[str, Command] = {}
 # `register(...)` when imported.
 COMMAND_MODULES: tuple[str, ...] = (
     "service.demo", "service.simulate", "service.evaluate", "service.agent_cmd", "service.train",
-    "service.export")
+    "service.export", "service.tokens_cmd")
 
 
 def register(name: str, configure: Configure, run: Run, help: str = "") -> None:
@@ -208,6 +208,9 @@ def configure_logging(level: str) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # APScheduler logs every job run at INFO; its warnings (skipped runs) still come through.
     logging.getLogger("apscheduler").setLevel(max(logging.WARNING, logging.getLogger().level))
+    from service.api.redact import install  # tokens and passwords never reach a log line
+
+    install()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -121,9 +121,14 @@ def run_demo(args: argparse.Namespace, out: Any = sys.stdout,
 
     def on_tick(res: TickResult) -> None:
         for t, alert in zip(res.transitions, _alerts_for(res), strict=False):
-            transitions.append(t)
+            if not t.alertname:  # node and fleet alerts (no data, storms) predict nothing
+                transitions.append(t)
             if t.new == 0:
                 say(f"[{_clock(t.at, start)}] resolved      {t.entity}")
+                continue
+            if t.alertname:
+                say(f"[{_clock(t.at, start)}] level {t.old}->{t.new}  {t.entity:<22} "
+                    f"{t.alertname}")
                 continue
             top = alert.explanation[0] if alert and alert.explanation else {}
             value = top.get("value")

@@ -66,6 +66,8 @@ class PipelineCollector:
 
     def _stats(self) -> Iterable[Metric]:
         st = self.pipeline.stats
+        note = self.pipeline.notification
+        sent, failed = (note.sender.sent, note.sender.failed) if note else (0, 0)
         for name, doc, value in (
             ("gpuhealth_samples_ingested", "Samples (values and events) accepted by ingest",
              st.samples_ingested),
@@ -75,9 +77,9 @@ class PipelineCollector:
              st.counter_resets),
             ("gpuhealth_batches", "Batches ingested", st.batches),
             ("gpuhealth_score_ticks", "Scoring ticks run", st.ticks),
-            ("gpuhealth_notifications_sent", "Notifications delivered", st.notifications_sent),
+            ("gpuhealth_notifications_sent", "Notifications delivered", sent),
             ("gpuhealth_notifications_failed", "Notifications that failed after retry",
-             st.notifications_failed),
+             failed),
         ):
             yield CounterMetricFamily(name, doc, value=value)
 

@@ -1,6 +1,7 @@
 """The one place that wires the stages in order (DESIGN.md): ingest -> sinks and window store
--> detectors -> fused risk -> alert state machine -> alert store -> notifiers. No stage calls
-the next; the API reads the state each stage leaves behind."""
+-> detectors -> fused risk -> alert state machine -> alert store -> notification pipeline and
+remediation controller. No stage calls the next; the API reads the state each stage leaves
+behind."""
 
 from __future__ import annotations
 
@@ -20,9 +21,12 @@ from models.detectors.dynamic import DynamicThresholds
 from models.detectors.findings import Detector, Signal
 from models.detectors.hard import HardRules
 from service.alert_store import Alert, AlertStore
-from service.alerting import AlertMachine, Transition
+from service.alerting import AlertMachine, FlagChange, Transition
+from service.fleet_alerts import FLEET, STORM, FleetAlerts
 from service.ingest import EventLog, Ingestor, IngestResult
-from service.notify import Delivery, Notification, Notifier, RecordNotifier, notifications
+from service.notify.build import Notification, build_notification
+from service.notify.message import Notifier
+from service.notify.sender import Sent
 from service.scoring import SCOPES, RiskState, Scorer
 from service.settings import Settings
 from service.sinks import Sink, SQLiteSink
@@ -51,11 +55,23 @@ class TickResult:
     risk: RiskState
     transitions: list[Transition] = field(default_factory=list)
     alerts: list[Alert] = field(default_factory=list)
-    notifications: list[Notification] = field(default_factory=list)
     changed: list[tuple[Transition, Alert]] = field(default_factory=list)
-    # (notification, what the receiver answered, the receiver's name)
-    deliveries: list[tuple[Notification, Delivery, str]] = field(default_factory=list)
+    flags: list[FlagChange] = field(default_factory=list)
+    messages: int = 0  # messages handed to the sender this tick
+    deliveries: list[Sent] = field(default_factory=list)  # finished since the last tick
     levels: dict[Scope, npt.NDArray[np.int8]] = field(default_factory=dict)
+
+
+class Remediation(Protocol):
+    """What the pipeline asks of the remediation controller (service.remediation)."""
+
+    def migrate(self, alert: Alert, now: float) -> None: ...
+
+    def trip(self, reason: str, now: float) -> None: ...
+
+    def step(self, now: float) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class TickObserver(Protocol):
@@ -89,10 +105,15 @@ class Pipeline:
                  notifiers: Sequence[Notifier] | None = None,
                  detectors: list[Detector] | None = None,
                  share_store_of: Pipeline | None = None,
-                 observers: Sequence[TickObserver] | None = None) -> None:
+                 observers: Sequence[TickObserver] | None = None,
+                 notify_background: bool = True,
+                 remediation: Remediation | None = None) -> None:
         """`share_store_of`: read another pipeline's window store and events instead of keeping
         its own (several detector sets judged on one ingest, as the evaluator does); this
-        pipeline's own ingest is then a no-op, since the owner ingests."""
+        pipeline's own ingest is then a no-op, since the owner ingests. `notifiers`: None
+        builds the configured receivers, an empty list turns notification off (evaluation,
+        replays), others replace the configured receivers by name. `notify_background=False`
+        sends inside the tick (timeline tests)."""
         self.settings = settings or Settings()
         s = self.settings
         self.owns_store = share_store_of is None
@@ -103,10 +124,21 @@ class Pipeline:
                                  max_samples=s.ingest.max_samples_per_batch)
         self.scorer = Scorer(self.store, self.events, detectors or default_detectors(s))
         self.machine = AlertMachine(s.alerts)
+        self.fleet = FleetAlerts(s.notify.storm)
         db = alert_db if alert_db is not None else str(s.storage.sqlite_path)
+        self.db = db
         self.alerts = AlertStore(db)
-        self.notifiers: list[Notifier] = (
-            list(notifiers) if notifiers is not None else [RecordNotifier(db)])
+        self.notification: Notification | None = None
+        if notifiers is None or list(notifiers):
+            given = None if notifiers is None else {n.name: n for n in notifiers}
+            if given is not None and "record" not in given:
+                from service.notify.record import RecordReceiver
+
+                given["record"] = RecordReceiver(db)
+            self.notification = build_notification(
+                s.notify, self.alerts, db, cluster=s.storage.influxdb.cluster,
+                receivers=given, background=notify_background)
+        self.remediation = remediation
         sinks_default = sinks is None
         if sinks is None:  # the embedded default keeps sample history beside the alerts
             keep = s.storage.write_samples and alert_db is None
@@ -128,9 +160,13 @@ class Pipeline:
 
     def _restore(self) -> None:
         for a in self.alerts.open_alerts():
+            if a.scope is Scope.NODE:
+                self.fleet.restore(a.name, a.node, a.level)
+                continue
             entity = Entity.parse(a.entity)
             slot = self.store[entity.scope].slots_for_entity(entity, self.store.registry)
-            self.machine.restore(entity.scope, slot, a.level)
+            self.machine.restore(entity.scope, slot, a.level, since=a.updated_at,
+                                 flapping=a.flapping)
 
     def ingest(self, batch: Batch, now: float | None = None) -> IngestResult:
         now = time.time() if now is None else now
@@ -156,44 +192,91 @@ class Pipeline:
         t0 = time.perf_counter()
         with self.lock:
             risk = self.scorer.score(now)
-            transitions: list[Transition] = []
-            for scope in SCOPES:
-                sr = risk.scopes[scope]
-                transitions += self.machine.step(scope, sr.risk, sr.hard, now,
-                                                 self.store[scope].entities)
+            transitions, flags = self._step_alerts(risk, now)
             explain: dict[str, list[Signal]] = {}
             for t in transitions:
-                explain[t.entity] = risk.scopes[t.scope].explain(t.slot)
+                if t.scope in risk.scopes and t.slot >= 0:
+                    explain[t.entity] = risk.scopes[t.scope].explain(t.slot)
             changed = self.alerts.apply(transitions, explain) if transitions else []
+            for f in flags:
+                self.alerts.set_flags(f.entity, flapping=f.flapping, stale=f.stale, at=now)
             self.risk = risk
             self.stats.ticks += 1
             levels = {sc: self.machine.level(sc).copy() for sc in SCOPES}
-        sent = notifications(changed)
-        deliveries = [(n, d, name) for n in sent for d, name in self._deliver(n)]
+        sent = 0
+        deliveries: list[Sent] = []
+        if self.notification is not None:
+            if changed or flags:
+                self.notification.dispatcher.mark()
+            sent = self.notification.flush(now)
+            deliveries = self.notification.sender.drain()
+            for d in deliveries:
+                self._count(d)
+        if self.remediation is not None:
+            self._remediate(changed, now)
         duration = time.perf_counter() - t0
         self.stats.last_tick_s = duration
-        result = TickResult(now, duration, risk, transitions, [a for _, a in changed], sent,
-                            changed, deliveries, levels)
+        result = TickResult(now, duration, risk, transitions, [a for _, a in changed], changed,
+                            flags, sent, deliveries, levels)
         for obs in self.observers:
             obs.observe(result)
         return result
 
-    def _deliver(self, n: Notification) -> list[tuple[Delivery, str]]:
-        out = []
-        for notifier in self.notifiers:
-            result = notifier.notify(n)
-            if not result.ok and result.retry:
-                result = notifier.notify(n)  # one retry; the alerting issue brings backoff
-            self._count(result)
-            out.append((result, type(notifier).__name__))
-        return out
+    def _step_alerts(self, risk: RiskState,
+                     now: float) -> tuple[list[Transition], list[FlagChange]]:
+        transitions: list[Transition] = []
+        flags: list[FlagChange] = []
+        # Never call data stale before three of its steps are missing (replays at 5 min).
+        stale_after = max(self.machine.policy.stale_after_s, 3 * self.store.config.step_s)
+        n_nodes = len(risk.node_names)
+        fresh_nodes = np.zeros(n_nodes)
+        seen_nodes = np.zeros(n_nodes)
+        node_level = np.zeros(n_nodes, np.int8)
+        for scope in SCOPES:
+            sr = risk.scopes[scope]
+            sw = self.store[scope]
+            n = len(sr.risk)
+            last = sw.last_ts[:n]
+            last_seen = np.fmax.reduce(last, axis=1) if last.shape[1] else np.full(n, np.nan)
+            conf = np.zeros(n, np.float32)
+            for f in sr.findings:
+                if f.source == "model":
+                    np.maximum(conf, f.risk, out=conf)
+            transitions += self.machine.step(scope, sr.risk, sr.hard, now, sw.entities,
+                                             last_seen=last_seen, confidence=conf,
+                                             stale_after_s=stale_after)
+            flags += self.machine.flag_changes
+            nodes = sw.node_of[:n]
+            ok = nodes >= 0
+            fresh = ~self.machine.stale(scope)[:n]
+            fresh_nodes += np.bincount(nodes[ok], weights=fresh[ok],
+                                       minlength=n_nodes)[:n_nodes]
+            seen_nodes += np.bincount(nodes[ok], minlength=n_nodes)[:n_nodes]
+            np.maximum.at(node_level, nodes[ok], self.machine.level(scope)[:n][ok])
+        raised = {t.node: t.new for t in transitions if t.new >= 2 and t.new > t.old}
+        node_stale = (seen_nodes > 0) & (fresh_nodes == 0)
+        transitions += self.fleet.step(now, risk.node_names, node_stale, node_level, raised)
+        return transitions, flags
 
-    def _count(self, d: Delivery) -> None:
-        if d.ok:
+    def _remediate(self, changed: list[tuple[Transition, Alert]], now: float) -> None:
+        """Level 3 asks the controller to migrate jobs off the node when the alert is
+        corroborated (a hard rule or a confident model), not flapping and not on stale data.
+        A storm trips the breaker instead. The controller's guards decide the rest."""
+        rem = self.remediation
+        assert rem is not None
+        for t, a in changed:
+            if t.alertname == STORM and t.new == 3:
+                rem.trip(f"fleet-wide alert storm: {t.risk:.0%} of nodes at level 2+", now)
+            elif (t.new == 3 and t.old < 3 and t.scope is not Scope.NODE and t.corroborated
+                  and not t.flapping and t.entity != FLEET):
+                rem.migrate(a, now)
+        rem.step(now)
+
+    def _count(self, d: Sent) -> None:
+        if d.delivery.ok:
             self.stats.notifications_sent += 1
         else:
             self.stats.notifications_failed += 1
-            log.error("notification failed: %s", d.detail)
 
     def process(self, batch: Batch, now: float) -> TickResult:
         """Ingest one round and score it: what replay and the simulator's evaluation do."""
@@ -201,11 +284,11 @@ class Pipeline:
         return self.tick(now)
 
     def close(self) -> None:
+        if self.notification is not None:
+            self.notification.close()
+        if self.remediation is not None:
+            self.remediation.close()
         self.alerts.close()
-        for n in self.notifiers:
-            close = getattr(n, "close", None)
-            if callable(close):
-                close()
         for s in [*self.sinks, *self.observers]:
             close = getattr(s, "close", None)
             if callable(close):

@@ -17,6 +17,7 @@ from models.detectors.hard import HardRuleConfig
 from models.predictor.policy import PredictorConfig
 from service.alerting import AlertPolicy
 from service.influx.influxql import parse_duration
+from service.notify.config import NotifySettings
 from service.windows import WindowConfig
 
 
@@ -150,6 +151,7 @@ class Settings(BaseSettings):
     detectors: DetectorSettings = DetectorSettings()
     collectors: CollectorSettings = CollectorSettings()
     alerts: AlertPolicy = AlertPolicy()
+    notify: NotifySettings = NotifySettings()
 
     @classmethod
     def settings_customise_sources(

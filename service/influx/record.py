@@ -15,7 +15,7 @@ from models.detectors.findings import Signal
 from service.alert_store import Alert
 from service.alerting import Transition
 from service.influx.lines import entity_tags, head, ns
-from service.notify import Delivery, Notification
+from service.notify.sender import Sent
 from service.scoring import SCOPES, RiskState
 
 # (host, collector) -> status
@@ -62,15 +62,19 @@ class TickRecorder:
             tags = {"cluster": self.cluster, "scope": "node", "entity": name, "host": name}
             yield f"{head('risk', tags)} risk={float(r)!r},level=0i {t}"
 
-    def deliveries(self, sent: list[tuple[Notification, Delivery, str]]) -> Iterator[str]:
-        for n, d, receiver in sent:
-            a, tr = n.alert, n.transition
-            # The receiver is a tag: two receivers of one channel must not overwrite each other.
-            tags = {"cluster": self.cluster, "host": a.node, "entity": a.entity,
-                    "channel": n.channel, "receiver": receiver}
-            fields = (f"kind={_text(n.kind)},ok={format_value(d.ok)},alert_id={a.id}i,"
-                      f"detail={_text(d.detail or n.summary)}")
-            yield f"{head('action', tags)} {fields} {ns(tr.at)}"
+    def deliveries(self, sent: list[Sent]) -> Iterator[str]:
+        """One point per alert a message reported, tagged with the receiver."""
+        for x in sent:
+            m, d = x.message, x.delivery
+            for a in m.alerts:
+                # The receiver is a tag: two receivers of one channel must not overwrite.
+                tags = {"cluster": self.cluster, "host": a.labels.get("node", ""),
+                        "entity": a.labels.get("entity", ""), "channel": x.receiver_type,
+                        "receiver": m.receiver}
+                fields = (f"kind={_text(m.reason)},ok={format_value(d.ok)},"
+                          f"alert_id={a.alert_id}i,attempts={x.attempts}i,"
+                          f"detail={_text(d.detail or m.title)}")
+                yield f"{head('action', tags)} {fields} {ns(m.at)}"
 
     def alerts(self, changed: list[tuple[Transition, Alert]]) -> Iterator[str]:
         for tr, a in changed:

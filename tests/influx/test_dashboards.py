@@ -11,7 +11,7 @@ from collectors.base import CollectorStatus
 from service.grafana import ALL, all_queries, expand
 from service.influx.client import InfluxClient
 from service.influx.sink import InfluxSink
-from service.notify import Delivery, Notification, RecordNotifier
+from service.notify.message import Delivery, Message
 from service.pipeline import Pipeline
 from service.settings import Settings
 from tests.influx.server import InfluxServer
@@ -24,7 +24,11 @@ MAY_BE_EMPTY = {"Open at level 1 [A]", "Alert level changes per interval [C]"}
 
 
 class DownPager:
-    def notify(self, n: Notification) -> Delivery:
+    """A receiver whose far end refuses everything (no retry), for the failed-delivery panels."""
+
+    name = "pager"
+
+    async def notify(self, msg: Message) -> Delivery:
         return Delivery(ok=False, retry=False, detail="pager unreachable")
 QUERIES = all_queries()
 
@@ -36,10 +40,15 @@ def filled(influx_server: InfluxServer, tmp_path_factory: pytest.TempPathFactory
         "url": influx_server.url, "database": "dashboards", "cluster": "c1",
         "raw_retention": "INF"}},
         # Quick resolves, so the trace shows every kind of level change.
-        alerts={"resolve_for_s": 30})
+        alerts={"resolve_for_s": 30, "dwell_s": (0, 0, 0)},
+        notify={"route": {"receiver": "record", "group_wait_s": 0, "group_interval_s": 5,
+                          "routes": [{"matchers": ["level>=2"], "receiver": "pager",
+                                      "continue": True}]},
+                "receivers": [{"name": "pager", "type": "webhook",
+                               "config": {"url": "http://127.0.0.1:9/never-used"}}]})
     # A pager that is down, so the failed-delivery panels have something to show.
     p = Pipeline(s, alert_db=str(tmp / "alerts.db"),
-                 notifiers=[RecordNotifier(tmp / "alerts.db"), DownPager()])
+                 notifiers=[DownPager()], notify_background=False)
     (sink,) = [x for x in p.sinks if isinstance(x, InfluxSink)]
     sink.track_collectors(lambda: {("n0", "nvml"): CollectorStatus(),
                                    ("n1", "infiniband"): CollectorStatus(False, "sysfs gone")})

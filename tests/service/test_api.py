@@ -196,7 +196,8 @@ def test_alert_filters_and_history(faulty: Service) -> None:
 
 
 def test_resolved_alerts(settings: Settings) -> None:
-    settings = settings.model_copy(update={"alerts": type(settings.alerts)(resolve_for_s=10.0)})
+    settings = settings.model_copy(update={"alerts": type(settings.alerts)(resolve_for_s=10.0,
+                                                                  dwell_s=(0, 0, 0))})
     fleet, clock = Fleet({"n001": 8}), ManualClock(T0)
     app = create_app(settings, clock=clock, schedule=False,
                      collectors=[FleetCollector(fleet, clock)])
@@ -217,6 +218,8 @@ def test_resolved_alerts(settings: Settings) -> None:
 
 def test_metrics(faulty: Service) -> None:
     faulty.st.scheduler.collect_once("broken")
+    note = faulty.st.pipeline.notification
+    assert note is not None and note.sender.wait(10)  # messages leave on the sender's thread
     r = faulty.client.get("/metrics")
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/plain")

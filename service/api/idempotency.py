@@ -1,0 +1,281 @@
+"""Idempotency keys for mutating routes, as the IETF draft "The Idempotency-Key HTTP Header
+Field" (draft-ietf-httpapi-idempotency-key-header) has them.
+
+A client that may retry sends `Idempotency-Key: <key>` (a structured-field string, quoted or
+not; 1-255 printable ASCII characters). Keys are scoped to the token that sent them, so one
+client can never see another's response. For a key:
+
+* the first request runs and its response is kept;
+* the same request again (method, path and query, body) gets the kept response, status and
+  body, with `Idempotent-Replayed: true`, and the handler does not run again;
+* a different request with the key: 422; the same while the first still runs: 409;
+* a malformed key: 400 (and a missing one, where a route requires keys);
+* keys expire `api.idempotency_ttl_s` (24 h by default) after their first request.
+
+A handler that raises, or answers 5xx, keeps nothing: a retry runs again. Requests without a
+key just run. Usage, authentication and the rate limit included in the one dependency:
+
+    @router.post("/v1/silences", status_code=201, response_model=SilenceOut,
+                 responses=MUTATING_RESPONSES)
+    async def create_silence(body: SilenceIn, st: State, idem: IdempotentOperate) -> Response:
+        return await idem.run(lambda: silences.create(body, by=idem.principal.name),
+                              status_code=201)
+
+`IdempotentOperate` and `IdempotentAdmin` are `Annotated[Idempotency,
+Depends(idempotent(...))]`; `idem.principal` is who sent the request. `run` takes a sync
+callable (run in the thread pool) or an async one; it may return a Response (kept as sent,
+streaming excepted) or anything `jsonable_encoder` takes (sent as JSON with `status_code`).
+`idempotent(scope, required=True)` makes the key mandatory.
+"""
+
+# No `from __future__ import annotations`: FastAPI resolves string annotations in module
+# globals, and the dependencies below are closures over their scope.
+
+import hashlib
+import inspect
+import json
+import re
+import sqlite3
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import Enum
+from functools import cache
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, Header, HTTPException, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse
+
+from service.api.auth import ApiAuth, Principal, Scope, api_auth
+from service.api.ratelimit import mutating
+
+HEADER = "Idempotency-Key"
+REPLAYED = "Idempotent-Replayed"
+MAX_KEY = 255
+_PRINTABLE = re.compile(r"[\x20-\x7e]+")
+_ESCAPE = re.compile(r"\\([\"\\])")
+
+_KEY_DOC = (f"makes retries safe: a repeat within the expiry (24 h by default) gets the first "
+            f"response; 1-{MAX_KEY} printable ASCII characters, unique per request")
+# For a mutating route's `responses=`: what the dependency chain may answer besides the route.
+MUTATING_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"description": "malformed (or required and missing) Idempotency-Key"},
+    401: {"description": "missing, malformed, unknown, expired or revoked bearer token"},
+    403: {"description": "the token's scope is too low for this route"},
+    409: {"description": "a request with this Idempotency-Key is still in progress"},
+    429: {"description": "rate limit exceeded; see Retry-After"},
+}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS api_idempotency (
+    principal TEXT NOT NULL,
+    key TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    status INTEGER,
+    headers TEXT,
+    body BLOB,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (principal, key)
+);
+CREATE INDEX IF NOT EXISTS api_idempotency_created ON api_idempotency (created_at);
+"""
+
+
+class Begin(Enum):
+    """How a key's first look went, when there is nothing to replay."""
+
+    STARTED = "started"  # the caller runs the request, then finish() or abandon()
+    IN_PROGRESS = "in_progress"
+    MISMATCH = "mismatch"  # the key was used for a different request
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A kept response."""
+
+    status: int
+    headers: list[tuple[str, str]]  # as sent, less content-length
+    body: bytes
+
+
+class IdempotencyStore:
+    """Keys and their responses in SQLite, by (principal, key). Status NULL: still running."""
+
+    def __init__(self, path: str | Path = ":memory:", ttl_s: float = 86400.0) -> None:
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.ttl_s = ttl_s
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(_SCHEMA)
+        # Nothing is in flight at start-up: a request a restart cut off would otherwise hold
+        # its key at 409 until it expired.
+        self._db.execute("DELETE FROM api_idempotency WHERE status IS NULL")
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def begin(self, principal: str, key: str, fingerprint: str, now: float) -> Begin | Stored:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("DELETE FROM api_idempotency WHERE created_at <= ?",
+                                 (now - self.ttl_s,))
+                r = self._db.execute(
+                    "SELECT fingerprint, status, headers, body FROM api_idempotency "
+                    "WHERE principal = ? AND key = ?", (principal, key)).fetchone()
+                if r is None:
+                    self._db.execute(
+                        "INSERT INTO api_idempotency (principal, key, fingerprint, created_at) "
+                        "VALUES (?,?,?,?)", (principal, key, fingerprint, now))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        if r is None:
+            return Begin.STARTED
+        if r[0] != fingerprint:
+            return Begin.MISMATCH
+        if r[1] is None:
+            return Begin.IN_PROGRESS
+        return Stored(r[1], [(k, v) for k, v in json.loads(r[2])], bytes(r[3]))
+
+    def finish(self, principal: str, key: str, response: Stored) -> None:
+        with self._lock:
+            self._db.execute(
+                "UPDATE api_idempotency SET status = ?, headers = ?, body = ? "
+                "WHERE principal = ? AND key = ?",
+                (response.status, json.dumps(response.headers), response.body, principal, key))
+
+    def abandon(self, principal: str, key: str) -> None:
+        """Forget a key whose request failed, so that a retry runs."""
+        with self._lock:
+            self._db.execute("DELETE FROM api_idempotency WHERE principal = ? AND key = ? "
+                             "AND status IS NULL", (principal, key))
+
+
+def fingerprint(method: str, path: str, query: str, body: bytes) -> str:
+    """What makes two requests the same one."""
+    h = hashlib.sha256(f"{method.upper()} {path}?{query}\n".encode())
+    h.update(hashlib.sha256(body).digest())
+    return h.hexdigest()
+
+
+def parse_key(values: list[str]) -> str | None:
+    """The key from the header's values (None without one); ValueError if malformed."""
+    if not values:
+        return None
+    if len(values) > 1:
+        raise ValueError(f"send one {HEADER} header, not {len(values)}")
+    key = values[0].strip()
+    if len(key) >= 2 and key[0] == key[-1] == '"':  # the draft's sf-string form
+        key = _ESCAPE.sub(r"\1", key[1:-1])
+    if not key or len(key) > MAX_KEY or not _PRINTABLE.fullmatch(key):
+        raise ValueError(f"{HEADER} must be 1 to {MAX_KEY} printable ASCII characters")
+    return key
+
+
+def _to_response(result: object, status_code: int) -> Response:
+    if isinstance(result, Response):
+        return result
+    if result is None and status_code == 204:
+        return Response(status_code=204)
+    return JSONResponse(jsonable_encoder(result), status_code=status_code)
+
+
+def _keep(response: Response) -> Stored:
+    body = getattr(response, "body", None)
+    if not isinstance(body, bytes | memoryview):
+        raise TypeError(f"an idempotent route cannot keep a {type(response).__name__}")
+    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers
+               if k.lower() != b"content-length"]
+    return Stored(response.status_code, headers, bytes(body))
+
+
+def _replay(stored: Stored) -> Response:
+    response = Response(content=stored.body, status_code=stored.status)
+    response.raw_headers.extend((k.encode("latin-1"), v.encode("latin-1"))
+                                for k, v in stored.headers)
+    response.headers[REPLAYED] = "true"
+    return response
+
+
+@dataclass(slots=True)
+class Idempotency:
+    """One request's idempotency: `run` its handler through it."""
+
+    principal: Principal
+    key: str | None
+    fingerprint: str
+    store: IdempotencyStore
+    clock: Callable[[], float]
+
+    async def run(self, handler: Callable[[], object], status_code: int = 200) -> Response:
+        if self.key is None:
+            return await self._call(handler, status_code)
+        who, key = self.principal.token_id, self.key
+        begun = await run_in_threadpool(self.store.begin, who, key, self.fingerprint,
+                                        self.clock())
+        if isinstance(begun, Stored):
+            return _replay(begun)
+        if begun is Begin.IN_PROGRESS:
+            raise HTTPException(409, f"a request with this {HEADER} is still in progress")
+        if begun is Begin.MISMATCH:
+            raise HTTPException(422, f"this {HEADER} was used for a different request")
+        try:
+            response = await self._call(handler, status_code)
+            if response.status_code >= 500:  # likely transient: let a retry run again
+                self.store.abandon(who, key)
+            else:
+                self.store.finish(who, key, _keep(response))
+        except BaseException:
+            # Called directly, not awaited: a cancelled request must still release its key.
+            self.store.abandon(who, key)
+            raise
+        return response
+
+    @staticmethod
+    async def _call(handler: Callable[[], object], status_code: int) -> Response:
+        is_async = inspect.iscoroutinefunction(handler)  # a bool: no narrowing of handler
+        result = handler() if is_async else await run_in_threadpool(handler)
+        if inspect.isawaitable(result):  # e.g. a lambda that returns a coroutine
+            result = await result
+        return _to_response(result, status_code)
+
+
+def idempotent(scope: Scope | str, *,
+               required: bool = False) -> Callable[..., Awaitable[Idempotency]]:
+    """The dependency for a mutating route: authenticated at `scope`, rate-limited, and with
+    the request's Idempotency-Key (see the module docstring)."""
+    return _idempotent(Scope.parse(scope), required)
+
+
+@cache
+def _idempotent(scope: Scope, required: bool) -> Callable[..., Awaitable[Idempotency]]:
+    async def dependency(request: Request,
+                         who: Annotated[Principal, Depends(mutating(scope))],
+                         auth: Annotated[ApiAuth, Depends(api_auth)],
+                         _: Annotated[str | None, Header(alias=HEADER,
+                                                         description=_KEY_DOC)] = None,
+                         ) -> Idempotency:
+        # `_` only documents the header in OpenAPI; parse_key sees every value it was sent.
+        try:
+            key = parse_key(request.headers.getlist(HEADER))
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+        if key is None and required:
+            raise HTTPException(400, f"this route needs an {HEADER} header")
+        fp = "" if key is None else fingerprint(request.method, request.url.path,
+                                                request.url.query, await request.body())
+        return Idempotency(who, key, fp, auth.idempotency, auth.clock)
+
+    return dependency
+
+
+IdempotentOperate = Annotated[Idempotency, Depends(idempotent(Scope.OPERATE))]
+IdempotentAdmin = Annotated[Idempotency, Depends(idempotent(Scope.ADMIN))]

@@ -1,0 +1,78 @@
+"""Rate limits for mutating routes: a token bucket per principal.
+
+Each token may make `rate_limit_burst` requests at once, then `rate_limit_per_min` a minute
+(settings.api); beyond that the answer is 429 with Retry-After. One dependency gives a route
+authentication and the limit together:
+
+    @router.post("/v1/breaker/reset")
+    async def reset(who: Admin) -> ...    # Admin: Annotated[Principal, Depends(mutating("admin"))]
+
+`mutating(scope)` returns the same callable for the same scope, so a route that also asks for
+service.api.idempotency.idempotent(scope) is charged once.
+"""
+
+# No `from __future__ import annotations`: FastAPI resolves string annotations in module
+# globals, and the dependencies below are closures over their scope.
+
+import math
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from functools import cache
+from typing import Annotated
+
+from fastapi import Depends, HTTPException
+
+from service.api.auth import ApiAuth, Principal, Scope, api_auth, require
+
+
+class RateLimiter:
+    """Token buckets by key, refilled continuously. Keys are token ids, so the table stays as
+    small as the token list."""
+
+    def __init__(self, per_min: float, burst: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if per_min <= 0 or burst < 1:
+            raise ValueError("a rate limit needs per_min > 0 and burst >= 1")
+        self.per_s = per_min / 60.0
+        self.burst = float(burst)
+        self._clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
+        self._lock = threading.Lock()
+
+    def acquire(self, key: str) -> float:
+        """Take one request's worth for `key`: 0 when allowed, else the seconds until it would
+        be (nothing is taken then)."""
+        with self._lock:
+            now = self._clock()
+            tokens, at = self._buckets.get(key, (self.burst, now))
+            # max(0, ...): a wall clock stepped back must not drain the bucket.
+            tokens = min(self.burst, tokens + max(0.0, now - at) * self.per_s)
+            if tokens >= 1.0:
+                self._buckets[key] = (tokens - 1.0, now)
+                return 0.0
+            self._buckets[key] = (tokens, now)
+            return (1.0 - tokens) / self.per_s
+
+
+def mutating(scope: Scope | str) -> Callable[..., Awaitable[Principal]]:
+    """The dependency for a mutating route: authenticated at `scope`, then rate-limited."""
+    return _mutating(Scope.parse(scope))
+
+
+@cache
+def _mutating(scope: Scope) -> Callable[..., Awaitable[Principal]]:
+    async def dependency(who: Annotated[Principal, Depends(require(scope))],
+                         auth: Annotated[ApiAuth, Depends(api_auth)]) -> Principal:
+        wait = auth.limiter.acquire(who.token_id)
+        if wait > 0:
+            retry = max(1, math.ceil(wait))
+            raise HTTPException(429, f"rate limit exceeded for token {who.token_id}: retry in "
+                                     f"{retry} s", headers={"Retry-After": str(retry)})
+        return who
+
+    return dependency
+
+
+Operator = Annotated[Principal, Depends(mutating(Scope.OPERATE))]
+Admin = Annotated[Principal, Depends(mutating(Scope.ADMIN))]

@@ -1,0 +1,267 @@
+"""The notification pipeline's decision half (Alertmanager's dispatcher and stages): route
+every alert, group it, and on each group's timer inhibit, silence, dedup against the
+notification log and rate-limit, producing the messages to send. Sending is the Sender's job;
+the log is written only once a receiver took a message.
+
+Timers: a new group waits `group_wait` before its first message (so a node's GPUs arrive in
+one), then is looked at every `group_interval`; an unchanged group repeats after
+`repeat_interval` unless every firing alert in it is acknowledged.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from service.alert_store import Alert, AlertStore
+from service.notify.config import InhibitRule, NotifySettings
+from service.notify.matchers import Matcher, match_all, parse_all
+from service.notify.message import AlertRef, Message
+from service.notify.nflog import Entry, NotificationLog, needs_update
+from service.notify.ratelimit import Bucket
+from service.notify.refs import labels_of, ref_of
+from service.notify.routing import Route
+from service.notify.silences import SilenceStore
+
+
+@dataclass(slots=True)
+class Group:
+    route: Route
+    key: str
+    labels: dict[str, str]
+    created_at: float
+    next_flush: float
+    alerts: dict[str, AlertRef] = field(default_factory=dict)  # firing, unmuted, this flush
+    muted: dict[str, str] = field(default_factory=dict)  # fingerprint -> why
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A message and the log entries to write once it is delivered."""
+
+    message: Message
+    log: tuple[tuple[str, str, Entry], ...]  # (receiver, group key, entry)
+    budget_s: float  # retries stop after this long; the next flush tries again
+
+
+class _Inhibitor:
+    """Inhibit rules, with the firing sources of each rule indexed by its `equal` labels once
+    per flush, so checking a target costs a few dictionary look-ups."""
+
+    def __init__(self, rules: list[InhibitRule]) -> None:
+        self.rules: list[tuple[tuple[Matcher, ...], tuple[Matcher, ...], tuple[str, ...], bool]]
+        self.rules = [(parse_all(r.source_matchers), parse_all(r.target_matchers),
+                       tuple(r.equal), r.level_at_least_target) for r in rules]
+        self._index: list[dict[tuple[str, ...], list[dict[str, str]]]] = []
+
+    def prepare(self, sources: list[dict[str, str]]) -> None:
+        self._index = []
+        for src_m, _, equal, _ in self.rules:
+            idx: dict[tuple[str, ...], list[dict[str, str]]] = {}
+            for s in sources:
+                if match_all(src_m, s):
+                    idx.setdefault(tuple(s.get(k, "") for k in equal), []).append(s)
+            self._index.append(idx)
+
+    def why(self, target: Mapping[str, str]) -> str | None:
+        for (_, tgt_m, equal, at_least), idx in zip(self.rules, self._index, strict=True):
+            cands = idx.get(tuple(target.get(k, "") for k in equal))
+            if not cands or not match_all(tgt_m, target):
+                continue
+            for s in cands:
+                if s is target:
+                    continue
+                if at_least and int(s.get("level", 0)) < int(target.get("level", 0)):
+                    continue
+                return f"inhibited by {s['alertname']} on {s.get('node', '')}"
+        return None
+
+
+class Dispatcher:
+    def __init__(self, settings: NotifySettings, alerts: AlertStore, nflog: NotificationLog,
+                 silences: SilenceStore, *, cluster: str = "default",
+                 send_resolved: Mapping[str, bool] | None = None) -> None:
+        self.settings = settings
+        self.route = Route.build(settings.route)
+        self.alerts = alerts
+        self.nflog = nflog
+        self.silences = silences
+        self.cluster = cluster
+        self.send_resolved = dict(send_resolved or {})
+        self._inhibit = _Inhibitor(settings.inhibit_rules)
+        self.groups: dict[tuple[str, str], Group] = {}
+        self._buckets: dict[str, Bucket] = {}
+        self._held: dict[str, dict[str, Outgoing]] = {}  # receiver -> group key -> latest
+        self.inflight: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self._revisit = set(nflog.open_groups())  # groups a restart must look at again
+        self._dirty = True
+
+    def mark(self) -> None:
+        """Alerts, acknowledgements or silences changed: regroup at the next flush."""
+        self._dirty = True
+
+    def routes_for(self, labels: Mapping[str, str]) -> list[Route]:
+        return self.route.match(labels)
+
+    def flush(self, now: float) -> list[Outgoing]:
+        """Everything due at `now`. Call once per tick; cheap when no group is due."""
+        with self._lock:
+            due = any(now >= g.next_flush for g in self.groups.values())
+            if not (self._dirty or due or self._revisit or any(self._held.values())):
+                return []
+            self._dirty = False
+            current = self.alerts.recent(now - self.settings.resolved_keep_s)
+            firing = [a for a in current if a.state == "firing"]
+            by_fp = {a.fingerprint: a for a in current}
+            labels = {a.fingerprint: labels_of(a, self.cluster) for a in firing}
+            self._inhibit.prepare(list(labels.values()))
+            for g in self.groups.values():
+                g.alerts.clear()
+                g.muted.clear()
+            seen: set[tuple[str, str]] = set()
+            for a in firing:
+                lab = labels[a.fingerprint]
+                muted = self._muted(lab, now)
+                for route in self.routes_for(lab):
+                    key, glabels = route.group_key(lab)
+                    g = self._group(route, key, glabels, now)
+                    seen.add((route.receiver, key))
+                    if muted:
+                        g.muted[a.fingerprint] = muted
+                    else:
+                        g.alerts[a.fingerprint] = ref_of(a, self.cluster,
+                                                         self.settings.external_url)
+            self._revive(now, seen)
+            out: list[Outgoing] = []
+            for gid, g in list(self.groups.items()):
+                if now < g.next_flush or gid in self.inflight:
+                    continue
+                msg = self._flush_group(gid[0], g, by_fp, now)
+                if msg is not None:
+                    out.append(msg)
+                g.next_flush = now + g.route.group_interval_s
+                if gid not in seen and msg is None:
+                    del self.groups[gid]  # nothing firing and nothing left to say
+            return self._limit(out, now)
+
+    def _muted(self, labels: dict[str, str], now: float) -> str | None:
+        ids = self.silences.muting(labels, now)
+        if ids:
+            return f"silenced by {ids[0]}"
+        return self._inhibit.why(labels)
+
+    def _group(self, route: Route, key: str, labels: dict[str, str], now: float) -> Group:
+        gid = (route.receiver, key)
+        g = self.groups.get(gid)
+        if g is None:
+            g = self.groups[gid] = Group(route, key, labels, now, now + route.group_wait_s)
+        return g
+
+    def _revive(self, now: float, seen: set[tuple[str, str]]) -> None:
+        """After a restart, groups the log says were firing come back so their resolve (or
+        their unchanged state, which dedup then keeps quiet) is looked at."""
+        if not self._revisit:
+            return
+        routes = {r.id: r for r in self.route.walk()}
+        for receiver, key in self._revisit:
+            route = routes.get(key.split(":", 1)[0])
+            if route is None or (receiver, key) in self.groups:
+                continue
+            self.groups[(receiver, key)] = Group(route, key, {}, now, now + route.group_wait_s)
+        self._revisit = set()
+
+    def _flush_group(self, receiver: str, g: Group, by_fp: Mapping[str, Alert],
+                     now: float) -> Outgoing | None:
+        entry = self.nflog.get(receiver, g.key)
+        firing = {fp: (r.level, r.alert_id) for fp, r in g.alerts.items()}
+        resolved_refs: list[AlertRef] = []
+        for fp, (lv, alert_id) in (entry.firing.items() if entry else ()):
+            if fp in firing or fp in g.muted:
+                continue
+            a = by_fp.get(fp) or self.alerts.get(alert_id)
+            if a is None:
+                continue
+            resolved_refs.append(ref_of(a, self.cluster, self.settings.external_url,
+                                        status="resolved", level=lv))
+        resolved = {r.fingerprint for r in resolved_refs}
+        send_resolved = self.send_resolved.get(receiver, True)
+        all_acked = bool(g.alerts) and all(
+            (a := by_fp.get(fp)) is not None and a.acked_by for fp in g.alerts)
+        if not needs_update(entry, firing, resolved, send_resolved=send_resolved,
+                            repeat_s=g.route.repeat_interval_s, now=now, all_acked=all_acked):
+            return None
+        reason = _reason(entry, firing, resolved_refs)
+        shown = tuple(sorted(g.alerts.values(), key=lambda r: (-r.level, -r.risk)))
+        if send_resolved or not firing:
+            shown += tuple(resolved_refs)
+        labels = g.labels or _common(shown)
+        msg = Message(receiver, g.key, labels, shown, now, reason, self.settings.external_url)
+        new_entry = Entry(firing, frozenset(resolved | (entry.resolved if entry else set())
+                                            if firing else set()), now)
+        return Outgoing(msg, ((receiver, g.key, new_entry),), g.route.group_interval_s)
+
+    def _limit(self, out: list[Outgoing], now: float) -> list[Outgoing]:
+        sent: list[Outgoing] = []
+        for o in out:
+            rcv = o.message.receiver
+            limit = self.settings.rate_limits.get(rcv)
+            held = self._held.setdefault(rcv, {})
+            if limit is None:
+                sent.append(o)
+                continue
+            bucket = self._buckets.setdefault(rcv, Bucket.of(limit, now))
+            if not held and bucket.take(now):
+                sent.append(o)
+            else:
+                held[o.message.group_key] = o  # the newest state of each group wins
+        for rcv, held in self._held.items():
+            if held and rcv in self._buckets and self._buckets[rcv].take(now):
+                sent.append(_digest(rcv, list(held.values()), now))
+                held.clear()
+        for o in sent:
+            self.inflight.update((r, k) for r, k, _ in o.log)
+        return sent
+
+    def done(self, o: Outgoing, ok: bool) -> None:
+        """The Sender reports back: on success the log learns what the receiver was told."""
+        with self._lock:
+            for receiver, key, entry in o.log:
+                self.inflight.discard((receiver, key))
+                if ok:
+                    self.nflog.put(receiver, key, entry)
+
+    def held(self) -> dict[str, int]:
+        with self._lock:
+            return {r: len(h) for r, h in self._held.items() if h}
+
+
+def _reason(entry: Entry | None, firing: dict[str, tuple[int, int]],
+            resolved: list[AlertRef]) -> str:
+    if entry is None:
+        return "new"
+    if not firing:
+        return "resolved"
+    keys = {f"{fp}@{lv}" for fp, (lv, _) in firing.items()}
+    if not keys <= entry.firing_keys():
+        return "update"
+    return "resolved" if resolved else "repeat"
+
+
+def _common(alerts: tuple[AlertRef, ...]) -> dict[str, str]:
+    if not alerts:
+        return {}
+    first = alerts[0].labels
+    return {k: v for k, v in first.items()
+            if k in ("node", "cluster") and all(a.labels.get(k) == v for a in alerts)}
+
+
+def _digest(receiver: str, held: list[Outgoing], now: float) -> Outgoing:
+    alerts = tuple(a for o in held for a in o.message.alerts)
+    keys = tuple(o.message.group_key for o in held)
+    first = held[0].message
+    msg = replace(first, group_key=f"digest:{receiver}", group_labels={}, alerts=alerts, at=now,
+                  reason="digest", digest_of=keys)
+    return Outgoing(msg, tuple(x for o in held for x in o.log), max(o.budget_s for o in held))
+

@@ -1,0 +1,116 @@
+"""A generic webhook: Alertmanager's version-4 JSON, so tools written for Alertmanager accept
+it unchanged, plus our level, risk and explanation. Alertmanager cannot sign its webhooks;
+with a secret we sign in the Standard Webhooks scheme (service/notify/signing.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import AnyHttpUrl, Field, SecretStr, field_validator
+
+from service.notify import signing
+from service.notify.message import AlertRef, Delivery, Message
+from service.notify.receivers._common import (
+    MAX_DETAIL,
+    HttpClient,
+    ReceiverConfig,
+    failure,
+    json_body,
+)
+
+ZERO_TIME = "0001-01-01T00:00:00Z"  # what Alertmanager sends as endsAt of a firing alert
+RESERVED = frozenset({"content-type", "content-length", "host", "webhook-id",
+                      "webhook-timestamp", "webhook-signature"})
+
+
+class WebhookConfig(ReceiverConfig):
+    url: AnyHttpUrl
+    secret: SecretStr | None = Field(default=None, min_length=16)
+    max_alerts: int = Field(default=0, ge=0)  # 0 = all
+    # Values may be credentials (Authorization), so they are kept as secrets.
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+
+    @field_validator("headers")
+    @classmethod
+    def _no_reserved(cls, v: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        bad = sorted(k for k in v if k.lower() in RESERVED)
+        if bad:
+            raise ValueError(f"headers set by the receiver itself: {', '.join(bad)}")
+        return v
+
+
+def rfc3339(ts: float | None) -> str:
+    if ts is None:
+        return ZERO_TIME
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+def _common(maps: list[dict[str, str]]) -> dict[str, str]:
+    """The pairs every map shares, as Alertmanager computes commonLabels."""
+    if not maps:
+        return {}
+    first, *rest = maps
+    return {k: v for k, v in first.items() if all(m.get(k) == v for m in rest)}
+
+
+def _alert(a: AlertRef) -> dict[str, Any]:
+    return {"status": a.status, "labels": a.labels, "annotations": a.annotations,
+            "startsAt": rfc3339(a.starts_at), "endsAt": rfc3339(a.ends_at),
+            "generatorURL": a.url, "fingerprint": a.fingerprint,
+            "level": a.level, "risk": a.risk, "explanation": list(a.explanation)}
+
+
+def payload(msg: Message, max_alerts: int = 0) -> dict[str, Any]:
+    # Firing alerts first, so a truncated list drops resolved ones before live ones.
+    alerts = sorted(msg.alerts, key=lambda a: a.status != "firing")
+    kept = alerts[:max_alerts] if max_alerts else alerts
+    return {
+        "version": "4", "groupKey": msg.group_key, "truncatedAlerts": len(alerts) - len(kept),
+        "status": msg.status, "receiver": msg.receiver, "groupLabels": msg.group_labels,
+        "commonLabels": _common([a.labels for a in msg.alerts]),
+        "commonAnnotations": _common([a.annotations for a in msg.alerts]),
+        "externalURL": msg.external_url,
+        "alerts": [_alert(a) for a in kept],
+        "level": msg.level, "risk": max((a.risk for a in msg.firing), default=0.0),
+        "reason": msg.reason,
+    }
+
+
+def message_id(msg: Message) -> str:
+    """Stable across retries of one message, so the far end can drop a duplicate."""
+    raw = f"{msg.group_key}\0{msg.at!r}\0{msg.reason}\0{msg.receiver}".encode()
+    return "msg_" + hashlib.sha256(raw).hexdigest()[:32]
+
+
+class WebhookReceiver:
+    """A Notifier posting the JSON payload to `url`. Call aclose() when done with it."""
+
+    def __init__(self, name: str, config: WebhookConfig) -> None:
+        self.name = name
+        self.config = config
+        secrets = [v.get_secret_value() for v in config.headers.values()]
+        if config.secret is not None:
+            secrets.append(config.secret.get_secret_value())
+        self._http = HttpClient(config.timeout_s, secrets)
+
+    async def notify(self, msg: Message) -> Delivery:
+        body = json_body(payload(msg, self.config.max_alerts))
+        headers = {k: v.get_secret_value() for k, v in self.config.headers.items()}
+        headers["content-type"] = "application/json"
+        mid = message_id(msg)
+        if self.config.secret is not None:
+            headers |= signing.sign(self.config.secret.get_secret_value().encode(), mid,
+                                    time.time(), body)
+        got = await self._http.post(str(self.config.url), content=body, headers=headers)
+        if isinstance(got, Delivery):
+            return got
+        if not got.is_success:
+            return failure(got, self._http.secrets)
+        return Delivery(ok=True, key=mid, detail=f"HTTP {got.status_code}"[:MAX_DETAIL])
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

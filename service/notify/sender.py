@@ -1,0 +1,156 @@
+"""The notification pipeline's sending half: every message goes to its receiver with one
+retry policy (exponential backoff, honouring Retry-After, only for failures the receiver
+calls transient, bounded by the group's interval), on an event loop of its own so a slow SMTP
+server never holds up a scoring tick. Only a delivered message is written to the log."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from service.notify.dispatcher import Dispatcher, Outgoing
+from service.notify.message import Delivery, Message, Notifier
+
+log = logging.getLogger(__name__)
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    message: Message
+    delivery: Delivery
+    receiver_type: str
+    attempts: int
+
+
+class Sender:
+    def __init__(self, receivers: Mapping[str, Notifier], dispatcher: Dispatcher, *,
+                 retry_initial_s: float = 1.0, retry_max_s: float = 60.0,
+                 timeout_s: float = 30.0, background: bool = True,
+                 sleep: Sleep = asyncio.sleep) -> None:
+        self.receivers = dict(receivers)
+        self.dispatcher = dispatcher
+        self.retry_initial_s = retry_initial_s
+        self.retry_max_s = retry_max_s
+        self.timeout_s = timeout_s
+        self._sleep = sleep
+        self._done: list[Sent] = []
+        self._lock = threading.Lock()
+        self._pending: set[Future[None]] = set()
+        self.sent = 0
+        self.failed = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        if background:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, name="notify",
+                                            daemon=True)
+            self._thread.start()
+
+    def submit(self, outs: list[Outgoing]) -> None:
+        if not outs:
+            return
+        if self._loop is None:
+            asyncio.run(self._send_all(outs))
+            return
+        fut = asyncio.run_coroutine_threadsafe(self._send_all(outs), self._loop)
+        with self._lock:
+            self._pending.add(fut)
+        fut.add_done_callback(self._forget)
+
+    def _forget(self, fut: Future[None]) -> None:
+        with self._lock:
+            self._pending.discard(fut)
+
+    def wait(self, timeout_s: float = 30.0) -> bool:
+        """Block until everything submitted is delivered or given up (tests, shutdown)."""
+        end = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                pending = list(self._pending)
+            if not pending:
+                return True
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            with contextlib.suppress(Exception):  # reported by _send_one already
+                pending[0].result(timeout=left)
+
+    def drain(self) -> list[Sent]:
+        """Deliveries finished since the last call (the InfluxDB recorder writes them)."""
+        with self._lock:
+            out, self._done = self._done, []
+        return out
+
+    async def _send_all(self, outs: list[Outgoing]) -> None:
+        await asyncio.gather(*(self._send_one(o) for o in outs))
+
+    async def _send_one(self, o: Outgoing) -> None:
+        msg = o.message
+        receiver = self.receivers.get(msg.receiver)
+        start = time.monotonic()
+        attempts = 0
+        delay = self.retry_initial_s
+        while True:
+            attempts += 1
+            if receiver is None:
+                d = Delivery(False, False, f"no receiver named {msg.receiver!r}")
+            else:
+                d = await self._attempt(receiver, msg)
+            if d.ok or not d.retry:
+                break
+            wait = max(delay, d.retry_after_s or 0.0)
+            if time.monotonic() - start + wait > o.budget_s:
+                break  # the next flush of the group tries again
+            await self._sleep(wait)
+            delay = min(delay * 2, self.retry_max_s)
+        self.dispatcher.done(o, d.ok)
+        # The channel: "record", "email", "pagerduty", ... from the receiver's class name.
+        kind = (type(receiver).__name__.removesuffix("Receiver").lower()
+                if receiver is not None else "missing")
+        with self._lock:
+            self._done.append(Sent(msg, d, kind, attempts))
+            if d.ok:
+                self.sent += 1
+            else:
+                self.failed += 1
+        if not d.ok:
+            log.error("notification to %s failed after %d attempt(s): %s", msg.receiver,
+                      attempts, d.detail)
+
+    async def _attempt(self, receiver: Notifier, msg: Message) -> Delivery:
+        try:
+            return await asyncio.wait_for(receiver.notify(msg), self.timeout_s)
+        except TimeoutError:
+            return Delivery(False, True, f"no answer within {self.timeout_s:.0f} s")
+        except Exception as e:  # a receiver bug: say so, never retry it blindly
+            log.exception("receiver %s raised", msg.receiver)
+            return Delivery(False, False, f"receiver error: {type(e).__name__}: {e}")
+
+    def close(self) -> None:
+        """Deliver what is in flight, then stop; a second call does nothing."""
+        self.wait(10.0)
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            for r in self.receivers.values():
+                aclose = getattr(r, "aclose", None)
+                if callable(aclose):
+                    try:
+                        asyncio.run_coroutine_threadsafe(aclose(), loop).result(5.0)
+                    except Exception:
+                        log.exception("closing receiver %s", r.name)
+            loop.call_soon_threadsafe(loop.stop)
+            if self._thread is not None:
+                self._thread.join(5.0)
+            loop.close()
+        for r in self.receivers.values():
+            close = getattr(r, "close", None)
+            if callable(close):
+                close()
+        self.receivers = {}

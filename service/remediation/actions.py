@@ -1,0 +1,311 @@
+"""Remediation actions and their audit trail, in SQLite (the AlertStore's style: one
+connection, a lock, WAL). An action's id is a hash of what it is about (node, alert
+fingerprint, kind, episode), so asking twice for the same episode finds the first action
+instead of acting twice. The audit table is append-only, enforced by triggers, so not even a
+bug in this process can rewrite what was done."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+Kind = Literal["migrate", "release"]
+
+
+class State(StrEnum):
+    PLANNED = "planned"
+    AWAITING_APPROVAL = "awaiting_approval"
+    EXECUTING = "executing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ABORTED = "aborted"
+    EXPIRED = "expired"
+    DRY_RUN = "dry_run"  # what dry-run would have done; terminal
+
+
+INITIAL = frozenset({State.PLANNED, State.AWAITING_APPROVAL, State.DRY_RUN})
+_NEXT: dict[State, frozenset[State]] = {
+    State.PLANNED: frozenset({State.EXECUTING, State.EXPIRED, State.ABORTED}),
+    State.AWAITING_APPROVAL: frozenset({State.PLANNED, State.EXPIRED, State.ABORTED}),
+    # back to PLANNED: a transient failure to retry, or a restart that reconciled it
+    State.EXECUTING: frozenset({State.SUCCEEDED, State.FAILED, State.ABORTED, State.EXPIRED,
+                                State.PLANNED}),
+}
+OPEN = frozenset(_NEXT)  # states that still move
+
+
+class ActionNotFound(LookupError):
+    pass
+
+
+class ActionConflict(RuntimeError):
+    """The request does not fit the action's state (the API answers 409)."""
+
+
+def action_id(node: str, fingerprint: str, kind: Kind, episode: str) -> str:
+    key = "\x1f".join((node, fingerprint, kind, episode))
+    return "act-" + hashlib.sha256(key.encode()).hexdigest()[:20]
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    id: str
+    kind: Kind
+    episode: str  # the alert episode (alert id); for a release, the drain action's id
+    node: str
+    alert_id: int
+    fingerprint: str
+    summary: str
+    mode: str
+    state: State
+    requested_at: float
+    deadline: float | None  # must start by (planned/awaiting) or finish by (executing)
+    level: int = 0
+    risk: float = 0.0
+    approved_at: float | None = None
+    attempts: int = 0  # hook executions started
+    next_try_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    plan: list[dict[str, Any]] = field(default_factory=list)
+    result: dict[str, Any] | None = None
+    actor: str | None = None  # the human who approved or aborted it
+    abort_requested: bool = False
+    drained: bool = False  # the hook reported our drain in place
+    refusals: list[str] = field(default_factory=list)  # guard reasons already audited
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["state"] = str(self.state)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    at: float
+    actor: str
+    event: str  # requested, dry_run, approved, started, succeeded, refused, expired, ...
+    action_id: str | None = None
+    node: str | None = None
+    mode: str | None = None
+    dry_run: bool = False
+    steps: list[dict[str, Any]] = field(default_factory=list)  # calls made or planned
+    result: str = ""
+    duration_s: float | None = None
+    seq: int = 0  # assigned by the store
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS actions (
+    id TEXT PRIMARY KEY, kind TEXT NOT NULL CHECK (kind IN ('migrate', 'release')),
+    episode TEXT NOT NULL, node TEXT NOT NULL, alert_id INTEGER NOT NULL,
+    fingerprint TEXT NOT NULL, summary TEXT NOT NULL, mode TEXT NOT NULL, state TEXT NOT NULL,
+    requested_at REAL NOT NULL, deadline REAL, level INTEGER NOT NULL, risk REAL NOT NULL,
+    approved_at REAL, attempts INTEGER NOT NULL, next_try_at REAL, started_at REAL,
+    finished_at REAL, plan TEXT NOT NULL, result TEXT, actor TEXT,
+    abort_requested INTEGER NOT NULL, drained INTEGER NOT NULL, refusals TEXT NOT NULL,
+    UNIQUE (node, fingerprint, kind, episode)
+);
+CREATE INDEX IF NOT EXISTS actions_state ON actions (state, requested_at);
+CREATE INDEX IF NOT EXISTS actions_node ON actions (node, started_at);
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, actor TEXT NOT NULL,
+    action_id TEXT, node TEXT, event TEXT NOT NULL, mode TEXT, dry_run INTEGER NOT NULL,
+    steps TEXT NOT NULL, result TEXT NOT NULL, duration_s REAL
+);
+CREATE INDEX IF NOT EXISTS audit_action ON audit (action_id, event);
+CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
+BEGIN SELECT RAISE(ABORT, 'audit is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
+BEGIN SELECT RAISE(ABORT, 'audit is append-only'); END;
+"""
+_COLS = [f.name for f in Action.__dataclass_fields__.values()]
+_JSON = {"plan", "result", "refusals"}
+_BOOL = {"abort_requested", "drained"}
+
+
+def _encode(name: str, v: Any) -> Any:
+    if name in _JSON:
+        return None if v is None else json.dumps(v)
+    if name in _BOOL:
+        return int(v)
+    return str(v) if isinstance(v, State) else v
+
+
+def _action(r: sqlite3.Row) -> Action:
+    d: dict[str, Any] = {c: r[c] for c in _COLS}
+    for c in _JSON:
+        d[c] = None if d[c] is None else json.loads(d[c])
+    for c in _BOOL:
+        d[c] = bool(d[c])
+    d["state"] = State(d["state"])
+    return Action(**d)
+
+
+def write_audit(db: sqlite3.Connection, e: AuditEntry) -> None:
+    """Append one audit row inside the caller's transaction."""
+    db.execute(
+        "INSERT INTO audit (at, actor, action_id, node, event, mode, dry_run, steps, result, "
+        "duration_s) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        (e.at, e.actor, e.action_id, e.node, e.event, e.mode, int(e.dry_run),
+         json.dumps(e.steps), e.result, e.duration_s))
+
+
+class ActionStore:
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # API threads read while the scoring tick and hook workers write; one lock serialises.
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(_SCHEMA)
+        self._lock = threading.RLock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        """One transaction under the store's lock (also used by the breaker's tables)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """The connection under the store's lock, for reads outside a transaction."""
+        with self._lock:
+            yield self._db
+
+    def insert(self, action: Action, audit: AuditEntry) -> tuple[Action, bool]:
+        """Store a new action, or return the one already stored for its id (created False)."""
+        if action.state not in INITIAL:
+            raise ValueError(f"an action cannot start in state {action.state}")
+        with self.tx() as db:
+            got = self._get(db, action.id)
+            if got is not None:
+                return got, False
+            db.execute(f"INSERT INTO actions ({', '.join(_COLS)}) VALUES "
+                       f"({', '.join('?' * len(_COLS))})",
+                       [_encode(c, getattr(action, c)) for c in _COLS])
+            write_audit(db, audit)
+        return action, True
+
+    def update(self, action_id: str, audit: AuditEntry | None = None,
+               **changes: Any) -> Action:
+        """Change an action's fields; a state change must be a legal transition."""
+        unknown = set(changes) - set(_COLS) | ({"id"} & set(changes))
+        if unknown:
+            raise ValueError(f"cannot update {sorted(unknown)}")
+        with self.tx() as db:
+            cur = self._get(db, action_id)
+            if cur is None:
+                raise ActionNotFound(action_id)
+            if "state" in changes:
+                changes["state"] = new = State(changes["state"])
+                if new != cur.state and new not in _NEXT.get(cur.state, frozenset()):
+                    raise ValueError(f"illegal transition {cur.state} -> {new} of {action_id}")
+            if changes:
+                db.execute(f"UPDATE actions SET {', '.join(f'{c} = ?' for c in changes)} "
+                           "WHERE id = ?", [*(_encode(c, v) for c, v in changes.items()),
+                                            action_id])
+            if audit is not None:
+                write_audit(db, audit)
+            return replace(cur, **changes) if changes else cur
+
+    def append_audit(self, entry: AuditEntry) -> None:
+        with self.tx() as db:
+            write_audit(db, entry)
+
+    def _get(self, db: sqlite3.Connection, action_id: str) -> Action | None:
+        r = db.execute(f"SELECT {', '.join(_COLS)} FROM actions WHERE id = ?",
+                       (action_id,)).fetchone()
+        return None if r is None else _action(r)
+
+    def get(self, action_id: str) -> Action | None:
+        with self._lock:
+            return self._get(self._db, action_id)
+
+    def find(self, *, state: State | str | None = None, node: str | None = None,
+             kind: str | None = None, mode: str | None = None,
+             states: frozenset[State] | None = None, limit: int = 100,
+             offset: int = 0) -> list[Action]:
+        """Newest first."""
+        where: list[str] = []
+        args: list[Any] = []
+        for col, val in (("state", state), ("node", node), ("kind", kind), ("mode", mode)):
+            if val is not None:
+                where.append(f"{col} = ?")
+                args.append(str(val))
+        if states is not None:
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            args.extend(str(s) for s in states)
+        sql = f"SELECT {', '.join(_COLS)} FROM actions"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY requested_at DESC, id LIMIT ? OFFSET ?"
+        with self._lock:
+            return [_action(r) for r in self._db.execute(sql, (*args, limit, offset))]
+
+    def open_actions(self) -> list[Action]:
+        """Actions that still move, oldest first."""
+        return sorted(self.find(states=OPEN, limit=1_000_000), key=lambda a: a.requested_at)
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            rows = self._db.execute("SELECT state, COUNT(*) FROM actions GROUP BY state")
+            got = {r[0]: int(r[1]) for r in rows}
+        return {str(s): got.get(str(s), 0) for s in State}
+
+    def drains(self, node: str) -> list[Action]:
+        """Migrations whose drain of `node` is in place (not released since), newest first."""
+        return [a for a in self.find(node=node, kind="migrate", limit=10_000) if a.drained]
+
+    def started_on_node(self, node: str, since: float, *, exclude: str = "") -> int:
+        """Migrations started on `node` at or after `since` (the per-node attempt cap)."""
+        with self._lock:
+            r = self._db.execute(
+                "SELECT COUNT(*) FROM actions WHERE node = ? AND kind = 'migrate' AND "
+                "started_at >= ? AND id != ?", (node, since, exclude)).fetchone()
+        return int(r[0])
+
+    def has_audit(self, action_id: str, event: str) -> bool:
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM audit WHERE action_id = ? AND event = ? "
+                                    "LIMIT 1", (action_id, event)).fetchone() is not None
+
+    def audit(self, *, action_id: str | None = None, node: str | None = None,
+              after_seq: int = 0, limit: int = 1000) -> list[AuditEntry]:
+        """Oldest first; `after_seq` pages forward (e.g. to export annotations)."""
+        where: list[str] = ["seq > ?"]
+        args: list[Any] = [after_seq]
+        for col, val in (("action_id", action_id), ("node", node)):
+            if val is not None:
+                where.append(f"{col} = ?")
+                args.append(val)
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, at, actor, action_id, node, event, mode, dry_run, steps, result, "
+                f"duration_s FROM audit WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?",
+                (*args, limit)).fetchall()
+        return [AuditEntry(at=r[1], actor=r[2], action_id=r[3], node=r[4], event=r[5],
+                           mode=r[6], dry_run=bool(r[7]), steps=json.loads(r[8]),
+                           result=r[9], duration_s=r[10], seq=r[0]) for r in rows]
