@@ -44,7 +44,7 @@ COMMANDS: dict[str, Command] = {}
 # `register(...)` when imported.
 COMMAND_MODULES: tuple[str, ...] = (
     "service.demo", "service.simulate", "service.evaluate", "service.agent_cmd", "service.train",
-    "service.export", "service.tokens_cmd")
+    "service.export", "service.tokens_cmd", "service.route_cmd")
 
 
 def register(name: str, configure: Configure, run: Run, help: str = "") -> None:

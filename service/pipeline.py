@@ -138,6 +138,12 @@ class Pipeline:
             self.notification = build_notification(
                 s.notify, self.alerts, db, cluster=s.storage.influxdb.cluster,
                 receivers=given, background=notify_background)
+        if remediation is None and notifiers is None and alert_db is None:
+            from service.remediation.wiring import build_remediation
+
+            # The service itself: the controller the settings ask for (dry_run by default).
+            remediation = build_remediation(s.remediation, self.alerts, db,
+                                            lambda: len(self.store.registry.nodes))
         self.remediation = remediation
         sinks_default = sinks is None
         if sinks is None:  # the embedded default keeps sample history beside the alerts

@@ -16,8 +16,10 @@ from models.detectors.dynamic import DynamicConfig
 from models.detectors.hard import HardRuleConfig
 from models.predictor.policy import PredictorConfig
 from service.alerting import AlertPolicy
+from service.api.auth import ApiSettings
 from service.influx.influxql import parse_duration
 from service.notify.config import NotifySettings
+from service.remediation.config import RemediationSettings
 from service.windows import WindowConfig
 
 
@@ -152,6 +154,8 @@ class Settings(BaseSettings):
     collectors: CollectorSettings = CollectorSettings()
     alerts: AlertPolicy = AlertPolicy()
     notify: NotifySettings = NotifySettings()
+    remediation: RemediationSettings = RemediationSettings()
+    api: ApiSettings = ApiSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -11,7 +11,25 @@ wire shapes), read (probes, fleet and alert endpoints), write (line-protocol ing
 factory and its lifespan).
 """
 
-from service.api.app import CollectorFactory, PipelineFactory, create_app
-from service.api.state import Running
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from service.api.app import CollectorFactory, PipelineFactory, create_app
+    from service.api.state import Running
 
 __all__ = ["CollectorFactory", "PipelineFactory", "Running", "create_app"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: the settings import service.api.auth, and the app imports the settings.
+    if name == "Running":
+        from service.api.state import Running
+
+        return Running
+    if name in __all__:
+        from service.api import app
+
+        return getattr(app, name)
+    raise AttributeError(name)

@@ -12,7 +12,8 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from collectors.base import Collector
-from service.api import history, read, write
+from service.api import alerting, history, read, write
+from service.api.auth import ApiAuth
 from service.api.state import Running
 from service.metrics import ServiceMetrics
 from service.pipeline import Pipeline
@@ -62,12 +63,18 @@ def create_app(
             metrics.track_collectors(scheduler.statuses)
             for c in found:
                 _call_optional(c, "start")
+            # Tokens, idempotency keys and rate limits live beside the alerts.
+            app.state.gpuhealth_auth = ApiAuth.open(pipeline.db, pipeline.settings.api, clock)
             app.state.gpuhealth = Running(pipeline, scheduler, metrics, clock, found)
             if schedule:
                 scheduler.start()
             yield
         finally:
             app.state.gpuhealth = None
+            auth = getattr(app.state, "gpuhealth_auth", None)
+            app.state.gpuhealth_auth = None
+            if auth is not None:
+                auth.close()
             history.close_history(app)
             if scheduler is not None:
                 # Shutdown waits for a running tick: keep the event loop free meanwhile.
@@ -81,6 +88,7 @@ def create_app(
     app.include_router(read.router)
     app.include_router(write.router)
     app.include_router(history.router)
+    app.include_router(alerting.router)
     return app
 
 

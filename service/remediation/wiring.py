@@ -1,0 +1,71 @@
+"""Connects the remediation controller to the pipeline: a level-3 alert becomes a migration
+request, a storm trips the breaker, and the controller's last guard re-checks the alert on
+the latest tick's state (still level 3, fresh telemetry, the node still reporting)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from service.alert_store import Alert, AlertStore
+from service.fleet_alerts import NODATA
+from service.notify.refs import summary_of
+from service.remediation.actions import ActionStore
+from service.remediation.config import RemediationSettings
+from service.remediation.controller import MigrationRequest, RemediationController
+from service.remediation.hooks import build_hook
+from service.remediation.hooks.base import Hook
+
+
+class AlertRecheck:
+    """The controller's `Recheck` over the alert store the pipeline keeps current."""
+
+    def __init__(self, alerts: AlertStore) -> None:
+        self.alerts = alerts
+
+    def recheck(self, node: str, fingerprint: str, now: float) -> str | None:
+        mine = self.alerts.find(state="firing", node=node, limit=10_000)
+        if any(a.name == NODATA for a in mine):
+            return "no data from the node"
+        hit = next((a for a in mine if a.fingerprint == fingerprint), None)
+        if hit is None:
+            return "the alert has resolved"
+        if hit.stale:
+            return "the entity's telemetry is stale"
+        if hit.level < 3:
+            return f"the alert fell to level {hit.level}"
+        return None
+
+
+class Remediator:
+    """The pipeline's `Remediation`: what the tick asks of the controller."""
+
+    def __init__(self, controller: RemediationController) -> None:
+        self.controller = controller
+
+    def migrate(self, alert: Alert, now: float) -> None:
+        self.controller.request(MigrationRequest(
+            alert.node, alert.id, alert.fingerprint, alert.level, alert.risk,
+            summary_of(alert), now), now)
+
+    def trip(self, reason: str, now: float) -> None:
+        self.controller.breaker.trip(reason, now)
+
+    def step(self, now: float) -> None:
+        self.controller.step(now)
+
+    def close(self) -> None:
+        self.controller.close()
+
+
+def build_remediation(settings: RemediationSettings, alerts: AlertStore, db: str,
+                      fleet_size: Callable[[], int], *, hook: Hook | None = None,
+                      now: float | None = None) -> Remediator | None:
+    """None when remediation is off. Reconciles actions a restart interrupted."""
+    if settings.mode == "off":
+        return None
+    chosen = hook if hook is not None else build_hook(settings.hook, settings.hook_config)
+    controller = RemediationController(ActionStore(db), chosen, settings, AlertRecheck(alerts),
+                                       fleet_size)
+    controller.reconcile(time.time() if now is None else now)
+    return Remediator(controller)
