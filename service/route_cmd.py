@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from service.cli import register
 from service.notify.routing import Route
@@ -40,7 +41,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"route-test: {e}", file=sys.stderr)
         return 2
     route = Route.build(settings.notify.route)
-    hits = []
+    hits: list[dict[str, Any]] = []
     for r in route.match(labels):
         key, glabels = r.group_key(labels)
         hits.append({"receiver": r.receiver, "route": r.id,
