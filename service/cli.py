@@ -154,8 +154,11 @@ def _run_replay(args: argparse.Namespace) -> int:
 
     def progress(result: TickResult) -> None:
         for t in result.transitions:
-            signals = result.risk.scopes[t.scope].explain(t.slot)
-            why = signals[0].signal if signals else "risk fell below the exit threshold"
+            if t.alertname:  # a node or fleet alert (no data, a storm): no signals of its own
+                why = t.alertname
+            else:
+                signals = result.risk.scopes[t.scope].explain(t.slot)
+                why = signals[0].signal if signals else "risk fell below the exit threshold"
             print(f"{_iso(t.at)}  level {t.old} -> {t.new}  {t.scope} {t.entity}  "
                   f"risk {t.risk:.2f}  {why}", file=out, flush=True)
 
