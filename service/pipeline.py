@@ -27,6 +27,7 @@ from service.ingest import EventLog, Ingestor, IngestResult
 from service.notify.build import Notification, build_notification
 from service.notify.message import Notifier
 from service.notify.sender import Sent
+from service.remediation.actions import AuditEntry
 from service.scoring import SCOPES, RiskState, Scorer
 from service.settings import Settings
 from service.sinks import Sink, SQLiteSink
@@ -59,6 +60,7 @@ class TickResult:
     flags: list[FlagChange] = field(default_factory=list)
     messages: int = 0  # messages handed to the sender this tick
     deliveries: list[Sent] = field(default_factory=list)  # finished since the last tick
+    audit: list[AuditEntry] = field(default_factory=list)  # remediation, since the last tick
     levels: dict[Scope, npt.NDArray[np.int8]] = field(default_factory=dict)
 
 
@@ -70,6 +72,8 @@ class Remediation(Protocol):
     def trip(self, reason: str, now: float) -> None: ...
 
     def step(self, now: float) -> None: ...
+
+    def audit(self) -> list[AuditEntry]: ...
 
     def close(self) -> None: ...
 
@@ -218,12 +222,14 @@ class Pipeline:
             deliveries = self.notification.sender.drain()
             for d in deliveries:
                 self._count(d)
+        audit: list[AuditEntry] = []
         if self.remediation is not None:
             self._remediate(changed, now)
+            audit = self.remediation.audit()
         duration = time.perf_counter() - t0
         self.stats.last_tick_s = duration
         result = TickResult(now, duration, risk, transitions, [a for _, a in changed], changed,
-                            flags, sent, deliveries, levels)
+                            flags, sent, deliveries, audit, levels)
         for obs in self.observers:
             obs.observe(result)
         return result
@@ -270,11 +276,13 @@ class Pipeline:
         A storm trips the breaker instead. The controller's guards decide the rest."""
         rem = self.remediation
         assert rem is not None
-        for t, a in changed:
+        # The breaker trips before any request of the same tick can start a drain.
+        for t, _ in changed:
             if t.alertname == STORM and t.new == 3:
                 rem.trip(f"fleet-wide alert storm: {t.risk:.0%} of nodes at level 2+", now)
-            elif (t.new == 3 and t.old < 3 and t.scope is not Scope.NODE and t.corroborated
-                  and not t.flapping and t.entity != FLEET):
+        for t, a in changed:
+            if (t.new == 3 and t.old < 3 and t.scope is not Scope.NODE and t.corroborated
+                    and not t.flapping and t.entity != FLEET):
                 rem.migrate(a, now)
         rem.step(now)
 

@@ -16,6 +16,7 @@ from service.alert_store import Alert
 from service.alerting import Transition
 from service.influx.lines import entity_tags, head, ns
 from service.notify.sender import Sent
+from service.remediation.actions import AuditEntry
 from service.scoring import SCOPES, RiskState
 
 # (host, collector) -> status
@@ -75,6 +76,16 @@ class TickRecorder:
                           f"alert_id={a.alert_id}i,attempts={x.attempts}i,"
                           f"detail={_text(d.detail or m.title)}")
                 yield f"{head('action', tags)} {fields} {ns(m.at)}"
+
+    def actions(self, audit: list[AuditEntry]) -> Iterator[str]:
+        """Remediation's audit rows as annotations beside the scores (channel "remediation")."""
+        for e in audit:
+            tags = {"cluster": self.cluster, "host": e.node or "", "entity": e.node or "",
+                    "channel": "remediation", "receiver": e.mode or ""}
+            ok = e.event not in ("failed", "refused", "expired", "aborted")
+            fields = (f"kind={_text(e.event)},ok={format_value(ok)},"
+                      f"detail={_text(e.result or e.event)}")
+            yield f"{head('action', tags)} {fields} {ns(e.at)}"
 
     def alerts(self, changed: list[tuple[Transition, Alert]]) -> Iterator[str]:
         for tr, a in changed:

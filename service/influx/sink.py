@@ -80,6 +80,8 @@ class InfluxSink:
             self.spooler.put(rec.alerts(tick.changed))
         if tick.deliveries:
             self.spooler.put(rec.deliveries(tick.deliveries))
+        if tick.audit:
+            self.spooler.put(rec.actions(tick.audit))
         statuses = self.statuses()
         if statuses:
             self.spooler.put(rec.collectors(statuses, tick.at))

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from service.alert_store import Alert, AlertStore
 from service.fleet_alerts import NODATA
 from service.notify.refs import summary_of
-from service.remediation.actions import ActionStore
+from service.remediation.actions import ActionStore, AuditEntry
 from service.remediation.config import RemediationSettings
 from service.remediation.controller import MigrationRequest, RemediationController
 from service.remediation.hooks import build_hook
@@ -42,6 +42,15 @@ class Remediator:
 
     def __init__(self, controller: RemediationController) -> None:
         self.controller = controller
+        last = controller.store.audit(after_seq=0, limit=1_000_000)
+        self._seq = last[-1].seq if last else 0  # only what happens from now on is exported
+
+    def audit(self) -> list[AuditEntry]:
+        """Audit rows written since the last call (the InfluxDB recorder annotates them)."""
+        rows = self.controller.store.audit(after_seq=self._seq, limit=10_000)
+        if rows:
+            self._seq = rows[-1].seq
+        return rows
 
     def migrate(self, alert: Alert, now: float) -> None:
         self.controller.request(MigrationRequest(
