@@ -27,15 +27,19 @@ def _script(tmp: Path) -> tuple[Path, Path]:
     return script, log
 
 
+def _settings(tmp: Path) -> Settings:
+    return Settings.model_validate({
+        "storage": {"data_dir": tmp},
+        "notify": {"route": {"receiver": "record", "group_wait_s": 0}}})
+
+
 def _pipeline(tmp: Path, nodes: int = 2, **rem: object) -> tuple[Pipeline, Path]:
     script, log = _script(tmp)
-    settings = Settings(storage={"data_dir": tmp},  # type: ignore[arg-type]
-                        notify={"route": {"receiver": "record", "group_wait_s": 0}})
-    cfg = RemediationSettings(**{"mode": "auto", "hook": "command", "breaker_max_fraction": 1.0,
-                                 "hook_config": {"drain": [str(script), "drain", "{node}",
-                                                           "{reason}"],
-                                                 "release": [str(script), "release", "{node}"]},
-                                 **rem})
+    settings = _settings(tmp)
+    cfg = RemediationSettings.model_validate({
+        "mode": "auto", "hook": "command", "breaker_max_fraction": 1.0,
+        "hook_config": {"drain": [str(script), "drain", "{node}", "{reason}"],
+                        "release": [str(script), "release", "{node}"]}, **rem})
     pipe = Pipeline(settings, alert_db=str(tmp / "a.db"), notify_background=False)
     pipe.remediation = build_remediation(cfg, pipe.alerts, str(tmp / "a.db"),
                                          lambda: len(pipe.store.registry.nodes), now=T0)
@@ -130,8 +134,7 @@ class SoftRisk:
 
 def test_an_uncorroborated_page_does_not_migrate(tmp_path: Path) -> None:
     script, log = _script(tmp_path)
-    settings = Settings(storage={"data_dir": tmp_path},  # type: ignore[arg-type]
-                        notify={"route": {"receiver": "record", "group_wait_s": 0}})
+    settings = _settings(tmp_path)
     pipe = Pipeline(settings, alert_db=str(tmp_path / "a.db"), notify_background=False,
                     detectors=[SoftRisk()])
     cfg = RemediationSettings(mode="auto", hook="command", breaker_max_fraction=1.0,
