@@ -122,7 +122,8 @@ class AlertStore:
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         # The API reads from worker threads while the scheduler writes; one lock serialises.
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
+                                   timeout=30.0)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
         have = {r[1] for r in self._db.execute("PRAGMA table_info(alerts)")}
@@ -140,7 +141,7 @@ class AlertStore:
         """Record level changes; returns each transition with the alert it opened or changed."""
         out: list[tuple[Transition, Alert]] = []
         with self._lock:
-            self._db.execute("BEGIN")
+            self._db.execute("BEGIN IMMEDIATE")  # a deferred one cannot upgrade under WAL
             try:
                 for t in transitions:
                     out.append((t, self._apply_one(t, explain.get(t.entity, []))))

@@ -27,7 +27,8 @@ class SQLiteSink:
     def __init__(self, path: str | Path) -> None:
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
+                                   timeout=30.0)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._lock = threading.Lock()
@@ -56,7 +57,7 @@ class SQLiteSink:
     def write(self, result: IngestResult) -> None:
         batch = result.clean
         with self._lock:
-            self._db.execute("BEGIN")
+            self._db.execute("BEGIN IMMEDIATE")  # a deferred one cannot upgrade under WAL
             for scope, f in batch.frames.items():
                 keys, nodes = self._keys(scope, f.entities)
                 vals = f.values.astype(object)

@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from collectors.base import Collector
 from service.api import alerting, history, read, write
-from service.api.auth import ApiAuth
+from service.api.auth import ApiAuth, Scope, require
 from service.api.state import Running
 from service.metrics import ServiceMetrics
 from service.pipeline import Pipeline
@@ -87,7 +87,7 @@ def create_app(
                   description="Predictive health monitoring for GPU training clusters")
     app.include_router(read.router)
     app.include_router(write.router)
-    app.include_router(history.router)
+    app.include_router(history.router, dependencies=[Depends(require(Scope.READ))])
     app.include_router(alerting.router)
     return app
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from fastapi.responses import JSONResponse
 
+from service.api.auth import Scope, require
 from service.api.schemas import (
     AlertDetail,
     AlertList,
@@ -21,6 +22,8 @@ from service.api.state import Running, State
 from service.api.views import alert_out, gpu_detail, model_out, node_detail, node_list
 
 router = APIRouter()
+# Fleet and alert reads need a read token when `api.read_requires_token` is set; probes never.
+READ = [Depends(require(Scope.READ))]
 
 
 # ---- probes and metrics -------------------------------------------------------------------------
@@ -63,7 +66,7 @@ def metrics(st: State) -> Response:
 
 # ---- fleet state ----------------------------------------------------------------------------
 
-@router.get("/v1/nodes", tags=["fleet"], response_model=NodeList,
+@router.get("/v1/nodes", tags=["fleet"], dependencies=READ, response_model=NodeList,
             summary="Risk summary per node")
 def list_nodes(
     st: State,
@@ -77,7 +80,7 @@ def list_nodes(
     return node_list(st.pipeline, sort, descending, limit, offset)
 
 
-@router.get("/v1/nodes/{node}", tags=["fleet"], response_model=NodeDetail,
+@router.get("/v1/nodes/{node}", tags=["fleet"], dependencies=READ, response_model=NodeDetail,
             responses={404: {"description": "Unknown node"}},
             summary="A node's GPUs, NVLink links and IB ports with risk, level and explanation")
 def get_node(st: State, node: str) -> NodeDetail:
@@ -87,7 +90,7 @@ def get_node(st: State, node: str) -> NodeDetail:
     return detail
 
 
-@router.get("/v1/gpus/{gpu}", tags=["fleet"], response_model=GpuDetail,
+@router.get("/v1/gpus/{gpu}", tags=["fleet"], dependencies=READ, response_model=GpuDetail,
             responses={404: {"description": "Unknown GPU, or not a GPU key"}},
             summary="Latest metrics, risk, explanation, links and open alerts of one GPU")
 def get_gpu(st: State, gpu: str) -> GpuDetail:
@@ -100,7 +103,7 @@ def get_gpu(st: State, gpu: str) -> GpuDetail:
 _LEVEL_DOC = "alerts that reached at least this level (1 record, 2 email, 3 page)"
 
 
-@router.get("/v1/alerts", tags=["alerts"], response_model=AlertList,
+@router.get("/v1/alerts", tags=["alerts"], dependencies=READ, response_model=AlertList,
             summary="Alerts, newest first")
 def list_alerts(
     st: State,
@@ -116,7 +119,7 @@ def list_alerts(
     return AlertList(limit=limit, offset=offset, alerts=[alert_out(a) for a in found])
 
 
-@router.get("/v1/alerts/{alert_id}", tags=["alerts"], response_model=AlertDetail,
+@router.get("/v1/alerts/{alert_id}", tags=["alerts"], dependencies=READ, response_model=AlertDetail,
             responses={404: {"description": "Unknown alert"}},
             summary="One alert with its history of level changes")
 def get_alert(st: State, alert_id: int) -> AlertDetail:

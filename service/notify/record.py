@@ -20,7 +20,8 @@ class RecordReceiver:
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.name = name
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
+                                   timeout=30.0)
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS deliveries (at REAL, receiver TEXT, reason TEXT, "
             "group_key TEXT, level INTEGER, status TEXT, alerts INTEGER, title TEXT, body TEXT)")

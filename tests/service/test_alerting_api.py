@@ -140,3 +140,16 @@ def test_breaker_reset_needs_admin(svc: Svc) -> None:
 def test_groups_show_the_node_group(svc: Svc) -> None:
     groups = svc.call("GET", "/v1/groups", "read")["groups"]
     assert any(g["labels"].get("node") == "n001" for g in groups)
+
+
+def test_reads_need_a_token_only_when_configured(settings: Settings) -> None:
+    s = settings.model_copy(update={"api": type(settings.api)(read_requires_token=True)})
+    clock = ManualClock(T0)
+    app = create_app(s, clock=clock, schedule=False)
+    with TestClient(app) as client:
+        token = app.state.gpuhealth_auth.tokens.create("viewer", "read", clock())[1]
+        assert client.get("/healthz").status_code == 200  # probes stay open
+        for url in ("/v1/nodes", "/v1/alerts", "/v1/silences", "/v1/gpus/n1:gpu0/metrics"):
+            assert client.get(url).status_code == 401, url
+        ok = client.get("/v1/alerts", headers={"Authorization": f"Bearer {token}"})
+        assert ok.status_code == 200
