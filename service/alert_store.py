@@ -4,6 +4,7 @@ restart reloads the open alerts so it neither re-pages nor loses a resolve."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import sqlite3
@@ -59,6 +60,7 @@ ALERTNAMES = {Scope.GPU: "GpuFailureRisk", Scope.NVLINK: "NvlinkFailureRisk",
               Scope.IB_PORT: "IbPortFailureRisk", Scope.NODE: "NodeAtRisk"}
 
 
+@functools.lru_cache(maxsize=1 << 16)  # every flush asks for every firing alert's
 def fingerprint(alertname: str, entity: str) -> str:
     """An instance's identity: its identifying labels (Alertmanager: labels identify)."""
     return hashlib.sha256(f"alertname={alertname}\x00entity={entity}".encode()).hexdigest()[:16]
