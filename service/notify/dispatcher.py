@@ -192,14 +192,22 @@ class Dispatcher:
         if not needs_update(entry, firing, resolved, send_resolved=send_resolved,
                             repeat_s=g.route.repeat_interval_s, now=now, all_acked=all_acked):
             return None
-        reason = _reason(entry, firing, resolved_refs)
+        if not firing and not resolved_refs:
+            return None  # what it was told about is muted now, not resolved: nothing to say
+        if not firing and not send_resolved:
+            # All resolved, and the receiver wants no resolves: only the log learns, so a
+            # re-fire is news again (Alertmanager marks it notified without sending).
+            self.nflog.put(receiver, g.key, Entry({}, frozenset(), now))
+            return None
+        reason = _reason(entry, firing, resolved_refs if send_resolved else [])
         shown = tuple(sorted(g.alerts.values(), key=lambda r: (-r.level, -r.risk)))
         if send_resolved or not firing:
             shown += tuple(resolved_refs)
         labels = g.labels or _common(shown)
         msg = Message(receiver, g.key, labels, shown, now, reason, self.settings.external_url)
-        new_entry = Entry(firing, frozenset(resolved | (entry.resolved if entry else set())
-                                            if firing else set()), now)
+        # The resolves this message told (not every one ever told: a later episode of the same
+        # instance must be able to resolve again).
+        new_entry = Entry(firing, frozenset(resolved if firing else ()), now)
         return Outgoing(msg, ((receiver, g.key, new_entry),), g.route.group_interval_s)
 
     def _limit(self, out: list[Outgoing], now: float) -> list[Outgoing]:
