@@ -37,6 +37,15 @@ class Group:
 
 
 @dataclass(frozen=True, slots=True)
+class _Routed:
+    alert_id: int
+    version: tuple[object, ...]
+    labels: dict[str, str]
+    ref: AlertRef
+    routes: tuple[tuple[Route, str, dict[str, str]], ...]  # route, group key, group labels
+
+
+@dataclass(frozen=True, slots=True)
 class Outgoing:
     """A message and the log entries to write once it is delivered."""
 
@@ -97,6 +106,7 @@ class Dispatcher:
         self._lock = threading.Lock()
         self._revisit = set(nflog.open_groups())  # groups a restart must look at again
         self._dirty = True
+        self._cache: dict[int, _Routed] = {}
 
     def mark(self) -> None:
         """Alerts, acknowledgements or silences changed: regroup at the next flush."""
@@ -115,24 +125,22 @@ class Dispatcher:
             current = self.alerts.recent(now - self.settings.resolved_keep_s)
             firing = [a for a in current if a.state == "firing"]
             by_fp = {a.fingerprint: a for a in current}
-            labels = {a.fingerprint: labels_of(a, self.cluster) for a in firing}
-            self._inhibit.prepare(list(labels.values()))
+            routed = [self._routed(a) for a in firing]
+            self._cache = {r.alert_id: r for r in routed}  # forget what no longer fires
+            self._inhibit.prepare([r.labels for r in routed])
             for g in self.groups.values():
                 g.alerts.clear()
                 g.muted.clear()
             seen: set[tuple[str, str]] = set()
-            for a in firing:
-                lab = labels[a.fingerprint]
-                muted = self._muted(lab, now)
-                for route in self.routes_for(lab):
-                    key, glabels = route.group_key(lab)
+            for r in routed:
+                muted = self._muted(r.labels, now)
+                for route, key, glabels in r.routes:
                     g = self._group(route, key, glabels, now)
                     seen.add((route.receiver, key))
                     if muted:
-                        g.muted[a.fingerprint] = muted
+                        g.muted[r.ref.fingerprint] = muted
                     else:
-                        g.alerts[a.fingerprint] = ref_of(a, self.cluster,
-                                                         self.settings.external_url)
+                        g.alerts[r.ref.fingerprint] = r.ref
             self._revive(now, seen)
             out: list[Outgoing] = []
             for gid, g in list(self.groups.items()):
@@ -145,6 +153,18 @@ class Dispatcher:
                 if gid not in seen and msg is None:
                     del self.groups[gid]  # nothing firing and nothing left to say
             return self._limit(out, now)
+
+    def _routed(self, a: Alert) -> _Routed:
+        """An alert's labels, reference and routes, reused while its record is unchanged:
+        with thousands firing, rebuilding them every changed tick was the flush's cost."""
+        version = (a.updated_at, a.level, a.acked_at, a.flapping, a.stale)
+        hit = self._cache.get(a.id)
+        if hit is not None and hit.version == version:
+            return hit
+        lab = labels_of(a, self.cluster)
+        routes = tuple((r, *r.group_key(lab)) for r in self.routes_for(lab))
+        return _Routed(a.id, version, lab, ref_of(a, self.cluster, self.settings.external_url),
+                       routes)
 
     def _muted(self, labels: dict[str, str], now: float) -> str | None:
         ids = self.silences.muting(labels, now)
@@ -234,11 +254,18 @@ class Dispatcher:
 
     def done(self, o: Outgoing, ok: bool) -> None:
         """The Sender reports back: on success the log learns what the receiver was told."""
+        self.done_many([(o, ok)])
+
+    def done_many(self, results: list[tuple[Outgoing, bool]]) -> None:
+        """Several reports in one log transaction."""
         with self._lock:
-            for receiver, key, entry in o.log:
-                self.inflight.discard((receiver, key))
-                if ok:
-                    self.nflog.put(receiver, key, entry)
+            entries = []
+            for o, ok in results:
+                for receiver, key, entry in o.log:
+                    self.inflight.discard((receiver, key))
+                    if ok:
+                        entries.append((receiver, key, entry))
+            self.nflog.put_many(entries)
 
     def held(self) -> dict[str, int]:
         with self._lock:

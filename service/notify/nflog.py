@@ -79,11 +79,22 @@ class NotificationLog:
         return Entry(firing, frozenset(json.loads(row[1])), float(row[2]))
 
     def put(self, receiver: str, group_key: str, entry: Entry) -> None:
+        self.put_many([(receiver, group_key, entry)])
+
+    def put_many(self, entries: list[tuple[str, str, Entry]]) -> None:
+        """One transaction: the sender reports a batch of deliveries at once."""
+        if not entries:
+            return
+        rows = [(receiver, key, json.dumps({k: list(v) for k, v in e.firing.items()}),
+                 json.dumps(sorted(e.resolved)), e.sent_at) for receiver, key, e in entries]
         with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO nflog VALUES (?,?,?,?,?)",
-                (receiver, group_key, json.dumps({k: list(v) for k, v in entry.firing.items()}),
-                 json.dumps(sorted(entry.resolved)), entry.sent_at))
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("INSERT OR REPLACE INTO nflog VALUES (?,?,?,?,?)", rows)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     def open_groups(self) -> list[tuple[str, str]]:
         """(receiver, group key) of every group whose last message had firing alerts: after a
