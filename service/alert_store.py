@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import sqlite3
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 from collectors.catalog import Scope
 from models.detectors.findings import Signal
 from service.alerting import Transition
+from service.sqlite_db import open_db
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS alerts (
@@ -121,13 +121,8 @@ def _row(r: tuple[Any, ...]) -> Alert:
 
 class AlertStore:
     def __init__(self, path: str | Path = ":memory:") -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
         # The API reads from worker threads while the scheduler writes; one lock serialises.
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
-                                   timeout=30.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(_SCHEMA)
+        self._db = open_db(path, _SCHEMA)
         have = {r[1] for r in self._db.execute("PRAGMA table_info(alerts)")}
         for col, decl in _ADDED.items():
             if col not in have:

@@ -4,7 +4,6 @@ accepted (and the rates it derived). SQLite is the embedded default; the InfluxD
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from pathlib import Path
 from typing import Protocol
@@ -14,6 +13,7 @@ import numpy as np
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import EntityTable
 from service.ingest import IngestResult
+from service.sqlite_db import open_db
 
 
 class Sink(Protocol):
@@ -25,11 +25,7 @@ class SQLiteSink:
     one table of events: a 5-s round of a 32-GPU cluster is a few hundred rows, not thousands."""
 
     def __init__(self, path: str | Path) -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
-                                   timeout=30.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = open_db(path)
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._lock = threading.Lock()
         self._insert: dict[Scope, str] = {}

@@ -39,6 +39,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
+from service.sqlite_db import open_db
+
 if TYPE_CHECKING:  # the stores import this module for Principal; only ApiAuth.open builds them
     from service.api.idempotency import IdempotencyStore
     from service.api.ratelimit import RateLimiter
@@ -150,13 +152,8 @@ def _digest(secret: str) -> str:
 
 class TokenStore:
     def __init__(self, path: str | Path = ":memory:") -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
         # Requests authenticate from worker threads: one connection, one lock serialises.
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
-                                   timeout=30.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(_SCHEMA)
+        self._db = open_db(path, _SCHEMA)
         self._lock = threading.Lock()
 
     def close(self) -> None:

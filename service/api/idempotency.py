@@ -35,7 +35,6 @@ import hashlib
 import inspect
 import json
 import re
-import sqlite3
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ from fastapi.responses import JSONResponse
 
 from service.api.auth import ApiAuth, Principal, Scope, api_auth
 from service.api.ratelimit import mutating
+from service.sqlite_db import open_db
 
 HEADER = "Idempotency-Key"
 REPLAYED = "Idempotent-Replayed"
@@ -105,13 +105,8 @@ class IdempotencyStore:
     """Keys and their responses in SQLite, by (principal, key). Status NULL: still running."""
 
     def __init__(self, path: str | Path = ":memory:", ttl_s: float = 86400.0) -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.ttl_s = ttl_s
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
-                                   timeout=30.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(_SCHEMA)
+        self._db = open_db(path, _SCHEMA)
         # Nothing is in flight at start-up: a request a restart cut off would otherwise hold
         # its key at 409 until it expired.
         self._db.execute("DELETE FROM api_idempotency WHERE status IS NULL")

@@ -6,10 +6,11 @@ before every send, so a restart neither re-pages nor forgets to send a resolve
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from service.sqlite_db import open_db
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS nflog (
@@ -56,12 +57,7 @@ def needs_update(entry: Entry | None, firing: dict[str, tuple[int, int]],
 
 class NotificationLog:
     def __init__(self, path: str | Path = ":memory:") -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
-                                   timeout=30.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(_SCHEMA)
+        self._db = open_db(path, _SCHEMA)
         self._lock = threading.Lock()
 
     def close(self) -> None:

@@ -6,22 +6,19 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 import threading
 from pathlib import Path
 
 from service.notify.message import Delivery, Message
+from service.sqlite_db import open_db
 
 log = logging.getLogger(__name__)
 
 
 class RecordReceiver:
     def __init__(self, path: str | Path = ":memory:", name: str = "record") -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.name = name
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
-                                   timeout=30.0)
+        self._db = open_db(path)
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS deliveries (at REAL, receiver TEXT, reason TEXT, "
             "group_key TEXT, level INTEGER, status TEXT, alerts INTEGER, title TEXT, body TEXT)")

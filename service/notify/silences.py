@@ -5,7 +5,6 @@ expiring one early keeps it for the record."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import uuid
 from collections.abc import Mapping
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from service.notify.matchers import Matcher, match_all, parse_all
+from service.sqlite_db import open_db
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS silences (
@@ -60,12 +60,7 @@ class Silence:
 
 class SilenceStore:
     def __init__(self, path: str | Path = ":memory:", *, max_s: float = 7 * 86400.0) -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
-                                   timeout=30.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(_SCHEMA)
+        self._db = open_db(path, _SCHEMA)
         self._lock = threading.Lock()
         self.max_s = max_s
         self._cache: list[Silence] | None = None

@@ -17,6 +17,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
+from service.sqlite_db import open_db
+
 Kind = Literal["migrate", "release"]
 
 
@@ -164,13 +166,9 @@ def write_audit(db: sqlite3.Connection, e: AuditEntry) -> None:
 
 class ActionStore:
     def __init__(self, path: str | Path = ":memory:") -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
         # API threads read while the scoring tick and hook workers write; one lock serialises.
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
-                                   timeout=30.0)
+        self._db = open_db(path)
         self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
         self._lock = threading.RLock()
 

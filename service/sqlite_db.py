@@ -1,0 +1,23 @@
+"""One way to open the service's SQLite file: every store (alerts, notification log,
+silences, actions, tokens, ...) keeps its own connection on the same file, shared between the
+scoring thread, the sender and API worker threads behind the store's own lock."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+BUSY_TIMEOUT_S = 30.0  # several connections write the one file; wait rather than fail
+
+
+def open_db(path: str | Path, schema: str = "") -> sqlite3.Connection:
+    """Autocommit (stores open their own transactions), WAL so readers never block the writer,
+    and `schema` (CREATE ... IF NOT EXISTS statements) applied."""
+    if str(path) != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
+                         timeout=BUSY_TIMEOUT_S)
+    db.execute("PRAGMA journal_mode=WAL")
+    if schema:
+        db.executescript(schema)
+    return db
