@@ -219,8 +219,13 @@ def configure_logging(level: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level)
+    from service.settings import SettingsError
+
     try:
         return COMMANDS[args.command].run(args)
+    except SettingsError as e:
+        print(f"gpuhealth {args.command}: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

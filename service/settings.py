@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from models.detectors.dynamic import DynamicConfig
@@ -157,6 +164,22 @@ class Settings(BaseSettings):
     remediation: RemediationSettings = RemediationSettings()
     api: ApiSettings = ApiSettings()
 
+    @model_validator(mode="after")
+    def _plugins(self) -> Settings:
+        """Receivers and the remediation hook validate their own sections here, at start-up,
+        and every problem is reported at once."""
+        from service.notify.receivers import check_receiver
+        from service.remediation.hooks import check_hook
+
+        problems = [p for r in self.notify.receivers
+                    if (p := check_receiver(r.name, r.type, r.config)) is not None]
+        if self.remediation.mode != "off":
+            hook = check_hook(self.remediation.hook, self.remediation.hook_config)
+            problems += [f"remediation: {hook}"] if hook else []
+        if problems:
+            raise ValueError("\n  ".join(problems))
+        return self
+
     @classmethod
     def settings_customise_sources(
         cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
@@ -165,6 +188,17 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Environment wins over the file, which is passed as init values by load().
         return env_settings, init_settings
+
+
+class SettingsError(ValueError):
+    """Invalid settings, every problem on its own line, never echoing a value (it may be a
+    password or a routing key)."""
+
+
+def _explain(exc: ValidationError) -> SettingsError:
+    lines = [f"  {'.'.join(str(p) for p in e['loc']) or '(settings)'}: {e['msg']}"
+             for e in exc.errors(include_url=False, include_input=False)]
+    return SettingsError("invalid settings:\n" + "\n".join(lines))
 
 
 def load(path: str | Path | None = None, **overrides: Any) -> Settings:
@@ -178,4 +212,7 @@ def load(path: str | Path | None = None, **overrides: Any) -> Settings:
         data = loaded or {}
     for k, v in overrides.items():
         data[k] = v
-    return Settings(**data)
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        raise _explain(exc) from None

@@ -41,15 +41,28 @@ def _errors(exc: ValidationError) -> str:
                      for e in exc.errors(include_url=False, include_input=False))
 
 
-def build_receiver(name: str, type_: str, config: dict[str, Any]) -> Notifier:
+def check_receiver(name: str, type_: str, config: dict[str, Any]) -> str | None:
+    """What is wrong with a receiver's settings, or None (settings validate at load)."""
+    try:
+        _validated(name, type_, config)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _validated(name: str, type_: str, config: dict[str, Any]) -> tuple[ReceiverType[Any], Any]:
     rt = RECEIVER_TYPES.get(type_)
     if rt is None:
         raise ValueError(f"receiver {name!r}: unknown type {type_!r} "
                          f"(known: {', '.join(sorted(RECEIVER_TYPES))})")
     try:
-        cfg = rt.config.model_validate(config)
+        return rt, rt.config.model_validate(config)
     except ValidationError as exc:
         raise ValueError(f"receiver {name!r} ({type_}): {_errors(exc)}") from None
+
+
+def build_receiver(name: str, type_: str, config: dict[str, Any]) -> Notifier:
+    rt, cfg = _validated(name, type_, config)
     return rt.factory(name, cfg)
 
 

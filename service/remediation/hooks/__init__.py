@@ -43,6 +43,24 @@ register("webhook", WebhookHookConfig, WebhookHook)
 register("command", CommandConfig, CommandHook)
 
 
+def check_hook(type_: str, config: Mapping[str, Any]) -> str | None:
+    """What is wrong with a hook's settings, or None; builds nothing (no kubeconfig read)."""
+    hook_type = HOOK_TYPES.get(type_)
+    if hook_type is None:
+        return f"unknown remediation hook {type_!r}; known: {', '.join(sorted(HOOK_TYPES))}"
+    try:
+        hook_type.config_model.model_validate(dict(config))
+    except ValidationError as exc:
+        return f"invalid config for remediation hook {type_!r}: {_problems(exc)}"
+    return None
+
+
+def _problems(exc: ValidationError) -> str:
+    # Field and reason only: the input may be a secret.
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(config)'}: {err['msg']}"
+                     for err in exc.errors(include_url=False, include_input=False))
+
+
 def build_hook(type_: str, config: Mapping[str, Any]) -> Hook:
     """A hook of the named type; ValueError, naming the type and the bad fields, when either
     is wrong."""
@@ -53,10 +71,8 @@ def build_hook(type_: str, config: Mapping[str, Any]) -> Hook:
     try:
         return hook_type.build(config)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(config)'}: {err['msg']}"
-            for err in exc.errors())
-        raise ValueError(f"invalid config for remediation hook {type_!r}: {problems}") from None
+        raise ValueError(
+            f"invalid config for remediation hook {type_!r}: {_problems(exc)}") from None
 
 
 __all__ = ["HOOK_TYPES", "HookType", "build_hook", "register"]
