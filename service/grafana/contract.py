@@ -85,7 +85,7 @@ ALERT = Measurement(
 ACTION = Measurement(
     "action",
     _BASE | {"entity", "channel", "receiver"},
-    frozenset({"kind", "ok", "alert_id", "detail"}),
+    frozenset({"kind", "ok", "alert_id", "attempts", "detail"}),
 )
 COLLECTOR = Measurement(
     "collector",

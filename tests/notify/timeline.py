@@ -39,7 +39,8 @@ def notify_settings(*, routes: Sequence[Mapping[str, Any]] = (),
     (RouteSettings as dicts); `receivers` maps a receiver name to its send_resolved (their type
     is never built: the timeline hands its own receivers over)."""
     return NotifySettings.model_validate({
-        "receivers": [{"name": n, "type": "webhook", "send_resolved": sr}
+        "receivers": [{"name": n, "type": "webhook", "send_resolved": sr,
+                       "config": {"url": "http://127.0.0.1:9/never-called"}}
                       for n, sr in (receivers or {}).items()],
         "route": {"receiver": "record", "group_by": ["node"], "group_wait_s": group_wait_s,
                   "group_interval_s": group_interval_s,
