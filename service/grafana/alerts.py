@@ -62,8 +62,8 @@ def _deliveries() -> Json:
                       [target(ok, alias="$tag_channel"),
                        target(failed, "B", alias="$tag_channel failed")],
                       bars=True, stack=True, w=12,
-                      description="Deliveries per channel (email, page, migrate, ...); "
-                                  "failed ones separately.",
+                      description="Deliveries per channel (record, email, pagerduty, twilio, "
+                                  "webhook, remediation); failed ones separately.",
                       overrides=[override("byRegexp", ".* failed$",
                                           color={"mode": "fixed", "fixedColor": "red"})])
 
