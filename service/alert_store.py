@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 from collectors.catalog import Scope
 from models.detectors.findings import Signal
 from service.alerting import Transition
-from service.sqlite_db import open_db
+from service.sqlite_db import SqliteStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS alerts (
@@ -119,19 +118,13 @@ def _row(r: tuple[Any, ...]) -> Alert:
                  r[18])
 
 
-class AlertStore:
+class AlertStore(SqliteStore):
     def __init__(self, path: str | Path = ":memory:") -> None:
-        # The API reads from worker threads while the scheduler writes; one lock serialises.
-        self._db = open_db(path, _SCHEMA)
+        super().__init__(path, _SCHEMA)
         have = {r[1] for r in self._db.execute("PRAGMA table_info(alerts)")}
         for col, decl in _ADDED.items():
             if col not in have:
                 self._db.execute(f"ALTER TABLE alerts ADD COLUMN {col} {decl}")
-        self._lock = threading.Lock()
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
 
     def apply(self, transitions: list[Transition],
               explain: dict[str, list[Signal]]) -> list[tuple[Transition, Alert]]:

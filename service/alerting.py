@@ -97,6 +97,12 @@ class Transition:
     flapping: bool = False
     alertname: str = ""  # empty: named after the scope (alert_store.ALERTNAMES)
 
+    @property
+    def derived(self) -> bool:
+        """A node or fleet alert (no data, a storm), not one entity's risk: it predicts no
+        failure and has no signals of its own."""
+        return bool(self.alertname)
+
 
 @dataclass(frozen=True, slots=True)
 class FlagChange:

@@ -154,7 +154,7 @@ def _run_replay(args: argparse.Namespace) -> int:
 
     def progress(result: TickResult) -> None:
         for t in result.transitions:
-            if t.alertname:  # a node or fleet alert (no data, a storm): no signals of its own
+            if t.derived:
                 why = t.alertname
             else:
                 signals = result.risk.scopes[t.scope].explain(t.slot)

@@ -121,12 +121,12 @@ def run_demo(args: argparse.Namespace, out: Any = sys.stdout,
 
     def on_tick(res: TickResult) -> None:
         for t, alert in zip(res.transitions, _alerts_for(res), strict=False):
-            if not t.alertname:  # node and fleet alerts (no data, storms) predict nothing
+            if not t.derived:
                 transitions.append(t)
             if t.new == 0:
                 say(f"[{_clock(t.at, start)}] resolved      {t.entity}")
                 continue
-            if t.alertname:
+            if t.derived:
                 say(f"[{_clock(t.at, start)}] level {t.old}->{t.new}  {t.entity:<22} "
                     f"{t.alertname}")
                 continue

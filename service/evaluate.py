@@ -161,7 +161,7 @@ class Evaluator:
             res = p.tick(r.now)
             d = self.data[name]
             for t in res.transitions:
-                if t.new > t.old and not t.alertname:  # node/fleet alerts predict nothing
+                if t.new > t.old and not t.derived:
                     why = res.risk.scopes[t.scope].explain(t.slot)
                     d.alerts.append(AlertRecord(t.at, t.entity, t.scope, t.node, t.new, t.old,
                                                 why[0].rule if why else ""))

@@ -42,6 +42,7 @@ class FleetAlerts:
         """`node_stale`: every entity of the node is stale; `node_level`: the highest level of
         its entities; `raised`: nodes whose level rose to 2 or above this tick."""
         out: list[Transition] = []
+        pos = {name: i for i, name in enumerate(nodes)}
         for i in np.flatnonzero(node_stale).tolist():
             name = nodes[i]
             if self.nodata.get(name, 0) == 0:
@@ -51,7 +52,7 @@ class FleetAlerts:
         stale = {nodes[i] for i in np.flatnonzero(node_stale).tolist()}
         for name in [n for n, lv in self.nodata.items() if lv and n not in stale]:
             self.nodata[name] = 0
-            slot = nodes.index(name) if name in nodes else -1
+            slot = pos.get(name, -1)
             out.append(Transition(Scope.NODE, slot, name, name, 2, 0, now, 0.0,
                                   alertname=NODATA))
         for name, lv in raised.items():
@@ -60,7 +61,7 @@ class FleetAlerts:
         s = self.storm
         self.entered = {n: t for n, t in self.entered.items() if now - t <= s.window_s}
         need = max(s.min_nodes, int(np.ceil(s.fraction * max(len(nodes), 1))))
-        hot = sum(1 for n in self.entered if n in nodes and node_level[nodes.index(n)] >= 2)
+        hot = sum(1 for n in self.entered if n in pos and node_level[pos[n]] >= 2)
         share = hot / max(len(nodes), 1)
         if self.storm_level == 0 and hot >= need:
             self.storm_level = 3

@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from service.cli import register
+from service.notify.message import LEVEL_SEVERITY
 from service.notify.routing import Route
-
-LEVEL_SEVERITY = {"1": "info", "2": "warning", "3": "critical"}
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -34,7 +33,8 @@ def _run(args: argparse.Namespace) -> int:
             return 2
         labels[name] = value
     if "level" in labels and "severity" not in labels:
-        labels["severity"] = LEVEL_SEVERITY.get(labels["level"], "info")
+        level = labels["level"]
+        labels["severity"] = LEVEL_SEVERITY.get(int(level) if level.isdigit() else 0, "info")
     try:
         settings = load(args.config)
     except (OSError, ValueError) as e:

@@ -5,6 +5,7 @@ scoring thread, the sender and API worker threads behind the store's own lock.""
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 BUSY_TIMEOUT_S = 30.0  # several connections write the one file; wait rather than fail
@@ -21,3 +22,16 @@ def open_db(path: str | Path, schema: str = "") -> sqlite3.Connection:
     if schema:
         db.executescript(schema)
     return db
+
+
+class SqliteStore:
+    """A store on the service's SQLite file: its own connection, and one lock that serialises
+    the scoring thread, the sender and API worker threads."""
+
+    def __init__(self, path: str | Path = ":memory:", schema: str = "") -> None:
+        self._db = open_db(path, schema)
+        self._lock: threading.Lock | threading.RLock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -25,7 +25,6 @@ import hmac
 import re
 import secrets
 import sqlite3
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
-from service.sqlite_db import open_db
+from service.sqlite_db import SqliteStore
 
 if TYPE_CHECKING:  # the stores import this module for Principal; only ApiAuth.open builds them
     from service.api.idempotency import IdempotencyStore
@@ -150,15 +149,9 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-class TokenStore:
+class TokenStore(SqliteStore):
     def __init__(self, path: str | Path = ":memory:") -> None:
-        # Requests authenticate from worker threads: one connection, one lock serialises.
-        self._db = open_db(path, _SCHEMA)
-        self._lock = threading.Lock()
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        super().__init__(path, _SCHEMA)  # requests authenticate from worker threads
 
     def create(self, name: str, scope: Scope | str, now: float,
                expires_at: float | None = None) -> tuple[Token, str]:

@@ -35,7 +35,6 @@ import hashlib
 import inspect
 import json
 import re
-import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -50,7 +49,7 @@ from fastapi.responses import JSONResponse
 
 from service.api.auth import ApiAuth, Principal, Scope, api_auth
 from service.api.ratelimit import mutating
-from service.sqlite_db import open_db
+from service.sqlite_db import SqliteStore
 
 HEADER = "Idempotency-Key"
 REPLAYED = "Idempotent-Replayed"
@@ -101,20 +100,15 @@ class Stored:
     body: bytes
 
 
-class IdempotencyStore:
+class IdempotencyStore(SqliteStore):
     """Keys and their responses in SQLite, by (principal, key). Status NULL: still running."""
 
     def __init__(self, path: str | Path = ":memory:", ttl_s: float = 86400.0) -> None:
         self.ttl_s = ttl_s
-        self._db = open_db(path, _SCHEMA)
+        super().__init__(path, _SCHEMA)
         # Nothing is in flight at start-up: a request a restart cut off would otherwise hold
         # its key at 409 until it expired.
         self._db.execute("DELETE FROM api_idempotency WHERE status IS NULL")
-        self._lock = threading.Lock()
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
 
     def begin(self, principal: str, key: str, fingerprint: str, now: float) -> Begin | Stored:
         with self._lock:

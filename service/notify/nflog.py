@@ -6,11 +6,10 @@ before every send, so a restart neither re-pages nor forgets to send a resolve
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from service.sqlite_db import open_db
+from service.sqlite_db import SqliteStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS nflog (
@@ -55,14 +54,9 @@ def needs_update(entry: Entry | None, firing: dict[str, tuple[int, int]],
     return entry.sent_at + repeat_s <= now
 
 
-class NotificationLog:
+class NotificationLog(SqliteStore):
     def __init__(self, path: str | Path = ":memory:") -> None:
-        self._db = open_db(path, _SCHEMA)
-        self._lock = threading.Lock()
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        super().__init__(path, _SCHEMA)
 
     def get(self, receiver: str, group_key: str) -> Entry | None:
         with self._lock:

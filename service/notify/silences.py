@@ -5,7 +5,6 @@ expiring one early keeps it for the record."""
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from service.notify.matchers import Matcher, match_all, parse_all
-from service.sqlite_db import open_db
+from service.sqlite_db import SqliteStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS silences (
@@ -58,16 +57,11 @@ class Silence:
                 "expired_by": self.expired_by, "state": self.state(now)}
 
 
-class SilenceStore:
+class SilenceStore(SqliteStore):
     def __init__(self, path: str | Path = ":memory:", *, max_s: float = 7 * 86400.0) -> None:
-        self._db = open_db(path, _SCHEMA)
-        self._lock = threading.Lock()
+        super().__init__(path, _SCHEMA)
         self.max_s = max_s
         self._cache: list[Silence] | None = None
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
 
     def create(self, matchers: list[str], author: str, comment: str, now: float, *,
                ends_at: float, starts_at: float | None = None) -> Silence:

@@ -17,7 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from service.sqlite_db import open_db
+from service.sqlite_db import SqliteStore
 
 Kind = Literal["migrate", "release"]
 
@@ -164,17 +164,13 @@ def write_audit(db: sqlite3.Connection, e: AuditEntry) -> None:
          json.dumps(e.steps), e.result, e.duration_s))
 
 
-class ActionStore:
+class ActionStore(SqliteStore):
     def __init__(self, path: str | Path = ":memory:") -> None:
         # API threads read while the scoring tick and hook workers write; one lock serialises.
-        self._db = open_db(path)
+        super().__init__(path)
         self._db.row_factory = sqlite3.Row
         self._db.executescript(_SCHEMA)
-        self._lock = threading.RLock()
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self._lock = threading.RLock()  # the controller reads again inside tx()
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from service.notify.message import AlertRef, Message
+from service.notify.message import AlertRef, Delivery, Message
 
 T = TypeVar("T")
 T0 = 1_700_000_000.0
@@ -50,3 +50,20 @@ def run(aw: Awaitable[T]) -> T:
     async def main() -> T:
         return await aw
     return asyncio.run(main())
+
+
+class Closable(Protocol):
+    async def notify(self, msg: Message) -> Delivery: ...
+
+    async def aclose(self) -> None: ...
+
+
+def deliver(make: Callable[[], Closable], *msgs: Message) -> list[Delivery]:
+    """Every message through one receiver built by `make`, in order; the receiver is closed."""
+    async def go() -> list[Delivery]:
+        r = make()
+        try:
+            return [await r.notify(m) for m in msgs]
+        finally:
+            await r.aclose()
+    return asyncio.run(go())

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from email.utils import formatdate
 
 from service.notify.message import Delivery, Message
 from service.notify.receivers import PagerDutyConfig, PagerDutyReceiver
-from tests.notify.receivers.samples import alert, message, resolved
+from tests.notify.receivers.samples import alert, deliver, message, resolved
 from tests.notify.receivers.servers import HttpRecorder, Reply, free_port
 
 KEY = "R0UT1NGKEY0123456789abcdefABCDEF"
@@ -22,13 +21,7 @@ def receiver(url: str, timeout_s: float = 2.0) -> PagerDutyReceiver:
 
 
 def send_all(url: str, *msgs: Message, timeout_s: float = 2.0) -> list[Delivery]:
-    async def go() -> list[Delivery]:
-        r = receiver(url, timeout_s)
-        try:
-            return [await r.notify(m) for m in msgs]
-        finally:
-            await r.aclose()
-    return asyncio.run(go())
+    return deliver(lambda: receiver(url, timeout_s), *msgs)
 
 
 def test_trigger_then_resolve_share_the_group_dedup_key() -> None:

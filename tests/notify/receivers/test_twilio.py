@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import xml.etree.ElementTree as ET
 
 from service.notify.message import Delivery, Message
 from service.notify.receivers import TwilioConfig, TwilioReceiver
-from tests.notify.receivers.samples import alert, message, resolved
+from tests.notify.receivers.samples import alert, deliver, message, resolved
 from tests.notify.receivers.servers import HttpRecorder, Reply
 
 SID = "AC0123456789abcdef0123456789abcdef"
@@ -24,13 +23,7 @@ def receiver(url: str, timeout_s: float = 2.0) -> TwilioReceiver:
 
 
 def send_all(url: str, *msgs: Message, timeout_s: float = 2.0) -> list[Delivery]:
-    async def go() -> list[Delivery]:
-        r = receiver(url, timeout_s)
-        try:
-            return [await r.notify(m) for m in msgs]
-        finally:
-            await r.aclose()
-    return asyncio.run(go())
+    return deliver(lambda: receiver(url, timeout_s), *msgs)
 
 
 def test_one_authenticated_call_per_number_saying_the_summary_twice() -> None:

@@ -3,27 +3,21 @@ Standard Webhooks signature with service.notify.signing."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
 from service.notify import signing
 from service.notify.message import Delivery, Message
 from service.notify.receivers import WebhookConfig, WebhookReceiver
-from tests.notify.receivers.samples import alert, message, resolved
+from tests.notify.receivers.samples import alert, deliver, message, resolved
 from tests.notify.receivers.servers import HttpRecorder, Reply
 
 SECRET = "whsec-0123456789abcdef"
 
 
 def send_all(url: str, *msgs: Message, **cfg: Any) -> list[Delivery]:
-    async def go() -> list[Delivery]:
-        r = WebhookReceiver("hook", WebhookConfig.model_validate({"url": url + "/hook"} | cfg))
-        try:
-            return [await r.notify(m) for m in msgs]
-        finally:
-            await r.aclose()
-    return asyncio.run(go())
+    return deliver(lambda: WebhookReceiver(
+        "hook", WebhookConfig.model_validate({"url": url + "/hook"} | cfg)), *msgs)
 
 
 def test_alertmanager_v4_payload_plus_level_risk_and_explanation() -> None:
