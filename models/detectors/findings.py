@@ -44,6 +44,23 @@ class Finding:
         if self.risk.shape != self.value.shape:
             raise ValueError(f"{self.rule}: risk and value shapes differ")
 
+    def fitted(self, n: int) -> Finding:
+        """This finding over exactly n entity slots. The entity set changes between ticks
+        (links arrive after their GPU, GPUs are added), so a finding computed or cached for
+        an earlier count says nothing of the slots that joined since (risk 0, value NaN)
+        and the slots beyond n no longer exist."""
+        have = len(self.risk)
+        if have == n:
+            return self
+        risk = np.zeros(n, np.float32)
+        value = np.full(n, np.nan, np.float64)
+        k = min(have, n)
+        risk[:k], value[:k] = self.risk[:k], self.value[:k]
+        details = None if self.details is None else \
+            {i: d for i, d in self.details.items() if i < n}
+        return Finding(self.rule, self.scope, risk, value, self.threshold, self.signal,
+                       self.hard, self.source, details)
+
 
 @dataclass(frozen=True, slots=True)
 class Signal:

@@ -45,9 +45,9 @@ def fuse(findings: list[Finding], sizes: dict[Scope, int]) -> dict[Scope, ScopeR
     for scope, n in sizes.items():
         keep = {"rule": np.ones(n, np.float32), "model": np.ones(n, np.float32)}
         hard = np.zeros(n, bool)
-        mine = [f for f in findings if f.scope is scope]
+        mine = [f.fitted(n) for f in findings if f.scope is scope]
         for f in mine:
-            r = f.risk[:n]
+            r = f.risk
             k = keep["model" if f.source == "model" else "rule"]
             k *= 1 - r
             if f.hard:

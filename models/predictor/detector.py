@@ -84,6 +84,9 @@ class PredictorDetector:
         self.predictor = predictor
         self.config = config or PredictorConfig()
         self._cache: dict[Scope, tuple[int, int, list[Finding]]] = {}
+        # NVLink predictions are made per GPU and placed on a link; links arrive and leave
+        # apart from their GPUs, so the placement is redone when the link set changes.
+        self._placed: tuple[Finding, int, Finding] | None = None  # (per GPU, links, placed)
         # The newest calibrated probabilities [entity slot, head] per scope, for the API.
         self.latest: dict[Scope, tuple[F32, list[str]]] = {}
         self._unavailable: set[Scope] = set()
@@ -113,8 +116,17 @@ class PredictorDetector:
                     self.timing, self.explained, fresh = {}, 0, False
                 cached = (h.last, n, self._score(view, scope, rt, h.length))
                 self._cache[scope] = cached
-            out.extend(cached[2])
+            out.extend(self._placed_on_links(view, f) if f.scope is Scope.GPU
+                       and f.rule.endswith("M3_nvlink") else f for f in cached[2])
         return out
+
+    def _placed_on_links(self, view: FleetView, f: Finding) -> Finding:
+        n_links = len(view.scope(Scope.NVLINK))
+        placed = self._placed
+        if placed is None or placed[0] is not f or placed[1] != n_links:
+            placed = (f, n_links, self._on_worst_link(view, f))
+            self._placed = placed
+        return placed[2]
 
     def probabilities(self, scope: Scope, slot: int) -> dict[str, float] | None:
         """The newest calibrated probability per head of one entity, None before the first
@@ -173,9 +185,7 @@ class PredictorDetector:
             f = Finding(f"{self.name}_{mode}", scope, risk, value, float("nan"), signal,
                         details={i: f"{signal}; {d}" for i, d in details.items()},
                         source="model")
-            if mode == "M3_nvlink":
-                f = self._on_worst_link(view, f)
-            findings.append(f)
+            findings.append(f)  # M3 stays per GPU here; detect() places it on a link
         self.last_run_s = time.perf_counter() - t0
         for phase, secs in (("features", t1 - t0), ("forward", t2 - t1), ("explain", explain_s),
                             ("other", self.last_run_s - (t2 - t0) - explain_s)):
