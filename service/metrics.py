@@ -61,6 +61,7 @@ class PipelineCollector:
     def collect(self) -> Iterable[Metric]:
         yield from self._stats()
         yield from self._collectors()
+        yield from self._detectors()
         yield self._alerts()
         yield from self._risk()
 
@@ -77,6 +78,7 @@ class PipelineCollector:
              st.counter_resets),
             ("gpuhealth_batches", "Batches ingested", st.batches),
             ("gpuhealth_score_ticks", "Scoring ticks run", st.ticks),
+            ("gpuhealth_score_tick_failures", "Scoring ticks that raised", st.tick_failures),
             ("gpuhealth_notifications_sent", "Notifications delivered", sent),
             ("gpuhealth_notifications_failed", "Notifications that failed after retry",
              failed),
@@ -109,6 +111,19 @@ class PipelineCollector:
             if not math.isnan(r.scrape_seconds):
                 _add(last, labels, r.scrape_seconds)
         return up, err, last
+
+    def _detectors(self) -> Iterable[Metric]:
+        health = self.pipeline.scorer.health
+        errors = CounterMetricFamily("gpuhealth_detector_errors",
+                                     "Ticks on which a detector raised (its findings were left "
+                                     "out; the others still scored)", labels=["detector"])
+        up = GaugeMetricFamily("gpuhealth_detector_up",
+                               "1 when the detector scored on the newest tick",
+                               labels=["detector"])
+        for name, h in sorted(health.items()):
+            errors.add_metric([name], h.errors)
+            up.add_metric([name], 0.0 if h.failing else 1.0)
+        return errors, up
 
     def _alerts(self) -> Metric:
         firing = GaugeMetricFamily("gpuhealth_alerts_firing", "Open alerts by current level",

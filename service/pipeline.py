@@ -43,6 +43,7 @@ class Stats:
     counter_resets: int = 0
     batches: int = 0
     ticks: int = 0
+    tick_failures: int = 0  # ticks that raised (the scheduler logs and goes on)
     last_ingest_s: float = 0.0
     last_tick_s: float = 0.0
     notifications_sent: int = 0
@@ -164,6 +165,10 @@ class Pipeline:
         self.risk: RiskState | None = None
         self.model = next((d for d in self.scorer.detectors if hasattr(d, "status")), None)
         self.stats = Stats()
+        # Why the newest tick failed ("" once one succeeds), and when one last succeeded
+        # (monotonic): /readyz is not ready while scoring fails or has stopped.
+        self.tick_error = ""
+        self.last_tick_ok: float | None = None
         # Ingest (collector thread) and tick (scheduler thread) must not interleave.
         self.lock = threading.RLock()
         self._restore()
@@ -198,6 +203,17 @@ class Pipeline:
         return res
 
     def tick(self, now: float | None = None) -> TickResult:
+        try:
+            result = self._tick(now)
+        except Exception as exc:
+            self.stats.tick_failures += 1
+            self.tick_error = f"{type(exc).__name__}: {exc}"[:300]
+            raise
+        self.tick_error = ""
+        self.last_tick_ok = time.monotonic()
+        return result
+
+    def _tick(self, now: float | None) -> TickResult:
         now = time.time() if now is None else now
         t0 = time.perf_counter()
         with self.lock:

@@ -3,6 +3,7 @@ per GPU, link, port and node, and keep the result as the state the API and alert
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,41 @@ from models.detectors.view import EventView, ScopeView
 from service.ingest import EventLog
 from service.windows import WindowStore
 
+log = logging.getLogger(__name__)
 SCOPES = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
+MAX_CAUSES = 32  # distinct failure causes remembered per detector (each logged once)
+
+
+@dataclass(slots=True)
+class DetectorHealth:
+    """How one detector fared: a detector that raises loses only its own findings for that
+    tick; this is what /readyz and /metrics say about it."""
+
+    name: str
+    errors: int = 0  # ticks on which it raised, since start
+    failing: bool = False  # it raised on the newest tick
+    reason: str = ""  # the newest failure, kept after recovery for the record
+    causes: set[str] = field(default_factory=set)
+
+    def failed(self, exc: BaseException) -> None:
+        self.errors += 1
+        self.failing = True
+        self.reason = f"{type(exc).__name__}: {exc}"[:300]
+        cause = f"{type(exc).__name__}:{str(exc)[:120]}"
+        if cause in self.causes:
+            log.debug("detector %s failed again: %s", self.name, self.reason)
+            return
+        if len(self.causes) < MAX_CAUSES:
+            self.causes.add(cause)
+        # The first time per cause with its traceback; repeats every tick would drown the log.
+        log.error("detector %s failed; its findings are left out of this tick and every tick "
+                  "it fails on (rules and the other detectors still score)", self.name,
+                  exc_info=exc)
+
+    def ok(self) -> None:
+        if self.failing:
+            log.info("detector %s scores again", self.name)
+        self.failing = False
 
 
 class StoreView:
@@ -92,10 +127,20 @@ class Scorer:
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate detector names: {names}")
         self.detectors = detectors
+        self.health = {d.name: DetectorHealth(d.name) for d in detectors}
 
     def score(self, now: float) -> RiskState:
         t0 = time.perf_counter()
-        findings = [f for d in self.detectors for f in d.detect(self.view, now)]
+        findings = []
+        for d in self.detectors:
+            health = self.health[d.name]
+            try:
+                found = d.detect(self.view, now)
+            except Exception as exc:  # one broken detector must not blind the others
+                health.failed(exc)
+                continue
+            health.ok()
+            findings.extend(found)
         sizes = {s: len(self.store[s]) for s in SCOPES}
         scopes = fuse(findings, sizes)
         reg = self.store.registry

@@ -12,6 +12,7 @@ from service.api.schemas import (
     AlertDetail,
     AlertList,
     CollectorOut,
+    DetectorOut,
     GpuDetail,
     LevelChange,
     NodeDetail,
@@ -39,10 +40,13 @@ def healthz() -> dict[str, str]:
 def readyz(st: State) -> JSONResponse:
     statuses = st.scheduler.statuses()
     reasons = [] if st.pipeline.stats.ticks else ["no scoring tick has run yet"]
+    reasons += st.scoring_problems()
     reasons += [f"collector {name} is down: {s.reason or 'no reason given'}"
                 for name, s in sorted(statuses.items()) if not s.up]
     body = Readiness(ready=not reasons, reasons=reasons, collectors=_collectors(st),
-                     model=model_out(st.pipeline))
+                     model=model_out(st.pipeline), detectors={
+                         n: DetectorOut(ok=not h.failing, errors=h.errors, reason=h.reason)
+                         for n, h in st.pipeline.scorer.health.items()})
     return JSONResponse(body.model_dump(), status_code=503 if reasons else 200)
 
 

@@ -131,11 +131,20 @@ class CollectorOut(BaseModel):
     exhausted: bool
 
 
+class DetectorOut(BaseModel):
+    ok: bool  # False while it raises: its findings are left out, the others still score
+    errors: int  # ticks it failed on since start
+    reason: str  # its newest failure, kept after it recovers
+
+
 class Readiness(BaseModel):
     ready: bool
     reasons: list[str]
     collectors: dict[str, CollectorOut]
     model: ModelOut | None = None  # None: no model configured (detectors.model.path)
+    # A failing detector degrades scoring but does not make the service unready: the rules
+    # still score. Ticks that fail outright do (reasons).
+    detectors: dict[str, DetectorOut] = {}
 
 
 class RejectionOut(BaseModel):

@@ -55,6 +55,19 @@ class Running:
         now = self.clock()
         return time.time() if math.isnan(now) else now
 
+    def scoring_problems(self) -> list[str]:
+        """Why the service cannot score now: the newest tick failed, or no tick has succeeded
+        for three score intervals while the scheduler runs (a stalled or wedged tick)."""
+        p = self.pipeline
+        if p.tick_error:
+            return [f"scoring ticks are failing ({p.stats.tick_failures} so far): "
+                    f"{p.tick_error}"]
+        limit = max(3 * self.settings.service.score_interval_s, 30.0)
+        if self.scheduler.running and p.last_tick_ok is not None and \
+                time.monotonic() - p.last_tick_ok > limit:
+            return [f"no scoring tick has succeeded for {time.monotonic() - p.last_tick_ok:.0f} s"]
+        return []
+
     def remote_statuses(self) -> list[RemoteStatus]:
         return self.remote.statuses(self.now())
 
