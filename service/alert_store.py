@@ -127,14 +127,16 @@ class AlertStore(SqliteStore):
                 self._db.execute(f"ALTER TABLE alerts ADD COLUMN {col} {decl}")
 
     def apply(self, transitions: list[Transition],
-              explain: dict[str, list[Signal]]) -> list[tuple[Transition, Alert]]:
-        """Record level changes; returns each transition with the alert it opened or changed."""
+              explain: dict[tuple[str, str], list[Signal]]) -> list[tuple[Transition, Alert]]:
+        """Record level changes; returns each transition with the alert it opened or changed.
+        `explain`: signals by (alertname, entity) of the transition (a GPU can have its risk
+        alert and a GpuMissing alert at once)."""
         out: list[tuple[Transition, Alert]] = []
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")  # a deferred one cannot upgrade under WAL
             try:
                 for t in transitions:
-                    out.append((t, self._apply_one(t, explain.get(t.entity, []))))
+                    out.append((t, self._apply_one(t, explain.get((t.alertname, t.entity), []))))
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")

@@ -14,7 +14,10 @@ Level 1 records, level 2 emails, level 3 pages and may migrate jobs (DESIGN.md d
 - An instance whose level changed `flap_enter` times within `flap_window_s` is flapping: it
   cannot rise above level 2 (no page, no migration) until its changes fall to `flap_exit`.
 - An entity whose telemetry is older than the stale limit is in no-data: its level is frozen,
-  so stale data neither resolves an alert nor raises one, and no action is taken on it.
+  so stale data neither resolves an alert nor raises one, and no action is taken on it. The
+  one exception is a hard fault at certainty: its evidence (an Xid 79 drained late from an
+  agent's spool, from a GPU that has since gone silent) raises the level whenever it arrives,
+  since a GPU that fell off the bus is exactly the one that stops reporting.
 
 The machine is vectorised over every entity; Python only touches the few that change.
 """
@@ -230,7 +233,9 @@ class AlertMachine:
         new = level.copy()
         new[up] = target[up]
         new[down] = np.maximum(hold[down], target[down])
-        new[stale] = level[stale]  # stale data neither raises nor resolves
+        # Stale data neither raises nor resolves, except hard evidence raising (see above).
+        frozen = stale & ~(hard & ready[:, 2] & (new > level))
+        new[frozen] = level[frozen]
         changed = np.flatnonzero(new != level)
         conf = confidence if confidence is not None else np.zeros(n, np.float32)
         corroborated = hard | (conf[:n] >= p.migrate_min_confidence)

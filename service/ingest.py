@@ -8,8 +8,8 @@ Prometheus treats resets; a persistent counter that drops is bad data and is ref
 
 from __future__ import annotations
 
+import bisect
 import logging
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,22 +36,34 @@ class Event:
 
 
 class EventLog:
-    """Recent discrete events (Xids), newest last; rare enough for a plain deque."""
+    """Recent discrete events (Xids), in event-time order. Events arrive late (an agent
+    draining its spool after an outage) and twice (a resend): a late one is placed where its
+    time says, so a look back from `now` never stops at it, and an exact repeat is kept once.
+    Rare enough for a plain list; the oldest go first past `maxlen`."""
 
     def __init__(self, maxlen: int = 100_000) -> None:
-        self.events: deque[Event] = deque(maxlen=maxlen)
+        self.maxlen = maxlen
+        self.events: list[Event] = []
+        self._keys: set[Event] = set()
 
-    def add(self, event: Event) -> None:
-        self.events.append(event)
+    def add(self, event: Event) -> bool:
+        """False for an exact repeat of an event already held."""
+        if event in self._keys:
+            return False
+        ev = self.events
+        if not ev or ev[-1].ts <= event.ts:
+            ev.append(event)
+        else:
+            ev.insert(bisect.bisect_right(ev, event.ts, key=lambda e: e.ts), event)
+        self._keys.add(event)
+        if len(ev) > self.maxlen:
+            for old in ev[: len(ev) - self.maxlen]:
+                self._keys.discard(old)
+            del ev[: len(ev) - self.maxlen]
+        return True
 
     def since(self, ts: float) -> list[Event]:
-        out: list[Event] = []
-        for e in reversed(self.events):
-            if e.ts < ts:
-                break
-            out.append(e)
-        out.reverse()
-        return out
+        return self.events[bisect.bisect_left(self.events, ts, key=lambda e: e.ts):]
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,8 +306,8 @@ class Ingestor:
                 continue
             entity = Entity.parse(key)
             self.store[entity.scope].slots_for_entity(entity, self.store.registry)
-            self.events.add(Event(ts, key, metric, value))
-            res.clean.events.add(key, ts, metric, value)
+            if self.events.add(Event(ts, key, metric, value)):  # a resend is stored once
+                res.clean.events.add(key, ts, metric, value)
             res.accepted += 1
 
     def _event_problem(self, key: str, ts: float, metric: str, value: float,

@@ -22,7 +22,7 @@ from models.detectors.findings import Detector, Signal
 from models.detectors.hard import HardRules
 from service.alert_store import Alert, AlertStore
 from service.alerting import AlertMachine, FlagChange, Transition
-from service.fleet_alerts import FLEET, STORM, FleetAlerts
+from service.fleet_alerts import FLEET, MISSING, STORM, FleetAlerts
 from service.ingest import EventLog, Ingestor, IngestResult
 from service.notify.build import Notification, build_notification
 from service.notify.message import Notifier
@@ -129,7 +129,8 @@ class Pipeline:
                                  max_samples=s.ingest.max_samples_per_batch)
         self.scorer = Scorer(self.store, self.events, detectors or default_detectors(s))
         self.machine = AlertMachine(s.alerts)
-        self.fleet = FleetAlerts(s.notify.storm)
+        self.fleet = FleetAlerts(s.notify.storm, grace_s=max(
+            s.alerts.stale_after_s, 3 * s.window.step_s))
         db = alert_db if alert_db is not None else str(s.storage.sqlite_path)
         self.db = db
         self.alerts = AlertStore(db)
@@ -175,8 +176,8 @@ class Pipeline:
 
     def _restore(self) -> None:
         for a in self.alerts.open_alerts():
-            if a.scope is Scope.NODE:
-                self.fleet.restore(a.name, a.node, a.level)
+            if a.scope is Scope.NODE or a.alertname == MISSING:
+                self.fleet.restore(a.name, a.node, a.level, a.entity)
                 continue
             entity = Entity.parse(a.entity)
             slot = self.store[entity.scope].slots_for_entity(entity, self.store.registry)
@@ -219,10 +220,12 @@ class Pipeline:
         with self.lock:
             risk = self.scorer.score(now)
             transitions, flags = self._step_alerts(risk, now)
-            explain: dict[str, list[Signal]] = {}
+            explain: dict[tuple[str, str], list[Signal]] = {}
             for t in transitions:
-                if t.scope in risk.scopes and t.slot >= 0:
-                    explain[t.entity] = risk.scopes[t.scope].explain(t.slot)
+                if t.alertname == MISSING and t.new:
+                    explain[t.alertname, t.entity] = [self._silence(t.slot, now)]
+                elif t.scope in risk.scopes and t.slot >= 0 and not t.derived:
+                    explain[t.alertname, t.entity] = risk.scopes[t.scope].explain(t.slot)
             changed = self.alerts.apply(transitions, explain) if transitions else []
             for f in flags:
                 self.alerts.set_flags(f.entity, flapping=f.flapping, stale=f.stale, at=now)
@@ -283,8 +286,26 @@ class Pipeline:
             np.maximum.at(node_level, nodes[ok], self.machine.level(scope)[:n][ok])
         raised = {t.node: t.new for t in transitions if t.new >= 2 and t.new > t.old}
         node_stale = (seen_nodes > 0) & (fresh_nodes == 0)
-        transitions += self.fleet.step(now, risk.node_names, node_stale, node_level, raised)
+        # A GPU silent while other GPUs of its node report: all of a node's GPUs silent is
+        # its GPU collector or driver (collector_up, NodeNoData say so), not one GPU.
+        gpus = self.store[Scope.GPU]
+        n = len(risk.scopes[Scope.GPU].risk)
+        gnode = gpus.node_of[:n]
+        gstale = self.machine.stale(Scope.GPU)[:n]
+        ok = gnode >= 0
+        fresh_gpus = np.bincount(gnode[ok], weights=~gstale[ok], minlength=n_nodes)[:n_nodes]
+        silent = np.flatnonzero(gstale & ok & (fresh_gpus[np.maximum(gnode, 0)] > 0))
+        missing = {gpus.entities[i].key: (i, gpus.entities[i].node) for i in silent.tolist()}
+        transitions += self.fleet.step(now, risk.node_names, node_stale, node_level, raised,
+                                       missing)
         return transitions, flags
+
+    def _silence(self, slot: int, now: float) -> Signal:
+        last = self.store[Scope.GPU].last_ts[slot]
+        seen = float(np.nanmax(last)) if np.isfinite(last).any() else float("nan")
+        return Signal(MISSING, "seconds since this GPU last reported while its node still "
+                      "reports (fell off the bus, or its collector no longer sees it)",
+                      now - seen, self.machine.policy.stale_after_s, 1.0, False)
 
     def _remediate(self, changed: list[tuple[Transition, Alert]], now: float) -> None:
         """Level 3 asks the controller to migrate jobs off the node when the alert is

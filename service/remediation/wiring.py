@@ -30,7 +30,9 @@ class AlertRecheck:
         hit = next((a for a in mine if a.fingerprint == fingerprint), None)
         if hit is None:
             return "the alert has resolved"
-        if hit.stale:
+        # A hard fault's evidence is the event itself, and a GPU off the bus is silent by
+        # nature: with the node still reporting (no NodeNoData above) it is acted on.
+        if hit.stale and not hit.corroborated:
             return "the entity's telemetry is stale"
         if hit.level < 3:
             return f"the alert fell to level {hit.level}"

@@ -222,7 +222,7 @@ def test_an_alert_that_resolves_within_group_wait_sends_nothing(mk: MakeTimeline
 
 def test_no_data_from_a_node_mutes_its_gpu_alerts(mk: MakeTimeline) -> None:
     tl = mk(notify_settings())
-    fleet = FleetAlerts(StormSettings())
+    fleet = FleetAlerts(StormSettings(), grace_s=0)  # watching since before this test
     nodes = ["n0", "n1"]
     tl.fire("n0:gpu0", 2, at=0)
     tl.fire("n0:gpu1", 1, at=0)
