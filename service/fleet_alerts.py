@@ -92,6 +92,14 @@ class FleetAlerts:
                                   alertname=STORM))
         return out
 
+    def levels(self) -> dict[str, int]:
+        """Open derived alerts' levels by entity key (a node, a GPU, the fleet)."""
+        out = {node: lv for node, lv in self.nodata.items() if lv}
+        out.update((key, lv) for key, (_, lv) in self.missing.items())
+        if self.storm_level:
+            out[FLEET] = self.storm_level
+        return out
+
     def _missing(self, now: float, missing: Mapping[str, tuple[int, str]],
                  watching: bool) -> list[Transition]:
         out = []

@@ -63,6 +63,8 @@ class TickResult:
     deliveries: list[Sent] = field(default_factory=list)  # finished since the last tick
     audit: list[AuditEntry] = field(default_factory=list)  # remediation, since the last tick
     levels: dict[Scope, npt.NDArray[np.int8]] = field(default_factory=dict)
+    # Open node and fleet alerts' levels by entity key (NodeNoData, GpuMissing, FleetStorm).
+    derived: dict[str, int] = field(default_factory=dict)
 
 
 class Remediation(Protocol):
@@ -232,6 +234,7 @@ class Pipeline:
             self.risk = risk
             self.stats.ticks += 1
             levels = {sc: self.machine.level(sc).copy() for sc in SCOPES}
+            derived = self.fleet.levels()
         sent = 0
         deliveries: list[Sent] = []
         if self.notification is not None:
@@ -248,7 +251,7 @@ class Pipeline:
         duration = time.perf_counter() - t0
         self.stats.last_tick_s = duration
         result = TickResult(now, duration, risk, transitions, [a for _, a in changed], changed,
-                            flags, sent, deliveries, audit, levels)
+                            flags, sent, deliveries, audit, levels, derived)
         for obs in self.observers:
             obs.observe(result)
         return result

@@ -4,7 +4,7 @@ health. Built once per scoring tick from the tick's result."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from collectors.lpformat import format_value
 from models.detectors.findings import Signal
 from service.alert_store import Alert
 from service.alerting import Transition
+from service.fleet_alerts import FLEET
 from service.influx.lines import entity_tags, head, ns
 from service.notify.sender import Sent
 from service.remediation.actions import AuditEntry
@@ -39,29 +40,49 @@ def top_signal(signals: list[Signal]) -> str:
 class TickRecorder:
     def __init__(self, cluster: str) -> None:
         self.cluster = cluster
+        # Per sparse scope, the slots written last tick: an entity leaving risk gets one more
+        # point (risk 0, level 0) so "open now" panels see its alert end.
+        self._written: dict[str, np.ndarray] = {}
+        self._storm_written = False
 
-    def risk(self, state: RiskState, levels: Mapping[Scope, np.ndarray]) -> Iterator[str]:
+    def risk(self, state: RiskState, levels: Mapping[Scope, np.ndarray],
+             derived: Mapping[str, int] | None = None) -> Iterator[str]:
+        """`derived`: levels of open node and fleet alerts (NodeNoData, GpuMissing,
+        FleetStorm) by entity key; a GPU's point carries the higher of its two alerts."""
+        derived = derived or {}
         t = ns(state.at)
         for scope in SCOPES:
             sr = state.scopes[scope]
             n = len(sr.risk)
             lv = levels.get(scope, np.zeros(0, np.int8))
             lv = np.pad(lv[:n], (0, max(n - len(lv), 0)))
-            rows = range(n) if scope in _ALWAYS else np.flatnonzero(
-                (sr.risk > 0) | (lv > 0)).tolist()
             ents = state.store[scope].entities
+            rows: Sequence[int]
+            if scope in _ALWAYS:
+                rows = range(n)
+            else:
+                now = (sr.risk > 0) | (lv > 0)
+                before = self._written.get(scope.value, np.zeros(0, bool))[:n]
+                rows = np.flatnonzero(now | np.pad(before, (0, n - len(before)))).tolist()
+                self._written[scope.value] = now
             for i in rows:
                 e = ents[i]
                 r = float(sr.risk[i])
                 tags = {"cluster": self.cluster, "scope": scope.value, "entity": e.key,
                         **entity_tags(e)}
-                fields = f"risk={r!r},level={int(lv[i])}i"
+                level = max(int(lv[i]), derived.get(e.key, 0))
+                fields = f"risk={r!r},level={level}i"
                 if r > 0:
                     fields += f",top={_text(top_signal(sr.explain(i)))}"
                 yield f"{head('risk', tags)} {fields} {t}"
         for name, r in zip(state.node_names, state.nodes.tolist(), strict=False):
             tags = {"cluster": self.cluster, "scope": "node", "entity": name, "host": name}
-            yield f"{head('risk', tags)} risk={float(r)!r},level=0i {t}"
+            yield f"{head('risk', tags)} risk={float(r)!r},level={derived.get(name, 0)}i {t}"
+        storm = derived.get(FLEET, 0)
+        if storm or self._storm_written:  # the fleet's own point, and one more as it ends
+            tags = {"cluster": self.cluster, "scope": "node", "entity": FLEET, "host": FLEET}
+            yield f"{head('risk', tags)} risk={float(bool(storm))!r},level={storm}i {t}"
+        self._storm_written = bool(storm)
 
     def deliveries(self, sent: list[Sent]) -> Iterator[str]:
         """One point per alert a message reported, tagged with the receiver."""

@@ -75,7 +75,7 @@ class InfluxSink:
     # ---- TickObserver ---------------------------------------------------------------------------
     def observe(self, tick: TickResult) -> None:
         rec = self.recorder
-        self.spooler.put(rec.risk(tick.risk, tick.levels))
+        self.spooler.put(rec.risk(tick.risk, tick.levels, tick.derived))
         if tick.changed:
             self.spooler.put(rec.alerts(tick.changed))
         if tick.deliveries:
