@@ -13,6 +13,7 @@ from typing import Protocol
 from service.remediation.actions import Action, ActionStore
 from service.remediation.breaker import CircuitBreaker
 from service.remediation.config import RemediationSettings
+from service.remediation.hooks.target import target_problem
 
 
 class Recheck(Protocol):
@@ -24,7 +25,7 @@ class Recheck(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    guard: str  # opt_out, drained, attempts, concurrency, node_busy, recheck, breaker
+    guard: str  # target, opt_out, drained, attempts, concurrency, node_busy, recheck, breaker
     reason: str
 
     def __str__(self) -> str:
@@ -54,7 +55,9 @@ def before_reset(action: Action, breaker: CircuitBreaker) -> str | None:
 
 def expired(action: Action, settings: RemediationSettings, breaker: CircuitBreaker,
             now: float) -> str | None:
-    return before_reset(action, breaker) or event_fresh(action, settings, now)
+    """A node name no hook may be given ends the action at once, as a stale event does."""
+    return (target_problem(action.node) or before_reset(action, breaker)
+            or event_fresh(action, settings, now))
 
 
 def not_opted_out(node: str, settings: RemediationSettings) -> str | None:
@@ -100,6 +103,9 @@ def refusal(action: Action, *, store: ActionStore, breaker: CircuitBreaker,
             busy: Collection[str], now: float, dry_run: bool = False) -> Refusal | None:
     """The first guard that refuses. The breaker goes last: only an action that passes every
     other guard may count toward (and trip) it. A dry run looks without tripping."""
+    why = target_problem(action.node)
+    if why is not None:
+        return Refusal("target", why)
     if action.kind == "release":  # undoing our own drain needs no blast-radius guard
         why = node_idle(action.node, busy)
         return None if why is None else Refusal("node_busy", why)

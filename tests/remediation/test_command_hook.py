@@ -13,6 +13,7 @@ from service.remediation.hooks import HOOK_TYPES, build_hook, register
 from service.remediation.hooks.base import ActionRequest, Hook
 from service.remediation.hooks.command import CommandConfig, CommandHook
 from service.remediation.hooks.slurm import SlurmConfig, SlurmHook
+from service.remediation.hooks.target import GuardedHook
 
 # Writes each argument NUL-terminated to $1, then exits with $2.
 RECORDER = """#!/bin/sh
@@ -149,4 +150,5 @@ def test_registry() -> None:
     with pytest.raises(ValueError, match="unknown remediation hook 'lsf'; known: command, "
                                          "kubernetes, slurm, webhook"):
         build_hook("lsf", {})
-    assert isinstance(build_hook("slurm", {}), SlurmHook)
+    built = build_hook("slurm", {})
+    assert isinstance(built, GuardedHook) and isinstance(built.inner, SlurmHook)

@@ -22,6 +22,7 @@ from service.remediation.hooks.slurm import (
     drain_reason,
     parse_node,
 )
+from service.remediation.hooks.target import GuardedHook
 from tests.remediation.slurm_cluster import SlurmCluster
 
 WAIT_S = 20.0
@@ -73,8 +74,8 @@ def cluster(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
 def hook(slurm_cluster: SlurmCluster) -> SlurmHook:
     # Built through the registry, as the controller does; slurm_conf becomes SLURM_CONF.
     built = build_hook("slurm", {"slurm_conf": str(slurm_cluster.conf), "timeout_s": 10})
-    assert isinstance(built, SlurmHook)
-    return built
+    assert isinstance(built, GuardedHook) and isinstance(built.inner, SlurmHook)
+    return built.inner
 
 
 def test_execute_drains_requeues_eligible_and_reports_the_rest(
@@ -100,7 +101,7 @@ def test_execute_drains_requeues_eligible_and_reports_the_rest(
     assert requeued["JobState"] in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "COMPLETING")
     assert job_fields(cluster, pinned)["JobState"] == "RUNNING"  # a drain lets it finish
     assert [s.call.split()[:2] for s in result.steps] == [
-        ["scontrol", "update"], ["squeue", "-h"], ["scontrol", "requeue"]]
+        ["scontrol", "show"], ["scontrol", "update"], ["squeue", "-h"], ["scontrol", "requeue"]]
     assert all(s.ok for s in result.steps)
     assert hook.inspect(cluster.node).drained_by_us
 
@@ -154,13 +155,14 @@ def test_plan_is_the_exact_argv_and_changes_nothing(
 
     plan = hook.plan(req)
 
-    assert plan[0].call == shlex.join(
+    assert plan[0].call == shlex.join(["scontrol", "show", "node", "-o", cluster.node])
+    assert plan[1].call == shlex.join(
         ["scontrol", "update", f"NodeName={cluster.node}", "State=DRAIN",
          "Reason=gpuhealth:17:XID 79: GPU fell off the bus"])
-    assert plan[1].call == shlex.join(
-        ["squeue", "-h", "-w", cluster.node, "-t", "CONFIGURING,RUNNING,STOPPED,SUSPENDED",
-         "-O", "JobID:|,State:|,Requeue:|,BatchFlag:|"])
-    assert plan[2].call.startswith("scontrol requeue Incomplete")
+    assert plan[2].call == shlex.join(
+        ["squeue", "-h", f"--nodelist={cluster.node}", "-t",
+         "CONFIGURING,RUNNING,STOPPED,SUSPENDED", "-O", "JobID:|,State:|,Requeue:|,BatchFlag:|"])
+    assert plan[3].call.startswith("scontrol requeue Incomplete")
     assert node_field(cluster, "State") == "IDLE"
 
 
@@ -183,7 +185,8 @@ def test_requeue_off_drains_and_reports_every_job(
 def test_unknown_node(cluster: SlurmCluster, hook: SlurmHook) -> None:
     result = hook.execute(request("no-such-node"))
     assert not result.ok and not result.retry
-    assert "Invalid node name" in result.detail
+    assert result.detail == "no-such-node is not a Slurm node; nothing drained"
+    assert [s.call.split()[1] for s in result.steps] == ["show"]  # no update was sent
     assert not hook.inspect("no-such-node").exists
     assert "not found" in hook.release("no-such-node").detail
 

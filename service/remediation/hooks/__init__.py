@@ -14,6 +14,7 @@ from service.remediation.hooks.base import Hook
 from service.remediation.hooks.command import CommandConfig, CommandHook
 from service.remediation.hooks.kubernetes import KubernetesConfig, KubernetesHook
 from service.remediation.hooks.slurm import SlurmConfig, SlurmHook
+from service.remediation.hooks.target import GuardedHook
 from service.remediation.hooks.webhook import WebhookHook, WebhookHookConfig
 
 C = TypeVar("C", bound=BaseModel)
@@ -25,7 +26,8 @@ class HookType(Generic[C]):
     factory: Callable[[C], Hook]
 
     def build(self, config: Mapping[str, Any]) -> Hook:
-        return self.factory(self.config_model.model_validate(dict(config)))
+        # Every hook checks the node name before it acts (hooks/target.py).
+        return GuardedHook(self.factory(self.config_model.model_validate(dict(config))))
 
 
 HOOK_TYPES: dict[str, HookType[Any]] = {}

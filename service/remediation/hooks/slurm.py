@@ -128,7 +128,9 @@ class SlurmHook:
                 f"Reason={drain_reason(req)}"]
 
     def list_jobs_argv(self, node: str) -> list[str]:
-        return [self.config.squeue, "-h", "-w", node, "-t", ACTIVE_STATES, "-O", JOB_FIELDS]
+        # `--nodelist=NAME` in one argument: the name can never be read as an option.
+        return [self.config.squeue, "-h", f"--nodelist={node}", "-t", ACTIVE_STATES,
+                "-O", JOB_FIELDS]
 
     def requeue_argv(self, job_ids: Iterable[str]) -> list[str]:
         # Incomplete: a job that ended since the listing is not requeued to run again.
@@ -143,7 +145,9 @@ class SlurmHook:
     # -- Hook ----------------------------------------------------------------------------------
 
     def plan(self, req: ActionRequest) -> list[Step]:
-        steps = [Step(call=shlex.join(self.drain_argv(req)), detail="drain: no new jobs"),
+        steps = [Step(call=shlex.join(self.show_node_argv(req.node)),
+                      detail="check the name is exactly one known node"),
+                 Step(call=shlex.join(self.drain_argv(req)), detail="drain: no new jobs"),
                  Step(call=shlex.join(self.list_jobs_argv(req.node)),
                       detail="list the jobs on the node")]
         if self.config.requeue:
@@ -154,6 +158,14 @@ class SlurmHook:
 
     def execute(self, req: ActionRequest) -> HookResult:
         steps: list[Step] = []
+        # Exactly one known node by exactly this name, or nothing is drained: `scontrol
+        # update NodeName=` takes hostlists, and a name Slurm does not know is not ours to act on.
+        known = self._show(req.node, steps)
+        if isinstance(known, HookResult):
+            return known
+        if not known.found:
+            return HookResult(ok=False, retry=False, steps=tuple(steps),
+                              detail=f"{req.node} is not a Slurm node; nothing drained")
         drained = self._call(self.drain_argv(req), steps)
         if isinstance(drained, str):
             return HookResult(ok=False, retry=False, detail=drained, steps=tuple(steps))
@@ -280,8 +292,13 @@ class SlurmHook:
                 return NodeInfo(state="", reason="", found=False)
             return HookResult(ok=False, retry=_transient(shown), steps=tuple(steps),
                               detail=f"reading {node} failed: {said}")
-        line = next((ln for ln in shown.stdout.splitlines() if ln.startswith("NodeName=")), "")
-        return parse_node(line)
+        lines = [ln for ln in shown.stdout.splitlines() if ln.startswith("NodeName=")]
+        names = [ln.split(None, 1)[0].removeprefix("NodeName=") for ln in lines]
+        if names != [node]:
+            return HookResult(ok=False, retry=False, steps=tuple(steps),
+                              detail=f"{node!r} names {len(names)} Slurm node(s) "
+                                     f"{names[:5]}, not exactly that one node; not acting")
+        return parse_node(lines[0])
 
 
 _FAILED_JOB = re.compile(r"^(?P<msg>.*?) for job (?P<id>\S+)\s*$")
