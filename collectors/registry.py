@@ -104,9 +104,14 @@ register(Source("nvidia-smi", "nvidia-smi: --query-gpu each round, -q -x each mi
 # ---- dcgm-exporter ------------------------------------------------------------------------------
 
 def _dcgm_parse(path: Path, host: str, ts_ns: int) -> Parsed:
-    from collectors.dcgm import parse_exposition
+    from collectors.dcgm import ParseStats, parse_exposition
 
-    return Parsed(parse_exposition(path.read_text(errors="replace"), host, ts_ns))
+    st = ParseStats()
+    points = parse_exposition(path.read_text(errors="replace"), host, ts_ns, stats=st)
+    if not st.samples:
+        raise ValueError("no DCGM_FI_* sample in the page")
+    # Skips are mostly by design (a MIG instance's utilization, NVLink totals); say them all.
+    return Parsed(points, notes=[f"{n} sample(s) skipped: {why}" for why, n in st.skipped.items()])
 
 
 def _dcgm_build(host: str, cfg: Mapping[str, Any]) -> Collector:

@@ -129,7 +129,10 @@ def _configure_parse(p: argparse.ArgumentParser) -> None:
 def _run_parse(args: argparse.Namespace) -> int:
     """Points on stdout; per file on stderr, what was read, refused (and why) and noted. Exits
     1 when some file could not be read or gave nothing but refusals."""
-    source = registry.get(args.source)
+    try:
+        source = registry.get(args.source)
+    except KeyError as exc:  # "unknown source 'foo' (known: ...)"
+        raise SystemExit(f"gpuhealth parse: {exc.args[0]}") from None
     ts_ns = time.time_ns()
     failed = 0
     for f in args.files:

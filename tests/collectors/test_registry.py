@@ -250,3 +250,21 @@ def test_parse_kernel_log_reads_dmesg_T(tmp_path: Path,
     assert rc == 0
     assert lines == ["xid,gpu=1014336,host=n3 code=79i 1740327858000000000"]
     assert f"{log}: 1 point read, 1 refused" in err and "Xid code" in err
+
+
+def test_parse_dcgm_page_with_a_value_too_large_for_a_float(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    page = tmp_path / "metrics.txt"
+    page.write_text('DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-a"} ' + "9" * 400 + "\n"
+                    'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-a"} 300.5\n')
+    rc, lines, err = _run(["dcgm-exporter", str(page)], capsys)
+    assert rc == 0 and len(lines) == 1 and "power_draw=300.5" in lines[0]
+    assert "gpu_temp" not in lines[0] and "1 sample(s) skipped: value is not finite" in err
+    page.write_text("# HELP up Whether the target is up\nup 1\n")
+    rc, lines, err = _run(["dcgm-exporter", str(page)], capsys)
+    assert (rc, lines) == (1, []) and "no DCGM_FI_* sample" in err
+
+
+def test_parse_of_an_unknown_source_names_the_known_ones(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"unknown source 'foo' \(known: .*ibstat.*\)"):
+        main(["parse", "foo", str(tmp_path / "x")])
