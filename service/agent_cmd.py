@@ -138,7 +138,11 @@ def _run_parse(args: argparse.Namespace) -> int:
     for f in args.files:
         try:
             got = source.parse(f, args.host, ts_ns)
-        except (ValueError, OSError) as exc:
+        except OSError as exc:
+            print(f"{f}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+            failed += 1
+            continue
+        except ValueError as exc:
             print(f"{f}: nothing recognised as {args.source} output: {exc}", file=sys.stderr)
             failed += 1
             continue
