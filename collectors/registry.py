@@ -1,20 +1,33 @@
 """The explicit registry of sources: for each, how to read a captured output (for
 `gpuhealth parse`), whether this host has it, and how to build its collector from its own
-config section. A name is registered once; a duplicate is refused."""
+config section. A name is registered once; a duplicate is refused.
+
+A parse gives the points it read, what it refused and why, and notes an operator should see (a
+GPU without NVLink, an Xid put on a GPU the bus map lacks). Output in which it recognises
+nothing of its source raises ValueError saying what it expected."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from collectors.base import Collector
+from collectors.frames import Entity, Rejection
 from collectors.lineprotocol import Point
 
-Parse = Callable[[Path, str, int], list[Point]]  # (captured output, host, ts_ns) -> points
+
+@dataclass(slots=True)
+class Parsed:
+    points: list[Point] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+Parse = Callable[[Path, str, int], Parsed]  # (captured output, host, ts_ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,22 +59,36 @@ def get(name: str) -> Source:
 
 # ---- nvidia-smi ---------------------------------------------------------------------------------
 
-def _smi_parse(path: Path, host: str, ts_ns: int) -> list[Point]:
+def _smi_parse(path: Path, host: str, ts_ns: int) -> Parsed:
     """Any captured nvidia-smi output, told apart by its content: `-q -x` XML, `nvlink
-    --status`, a `--query-gpu` CSV with its header, or `-q` text."""
-    from collectors.nvidia_smi import parse_nvlink_status, parse_query_csv, parse_text, parse_xml
+    --status`, a `--query-gpu` CSV with its header (of any width), or `-q` text."""
+    from collectors.nvidia_smi import (
+        looks_like_nvlink_status,
+        parse_nvlink_status,
+        parse_query_csv_with_header,
+        parse_text,
+        parse_xml,
+    )
 
     text = path.read_text(errors="replace")
+    out = Parsed()
     head = text.lstrip()[:400]
     if head.startswith("<?xml") or "<nvidia_smi_log" in head:
-        return parse_xml(text, host, ts_ns)
-    if "Link 0:" in text or "NVLink information" in text:
-        return parse_nvlink_status(text, host, ts_ns)
-    first = head.splitlines()[0] if head else ""
-    if "," in first and not first.startswith("="):
-        fields = [f.strip().split(" [")[0] for f in first.split(",")]
-        return parse_query_csv(text, fields, host, ts_ns)
-    return parse_text(text, host, ts_ns)
+        out.points = parse_xml(text, host, ts_ns, out.rejected)
+    elif looks_like_nvlink_status(text):
+        out.points = parse_nvlink_status(text, host, ts_ns, notes=out.notes)
+    elif _is_csv(text):
+        out.points = parse_query_csv_with_header(text, host, ts_ns, out.rejected)
+    else:
+        out.points = parse_text(text, host, ts_ns, out.rejected)
+    return out
+
+
+def _is_csv(text: str) -> bool:
+    """A --query-gpu capture: comma-separated first line (whole: the wide ones run to
+    thousands of characters), which -q text ("==============NVSMI LOG==") never has."""
+    first = next((x for x in text.splitlines() if x.strip()), "")
+    return "," in first and not first.lstrip().startswith("=")
 
 
 def _smi_build(host: str, cfg: Mapping[str, Any]) -> Collector:
@@ -76,10 +103,15 @@ register(Source("nvidia-smi", "nvidia-smi: --query-gpu each round, -q -x each mi
 
 # ---- dcgm-exporter ------------------------------------------------------------------------------
 
-def _dcgm_parse(path: Path, host: str, ts_ns: int) -> list[Point]:
-    from collectors.dcgm import parse_exposition
+def _dcgm_parse(path: Path, host: str, ts_ns: int) -> Parsed:
+    from collectors.dcgm import ParseStats, parse_exposition
 
-    return parse_exposition(path.read_text(errors="replace"), host, ts_ns)
+    st = ParseStats()
+    points = parse_exposition(path.read_text(errors="replace"), host, ts_ns, stats=st)
+    if not st.samples:
+        raise ValueError("no DCGM_FI_* sample in the page")
+    # Skips are mostly by design (a MIG instance's utilization, NVLink totals); say them all.
+    return Parsed(points, notes=[f"{n} sample(s) skipped: {why}" for why, n in st.skipped.items()])
 
 
 def _dcgm_build(host: str, cfg: Mapping[str, Any]) -> Collector:
@@ -107,18 +139,24 @@ register(Source("dcgm-exporter", "dcgm-exporter's Prometheus page (default :9400
 IB_ROOT = Path("/sys/class/infiniband")
 
 
-def _ib_parse(path: Path, host: str, ts_ns: int) -> list[Point]:
+def _ib_parse(path: Path, host: str, ts_ns: int) -> Parsed:
     """A sysfs tree (a copied /sys/class/infiniband) or a `.ttar` text archive of one."""
     from collectors.infiniband import read_sysfs, unpack_ttar
 
+    out = Parsed()
     if path.is_dir():
-        return read_sysfs(path, host, ts_ns)
+        out.points = read_sysfs(path, host, ts_ns, out.rejected)
+        return out
     with tempfile.TemporaryDirectory() as tmp:
-        unpack_ttar(path.read_bytes(), Path(tmp))
+        cut: list[str] = []
+        unpack_ttar(path.read_bytes(), Path(tmp), cut)
+        out.rejected += [Rejection(why) for why in cut]
         roots = sorted({p.parent.parent for p in Path(tmp).rglob("ports") if p.is_dir()})
         if not roots:
-            raise ValueError(f"{path}: no <device>/ports/ tree inside")
-        return [pt for root in roots for pt in read_sysfs(root, host, ts_ns)]
+            raise ValueError(f"no <device>/ports/ tree inside{' (' + cut[0] + ')' if cut else ''}")
+        for root in roots:
+            out.points += read_sysfs(root, host, ts_ns, out.rejected)
+    return out
 
 
 def _ib_build(host: str, cfg: Mapping[str, Any]) -> Collector:
@@ -134,17 +172,57 @@ register(Source("infiniband", "InfiniBand port counters and state from sysfs", _
                 lambda: IB_ROOT.is_dir() and any(IB_ROOT.iterdir()), _ib_build))
 
 
+# ---- InfiniBand through ibstat ------------------------------------------------------------
+
+def _ibstat_parse(path: Path, host: str, ts_ns: int) -> Parsed:
+    """`ibstat` output: port state, physical state and rate of every CA's ports."""
+    from collectors.infiniband import parse_ibstat, to_point
+
+    res = parse_ibstat(path.read_text(errors="replace"), host)
+    if not res.cas:
+        why = f" ({res.rejected[0].reason})" if res.rejected else ""
+        raise ValueError(f"no \"CA '<name>'\" line: not ibstat output{why}")
+    if not res.ports and not res.rejected:
+        return Parsed(notes=[f"{res.cas} CA(s) and no port"])
+    points = [p for p in (to_point(r, host, ts_ns) for r in res.ports) if p.fields]
+    return Parsed(points, res.rejected)
+
+
+def _ibstat_build(host: str, cfg: Mapping[str, Any]) -> Collector:
+    from collectors.infiniband import IbstatCollector
+
+    return IbstatCollector(host=host, **dict(cfg))
+
+
+def _ibstat_detect() -> bool:
+    # Only where the sysfs tree cannot be read; SUPERSEDED prefers sysfs where both are.
+    return shutil.which("ibstat") is not None
+
+
+register(Source("ibstat", "InfiniBand port state and rate from the ibstat tool, for hosts "
+                          "where sysfs cannot be read", _ibstat_parse, _ibstat_detect,
+                _ibstat_build))
+
+
 # ---- kernel log (Xid) -------------------------------------------------------------------------
 
-def _kernel_parse(path: Path, host: str, ts_ns: int) -> list[Point]:
-    """Xid events of a dmesg, journalctl or syslog capture, coalesced; a GPU whose PCI bus id
-    the capture does not map to an index keeps the bus id as its label."""
+def _kernel_parse(path: Path, host: str, ts_ns: int) -> Parsed:
+    """Xid events of a dmesg, journalctl or syslog capture, coalesced. The capture carries no
+    bus map, so each GPU gets busmap.unmapped_index() of its PCI bus id (a note names it)."""
     from collectors.kernel_log import parse_kernel_log
+    from collectors.kernel_log.timestamps import Stamped, TimeContext, split_stamp
 
-    res = parse_kernel_log(path.read_text(errors="replace").splitlines(), host,
-                           boot_time=ts_ns / 1e9)
-    return [Point("xid", {"host": host, "gpu": str(e.gpu if e.gpu is not None else e.bus_id)},
-                  {"code": e.code}, int(e.ts * 1e9)) for e in res.events]
+    lines = path.read_text(errors="replace").splitlines()
+    res = parse_kernel_log(lines, host, boot_time=ts_ns / 1e9)
+    if not res.events and not res.rejected and not res.sxids:
+        ctx = TimeContext(boot_time=ts_ns / 1e9)
+        if not any(isinstance(split_stamp(x, ctx), Stamped) for x in lines):
+            raise ValueError(f"none of its {len(lines)} lines is a kernel-log line (no dmesg, "
+                             "dmesg -T, ISO, syslog or /dev/kmsg time stamp)")
+        res.notes.append(f"no Xid line among {len(lines)} kernel-log lines")
+    points = [Point("xid", {"host": host, "gpu": Entity.parse(e.key).unit}, {"code": e.code},
+                    int(e.ts * 1e9)) for e in res.events]
+    return Parsed(points, res.rejected, res.notes)
 
 
 def gpu_bus_map(binary: str = "nvidia-smi", timeout_s: float = 5.0) -> dict[str, int]:
@@ -190,7 +268,7 @@ register(Source("kernel-log", "Xid and SXid lines from /dev/kmsg, journalctl -k 
 
 # ---- NVML ----------------------------------------------------------------------------------
 
-def _nvml_parse(path: Path, host: str, ts_ns: int) -> list[Point]:
+def _nvml_parse(path: Path, host: str, ts_ns: int) -> Parsed:
     raise ValueError("NVML reads a live driver; capture nvidia-smi output and parse that instead")
 
 
@@ -215,8 +293,9 @@ register(Source("nvml", "NVML through nvidia-ml-py: every GPU metric, NVLink per
                 _nvml_parse, _nvml_detect, _nvml_build))
 
 
-# NVML reads everything nvidia-smi prints, without a process per round.
-SUPERSEDED = {"nvidia-smi": "nvml"}
+# NVML reads everything nvidia-smi prints, without a process per round; sysfs gives the IB
+# counters as well as what ibstat gives.
+SUPERSEDED = {"nvidia-smi": "nvml", "ibstat": "infiniband"}
 
 
 def detected() -> list[str]:

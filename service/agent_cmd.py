@@ -127,19 +127,45 @@ def _configure_parse(p: argparse.ArgumentParser) -> None:
 
 
 def _run_parse(args: argparse.Namespace) -> int:
-    source = registry.get(args.source)
+    """Points on stdout; per file on stderr, what was read, refused (and why) and noted. Exits
+    1 when some file could not be read or gave nothing but refusals."""
+    try:
+        source = registry.get(args.source)
+    except KeyError as exc:  # "unknown source 'foo' (known: ...)"
+        raise SystemExit(f"gpuhealth parse: {exc.args[0]}") from None
     ts_ns = time.time_ns()
     failed = 0
     for f in args.files:
         try:
-            points = source.parse(f, args.host, ts_ns)
-        except (ValueError, OSError) as exc:
-            print(f"{f}: {exc}", file=sys.stderr)
+            got = source.parse(f, args.host, ts_ns)
+        except OSError as exc:
+            print(f"{f}: cannot read: {exc.strerror or exc}", file=sys.stderr)
             failed += 1
             continue
-        for line in format_points(points):
+        except ValueError as exc:
+            print(f"{f}: nothing recognised as {args.source} output: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        for line in format_points(got.points):
             print(line)
+        for line in parse_report(f, got):
+            print(line, file=sys.stderr)
+        failed += not got.points and bool(got.rejected)
     return 1 if failed else 0
+
+
+MAX_REASONS = 20  # per file; a flood of one refusal is summed up by the count line
+
+
+def parse_report(path: Path, got: registry.Parsed) -> list[str]:
+    """What `parse` says on stderr about one file: counts, then each refusal and note."""
+    n, r = len(got.points), len(got.rejected)
+    out = [f"{path}: {n} point{'s' * (n != 1)} read, {r} refused"]
+    out += [f"{path}: refused: {x}" for x in got.rejected[:MAX_REASONS]]
+    if r > MAX_REASONS:
+        out.append(f"{path}: ... and {r - MAX_REASONS} more refused")
+    out += [f"{path}: note: {x}" for x in got.notes]
+    return out
 
 
 register("agent", _configure_agent, _run_agent,

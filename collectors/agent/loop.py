@@ -62,13 +62,20 @@ class Agent:
         ts_ns = self.wall_ns()
         for c in self.collectors:
             t0 = self.timer()
-            batch = c.collect()
+            try:
+                batch = c.collect()
+                lines = list(batch_to_lines(batch))
+                up, reason, samples = c.status.up, c.status.reason, batch.samples
+            except Exception as exc:  # a collector bug: the other sources' round still goes
+                log.exception("collector %s failed this round", c.name)
+                lines, up, samples = [], False, 0
+                reason = f"collector raised {type(exc).__name__}: {exc}"
             seconds = max(self.timer() - t0, 0.0)
-            if not c.status.up:
-                log.warning("collector %s is down: %s", c.name, c.status.reason)
-            out.extend(batch_to_lines(batch))
-            out.append(status_line(self.host, c.name, c.status.up, seconds, batch.samples,
-                                   c.status.reason or "down, no reason given", ts_ns))
+            if not up:
+                log.warning("collector %s is down: %s", c.name, reason)
+            out.extend(lines)
+            out.append(status_line(self.host, c.name, up, seconds, samples,
+                                   reason or "down, no reason given", ts_ns))
         return out
 
     def collect_round(self) -> int:

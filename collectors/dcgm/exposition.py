@@ -66,7 +66,11 @@ def parse_exposition(
             if name is None or not name.startswith(_PREFIX):
                 continue
             st.samples += 1
-            _one(points, st, fields, name, sample.labels, float(sample.value), host, ts_ns)
+            try:
+                value = float(sample.value)
+            except OverflowError:  # an integer of hundreds of digits: skipped as not finite
+                value = math.inf
+            _one(points, st, fields, name, sample.labels, value, host, ts_ns)
     return list(points.values())
 
 

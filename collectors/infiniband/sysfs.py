@@ -25,6 +25,10 @@ _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")  # "400 Gb/sec (4X NDR
 _COUNTER_DIRS = ("counters", "hw_counters")
 _Refuse = Callable[[Path, str], None]
 ACTIVE = 4  # IBA PortState: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE
+# IB counters are at most 64 bits; an integer field of line protocol ends at 2**63 - 1, and no
+# real counter gets there (port_xmit_data at 400 Gb/s takes some 5,800 years).
+COUNTER_MAX = 2**63 - 1
+_MAX_DIGITS = 12  # of a state, physical state or rate in Gb/s
 
 
 @dataclass(slots=True)
@@ -115,6 +119,8 @@ def _read_port(port_dir: Path, r: PortReading, rejected: list[Rejection],
         m = pattern.match(text)
         if m is None:
             refuse(path, f"cannot parse {text.strip()[:60]!r}")
+        elif len(m.group(1)) > _MAX_DIGITS:  # a float would turn it into inf
+            refuse(path, f"value {_short(m.group(1))} is out of range")
         elif name == "rate":
             rate = float(m.group(1))
             r.rate_gbps = int(rate) if rate.is_integer() else rate
@@ -135,7 +141,17 @@ def _read_port(port_dir: Path, r: PortReading, rejected: list[Rejection],
             if not (s.isascii() and s.isdigit()):
                 refuse(path, f"counter is not a non-negative integer: {s[:60]!r}")
                 continue
-            target[path.name] = int(s)
+            v = int(s) if len(s) <= 20 else None
+            if v is None or v > COUNTER_MAX:
+                refuse(path, f"counter {_short(s)} is out of range (above 2**63 - 1, which "
+                             "line protocol's integers end at)")
+                continue
+            target[path.name] = v
+
+
+def _short(digits: str) -> str:
+    shown = digits if len(digits) <= 24 else f"{digits[:12]}...{digits[-6:]}"
+    return f"{shown} ({len(digits)} digits)"
 
 
 def _read(path: Path, refuse: _Refuse) -> str | None:

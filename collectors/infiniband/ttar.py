@@ -10,6 +10,12 @@
 
 Paths must stay inside the destination: absolute paths, `..` and writes through a symlink that
 points outside are refused with ValueError, since the archive is data from elsewhere.
+
+An archive cut short (a copy or an upload that stopped) ends inside an entry: a file with fewer
+lines than its `Lines:` announces, or whose last line has no newline, or a `Path:` with nothing
+after it. Such an entry is never written (part of a counter file is a wrong number, not a
+smaller one); the entries before it are. The reason goes to `refused` when the caller gives
+one, else it is a ValueError.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ _NUL = b"NULLBYTE"
 _EOF = b"EOF"
 
 
-def unpack_ttar(text: str | bytes, dest_dir: Path) -> list[Path]:
+def unpack_ttar(text: str | bytes, dest_dir: Path,
+                refused: list[str] | None = None) -> list[Path]:
     """Write the archive's tree under dest_dir; returns the files and links written.
 
     Give bytes (or a str read with newline="") when files may hold binary data: universal
@@ -31,8 +38,18 @@ def unpack_ttar(text: str | bytes, dest_dir: Path) -> list[Path]:
     dest.mkdir(parents=True, exist_ok=True)
     data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
     lines = data.split(b"\n")
+    tail = lines.pop()  # what follows the last newline: nothing, in a whole archive
     written: list[Path] = []
     path: Path | None = None
+    name = ""
+
+    def cut(why: str) -> list[Path]:
+        reason = f"ttar archive cut short: {why}; the entry is not written"
+        if refused is None:
+            raise ValueError(reason)
+        refused.append(reason)
+        return written
+
     i = 0
     while i < len(lines):
         line = lines[i].decode("utf-8", "replace")
@@ -50,13 +67,15 @@ def unpack_ttar(text: str | bytes, dest_dir: Path) -> list[Path]:
             d.mkdir(parents=True, exist_ok=True)
             path = None
         elif key == "Path":
-            path = _inside(dest, value, i)
+            path, name = _inside(dest, value, i), value
         elif key == "Lines":
             if path is None:
                 raise ValueError(f"ttar line {i}: 'Lines' without a 'Path'")
             n = _count(value, i)
             if i + n > len(lines):
-                raise ValueError(f"ttar line {i}: {n} lines announced, the archive ends first")
+                part = " and part of one more" if tail else ""
+                return cut(f"{name!r} (line {i}) announces {n} lines, the archive holds "
+                           f"{len(lines) - i}{part}")
             body = lines[i : i + n]
             i += n
             _write(path, body)
@@ -75,6 +94,10 @@ def unpack_ttar(text: str | bytes, dest_dir: Path) -> list[Path]:
             _count(value, i, base=8)
         else:
             raise ValueError(f"ttar line {i}: unknown header {key!r}")
+    if path is not None:
+        return cut(f"it ends after 'Path: {name}', before the file's contents")
+    if tail:
+        return cut(f"it ends in a partial line {tail[:40].decode('utf-8', 'replace')!r}")
     return written
 
 

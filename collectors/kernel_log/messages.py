@@ -52,11 +52,25 @@ class SXidMessage:
     detail: str
 
 
+# Xid and SXid codes are small numbers (the catalog ends in the 100s); a longer one is a corrupt
+# line, and past 2**53 it would not even survive the trip through a float.
+MAX_CODE = 65535
+
+
+def _code(text: str, what: str) -> int | str:
+    if len(text) > 5 or int(text) > MAX_CODE:
+        return f"{what} code {text[:12]}{'...' if len(text) > 12 else ''} is out of range"
+    return int(text)
+
+
 def parse_xid(message: str) -> XidMessage | str:
     """The Xid in a message, or why it could not be read."""
     m = _XID.search(message)
     if m is None:
         return "Xid line in an unknown format"
+    code = _code(m["code"], "Xid")
+    if isinstance(code, str):
+        return code
     bus = normalize_bus_id(m["dev"])
     if bus is None:
         return f"unreadable PCI bus id {m['dev']!r}"
@@ -64,7 +78,7 @@ def parse_xid(message: str) -> XidMessage | str:
     name = m["name"]
     return XidMessage(
         bus_id=bus,
-        code=int(m["code"]),
+        code=code,
         pid=int(pid) if pid is not None and pid.isdigit() else None,
         process=None if name is None or name.strip() == "<unknown>" else name.strip(),
         detail=m["detail"].strip(),
@@ -75,6 +89,9 @@ def parse_sxid(message: str) -> SXidMessage | str:
     m = _SXID.search(message)
     if m is None:
         return "SXid line in an unknown format"
+    code = _code(m["code"], "SXid")
+    if isinstance(code, str):
+        return code
     bus = normalize_bus_id(m["dev"])
     if bus is None:
         return f"unreadable PCI bus id {m['dev']!r}"
@@ -82,7 +99,7 @@ def parse_sxid(message: str) -> SXidMessage | str:
     return SXidMessage(
         switch=m["switch"],
         bus_id=bus,
-        code=int(m["code"]),
+        code=code,
         fatal=None if sev is None else sev == "Fatal",
         detail=m["detail"].strip(),
     )

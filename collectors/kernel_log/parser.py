@@ -11,9 +11,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from datetime import UTC, tzinfo
 
-from collectors.catalog import Scope
 from collectors.frames import Entity, Rejection
-from collectors.kernel_log.busmap import BusMap
+from collectors.kernel_log.busmap import UNMAPPED_BASE, BusMap, How
 from collectors.kernel_log.coalesce import DEFAULT_WINDOW_S, Coalescer
 from collectors.kernel_log.messages import parse_sxid, parse_xid
 from collectors.kernel_log.records import ParseResult, SXidRecord, XidRecord
@@ -22,14 +21,6 @@ from collectors.kernel_log.timestamps import Stamped, TimeContext, split_stamp
 log = logging.getLogger(__name__)
 
 XID_METRIC = "xid"
-
-
-def gpu_key(host: str, gpu: int | None, bus_id: str) -> str:
-    """Entity key of the GPU; an unmapped GPU is labelled by its bus id ("n1:gpu0000:19:00"),
-    which keeps its events apart from the mapped GPUs instead of guessing an index."""
-    if gpu is not None:
-        return Entity.gpu(host, gpu).key
-    return Entity(Scope.GPU, host, bus_id).key
 
 
 class KernelLogParser:
@@ -76,16 +67,18 @@ class KernelLogParser:
         if isinstance(msg, str):
             out.rejected.append(Rejection(msg, line=self._line, metric=XID_METRIC))
             return
-        gpu = self._gpus.index(msg.bus_id)
-        if gpu is None and msg.bus_id not in self._warned:
+        # A bus id the map lacks is delivered all the same, most often it is the GPU that fell
+        # off the bus (BusMap.resolve says where it goes).
+        where = self._gpus.resolve(msg.bus_id)
+        if where.how is not How.MAPPED and msg.bus_id not in self._warned:
             self._warned.add(msg.bus_id)
-            note = (f"{self.host}: PCI {msg.bus_id} is not in the GPU map; its Xids are keyed "
-                    f"by bus id")
+            note = _unmapped_note(self.host, msg.bus_id, where.index, where.how)
             out.notes.append(note)
             log.warning(note)
+        gpu = None if where.how is How.UNMAPPED else where.index
         rec = XidRecord(ts=stamped.ts, bus_id=msg.bus_id, code=msg.code, gpu=gpu, pid=msg.pid,
                         process=msg.process, detail=msg.detail, line=self._line)
-        ev = self.coalescer.push(gpu_key(self.host, gpu, msg.bus_id), rec)
+        ev = self.coalescer.push(Entity.gpu(self.host, where.index).key, rec)
         if ev is not None:
             out.events.append(ev)
 
@@ -97,6 +90,14 @@ class KernelLogParser:
         out.sxids.append(SXidRecord(ts=stamped.ts, switch=msg.switch, bus_id=msg.bus_id,
                                     code=msg.code, fatal=msg.fatal, detail=msg.detail,
                                     line=self._line))
+
+
+def _unmapped_note(host: str, bus_id: str, index: int, how: How) -> str:
+    if how is How.REMEMBERED:
+        return (f"{host}: PCI {bus_id} has left the GPU map (fallen off the bus?); its Xids go "
+                f"to gpu{index}, the index it had")
+    return (f"{host}: PCI {bus_id} is not in the GPU map; its Xids go to gpu{index} "
+            f"({UNMAPPED_BASE} + its PCI address)")
 
 
 def parse_kernel_log(

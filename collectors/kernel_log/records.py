@@ -9,8 +9,8 @@ from collectors.frames import Rejection
 
 @dataclass(frozen=True, slots=True)
 class XidRecord:
-    """One `NVRM: Xid (PCI:...): code, ...` line. `gpu` is the nvidia-smi index, or None when
-    the caller's bus-id map does not know `bus_id`."""
+    """One `NVRM: Xid (PCI:...): code, ...` line. `gpu` is the nvidia-smi index (the one the bus
+    id had, for a GPU that has left the map), or None when no map ever knew `bus_id`."""
 
     ts: float
     bus_id: str
@@ -41,7 +41,7 @@ class XidEvent:
     """Repeats of one code on one GPU inside the coalescing window, as one event at the time of
     the first. `repeats` counts every line, the first included."""
 
-    key: str  # entity key, "n001:gpu3"; the bus id stands in for the index when unmapped
+    key: str  # entity key, "n001:gpu3"; busmap.unmapped_index() when no map knows the bus id
     ts: float
     code: int
     bus_id: str

@@ -1,6 +1,7 @@
 """Kernel-log line prefixes: find the time stamp, return it as epoch seconds plus the message.
 
-Four spellings reach us. `dmesg` prints `[  123.456789]` seconds since boot; `dmesg --time-format
+Five spellings reach us. `dmesg` prints `[  123.456789]` seconds since boot; `dmesg -T` (and
+`--time-format ctime`) prints the local time as `[Sun Feb 23 16:24:18 2025]`; `dmesg --time-format
 iso` and `journalctl -o short-iso` print ISO-8601; syslog files and `journalctl -o short` print
 `Mon DD HH:MM:SS host kernel:` with neither year nor zone; `/dev/kmsg` records are
 `priority,seq,usec,flags;message` with microseconds since boot. `dmesg --decode` adds a
@@ -9,6 +10,7 @@ iso` and `journalctl -o short-iso` print ISO-8601; syslog files and `journalctl 
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -17,6 +19,11 @@ from datetime import UTC, datetime, tzinfo
 _DECODE = re.compile(r"^[a-z]+\s*:[a-z]+\s*: ")
 _KMSG = re.compile(r"^(?P<pri>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
 _UPTIME = re.compile(r"^\[\s*(?P<sec>\d+\.\d+)\]\s?(?P<msg>.*)$")
+# dmesg -T: ctime(3) in brackets, the day of the month padded with a space.
+_CTIME = re.compile(
+    r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) "
+    r"(?P<hms>\d{2}:\d{2}:\d{2}) (?P<year>\d{4})\]\s?(?P<msg>.*)$"
+)
 _ISO = re.compile(
     r"^(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)"
     r"\s+(?P<msg>.*)$"
@@ -36,7 +43,7 @@ class TimeContext:
     """What the prefixes leave out. `boot_time` (epoch seconds) places uptime and kmsg stamps;
     syslog stamps take `year` when given, else the latest year that does not put the line more
     than a day after `now` (a December line read in January belongs to last year); `tz` is the
-    zone syslog and zone-less ISO stamps were written in."""
+    zone syslog, `dmesg -T` and zone-less ISO stamps were written in."""
 
     boot_time: float | None = None
     year: int | None = None
@@ -58,13 +65,22 @@ def split_stamp(line: str, ctx: TimeContext) -> Stamped | str | None:
     if m is not None:
         if ctx.boot_time is None:
             return "kmsg record needs the boot time"
-        return Stamped(ctx.boot_time + int(m["usec"]) / 1e6, m["msg"])
+        return _checked(ctx.boot_time + float(m["usec"]) / 1e6, m["msg"])
     text = _DECODE.sub("", text, count=1)
     m = _UPTIME.match(text)
     if m is not None:
         if ctx.boot_time is None:
             return "uptime stamp needs the boot time"
-        return Stamped(ctx.boot_time + float(m["sec"]), m["msg"])
+        return _checked(ctx.boot_time + float(m["sec"]), m["msg"])
+    m = _CTIME.match(text)
+    if m is not None and m["mon"] in _MONTHS:
+        hh, mm, ss = (int(x) for x in m["hms"].split(":"))
+        try:
+            when = datetime(int(m["year"]), _MONTHS[m["mon"]], int(m["day"]), hh, mm, ss,
+                            tzinfo=ctx.tz)
+        except ValueError:
+            return f"bad dmesg -T time {text[1:25]!r}"
+        return Stamped(when.timestamp(), m["msg"])
     m = _ISO.match(text)
     if m is not None:
         try:
@@ -78,6 +94,17 @@ def split_stamp(line: str, ctx: TimeContext) -> Stamped | str | None:
     if m is not None and m["mon"] in _MONTHS:
         return _syslog(m, ctx)
     return None
+
+
+# Seconds since boot past this are a corrupt line, not a machine up for 300 years; a float
+# would turn a 400-digit count into infinity.
+_MAX_UPTIME_S = 1e10
+
+
+def _checked(ts: float, message: str) -> Stamped | str:
+    if not math.isfinite(ts) or abs(ts) > _MAX_UPTIME_S * 2:
+        return "time stamp out of range (seconds since boot too large)"
+    return Stamped(ts, message)
 
 
 def _syslog(m: re.Match[str], ctx: TimeContext) -> Stamped | str:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from collectors.base import CollectorStatus
-from collectors.frames import Batch
+from collectors.frames import Batch, Rejection
 from collectors.lineprotocol import Point
 from collectors.nvidia_smi.csvparse import parse_query_csv
 from collectors.nvidia_smi.runner import Runner, run_process
@@ -73,19 +73,20 @@ class NvidiaSmiCollector:
     def collect(self) -> Batch:
         now = self._clock()
         ts_ns = int(now * 1e9)
+        points: list[Point] = []
+        rejected: list[Rejection] = []  # readings out of range, refused one by one
         try:
-            points: list[Point] = []
             xml_due = self._last_xml is None or now - self._last_xml >= self.xml_interval
             if xml_due:
-                points += parse_xml(self._run("-q", "-x"), self.host, ts_ns)
+                points += parse_xml(self._run("-q", "-x"), self.host, ts_ns, rejected)
             csv = self._run(f"--query-gpu={','.join(self.query_fields)}",
                             "--format=csv,noheader,nounits")
-            points += parse_query_csv(csv, self.query_fields, self.host, ts_ns)
+            points += parse_query_csv(csv, self.query_fields, self.host, ts_ns, rejected)
         except (SmiParseError, _RunFailed) as exc:
             return self._down(str(exc))
         if xml_due:
             self._last_xml = now  # only after success, so a failed slow read retries next tick
-        batch = self._mapper.to_batch(points)
+        batch = self._mapper.to_batch(points, rejected)
         self.status = CollectorStatus(up=True)
         return batch
 

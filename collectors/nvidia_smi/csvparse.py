@@ -4,6 +4,10 @@ Fields map onto the catalog through Metric.smi_query, plus the other names drive
 the same reading (driver 535 renamed clocks_throttle_reasons.* to clocks_event_reasons.*, and
 newer drivers split power.draw into .average and .instant). A row's GPU is its `index` column
 when queried, else its position (nvidia-smi prints GPUs in index order).
+
+A capture of any width reads: nvidia_gpu_exporter asks for some 230 fields; the ones the catalog
+tracks are read and the rest ignored. Without a header a capture's columns cannot be named, so
+`parse_query_csv_with_header` refuses it, saying so.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ import re
 from collections.abc import Mapping, Sequence
 
 from collectors.catalog import CATALOG, Scope
+from collectors.frames import Rejection
 from collectors.lineprotocol import FieldValue, Point
-from collectors.nvidia_smi.values import SmiParseError, gpu_point, value
+from collectors.nvidia_smi.values import Refused, SmiParseError, gpu_point, reading, refuser
 
 _UNIT = re.compile(r"\s*\[[^\]]*\]$")  # the " [W]" a header carries without nounits
 
@@ -40,20 +45,66 @@ def _fields() -> dict[str, str]:
 QUERY_FIELDS: Mapping[str, str] = _fields()  # --query-gpu field -> catalog metric
 
 
-def parse_query_csv(text: str, fields: Sequence[str], host: str, ts_ns: int) -> list[Point]:
+def parse_query_csv(text: str, fields: Sequence[str], host: str, ts_ns: int,
+                    rejected: list[Rejection] | None = None) -> list[Point]:
     """`fields` is the --query-gpu list in the order it was asked for. A header line, if
-    present, must name the same fields; every row must have one cell per field."""
+    present, must name the same fields; every row must have one cell per field. Readings out
+    of range are refused into `rejected` (when given) and left out."""
     wanted = [f.strip() for f in fields]
+    rows = _rows(text)
+    if is_header(rows[0]):
+        head = [_UNIT.sub("", c.strip()) for c in rows[0]]
+        if head != wanted:
+            raise SmiParseError(f"--query-gpu header does not match the fields asked for: "
+                                f"{_difference(head, wanted)}")
+        rows = rows[1:]
+    return _points(rows, wanted, host, ts_ns, rejected)
+
+
+def parse_query_csv_with_header(text: str, host: str, ts_ns: int,
+                                rejected: list[Rejection] | None = None) -> list[Point]:
+    """A captured `--format=csv` output whose header names the fields (any number of them, in
+    any order): the fields the catalog tracks are read, the rest ignored."""
+    rows = _rows(text)
+    if not is_header(rows[0]):
+        first = ", ".join(c.strip() for c in rows[0])
+        raise SmiParseError(
+            "nvidia-smi --query-gpu CSV has no header line, so its columns cannot be named: "
+            "capture it with --format=csv (not noheader), whose first line names the fields "
+            f"(e.g. 'index, temperature.gpu, power.draw [W]'); its first line is {first[:120]!r}")
+    head = [_UNIT.sub("", c.strip()) for c in rows[0]]
+    return _points(rows[1:], head, host, ts_ns, rejected)
+
+
+# A field name as nvidia-smi's header prints it: "power.draw [W]", "clocks_event_reasons.active".
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+def is_header(row: Sequence[str]) -> bool:
+    """Whether a CSV row names fields: every cell a field name (units aside) and at least one
+    that only a field name looks like. A data row always has a value no name looks like
+    ("45", "NVIDIA H100", "00000000:19:00.0")."""
+    names = [_UNIT.sub("", c.strip()) for c in row]
+    return bool(names) and all(_NAME.match(n) for n in names) and any(
+        n in QUERY_FIELDS or n == "index" or "." in n or "_" in n for n in names)
+
+
+def _rows(text: str) -> list[list[str]]:
     rows = [r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if r]
     if not rows:
         raise SmiParseError("nvidia-smi --query-gpu printed no rows")
-    head = [_UNIT.sub("", c.strip()) for c in rows[0]]
-    # Without a header the first cell is a value, which never spells a field name.
-    if head and head[0] == wanted[0]:
-        if head != wanted:
-            raise SmiParseError(f"--query-gpu header {head} does not match the fields asked "
-                                f"for {wanted}")
-        rows = rows[1:]
+    return rows
+
+
+def _difference(head: list[str], wanted: list[str]) -> str:
+    if len(head) != len(wanted):
+        return f"the header has {len(head)} fields, {len(wanted)} were asked for"
+    i = next(i for i, (a, b) in enumerate(zip(head, wanted, strict=True)) if a != b)
+    return f"field {i + 1} is {head[i]!r} where {wanted[i]!r} was asked for"
+
+
+def _points(rows: list[list[str]], wanted: list[str], host: str, ts_ns: int,
+            rejected: list[Rejection] | None) -> list[Point]:
     index_col = wanted.index("index") if "index" in wanted else None
     points = []
     for n, row in enumerate(rows):
@@ -63,16 +114,22 @@ def parse_query_csv(text: str, fields: Sequence[str], host: str, ts_ns: int) -> 
         gpu = n
         if index_col is not None:
             idx = row[index_col].strip()
-            if not idx.isdigit():
-                raise SmiParseError(f"--query-gpu row {n + 1}: index {idx!r} is not a number")
+            if not (idx.isascii() and idx.isdigit()) or len(idx) > 6:
+                raise SmiParseError(f"--query-gpu row {n + 1}: index {idx[:40]!r} is not a "
+                                    "GPU index")
             gpu = int(idx)
+        refuse = refuser(rejected, host, gpu)
         out: dict[str, FieldValue] = {}
         for field, cell in zip(wanted, row, strict=True):
             metric = QUERY_FIELDS.get(field)
-            v = None if metric is None else value(cell)
-            if metric is not None and v is not None and metric not in out:
+            if metric is None or metric in out:
+                continue
+            v = reading(cell)
+            if isinstance(v, Refused):
+                if refuse is not None:
+                    refuse(metric, f"{field}: {v}")
+            elif v is not None:
                 out[metric] = v
         if out:
             points.append(gpu_point(host, gpu, out, ts_ns))
     return points
-

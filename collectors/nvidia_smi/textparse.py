@@ -5,15 +5,22 @@ reading. Each GPU block starts with a "GPU 00000000:07:00.0" header at column 0;
 numbered in the order they appear, which is nvidia-smi's own index order. A reading is found by
 its section path and key, case-insensitively; each metric lists the spellings of the drivers
 we have seen, newest first, and the first readable one wins.
+
+A GPU in MIG mode prints "MIG Mode > Current : Enabled" and one "MIG Device" section per
+instance; the readings under those sections are the instance's (its own FB memory, SRAM ECC)
+and never stand in for the GPU's. The point carries the same `mig` and `mig_instances` tags as
+the XML parser gives (collectors.nvidia_smi.xmlparse.mig_tags).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+from collectors.frames import Rejection
 from collectors.lineprotocol import Point
-from collectors.nvidia_smi.values import SmiParseError, first_readable, gpu_point
+from collectors.nvidia_smi.values import SmiParseError, first_readable, gpu_point, refuser
 
 Path = tuple[str, ...]
 
@@ -63,37 +70,61 @@ TEXT_PATHS: Mapping[str, tuple[Path, ...]] = {
 }
 
 
-def parse_text(text: str, host: str, ts_ns: int) -> list[Point]:
-    """One `gpu` point per GPU block that has any readable catalog metric."""
+def parse_text(text: str, host: str, ts_ns: int,
+               rejected: list[Rejection] | None = None) -> list[Point]:
+    """One `gpu` point per GPU block that has any readable catalog metric; readings out of
+    range are refused into `rejected` (when given)."""
     blocks = _blocks(text)
     if not blocks:
         raise SmiParseError("no 'GPU <bus id>' block in nvidia-smi -q output")
     points = []
-    for index, readings in enumerate(blocks):
-        fields = first_readable(TEXT_PATHS, readings.get)
+    for index, block in enumerate(blocks):
+        fields = first_readable(TEXT_PATHS, block.readings.get,
+                                refuser(rejected, host, index))
         if fields:
-            points.append(gpu_point(host, index, fields, ts_ns))
+            p = gpu_point(host, index, fields, ts_ns)
+            p.tags.update(block.mig_tags())
+            points.append(p)
     return points
 
 
-def _blocks(text: str) -> list[dict[Path, str]]:
-    """Per GPU block, every reading keyed by (section, ..., key), lower case."""
-    blocks: list[dict[Path, str]] = []
-    readings: dict[Path, str] | None = None
+_MIG_DEVICE = "mig device"
+
+
+@dataclass(slots=True)
+class _Block:
+    """One GPU's readings keyed by (section, ..., key), lower case; and the GPU instance id of
+    each of its MIG devices, in print order (the sections repeat, so they are kept apart)."""
+
+    readings: dict[Path, str] = field(default_factory=dict)
+    mig_instances: list[str] = field(default_factory=list)
+
+    def mig_tags(self) -> dict[str, str]:
+        if self.readings.get(("mig mode", "current"), "").lower() != "enabled":
+            return {}
+        tags = {"mig": "enabled"}
+        if self.mig_instances:
+            tags["mig_instances"] = ",".join(self.mig_instances)
+        return tags
+
+
+def _blocks(text: str) -> list[_Block]:
+    blocks: list[_Block] = []
+    block: _Block | None = None
     sections: list[tuple[int, str]] = []  # (indent, name) of the open sections
     for line in text.splitlines():
         if not line.strip():
             continue
         if _GPU_HEADER.match(line):
-            readings = {}
-            blocks.append(readings)
+            block = _Block()
+            blocks.append(block)
             sections = []
             continue
-        if readings is None:
+        if block is None:
             continue  # the log header before the first GPU (timestamp, driver version)
         indent = len(line) - len(line.lstrip())
         if indent == 0:
-            readings = None  # a column-0 line that is not a GPU header ends the GPU blocks
+            block = None  # a column-0 line that is not a GPU header ends the GPU blocks
             continue
         while sections and sections[-1][0] >= indent:
             sections.pop()
@@ -103,5 +134,7 @@ def _blocks(text: str) -> list[dict[Path, str]]:
             sections.append((indent, name))
             continue
         path = (*(s for _, s in sections), name)
-        readings.setdefault(path, raw.strip())
+        if path == (_MIG_DEVICE, "gpu instance id") and raw.strip():
+            block.mig_instances.append(raw.strip())
+        block.readings.setdefault(path, raw.strip())
     return blocks

@@ -12,8 +12,9 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 
 from collectors.catalog import CATALOG, Scope
+from collectors.frames import Rejection
 from collectors.lineprotocol import FieldValue, Point
-from collectors.nvidia_smi.values import SmiParseError, first_readable, gpu_point
+from collectors.nvidia_smi.values import Refuse, SmiParseError, first_readable, gpu_point, refuser
 
 _THROTTLE_OLD = ("clocks_event_reasons/clocks_event_reason_",
                  "clocks_throttle_reasons/clocks_throttle_reason_")
@@ -48,8 +49,10 @@ def _paths() -> dict[str, tuple[str, ...]]:
 XML_PATHS: Mapping[str, tuple[str, ...]] = _paths()
 
 
-def parse_xml(text: str | bytes, host: str, ts_ns: int) -> list[Point]:
-    """One `gpu` point per <gpu> element. A MIG-enabled GPU is one physical GPU here: its
+def parse_xml(text: str | bytes, host: str, ts_ns: int,
+              rejected: list[Rejection] | None = None) -> list[Point]:
+    """One `gpu` point per <gpu> element; readings out of range are refused into `rejected`
+    (when given). A MIG-enabled GPU is one physical GPU here: its
     <mig_devices> are not descended into, so the readings are the physical GPU's; the point
     carries the instances as tags instead (`mig_tags`)."""
     data = text.encode() if isinstance(text, str) else text
@@ -64,7 +67,7 @@ def parse_xml(text: str | bytes, host: str, ts_ns: int) -> list[Point]:
         raise SmiParseError("nvidia-smi XML holds no <gpu> element")
     points = []
     for index, gpu in enumerate(gpus):
-        fields = gpu_fields(gpu)
+        fields = gpu_fields(gpu, refuser(rejected, host, index))
         if fields:
             p = gpu_point(host, index, fields, ts_ns)
             p.tags.update(mig_tags(gpu))
@@ -86,7 +89,7 @@ def mig_tags(gpu: ET.Element) -> dict[str, str]:
     return tags
 
 
-def gpu_fields(gpu: ET.Element) -> dict[str, FieldValue]:
+def gpu_fields(gpu: ET.Element, refuse: Refuse | None = None) -> dict[str, FieldValue]:
     # remapped_rows is the text "N/A" (no children) on GPUs without a row remapper, so its
     # child paths find nothing and the fields stay out.
-    return first_readable(XML_PATHS, gpu.findtext)
+    return first_readable(XML_PATHS, gpu.findtext, refuse)

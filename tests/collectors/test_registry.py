@@ -155,3 +155,116 @@ def test_kernel_log_xids_land_on_the_gpu_index_nvidia_smi_gives(tmp_path: Path) 
     assert collector.status.up, collector.status.reason
     assert set(batch.events.keys) == {Entity.gpu("n4", 1).key}
     assert {48, 63, 94} <= {int(v) for v in batch.events.values}
+
+
+def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str], str]:
+    rc = main(["parse", *args])
+    out = capsys.readouterr()
+    return rc, out.out.splitlines(), out.err
+
+
+def _bundle_section(tmp_path: Path, gpu: str, command: str) -> Path:
+    from tests.collectors.nvidia_smi.fixtures import TEXT_DIR, bundle_sections
+
+    [bundle] = TEXT_DIR.glob(f"nvidia_gpu_exporter-capture-*__{gpu}__*.txt")
+    body = next(b for cmd, b in bundle_sections(bundle) if cmd.startswith(command))
+    out = tmp_path / f"{gpu}-{command.split()[1].split('=')[0].lstrip('-')}.txt"
+    out.write_text(body)
+    return out
+
+
+@NEEDS
+@pytest.mark.parametrize("gpu", ["nvidia-h100-80gb-hbm3", "nvidia-l40s",
+                                 "nvidia-geforce-rtx-2080-super"])
+def test_parse_reads_the_wide_query_gpu_csv(tmp_path: Path, gpu: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    csv = _bundle_section(tmp_path, gpu, "nvidia-smi --query-gpu=")
+    assert len(csv.read_text().splitlines()[0]) > 400
+    rc, lines, err = _run(["nvidia-smi", str(csv), "--host", "n2"], capsys)
+    assert rc == 0, err
+    [line] = lines
+    assert line.startswith("gpu,gpu=0,host=n2 ") and "gpu_temp=" in line and "sm_clock=" in line
+    assert f"{csv}: 1 point read, 0 refused" in err
+
+
+def test_parse_of_a_headerless_csv_says_what_it_needs(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    csv = tmp_path / "noheader.csv"
+    csv.write_text("0, 41, 50, 88.5, 1410, 97\n")
+    rc, lines, err = _run(["nvidia-smi", str(csv)], capsys)
+    assert (rc, lines) == (1, [])
+    assert "no header line" in err and "--format=csv (not noheader)" in err
+
+
+def test_parse_reports_refused_readings_and_exits_1_on_refusals_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    big = "9" * 400
+    csv = tmp_path / "big.csv"
+    csv.write_text(f"index, temperature.gpu, power.draw [W]\n0, {big}, 30.5\n1, 40, {big}\n")
+    rc, lines, err = _run(["nvidia-smi", str(csv)], capsys)
+    assert rc == 0 and len(lines) == 2 and "inf" not in "".join(lines)
+    assert f"{csv}: 2 points read, 2 refused" in err
+    assert "temperature.gpu: reading '999999999999...99999999' (400 digits) is out of range " \
+           "(node:gpu0, gpu_temp)" in err
+    csv.write_text(f"index, temperature.gpu\n0, {big}\n")
+    rc, lines, err = _run(["nvidia-smi", str(csv)], capsys)
+    assert (rc, lines) == (1, []) and "0 points read, 1 refused" in err
+
+
+@NEEDS
+def test_parse_nvlink_without_nvlink_or_with_all_links_inactive(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    l40s = _bundle_section(tmp_path, "nvidia-l40s", "nvidia-smi nvlink -s")
+    rc, lines, err = _run(["nvidia-smi", str(l40s)], capsys)
+    assert (rc, lines) == (0, []) and "note: GPU 0 has no NVLink" in err
+    rtx = _bundle_section(tmp_path, "nvidia-geforce-rtx-2080-super", "nvidia-smi nvlink -s")
+    rc, lines, err = _run(["nvidia-smi", str(rtx)], capsys)
+    assert rc == 0 and [x.rsplit(" ", 1)[0] for x in lines] == [
+        "nvlink,gpu=0,host=node,link=0 nvlink_state=0.0"]
+    bad = FIXTURES / "nvidia-smi-text" / "azurehpc-bad_nvlink_status-a100.txt"
+    rc, lines, err = _run(["nvidia-smi", str(bad)], capsys)
+    assert rc == 0 and len(lines) == 12 and all("nvlink_state=0.0" in x for x in lines)
+
+
+def test_parse_kernel_log_of_unreadable_input_exits_1(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    junk = tmp_path / "junk.log"
+    junk.write_bytes(b"\x00\x01 binary\nnot a kernel log at all\n")
+    rc, lines, err = _run(["kernel-log", str(junk)], capsys)
+    assert (rc, lines) == (1, [])
+    assert "nothing recognised as kernel-log output" in err and "time stamp" in err
+    quiet = tmp_path / "quiet.log"  # a healthy log: read, and nothing to report
+    quiet.write_text("[Sun Feb  2 16:24:10 2025] usb 1-1: new high-speed USB device\n")
+    rc, lines, err = _run(["kernel-log", str(quiet)], capsys)
+    assert (rc, lines) == (0, []) and "note: no Xid line among 1 kernel-log lines" in err
+
+
+def test_parse_kernel_log_reads_dmesg_T(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "dmesg-T.log"
+    log.write_text("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:38:00): 79, pid=1, name=x, "
+                   "GPU has fallen off the bus.\n"
+                   "[Sun Feb 23 16:24:19 2025] NVRM: Xid (PCI:0000:38:00): " + "9" * 400
+                   + ", junk\n")
+    rc, lines, err = _run(["kernel-log", str(log), "--host", "n3"], capsys)
+    assert rc == 0
+    assert lines == ["xid,gpu=1014336,host=n3 code=79i 1740327858000000000"]
+    assert f"{log}: 1 point read, 1 refused" in err and "Xid code" in err
+
+
+def test_parse_dcgm_page_with_a_value_too_large_for_a_float(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    page = tmp_path / "metrics.txt"
+    page.write_text('DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-a"} ' + "9" * 400 + "\n"
+                    'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-a"} 300.5\n')
+    rc, lines, err = _run(["dcgm-exporter", str(page)], capsys)
+    assert rc == 0 and len(lines) == 1 and "power_draw=300.5" in lines[0]
+    assert "gpu_temp" not in lines[0] and "1 sample(s) skipped: value is not finite" in err
+    page.write_text("# HELP up Whether the target is up\nup 1\n")
+    rc, lines, err = _run(["dcgm-exporter", str(page)], capsys)
+    assert (rc, lines) == (1, []) and "no DCGM_FI_* sample" in err
+
+
+def test_parse_of_an_unknown_source_names_the_known_ones(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"unknown source 'foo' \(known: .*ibstat.*\)"):
+        main(["parse", "foo", str(tmp_path / "x")])

@@ -107,3 +107,27 @@ def test_rate_spellings(tmp_path: Path, text: str, rate: float) -> None:
     (port / "state").write_text("1: DOWN\n")
     [p] = read_sysfs(tmp_path, "h", TS)
     assert p.fields == {"ib_rate": rate, "ib_state": 1}
+
+
+def test_numbers_too_large_for_a_float_are_refused_file_by_file(tmp_path: Path) -> None:
+    from collectors.schema import batch_to_lines
+
+    port = tmp_path / "mlx5_0" / "ports" / "1"
+    (port / "counters").mkdir(parents=True)
+    (port / "state").write_text("4: ACTIVE\n")
+    (port / "rate").write_text("9" * 400 + " Gb/sec (4X NDR)\n")
+    (port / "counters" / "symbol_error").write_text("9" * 400 + "\n")
+    (port / "counters" / "link_downed").write_text(f"{2**63}\n")  # past line protocol's ints
+    (port / "counters" / "port_rcv_errors").write_text(f"{2**63 - 1}\n")
+    rejected: list[Rejection] = []
+    [p] = read_sysfs(tmp_path, "n1", TS, rejected)
+    assert p.fields == {"ib_state": 4, "ib_port_rcv_errors": 2**63 - 1}
+    assert [(r.metric, r.reason.split(": ", 1)[1]) for r in rejected] == [
+        ("rate", "value 999999999999...999999 (400 digits) is out of range"),
+        ("link_downed", "counter 9223372036854775808 (19 digits) is out of range (above "
+                        "2**63 - 1, which line protocol's integers end at)"),
+        ("symbol_error", "counter 999999999999...999999 (400 digits) is out of range (above "
+                         "2**63 - 1, which line protocol's integers end at)"),
+    ]
+    batch = SchemaMapper().to_batch([p], rejected)  # no OverflowError on the way to a batch
+    assert len(list(batch_to_lines(batch))) == 1

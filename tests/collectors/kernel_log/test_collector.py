@@ -125,8 +125,10 @@ def test_unmapped_gpu_is_reported_in_status(tmp_path: Path) -> None:
     c.collect()
     append(log, lines(ISO_48_63_94)[10:11])
     b = c.collect()
-    assert b.events.keys == ["n9:gpu0000:19:00"]
+    # Delivered on an entity ingest accepts: 1000000 + the PCI address 0x1900.
+    assert b.events.keys == ["n9:gpu1006400"]
     assert c.status.up and "not in the GPU map" in c.status.reason
+    assert "gpu1006400" in c.status.reason
 
 
 def test_garbage_appended_is_rejected_not_fatal(tmp_path: Path) -> None:
@@ -277,7 +279,8 @@ def test_refresh_of_an_unmappable_bus_is_rate_limited(tmp_path: Path) -> None:
                            boot_time=0.0, clock=clock)
     assert codes(c) == []
     append(log, src[10:13])
-    assert {k for k, *_ in codes(c)} == {"n001:gpu0000:19:00"}  # keyed by bus id, not guessed
+    # Never mapped: its own index (1000000 + PCI 0x1900), not a guessed real one.
+    assert {k for k, *_ in codes(c)} == {"n001:gpu1006400"}
     assert fetch.calls == 1
     clock.now += 30
     append(log, src[10:11])

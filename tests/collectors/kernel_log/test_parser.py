@@ -55,10 +55,11 @@ def test_iso_dmesg_pid_and_process() -> None:
 
 
 def test_decoded_dmesg_13_43_unmapped_gpu() -> None:
-    r = parse_kernel_log(lines(DECODE_13_43), "n002")  # no GPU map: keyed by bus id
+    r = parse_kernel_log(lines(DECODE_13_43), "n002")  # no GPU map
     assert r.lines == 636 and r.ignored == 0 and not r.rejected
-    assert r.notes == ["n002: PCI 0000:38:00 is not in the GPU map; its Xids are keyed by bus id"]
-    assert {e.key for e in r.events} == {"n002:gpu0000:38:00"}
+    assert r.notes == ["n002: PCI 0000:38:00 is not in the GPU map; its Xids go to gpu1014336 "
+                       "(1000000 + its PCI address)"]
+    assert {e.key for e in r.events} == {"n002:gpu1014336"}
     assert all(e.gpu is None and not e.mapped for e in r.events)
     by_code = {13: 0, 43: 0}
     for e in r.events:
@@ -124,17 +125,22 @@ def _rewritten(fmt: str) -> list[str]:
             out.append(f"{when:%b} {when.day:2d} {when:%H:%M:%S} gpu-node-7 kernel: {msg}")
         elif fmt == "journal-iso":
             out.append(f"{when:%Y-%m-%dT%H:%M:%S%z} gpu-node-7 kernel: {msg}")
+        elif fmt in ("ctime", "decode-ctime"):  # dmesg -T, dmesg --decode -T
+            prefix = "kern  :warn  : " if fmt == "decode-ctime" else ""
+            out.append(f"{prefix}[{when:%a %b} {when.day:2d} {when:%H:%M:%S %Y}] {msg}")
     return out
 
 
-@pytest.mark.parametrize("fmt", ["uptime", "decode-uptime", "kmsg", "syslog", "journal-iso"])
+@pytest.mark.parametrize("fmt", ["uptime", "decode-uptime", "kmsg", "syslog", "journal-iso",
+                                 "ctime", "decode-ctime"])
 def test_every_timestamp_format(fmt: str) -> None:
     src = _rewritten(fmt)
     r = parse_kernel_log(src, "n001", gpu_index=GPU_MAP, boot_time=BOOT,
                          now=ts("2024-12-01T00:00:00+00:00"))
     assert not r.rejected and r.ignored == 0
     assert [(e.code, e.repeats) for e in r.events] == [(48, 1), (63, 1), (94, 9)]
-    tol = 1.0 if fmt in ("syslog", "journal-iso") else 1e-5  # those print whole seconds
+    whole_seconds = ("syslog", "journal-iso", "ctime", "decode-ctime")
+    tol = 1.0 if fmt in whole_seconds else 1e-5
     assert r.events[0].ts == pytest.approx(T48, abs=tol)
     assert r.events[2].key == "n001:gpu3"
 
@@ -211,3 +217,45 @@ def test_bad_gpu_map_is_a_configuration_error() -> None:
 def test_iso_without_zone_uses_the_given_zone() -> None:
     s = split_stamp("2024-11-15T12:02:03 NVRM: m", TimeContext(tz=UTC))
     assert isinstance(s, Stamped) and s.ts == ts("2024-11-15T12:02:03+00:00")
+
+
+# dmesg -T of a GPU falling off the bus, in the shape real hosts print it (our own lines): the
+# day of the month is space-padded, the time is local (here the zone given).
+DMESG_T = """\
+[Sun Feb  2 16:24:10 2025] nvidia-nvswitch0: probe of 0000:05:00.0 done
+[Sun Feb  2 16:24:18 2025] NVRM: Xid (PCI:0000:38:00): 79, pid=4412, name=python3, GPU has \
+fallen off the bus.
+[Sun Feb  2 16:24:18 2025] NVRM: GPU 0000:38:00.0: GPU has fallen off the bus.
+[Sun Feb  2 16:24:19 2025] NVRM: Xid (PCI:0000:38:00): 79, pid=4412, name=python3, GPU has \
+fallen off the bus.
+""".splitlines()
+
+
+def test_dmesg_T_human_time_stamps() -> None:
+    from datetime import timedelta, timezone
+
+    pst = timezone(timedelta(hours=-8))
+    r = parse_kernel_log(DMESG_T, "n4", gpu_index={"00000000:38:00.0": 6}, tz=pst)
+    assert not r.rejected and r.ignored == 2
+    [e] = r.events
+    assert (e.key, e.code, e.repeats, e.pid, e.process) == ("n4:gpu6", 79, 2, 4412, "python3")
+    assert e.ts == ts("2025-02-02T16:24:18-08:00")
+    bad = split_stamp("[Sun Feb 30 16:24:18 2025] NVRM: Xid (PCI:0000:38:00): 79, x",
+                      TimeContext())
+    assert bad == "bad dmesg -T time 'Sun Feb 30 16:24:18 2025'"
+
+
+def test_numbers_too_large_for_a_float_are_rejected_not_raised() -> None:
+    huge = "9" * 400
+    src = [
+        f"2024-11-15T12:02:03+00:00 NVRM: Xid (PCI:0000:19:00): {huge}, junk",
+        f"[{huge}.5] NVRM: Xid (PCI:0000:19:00): 48, uptime past any boot",
+        f"4,1,{huge},-;NVRM: Xid (PCI:0000:19:00): 48, kmsg past any boot",
+        f"2024-11-15T12:02:03+00:00 nvidia-nvswitch1: SXid (PCI:0000:05:00.0): {huge}, Fatal",
+        *lines(ISO_48_63_94)[10:11],
+    ]
+    r = parse_kernel_log(src, "n1", gpu_index=GPU_MAP, boot_time=BOOT)
+    assert [e.code for e in r.events] == [48] and r.sxids == []
+    assert [x.line for x in r.rejected] == [1, 2, 3, 4]
+    assert "Xid code 999999999999... is out of range" in r.rejected[0].reason
+    assert "out of range" in r.rejected[1].reason and "out of range" in r.rejected[2].reason

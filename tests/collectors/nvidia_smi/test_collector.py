@@ -179,3 +179,17 @@ def test_missing_binary(tmp_path: Path) -> None:
 def test_bad_configuration_raises() -> None:
     with pytest.raises(ValueError):
         NvidiaSmiCollector(timeout=0)
+
+
+def test_a_reading_too_large_for_a_float_is_a_rejection_not_a_crash() -> None:
+    from collectors.schema import batch_to_lines
+
+    runner = FakeRunner(need(A100_XML).read_text(), CSV.replace("80.50", "9" * 400))
+    c = NvidiaSmiCollector(host="n1", runner=runner, clock=FakeClock())
+    batch = c.collect()
+    assert c.status.up
+    # The CSV's power is refused; the XML read in the same round still gives one.
+    assert _cell(batch, "power_draw") == 67.03 and _cell(batch, "gpu_temp") == 30.0
+    [r] = batch.rejected
+    assert (r.entity, r.metric) == ("n1:gpu0", "power_draw") and "out of range" in r.reason
+    assert all("inf" not in line for line in batch_to_lines(batch))

@@ -4,7 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from collectors.nvidia_smi import DEFAULT_QUERY_FIELDS, SmiParseError, parse_query_csv
+from collectors.frames import Rejection
+from collectors.nvidia_smi import (
+    DEFAULT_QUERY_FIELDS,
+    SmiParseError,
+    parse_query_csv,
+    parse_query_csv_with_header,
+)
 from collectors.schema import SchemaMapper
 from tests.collectors.nvidia_smi.fixtures import TEXT_DIR, bundle_sections, files, is_bundle, need
 
@@ -80,3 +86,77 @@ def test_header_with_units() -> None:
 def test_bad_csv(text: str, match: str) -> None:
     with pytest.raises(SmiParseError, match=match):
         parse_query_csv(text, ["index", "temperature.gpu", "power.draw"], "n1", TS)
+
+
+# A wide capture in the shape nvidia_gpu_exporter asks for (our own text, few of its ~230
+# fields): the header, with units, runs far past any fixed prefix a reader might look at.
+_WIDE_FIELDS = ["timestamp", "driver_version", "name", "pci.bus_id", "index"] + [
+    f"clocks_event_reasons_counters.unused_{i}" for i in range(60)] + [
+    "temperature.gpu", "temperature.memory", "power.draw", "power.draw.instant",
+    "clocks.current.sm", "utilization.gpu", "ecc.errors.uncorrected.volatile.total",
+    "clocks_event_reasons.sw_power_cap", "fabric.health.summary", "hostname"]
+_UNITS = {"power.draw": " [W]", "power.draw.instant": " [W]", "clocks.current.sm": " [MHz]",
+          "utilization.gpu": " [%]"}
+
+
+def _wide(gpu_temp: str = "41") -> str:
+    head = ", ".join(f + _UNITS.get(f, "") for f in _WIDE_FIELDS)
+    rows = []
+    for g in (0, 1):
+        cells = ["2026/01/05 10:00:00.000", "570.86.15", "NVIDIA H100 80GB HBM3",
+                 f"00000000:{0x19 + g:02X}:00.0", str(g)] + ["0"] * 60 + [
+            gpu_temp, "[N/A]", "301.12 W", "300.50 W", "1980 MHz", "97 %", "0",
+            "Not Active", "[N/A]", "node7"]
+        rows.append(", ".join(cells))
+    return head + "\n" + "\n".join(rows) + "\n"
+
+
+def test_wide_capture_is_read_by_its_header_and_the_rest_ignored() -> None:
+    text = _wide()
+    assert len(text.splitlines()[0]) > 2000
+    points = parse_query_csv_with_header(text, "n1", TS)
+    assert [p.tags["gpu"] for p in points] == ["0", "1"]
+    assert points[1].fields == {"gpu_temp": 41.0, "power_draw": 301.12, "sm_clock": 1980.0,
+                                "gpu_util": 97.0, "ecc_dbe_volatile": 0.0,
+                                "throttle_power": 0.0}
+    # The collector's own narrow query, with the fields it asked for, still checks the header.
+    assert parse_query_csv(text, [f.strip() for f in _WIDE_FIELDS], "n1", TS) == points
+
+
+@pytest.mark.parametrize("path", files(TEXT_DIR, is_bundle))
+def test_every_bundle_query_gpu_csv_is_read_by_its_header_alone(path: Path) -> None:
+    for fields, body in _queries(path):
+        assert len(body.splitlines()[0]) > 400 and len(fields) > 200
+        assert parse_query_csv_with_header(body, "n1", TS) == parse_query_csv(
+            body, fields, "n1", TS)
+
+
+def test_headerless_capture_says_it_has_no_header() -> None:
+    text = "0, 45, 60, 250.12\n1, 44, 61, 249.00\n"
+    with pytest.raises(SmiParseError, match=r"has no header line.*--format=csv \(not noheader\)"
+                                            r".*first line is '0, 45, 60, 250.12'"):
+        parse_query_csv_with_header(text, "n1", TS)
+
+
+def test_header_mismatch_names_the_first_difference() -> None:
+    text = _wide()
+    asked = [f.strip() for f in _WIDE_FIELDS]
+    asked[66] = "temperature.gpu.tlimit"
+    with pytest.raises(SmiParseError, match=r"field 67 is 'temperature.memory' where "
+                                            r"'temperature.gpu.tlimit' was asked for"):
+        parse_query_csv(text, asked, "n1", TS)
+    with pytest.raises(SmiParseError, match="the header has 75 fields, 3 were asked for"):
+        parse_query_csv(text, ["index", "temperature.gpu", "power.draw"], "n1", TS)
+
+
+def test_a_reading_too_large_for_a_float_is_refused_and_the_rest_kept() -> None:
+    rejected: list[Rejection] = []
+    points = parse_query_csv_with_header(_wide("9" * 400), "n1", TS, rejected)
+    assert [("gpu_temp" in p.fields, p.fields["power_draw"]) for p in points] == [
+        (False, 301.12), (False, 301.12)]
+    assert [(r.entity, r.metric) for r in rejected] == [("n1:gpu0", "gpu_temp"),
+                                                         ("n1:gpu1", "gpu_temp")]
+    assert "temperature.gpu: reading '999999999999...99999999' (400 digits) is out of range" in (
+        rejected[0].reason)
+    # Without a list to refuse into, the reading is left out all the same: never an exception.
+    assert "gpu_temp" not in parse_query_csv_with_header(_wide("9" * 400), "n1", TS)[0].fields

@@ -171,3 +171,86 @@ def test_batch_holds_one_row_per_gpu() -> None:
     path = need(TEXT_DIR / "gpud-nvidia-smi-query.535.183.01.out.0.valid")
     batch = SchemaMapper().to_batch(parse_text(path.read_text(), "n1", TS))
     assert len(batch.frames[Scope.GPU]) == 8
+
+
+# `nvidia-smi -q` of an A100 in MIG mode with two instances (our own text in the driver's
+# shape): each "MIG Device" section repeats the same keys, and carries its own ECC and FB
+# readings that must not stand in for the GPU's.
+MIG_TEXT = """
+==============NVSMI LOG==============
+
+Timestamp                                 : Mon Jan  5 10:00:00 2026
+Driver Version                            : 570.86.15
+Attached GPUs                             : 2
+GPU 00000000:07:00.0
+    Product Name                          : NVIDIA A100-SXM4-80GB
+    MIG Mode
+        Current                           : Enabled
+        Pending                           : Enabled
+    MIG Device
+        Index                             : 0
+        GPU Instance ID                   : 3
+        Compute Instance ID               : 0
+        ECC Errors
+            Volatile
+                SRAM Uncorrectable        : 7
+        FB Memory Usage
+            Total                         : 19968 MiB
+    MIG Device
+        Index                             : 1
+        GPU Instance ID                   : 5
+        Compute Instance ID               : 0
+    ECC Errors
+        Volatile
+            DRAM Correctable              : 2
+            DRAM Uncorrectable            : 0
+    Temperature
+        GPU Current Temp                  : 33 C
+    Processes
+        GPU instance ID                   : 3
+        Compute instance ID               : 0
+        Process ID                        : 4242
+GPU 00000000:0F:00.0
+    Product Name                          : NVIDIA A100-SXM4-80GB
+    MIG Mode
+        Current                           : Disabled
+        Pending                           : Disabled
+    Temperature
+        GPU Current Temp                  : 35 C
+"""
+
+
+def test_mig_gpu_in_text_gets_the_xml_parsers_tags() -> None:
+    mig, plain = parse_text(MIG_TEXT, "n1", TS)
+    assert mig.tags == {"host": "n1", "gpu": "0", "mig": "enabled", "mig_instances": "3,5"}
+    assert mig.fields == {"gpu_temp": 33.0, "ecc_sbe_volatile": 2.0, "ecc_dbe_volatile": 0.0}
+    assert plain.tags == {"host": "n1", "gpu": "1"}
+    assert SchemaMapper().to_batch([mig, plain]).rejected == []
+
+
+def test_text_and_xml_tag_a_mig_gpu_alike() -> None:
+    from collectors.nvidia_smi import parse_xml
+    from tests.collectors.nvidia_smi.fixtures import XML_DIR
+
+    [xml] = parse_xml(need(XML_DIR / "telegraf-a100-sxm4-v12.xml").read_text(), "n1", TS)
+    [text] = parse_text(MIG_TEXT.replace("GPU Instance ID                   : 5",
+                                         "GPU Instance ID                   : 4\n"
+                                         "    MIG Device\n"
+                                         "        GPU Instance ID                   : 5\n"
+                                         "    MIG Device\n"
+                                         "        GPU Instance ID                   : 6"
+                                         ).split("GPU 00000000:0F")[0], "n1", TS)
+    assert {k: v for k, v in text.tags.items() if k.startswith("mig")} == {
+        k: v for k, v in xml.tags.items() if k.startswith("mig")}
+
+
+def test_a_reading_too_large_for_a_float_is_refused() -> None:
+    from collectors.frames import Rejection
+
+    rejected: list[Rejection] = []
+    text = MIG_TEXT.replace("DRAM Correctable              : 2",
+                            "DRAM Correctable              : " + "9" * 400)
+    mig, _ = parse_text(text, "n1", TS, rejected)
+    assert "ecc_sbe_volatile" not in mig.fields and mig.fields["gpu_temp"] == 33.0
+    [r] = rejected
+    assert (r.entity, r.metric) == ("n1:gpu0", "ecc_sbe_volatile") and "400 digits" in r.reason

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.nvidia_smi.values import value
+from collectors.nvidia_smi.values import Refused, reading, value
 
 
 @pytest.mark.parametrize(("raw", "expected"), [
@@ -21,3 +21,16 @@ def test_readings(raw: str, expected: float) -> None:
 ])
 def test_absent_or_unsupported_is_none_not_zero(raw: str | None) -> None:
     assert value(raw) is None
+
+
+@pytest.mark.parametrize("raw", ["9" * 400, "-" + "9" * 400 + " W", "9" * 20 + " MiB",
+                                 "9223372036854775808"])
+def test_numbers_beyond_any_reading_are_refused_with_a_reason(raw: str) -> None:
+    got = reading(raw)
+    assert isinstance(got, Refused) and "is out of range" in got
+    assert value(raw) is None  # left out, never infinity, never an exception
+
+
+def test_the_largest_plausible_readings_are_kept() -> None:
+    assert reading("9223372036854774784") == 9223372036854774784.0  # just under 2**63
+    assert reading("81559 MiB") == 81559.0

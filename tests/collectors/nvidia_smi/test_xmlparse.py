@@ -141,3 +141,16 @@ def test_gpus_without_mig_mode_carry_no_mig_tags() -> None:
     for name in ("telegraf-a10g.xml", "telegraf-rtx-3080-v13.xml"):
         for p in parse_xml(need(XML_DIR / name).read_text(), "n1", TS):
             assert "mig" not in p.tags and "mig_instances" not in p.tags
+
+
+def test_a_reading_too_large_for_a_float_is_refused_not_raised() -> None:
+    from collectors.frames import Rejection
+
+    big = "9" * 400
+    xml = (f"<?xml version='1.0'?><nvidia_smi_log><gpu><temperature><gpu_temp>{big} C"
+           "</gpu_temp><memory_temp>44 C</memory_temp></temperature></gpu></nvidia_smi_log>")
+    rejected: list[Rejection] = []
+    [p] = parse_xml(xml, "n1", TS, rejected)
+    assert p.fields == {"mem_temp": 44.0}
+    [r] = rejected
+    assert (r.entity, r.metric) == ("n1:gpu0", "gpu_temp") and "out of range" in r.reason
