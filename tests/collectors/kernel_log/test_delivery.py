@@ -113,9 +113,6 @@ def test_parse_output_of_an_unmapped_xid_79_fires_the_hard_rule(
     assert n7["top_signal"]["rule"] == "xid"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 defect 3 (alert machine, not this parser): an "
-                   "entity with evidence but no telemetry is 'stale' and its level frozen at 0; "
-                   "remove this marker when hard failures alert whenever their evidence arrives")
 def test_parse_output_of_an_unmapped_xid_79_alerts_its_node(
         service: tuple[TestClient, Running], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
