@@ -242,6 +242,10 @@ _r(Metric("remapped_rows_failure", "bool", _S, Scope.GPU,
           telegraf=_TEL + "remapped_rows_failure"))
 
 # ---- GPU: bus, throttling, Xid ----------------------------------------------------------------
+# Telegraf's nvidia_smi input emits no throttle flag: `clocks_event_reason_*` are only XML
+# element names in its schema types, and schema v13 reports `clocks_event_reasons_counters_*`,
+# microseconds spent in each reason since the driver loaded, which are not these states
+# (docs/telegraf.md).
 _r(Metric("pcie_replay", "replays", _C, Scope.GPU,
           "PCIe link-level replays (retries); cleared on driver reload", resets=True,
           dcgm="DCGM_FI_DEV_PCIE_REPLAY_COUNTER (202)",
@@ -252,22 +256,19 @@ _r(Metric("throttle_thermal", "bool", _S, Scope.GPU,
           dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (112) & 0x40",
           nvml="nvmlDeviceGetCurrentClocksEventReasons & nvmlClocksEventReasonHwThermalSlowdown",
           smi_xml="clocks_event_reasons/clocks_event_reason_hw_thermal_slowdown",
-          smi_query="clocks_throttle_reasons.hw_thermal_slowdown",
-          telegraf=_TEL + "clocks_event_reason_hw_thermal_slowdown"))
+          smi_query="clocks_throttle_reasons.hw_thermal_slowdown"))
 _r(Metric("throttle_power", "bool", _S, Scope.GPU,
           "SW power cap is holding clocks down",
           dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (112) & 0x4",
           nvml="nvmlDeviceGetCurrentClocksEventReasons & nvmlClocksEventReasonSwPowerCap",
           smi_xml="clocks_event_reasons/clocks_event_reason_sw_power_cap",
-          smi_query="clocks_throttle_reasons.sw_power_cap",
-          telegraf=_TEL + "clocks_event_reason_sw_power_cap"))
+          smi_query="clocks_throttle_reasons.sw_power_cap"))
 _r(Metric("throttle_hw_slowdown", "bool", _S, Scope.GPU,
           "HW slowdown is active (thermal, power brake or external signal)",
           dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (112) & 0x8",
           nvml="nvmlDeviceGetCurrentClocksEventReasons & nvmlClocksEventReasonHwSlowdown",
           smi_xml="clocks_event_reasons/clocks_event_reason_hw_slowdown",
-          smi_query="clocks_throttle_reasons.hw_slowdown",
-          telegraf=_TEL + "clocks_event_reason_hw_slowdown"))
+          smi_query="clocks_throttle_reasons.hw_slowdown"))
 _r(Metric("xid", "code", _E, Scope.GPU,
           "An Xid error reported by the driver; the value is the Xid code",
           dcgm="DCGM_FI_DEV_XID_ERRORS (230)",
