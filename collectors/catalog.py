@@ -6,9 +6,10 @@ metric is added here once and everything else follows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 
 
 class Kind(StrEnum):
@@ -16,6 +17,18 @@ class Kind(StrEnum):
     COUNTER = "counter"  # cumulative count; rates are derived with reset detection
     EVENT = "event"  # a discrete occurrence carrying a code (Xid)
     STATE = "state"  # an enumerated or boolean condition (link up, remap pending)
+
+
+class FieldType(StrEnum):
+    """How a metric's values are written as line protocol. One type per field, whoever writes
+    it (an agent, the service's sink, an export), because InfluxDB refuses a point whose
+    field type differs from what the shard already holds ("field type conflict")."""
+
+    INTEGER = "integer"  # counters, states and event codes: `42i`
+    FLOAT = "float"  # gauges and derived values: `41.5`
+
+
+EVENT_FIELD = "code"  # the one field of an event measurement: `xid,host=n1,gpu=0 code=79i`
 
 
 class Scope(StrEnum):
@@ -46,6 +59,10 @@ class Metric:
     sysfs: str | None = None  # InfiniBand sysfs path under /sys/class/infiniband/<dev>/ports/<n>/
 
     @property
+    def field_type(self) -> FieldType:
+        return FieldType.FLOAT if self.kind is Kind.GAUGE else FieldType.INTEGER
+
+    @property
     def dcgm_name(self) -> str | None:
         return None if self.dcgm is None else self.dcgm.split(" ")[0]
 
@@ -56,6 +73,7 @@ class Catalog:
     def __init__(self) -> None:
         self._by_name: dict[str, Metric] = {}
         self._columns: dict[Scope, tuple[Metric, ...]] = {}
+        self._types: dict[str, Mapping[str, FieldType]] = {}
 
     def register(self, metric: Metric) -> Metric:
         if metric.name in self._by_name:
@@ -64,6 +82,7 @@ class Catalog:
             raise ValueError(f"metric {metric.name!r}: only counters can reset")
         self._by_name[metric.name] = metric
         self._columns.clear()
+        self._types.clear()
         return metric
 
     def __getitem__(self, name: str) -> Metric:
@@ -97,6 +116,21 @@ class Catalog:
             if m.name == name:
                 return i
         raise KeyError(f"metric {name!r} is not an ingested {scope} metric")
+
+    def line_types(self, measurement: str) -> Mapping[str, FieldType] | None:
+        """The field types of one of our own measurements (a scope's, its metrics and derived
+        metrics; an event's, its `code`); None for any other measurement."""
+        if not self._types:
+            types: dict[str, Mapping[str, FieldType]] = {}
+            for scope in Scope:
+                types[scope.value] = MappingProxyType({
+                    m.name: m.field_type for m in self._by_name.values()
+                    if m.scope is scope and m.kind is not Kind.EVENT})
+            for m in self._by_name.values():
+                if m.kind is Kind.EVENT:
+                    types[m.name] = MappingProxyType({EVENT_FIELD: FieldType.INTEGER})
+            self._types = types
+        return self._types.get(measurement)
 
     def events(self, scope: Scope) -> tuple[Metric, ...]:
         return tuple(m for m in self._by_name.values() if m.scope is scope and m.kind is Kind.EVENT)

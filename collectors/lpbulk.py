@@ -24,7 +24,7 @@ from operator import itemgetter
 import numpy as np
 import numpy.typing as npt
 
-from collectors.catalog import CATALOG, Kind, Scope
+from collectors.catalog import CATALOG, FieldType, Kind, Scope
 from collectors.ignored import IgnoredNames
 from collectors.lineprotocol import FieldValue, UInt, timestamp_ns
 from collectors.lpframe import I64, Chunk
@@ -52,11 +52,13 @@ class Template:
     kinds: str
     cols: tuple[int, ...]
     counters: tuple[bool, ...]  # a counter column refuses negative values
+    whole: tuple[bool, ...]  # an integer-typed column refuses fractions
     # Derived once. Values are parsed a kind at a time, so rows of a converted block follow
     # `order` (fields grouped by kind); the *_rows index that order.
     prefixes: list[str] = field(init=False, compare=False)
     by_kind: list[tuple[str, list[int]]] = field(init=False, compare=False)
     counter_rows: list[int] = field(init=False, compare=False)
+    whole_rows: list[int] = field(init=False, compare=False)
     keep_rows: list[int] = field(init=False, compare=False)
     keep_cols: npt.NDArray[np.intp] = field(init=False, compare=False)
     ignored: tuple[str, ...] = field(init=False, compare=False)
@@ -67,6 +69,8 @@ class Template:
                         for k in "fiu" if k in self.kinds]
         order = [j for _, js in self.by_kind for j in js]
         self.counter_rows = [r for r, j in enumerate(order) if self.counters[j]]
+        self.whole_rows = [r for r, j in enumerate(order)
+                           if self.whole[j] and self.kinds[j] == "f"]
         self.keep_rows = [r for r, j in enumerate(order) if self.cols[j] >= 0]
         self.keep_cols = np.asarray([self.cols[order[r]] for r in self.keep_rows], np.intp)
         self.ignored = tuple(n for n, c in zip(self.names, self.cols, strict=True) if c < 0)
@@ -109,7 +113,8 @@ class FastPath:
         if not any((t.names, t.kinds, t.cols) == (names, kinds, col) for t in known):
             metrics = CATALOG.columns(scope)
             known.insert(0, Template(measurement, scope, names, kinds, col, tuple(
-                c >= 0 and metrics[c].kind is Kind.COUNTER for c in col)))
+                c >= 0 and metrics[c].kind is Kind.COUNTER for c in col), tuple(
+                c >= 0 and metrics[c].field_type is FieldType.INTEGER for c in col)))
             del known[MAX_TEMPLATES:]
         if key not in self._heads:
             if len(self._heads) >= MAX_HEADS:
@@ -208,6 +213,9 @@ class _Run:
         values = np.concatenate(parts) if len(parts) > 1 else parts[0]
         if t.counter_rows and (values[t.counter_rows] < 0.0).any():
             self._halve(t, idx)  # the reference path says which counter is negative
+            return
+        if t.whole_rows and (np.mod(values[t.whole_rows], 1.0) != 0.0).any():
+            self._halve(t, idx)  # the reference path names the fraction
             return
         for name in t.ignored:
             self.ignored.add(t.measurement, name, count)

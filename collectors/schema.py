@@ -26,7 +26,8 @@ from types import MappingProxyType
 import numpy as np
 
 from collectors import collector_status
-from collectors.catalog import CATALOG, Kind, Metric, Scope
+from collectors.catalog import CATALOG, FieldType, Kind, Metric, Scope
+from collectors.catalog import EVENT_FIELD as EVENT_FIELD  # re-exported for writers
 from collectors.collector_status import CollectorReport
 from collectors.frames import (
     Batch,
@@ -49,7 +50,7 @@ from collectors.lineprotocol import (
     precision_ns,
 )
 from collectors.lpbulk import FastPath
-from collectors.lpformat import escape_key
+from collectors.lpformat import escape_key, format_number
 from collectors.lpframe import Cells, Chunk, assemble
 from collectors.telegraf_prom import translate
 
@@ -63,7 +64,6 @@ _OWN_TAGS: dict[Scope, tuple[str, ...]] = {
 _NUMERIC_TAGS = frozenset(("gpu", "link", "port", "index"))
 _TELEGRAF = {"nvidia_smi": (Scope.GPU, ("host", "index")),
              "infiniband": (Scope.IB_PORT, ("host", "device", "port"))}
-EVENT_FIELD = "code"
 
 # nvidia-smi reports some conditions as words; Telegraf passes them on as strings.
 _STATE_WORDS = {"yes": 1.0, "no": 0.0, "active": 1.0, "not active": 0.0,
@@ -145,6 +145,8 @@ class SchemaMapper:
             s: {} for s in Scope}
         self._counters = {s: frozenset(i for i, m in enumerate(CATALOG.columns(s))
                                        if m.kind is Kind.COUNTER) for s in Scope}
+        self._whole = {s: frozenset(i for i, m in enumerate(CATALOG.columns(s))
+                                    if m.field_type is FieldType.INTEGER) for s in Scope}
         self._fast = FastPath()
         self.fast_lines = 0  # lines parse() took on the fast path, for tests and benchmarks
         self._reports: list[CollectorReport] = []
@@ -266,6 +268,7 @@ class SchemaMapper:
         """Cells of one point; whether any landed."""
         cols = spec.fields
         counters = self._counters[spec.scope]
+        whole = self._whole[spec.scope]
         unknown: list[str] = []
         row = -1
         add_row, add_col, add_val = rows.rows.append, rows.cols.append, rows.vals.append
@@ -287,6 +290,12 @@ class SchemaMapper:
                 x = y
             if x < 0.0 and col in counters:
                 reject(_rejection(p, f"counter {name} is negative: {v}", known[0].key, name))
+                continue
+            if col in whole and not x.is_integer():
+                # One type per field (a real InfluxDB refuses a change): counts and states
+                # are integers, and a fraction of one is a sender's error, not a reading.
+                reject(_rejection(p, f"field value {v!r} is not a whole number (the catalog "
+                                     f"stores {name} as an integer)", known[0].key, name))
                 continue
             if row < 0:
                 key = (known[1], ts_ns)
@@ -425,20 +434,19 @@ def _number(v: FieldValue, metric: Metric) -> float | None:
 # ---- our schema back to line protocol ------------------------------------------------------
 
 def batch_to_lines(batch: Batch) -> Iterator[str]:
-    """A Batch in our own schema, in time order: counters and states as integers (`i`), gauges
-    as floats, NaN cells left out, timestamps in nanoseconds."""
+    """A Batch in our own schema, in time order: each field in the catalog's type (counters
+    and states integers, gauges floats), NaN cells left out, timestamps in nanoseconds."""
     out: list[tuple[int, str]] = []
     for scope, frame in batch.frames.items():
         metrics = CATALOG.columns(scope)
         names = [escape_key(m.name) + "=" for m in metrics]
-        whole = [m.kind is not Kind.GAUGE for m in metrics]
+        types = [m.field_type for m in metrics]
         heads: dict[int, str] = {}
         for slot, ts, row in zip(frame.rows.tolist(), frame.ts.tolist(), frame.values.tolist(),
                                  strict=True):
             body = ",".join(
-                names[j] + (f"{int(v)}i" if whole[j] and v.is_integer() and abs(v) < _I63
-                             else repr(v))
-                for j, v in enumerate(row) if v == v  # NaN != NaN: not reported
+                names[j] + text for j, v in enumerate(row)
+                if (text := format_number(types[j], v)) is not None  # NaN: not reported
             )
             if not body:
                 continue
@@ -453,9 +461,6 @@ def batch_to_lines(batch: Batch) -> Iterator[str]:
         out.append((t, f"{_head(metric, Entity.parse(key))} {EVENT_FIELD}={int(value)}i {t}"))
     out.sort(key=itemgetter(0))
     return (line for _, line in out)
-
-
-_I63 = 2.0**63  # beyond this a whole number no longer fits line protocol's `i`
 
 
 def _ns(ts: float) -> int:
