@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import math
+import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +26,7 @@ from collectors.frames import Entity
 from service.api import create_app
 from service.api.state import Running
 from service.settings import Settings
+from service.sinks import SQLiteSink
 from tests.service.fleet import T0, ManualClock
 
 S = 10**9
@@ -414,3 +417,39 @@ def test_the_catalog_maps_only_names_telegraf_emits(template: str, version: str)
 
 _SAMPLE: dict[str, Any] = {"gpu": 0, "sm": 1410, "power": 400.5, "remap": 0, "pending": "No",
                            "temp": 60, "sbe_agg": 1, "sbe": 1, "dbe": 0, "mtemp": 70}
+
+
+def test_the_sqlite_store_keeps_one_row_per_point_merged(client: TestClient,
+                                                         settings: Settings) -> None:
+    body = flush(NS, sbe=4)
+    for _ in range(2):
+        assert client.post("/write", content=body).status_code == 204
+    # A later point of the same time carrying one field: merged into the row, not a new one.
+    assert client.post("/write", content=f"gpu,host=gpu-b01,gpu=0 power_draw=333.5 {NS}"
+                       ).status_code == 204
+    db = sqlite3.connect(settings.storage.sqlite_path)
+    try:
+        rows = db.execute("SELECT ts, gpu_temp, power_draw, ecc_sbe_volatile FROM gpu_samples "
+                          "WHERE entity = 'gpu-b01:gpu0'").fetchall()
+    finally:
+        db.close()
+    assert rows == [(T0, 66.0, 333.5, 4.0)]
+
+
+def test_a_store_written_before_keeps_its_newest_duplicate(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    SQLiteSink(path).close()
+    db = sqlite3.connect(path)
+    db.execute("DROP INDEX gpu_samples_point")  # as a file written before the index existed
+    db.executemany("INSERT INTO gpu_samples (ts, entity, node, gpu_temp) VALUES (?, ?, ?, ?)",
+                   [(T0, "n1:gpu0", "n1", 50.0), (T0, "n1:gpu0", "n1", 51.0),
+                    (T0 + 5, "n1:gpu0", "n1", 52.0)])
+    db.commit()
+    db.close()
+    SQLiteSink(path).close()
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("SELECT ts, gpu_temp FROM gpu_samples ORDER BY ts").fetchall() == [
+            (T0, 51.0), (T0 + 5, 52.0)]
+    finally:
+        db.close()
