@@ -6,9 +6,10 @@ metric is added here once and everything else follows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 
 
 class Kind(StrEnum):
@@ -16,6 +17,18 @@ class Kind(StrEnum):
     COUNTER = "counter"  # cumulative count; rates are derived with reset detection
     EVENT = "event"  # a discrete occurrence carrying a code (Xid)
     STATE = "state"  # an enumerated or boolean condition (link up, remap pending)
+
+
+class FieldType(StrEnum):
+    """How a metric's values are written as line protocol. One type per field, whoever writes
+    it (an agent, the service's sink, an export), because InfluxDB refuses a point whose
+    field type differs from what the shard already holds ("field type conflict")."""
+
+    INTEGER = "integer"  # counters, states and event codes: `42i`
+    FLOAT = "float"  # gauges and derived values: `41.5`
+
+
+EVENT_FIELD = "code"  # the one field of an event measurement: `xid,host=n1,gpu=0 code=79i`
 
 
 class Scope(StrEnum):
@@ -46,6 +59,10 @@ class Metric:
     sysfs: str | None = None  # InfiniBand sysfs path under /sys/class/infiniband/<dev>/ports/<n>/
 
     @property
+    def field_type(self) -> FieldType:
+        return FieldType.FLOAT if self.kind is Kind.GAUGE else FieldType.INTEGER
+
+    @property
     def dcgm_name(self) -> str | None:
         return None if self.dcgm is None else self.dcgm.split(" ")[0]
 
@@ -56,6 +73,7 @@ class Catalog:
     def __init__(self) -> None:
         self._by_name: dict[str, Metric] = {}
         self._columns: dict[Scope, tuple[Metric, ...]] = {}
+        self._types: dict[str, Mapping[str, FieldType]] = {}
 
     def register(self, metric: Metric) -> Metric:
         if metric.name in self._by_name:
@@ -64,6 +82,7 @@ class Catalog:
             raise ValueError(f"metric {metric.name!r}: only counters can reset")
         self._by_name[metric.name] = metric
         self._columns.clear()
+        self._types.clear()
         return metric
 
     def __getitem__(self, name: str) -> Metric:
@@ -97,6 +116,21 @@ class Catalog:
             if m.name == name:
                 return i
         raise KeyError(f"metric {name!r} is not an ingested {scope} metric")
+
+    def line_types(self, measurement: str) -> Mapping[str, FieldType] | None:
+        """The field types of one of our own measurements (a scope's, its metrics and derived
+        metrics; an event's, its `code`); None for any other measurement."""
+        if not self._types:
+            types: dict[str, Mapping[str, FieldType]] = {}
+            for scope in Scope:
+                types[scope.value] = MappingProxyType({
+                    m.name: m.field_type for m in self._by_name.values()
+                    if m.scope is scope and m.kind is not Kind.EVENT})
+            for m in self._by_name.values():
+                if m.kind is Kind.EVENT:
+                    types[m.name] = MappingProxyType({EVENT_FIELD: FieldType.INTEGER})
+            self._types = types
+        return self._types.get(measurement)
 
     def events(self, scope: Scope) -> tuple[Metric, ...]:
         return tuple(m for m in self._by_name.values() if m.scope is scope and m.kind is Kind.EVENT)
@@ -242,6 +276,10 @@ _r(Metric("remapped_rows_failure", "bool", _S, Scope.GPU,
           telegraf=_TEL + "remapped_rows_failure"))
 
 # ---- GPU: bus, throttling, Xid ----------------------------------------------------------------
+# Telegraf's nvidia_smi input emits no throttle flag: `clocks_event_reason_*` are only XML
+# element names in its schema types, and schema v13 reports `clocks_event_reasons_counters_*`,
+# microseconds spent in each reason since the driver loaded, which are not these states
+# (docs/telegraf.md).
 _r(Metric("pcie_replay", "replays", _C, Scope.GPU,
           "PCIe link-level replays (retries); cleared on driver reload", resets=True,
           dcgm="DCGM_FI_DEV_PCIE_REPLAY_COUNTER (202)",
@@ -252,22 +290,19 @@ _r(Metric("throttle_thermal", "bool", _S, Scope.GPU,
           dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (112) & 0x40",
           nvml="nvmlDeviceGetCurrentClocksEventReasons & nvmlClocksEventReasonHwThermalSlowdown",
           smi_xml="clocks_event_reasons/clocks_event_reason_hw_thermal_slowdown",
-          smi_query="clocks_throttle_reasons.hw_thermal_slowdown",
-          telegraf=_TEL + "clocks_event_reason_hw_thermal_slowdown"))
+          smi_query="clocks_throttle_reasons.hw_thermal_slowdown"))
 _r(Metric("throttle_power", "bool", _S, Scope.GPU,
           "SW power cap is holding clocks down",
           dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (112) & 0x4",
           nvml="nvmlDeviceGetCurrentClocksEventReasons & nvmlClocksEventReasonSwPowerCap",
           smi_xml="clocks_event_reasons/clocks_event_reason_sw_power_cap",
-          smi_query="clocks_throttle_reasons.sw_power_cap",
-          telegraf=_TEL + "clocks_event_reason_sw_power_cap"))
+          smi_query="clocks_throttle_reasons.sw_power_cap"))
 _r(Metric("throttle_hw_slowdown", "bool", _S, Scope.GPU,
           "HW slowdown is active (thermal, power brake or external signal)",
           dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (112) & 0x8",
           nvml="nvmlDeviceGetCurrentClocksEventReasons & nvmlClocksEventReasonHwSlowdown",
           smi_xml="clocks_event_reasons/clocks_event_reason_hw_slowdown",
-          smi_query="clocks_throttle_reasons.hw_slowdown",
-          telegraf=_TEL + "clocks_event_reason_hw_slowdown"))
+          smi_query="clocks_throttle_reasons.hw_slowdown"))
 _r(Metric("xid", "code", _E, Scope.GPU,
           "An Xid error reported by the driver; the value is the Xid code",
           dcgm="DCGM_FI_DEV_XID_ERRORS (230)",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +24,45 @@ _KEY = re.compile(
     r"^(?P<node>[^:]+)(?::gpu(?P<gpu>\d+)(?::nvlink(?P<link>\d+))?|:(?P<dev>[^:]+):(?P<port>\d+))?$"
 )
 
+# Names reach command lines (Slurm's `scontrol update NodeName=...`, `squeue -w`) and URLs, so
+# they follow a conservative hostname grammar: labels of letters, digits, '_' and '-' joined by
+# '.'; no label starts with '-' (read as an option), nothing else (brackets and commas are
+# Slurm hostlist expressions, whitespace splits arguments).
+MAX_LABEL = 63
+MAX_NAME = 253
+# GPU, link and port numbers; a GPU known only by its PCI address (a kernel-log Xid of a GPU
+# that left the bus map, collectors/kernel_log/busmap.py) is numbered up to 1e6 + 2**32.
+MAX_INDEX_DIGITS = 10
+_LABEL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
+_INDEX = re.compile(r"[0-9]+")
+
+
+@lru_cache(maxsize=65536)  # a fleet repeats a few thousand names
+def name_problem(name: str, what: str = "name") -> str | None:
+    """Why `name` is not a safe host or device name, or None when it is."""
+    if not name:
+        return f"{what} is empty"
+    if len(name) > MAX_NAME:
+        return f"{what} is longer than {MAX_NAME} characters"
+    for label in name.split("."):
+        if not label:
+            return f"{what} {name!r} has an empty label (leading, trailing or double '.')"
+        if len(label) > MAX_LABEL:
+            return f"{what} {name[:80]!r} has a label longer than {MAX_LABEL} characters"
+        if _LABEL.fullmatch(label) is None:
+            why = ("starts with '-'" if label[0] == "-" else
+                   "holds characters other than letters, digits, '.', '-' and '_'")
+            return f"{what} {name[:80]!r} {why}"
+    return None
+
+
+@lru_cache(maxsize=4096)
+def index_problem(value: str, what: str = "index") -> str | None:
+    """Why `value` is not a GPU, link or port number, or None when it is."""
+    if _INDEX.fullmatch(value) is None or len(value) > MAX_INDEX_DIGITS:
+        return f"{what} {value[:80]!r} is not a number of at most {MAX_INDEX_DIGITS} digits"
+    return None
+
 
 @dataclass(frozen=True, slots=True)
 class Entity:
@@ -33,6 +73,30 @@ class Entity:
     node: str
     unit: str = ""
     sub: str = ""
+
+    def __post_init__(self) -> None:
+        # Every entity is checked once, where it is made: whatever builds one (a parser, the
+        # write endpoint, a stored key read back) cannot hand a remediation hook a name that
+        # a command line would read as an option or a host list.
+        why = self.problem()
+        if why is not None:
+            raise ValueError(f"not a valid {self.scope} entity: {why}")
+
+    def problem(self) -> str | None:
+        why = name_problem(self.node, "host")
+        if why is not None:
+            return why
+        scope = self.scope
+        if scope is Scope.NODE:
+            return None if not (self.unit or self.sub) else "a node has no unit or sub"
+        if scope is Scope.IB_PORT:
+            return name_problem(self.unit, "device") or index_problem(self.sub, "port")
+        why = index_problem(self.unit, "gpu")
+        if why is None and scope is Scope.NVLINK:
+            why = index_problem(self.sub, "link")
+        elif why is None and self.sub:
+            why = "a GPU has no sub"
+        return why
 
     @property
     def key(self) -> str:

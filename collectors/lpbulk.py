@@ -24,7 +24,8 @@ from operator import itemgetter
 import numpy as np
 import numpy.typing as npt
 
-from collectors.catalog import CATALOG, Kind, Scope
+from collectors.catalog import CATALOG, FieldType, Kind, Scope
+from collectors.ignored import IgnoredNames
 from collectors.lineprotocol import FieldValue, UInt, timestamp_ns
 from collectors.lpframe import I64, Chunk
 
@@ -45,18 +46,22 @@ class Template:
     """The fields of one line layout: names in order, value kind per field ('f' float, 'i'
     integer, 'u' unsigned), catalog column per field (-1: a lenient mapper ignores it)."""
 
+    measurement: str
     scope: Scope
     names: tuple[str, ...]
     kinds: str
     cols: tuple[int, ...]
     counters: tuple[bool, ...]  # a counter column refuses negative values
+    whole: tuple[bool, ...]  # an integer-typed column refuses fractions
     # Derived once. Values are parsed a kind at a time, so rows of a converted block follow
     # `order` (fields grouped by kind); the *_rows index that order.
     prefixes: list[str] = field(init=False, compare=False)
     by_kind: list[tuple[str, list[int]]] = field(init=False, compare=False)
     counter_rows: list[int] = field(init=False, compare=False)
+    whole_rows: list[int] = field(init=False, compare=False)
     keep_rows: list[int] = field(init=False, compare=False)
     keep_cols: npt.NDArray[np.intp] = field(init=False, compare=False)
+    ignored: tuple[str, ...] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         self.prefixes = [n + "=" for n in self.names]
@@ -64,8 +69,11 @@ class Template:
                         for k in "fiu" if k in self.kinds]
         order = [j for _, js in self.by_kind for j in js]
         self.counter_rows = [r for r, j in enumerate(order) if self.counters[j]]
+        self.whole_rows = [r for r, j in enumerate(order)
+                           if self.whole[j] and self.kinds[j] == "f"]
         self.keep_rows = [r for r, j in enumerate(order) if self.cols[j] >= 0]
         self.keep_cols = np.asarray([self.cols[order[r]] for r in self.keep_rows], np.intp)
+        self.ignored = tuple(n for n, c in zip(self.names, self.cols, strict=True) if c < 0)
 
 
 class FastPath:
@@ -104,8 +112,9 @@ class FastPath:
         col = tuple(cols.get(n, -1) for n in names)
         if not any((t.names, t.kinds, t.cols) == (names, kinds, col) for t in known):
             metrics = CATALOG.columns(scope)
-            known.insert(0, Template(scope, names, kinds, col, tuple(
-                c >= 0 and metrics[c].kind is Kind.COUNTER for c in col)))
+            known.insert(0, Template(measurement, scope, names, kinds, col, tuple(
+                c >= 0 and metrics[c].kind is Kind.COUNTER for c in col), tuple(
+                c >= 0 and metrics[c].field_type is FieldType.INTEGER for c in col)))
             del known[MAX_TEMPLATES:]
         if key not in self._heads:
             if len(self._heads) >= MAX_HEADS:
@@ -117,10 +126,10 @@ class FastPath:
             self._meas.append(mid)
             self._arrays = None
 
-    def run(self, lines: list[str], first_line: int, mult: int
+    def run(self, lines: list[str], first_line: int, mult: int, ignored: IgnoredNames
             ) -> tuple[dict[Scope, list[Chunk]], list[int]]:
         """Chunks for the lines the fast path took, and the indices (ascending) of the lines
-        left to the reference path."""
+        left to the reference path; fields a template ignores are counted into `ignored`."""
         n = len(lines)
         if not self._heads or not self._templates or n == 0:
             return {}, list(range(n))
@@ -135,7 +144,7 @@ class FastPath:
         group = (meas_of[hid[take]] << 32) | commas[take]
         order = np.argsort(group, kind="stable")
         bounds = np.flatnonzero(np.diff(group[order])) + 1
-        run = _Run(fss, slot_of[hid], ts, first_line, {}, refer)
+        run = _Run(fss, slot_of[hid], ts, first_line, {}, refer, ignored)
         for part in np.split(order, bounds):
             if not len(part):
                 continue
@@ -164,6 +173,7 @@ class _Run:
     first_line: int
     chunks: dict[Scope, list[Chunk]]
     refer: list[npt.NDArray[np.intp]]
+    ignored: IgnoredNames
 
     def match(self, t: Template, idx: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
         """Convert the lines of `idx` (all with t's field count) that have t's names; returns
@@ -204,6 +214,11 @@ class _Run:
         if t.counter_rows and (values[t.counter_rows] < 0.0).any():
             self._halve(t, idx)  # the reference path says which counter is negative
             return
+        if t.whole_rows and (np.mod(values[t.whole_rows], 1.0) != 0.0).any():
+            self._halve(t, idx)  # the reference path names the fraction
+            return
+        for name in t.ignored:
+            self.ignored.add(t.measurement, name, count)
         if not t.keep_rows:
             return  # only ignored fields: no row, as on the reference path
         self.chunks.setdefault(t.scope, []).append(Chunk(

@@ -5,6 +5,11 @@
 Names and string values are escaped as InfluxDB expects; what line protocol cannot carry (a
 newline, an empty name, NaN or infinity, a measurement starting with '#') raises ValueError
 instead of writing a line that would parse differently or not at all.
+
+Fields of our own measurements are written with the catalog's one type (FieldType), whatever
+type a parser gave them: nvidia-smi's text gives floats, dcgm-exporter's integers, and InfluxDB
+refuses a point whose field type differs from the one it holds. Every writer formats through
+here (`format_line`, or `format_number` for the columnar writers).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 
+from collectors.catalog import CATALOG, FieldType
 from collectors.lineprotocol import FieldValue, Point, UInt
 
 _ESC_MEAS = re.compile(r"([\\ ,])")
@@ -59,15 +65,52 @@ def format_value(v: FieldValue) -> str:
     return '"' + _ESC_STR.sub(r"\\\1", v) + '"'
 
 
+_I63 = 2.0**63  # a whole number at or past this has no `i` form
+
+
+def format_number(t: FieldType, v: float) -> str | None:
+    """A number as a field of type `t`; None where it has no such form (NaN, infinity, a
+    fraction or out of range for an integer): the writer leaves the field out rather than
+    write a type InfluxDB would refuse."""
+    if v != v or v in (math.inf, -math.inf):
+        return None
+    if t is FieldType.FLOAT:
+        return repr(float(v))
+    if float(v).is_integer() and -_I63 <= v < _I63:
+        return f"{int(v)}i"
+    return None
+
+
+def typed(t: FieldType, name: str, v: FieldValue) -> FieldValue:
+    """`v` as the catalog types field `name`; ValueError when it cannot be."""
+    if isinstance(v, str):
+        raise ValueError(f"field {name}: the catalog stores numbers, not {v!r}")
+    if t is FieldType.FLOAT:
+        return float(v)
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        if v >= 2**63:
+            raise ValueError(f"field {name}: {v} is out of the 64-bit integer range")
+        return int(v)
+    if format_number(t, v) is None:
+        raise ValueError(f"field {name}: the catalog stores whole numbers, not {v!r}")
+    return int(v)
+
+
 def format_line(
     measurement: str,
     tags: Mapping[str, str],
     fields: Mapping[str, FieldValue],
     ts_ns: int | None = None,
 ) -> str:
-    """One line; tags sorted by key (InfluxDB's preferred order), empty tag values dropped."""
+    """One line; tags sorted by key (InfluxDB's preferred order), empty tag values dropped;
+    the fields of our own measurements in the catalog's types."""
     if not fields:
         raise ValueError(f"a {measurement!r} point needs at least one field")
+    types = CATALOG.line_types(measurement)
+    if types:
+        fields = {k: typed(types[k], k, v) if k in types else v for k, v in fields.items()}
     head = escape_measurement(measurement)
     if tags:
         head += "".join(f",{escape_key(k)}={escape_key(v)}" for k, v in sorted(tags.items()) if v)

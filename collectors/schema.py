@@ -26,9 +26,19 @@ from types import MappingProxyType
 import numpy as np
 
 from collectors import collector_status
-from collectors.catalog import CATALOG, Kind, Metric, Scope
+from collectors.catalog import CATALOG, FieldType, Kind, Metric, Scope
+from collectors.catalog import EVENT_FIELD as EVENT_FIELD  # re-exported for writers
 from collectors.collector_status import CollectorReport
-from collectors.frames import Batch, Entity, EntityTable, Frame, Rejection
+from collectors.frames import (
+    Batch,
+    Entity,
+    EntityTable,
+    Frame,
+    Rejection,
+    index_problem,
+    name_problem,
+)
+from collectors.ignored import IgnoredNames
 from collectors.lineprotocol import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_LINES,
@@ -40,7 +50,7 @@ from collectors.lineprotocol import (
     precision_ns,
 )
 from collectors.lpbulk import FastPath
-from collectors.lpformat import escape_key
+from collectors.lpformat import escape_key, format_number
 from collectors.lpframe import Cells, Chunk, assemble
 from collectors.telegraf_prom import translate
 
@@ -54,7 +64,6 @@ _OWN_TAGS: dict[Scope, tuple[str, ...]] = {
 _NUMERIC_TAGS = frozenset(("gpu", "link", "port", "index"))
 _TELEGRAF = {"nvidia_smi": (Scope.GPU, ("host", "index")),
              "infiniband": (Scope.IB_PORT, ("host", "device", "port"))}
-EVENT_FIELD = "code"
 
 # nvidia-smi reports some conditions as words; Telegraf passes them on as strings.
 _STATE_WORDS = {"yes": 1.0, "no": 0.0, "active": 1.0, "not active": 0.0,
@@ -119,11 +128,14 @@ class SchemaMapper:
     hands out the same object while no new entity appears (the window store caches its slot
     lookup by table identity); a new entity yields a new, longer table with old slots kept.
 
-    `strict=False` drops unknown measurements and fields silently instead of rejecting them,
-    for feeds such as a full Telegraf export that carry far more than the catalog tracks."""
+    `strict=False` ignores unknown measurements and fields instead of rejecting them, as
+    InfluxDB stores whatever it is sent: for feeds such as a Telegraf flush that carry far more
+    than the catalog tracks. What it ignores is counted per (measurement, field) until
+    `take_ignored`, a bounded tally (every name comes from the wire)."""
 
-    def __init__(self, *, strict: bool = True) -> None:
+    def __init__(self, *, strict: bool = True, max_ignored_names: int = 1000) -> None:
         self.strict = strict
+        self._ignored = IgnoredNames(max_ignored_names)
         self._last_xid: dict[tuple[str, str], int] = {}  # Telegraf-scraped DCGM Xid baselines
         self._tables: dict[Scope, EntityTable] = {}
         # Every entity gets its slot when first seen; the table catches up when a frame is built.
@@ -133,9 +145,15 @@ class SchemaMapper:
             s: {} for s in Scope}
         self._counters = {s: frozenset(i for i, m in enumerate(CATALOG.columns(s))
                                        if m.kind is Kind.COUNTER) for s in Scope}
+        self._whole = {s: frozenset(i for i, m in enumerate(CATALOG.columns(s))
+                                    if m.field_type is FieldType.INTEGER) for s in Scope}
         self._fast = FastPath()
         self.fast_lines = 0  # lines parse() took on the fast path, for tests and benchmarks
         self._reports: list[CollectorReport] = []
+
+    def take_ignored(self) -> IgnoredNames:
+        """What a lenient mapper ignored since the last call."""
+        return self._ignored.take()
 
     def take_reports(self) -> list[CollectorReport]:
         """The collector status reports parsed since the last call, in line order."""
@@ -167,7 +185,7 @@ class SchemaMapper:
             over.append(oversized(first_line + max_lines, first_line + len(lines) - 1,
                                   f"{max_lines} lines"))
             del lines[max_lines:]
-        chunks, rest = self._fast.run(lines, first_line, precision_ns(precision))
+        chunks, rest = self._fast.run(lines, first_line, precision_ns(precision), self._ignored)
         self.fast_lines += len(lines) - len(rest)
         points, rejected = parse_numbered(((first_line + i, lines[i]) for i in rest),
                                           default_ts_ns=default_ts_ns, precision=precision)
@@ -200,6 +218,8 @@ class SchemaMapper:
                 elif self.strict:
                     reject(_rejection(p, f"unknown measurement {p.measurement!r} (known: "
                                      f"{', '.join(specs)}, {collector_status.MEASUREMENT})"))
+                else:
+                    self._ignored.add_fields(p.measurement, p.fields)
                 continue
             ts_ns = p.ts_ns
             known = self._by_tags[spec.scope].get(tuple(map(p.tags.get, spec.tags)))
@@ -230,18 +250,25 @@ class SchemaMapper:
         if isinstance(got, str):
             reject(_rejection(p, f"{collector_status.MEASUREMENT}: {got}"))
             return
+        why = name_problem(got.host, "host") or name_problem(got.collector, "collector")
+        if why is not None:
+            reject(_rejection(p, f"{collector_status.MEASUREMENT}: {why}"))
+            return
         self._reports.append(got)
         extra = [k for k in p.fields if k not in collector_status.FIELDS]
         if extra and self.strict:
             reject(_rejection(p, f"unknown field{'s' if len(extra) > 1 else ''} for measurement "
                                  f"{p.measurement!r}: {', '.join(extra)}", None,
                               extra[0] if len(extra) == 1 else None))
+        elif extra:
+            self._ignored.add_fields(p.measurement, extra)
 
     def _fields(self, rows: _Rows, spec: MeasurementSpec, known: tuple[Entity, int], ts_ns: int,
                 p: Point, reject: _Reject) -> bool:
         """Cells of one point; whether any landed."""
         cols = spec.fields
         counters = self._counters[spec.scope]
+        whole = self._whole[spec.scope]
         unknown: list[str] = []
         row = -1
         add_row, add_col, add_val = rows.rows.append, rows.cols.append, rows.vals.append
@@ -264,6 +291,12 @@ class SchemaMapper:
             if x < 0.0 and col in counters:
                 reject(_rejection(p, f"counter {name} is negative: {v}", known[0].key, name))
                 continue
+            if col in whole and not x.is_integer():
+                # One type per field (a real InfluxDB refuses a change): counts and states
+                # are integers, and a fraction of one is a sender's error, not a reading.
+                reject(_rejection(p, f"field value {v!r} is not a whole number (the catalog "
+                                     f"stores {name} as an integer)", known[0].key, name))
+                continue
             if row < 0:
                 key = (known[1], ts_ns)
                 row = rows.row_of.setdefault(key, len(rows.slots))
@@ -282,6 +315,8 @@ class SchemaMapper:
             reject(_rejection(p, f"unknown field{s} for measurement {spec.measurement!r}: "
                              f"{', '.join(unknown)}", known[0].key,
                              unknown[0] if len(unknown) == 1 else None))
+        elif unknown:
+            self._ignored.add_fields(spec.measurement, unknown)
         return row >= 0
 
     def _event(self, batch: Batch, metric: str, entity: Entity, ts_ns: int, p: Point,
@@ -293,6 +328,8 @@ class SchemaMapper:
                     reject(_rejection(p, f"unknown field for measurement {p.measurement!r}: {name} "
                                      f"(an event carries only {EVENT_FIELD!r})",
                                      entity.key, name))
+                else:
+                    self._ignored.add(p.measurement, name)
                 continue
             if isinstance(v, bool | str) or not float(v).is_integer() or v < 0:
                 reject(_rejection(p, f"{metric} code must be a non-negative integer, got {v!r}",
@@ -309,12 +346,16 @@ class SchemaMapper:
             v = tags.get(name)
             if not v:
                 raise _Bad(f"missing tag {name!r}")
-            if ":" in v:
-                raise _Bad(f"tag {name!r} value {v!r} holds ':', which entity keys reserve")
+            # Names reach remediation command lines: refused here with the tag that is wrong,
+            # before Entity would refuse them with less to say.
             if name in _NUMERIC_TAGS:
-                if not (v.isascii() and v.isdigit()):
-                    raise _Bad(f"tag {name!r} value {v!r} is not a non-negative integer")
-                v = str(int(v))
+                why = index_problem(v, "value")
+                if why is None:
+                    v = str(int(v))
+            else:
+                why = name_problem(v, "value")
+            if why is not None:
+                raise _Bad(f"tag {name!r}: {why}")
             parts.append(v)
         e = Entity(spec.scope, *parts)
         slot = self._slot_of.get(e)
@@ -393,20 +434,19 @@ def _number(v: FieldValue, metric: Metric) -> float | None:
 # ---- our schema back to line protocol ------------------------------------------------------
 
 def batch_to_lines(batch: Batch) -> Iterator[str]:
-    """A Batch in our own schema, in time order: counters and states as integers (`i`), gauges
-    as floats, NaN cells left out, timestamps in nanoseconds."""
+    """A Batch in our own schema, in time order: each field in the catalog's type (counters
+    and states integers, gauges floats), NaN cells left out, timestamps in nanoseconds."""
     out: list[tuple[int, str]] = []
     for scope, frame in batch.frames.items():
         metrics = CATALOG.columns(scope)
         names = [escape_key(m.name) + "=" for m in metrics]
-        whole = [m.kind is not Kind.GAUGE for m in metrics]
+        types = [m.field_type for m in metrics]
         heads: dict[int, str] = {}
         for slot, ts, row in zip(frame.rows.tolist(), frame.ts.tolist(), frame.values.tolist(),
                                  strict=True):
             body = ",".join(
-                names[j] + (f"{int(v)}i" if whole[j] and v.is_integer() and abs(v) < _I63
-                             else repr(v))
-                for j, v in enumerate(row) if v == v  # NaN != NaN: not reported
+                names[j] + text for j, v in enumerate(row)
+                if (text := format_number(types[j], v)) is not None  # NaN: not reported
             )
             if not body:
                 continue
@@ -421,9 +461,6 @@ def batch_to_lines(batch: Batch) -> Iterator[str]:
         out.append((t, f"{_head(metric, Entity.parse(key))} {EVENT_FIELD}={int(value)}i {t}"))
     out.sort(key=itemgetter(0))
     return (line for _, line in out)
-
-
-_I63 = 2.0**63  # beyond this a whole number no longer fits line protocol's `i`
 
 
 def _ns(ts: float) -> int:

@@ -113,12 +113,15 @@ class Ingestor:
         res.rejections.extend(batch.rejected[:MAX_DETAILED_REJECTIONS])
         budget = self.max_samples
         frames = list(batch.frames.values())
-        # Advance the clock once to the newest acceptable step so every scope ages together.
+        # Advance the clock once to the newest acceptable step so every scope ages together,
+        # never past the service's own clock: a sender whose clock runs ahead (within
+        # max_future_s) must not age every other entity's data (DESIGN.md, "the seams").
+        now_k = self._step(now)
         newest = -1
         for f in frames:
             ok = np.isfinite(f.ts) & (f.ts <= now + self.max_future_s)
             if ok.any():
-                newest = max(newest, int(self.store.step_of(f.ts[ok]).max()))
+                newest = max(newest, min(int(self.store.step_of(f.ts[ok]).max()), now_k))
         if newest >= 0:
             self.store.advance(newest)
         for frame in frames:
@@ -142,6 +145,9 @@ class Ingestor:
         self._events(batch.events, now, res)
         return res
 
+    def _step(self, ts: float) -> int:
+        return int(self.store.step_of(np.asarray([ts], np.float64))[0])
+
     # ---- frames -----------------------------------------------------------------------------
     def _frame(self, frame: Frame, now: float,
                res: IngestResult) -> tuple[Frame, Frame, Derived | None]:
@@ -155,14 +161,18 @@ class Ingestor:
                           f"timestamp more than {self.max_future_s:g}s in the future")
         ok &= ~future
         ks = np.zeros(len(ts), np.int64)
-        ks[ok] = self.store.step_of(ts[ok])
+        # A point ahead of the service clock (but within max_future_s) is kept at the
+        # present step; its own timestamp still goes to the sinks.
+        ks[ok] = np.minimum(self.store.step_of(ts[ok]), self._step(now))
         old = ok & (ks <= w.head - w.raw.length)
         self._refuse_rows(old, frame, slots, w, res,
                           f"timestamp older than the raw window ({w.raw.length} steps)")
         ok &= ~old
         idx = np.flatnonzero(ok)
-        # Order rows by slot then arrival; a row must be newer than everything before it for
-        # the same entity (stored or earlier in this batch), else it is a duplicate/out of order.
+        # Order rows by slot then arrival; a row must not be older than anything before it for
+        # the same entity (stored or earlier in this batch). A row of the same step as the
+        # entity's last one (a resend, or two points less than a step apart) is merged into
+        # that step, last write winning, as InfluxDB overwrites a point it already holds.
         order = idx[np.lexsort((idx, slots[idx]))]
         s_sorted, k_sorted = slots[order], ks[order]
         new_seg = np.ones(len(order), bool)
@@ -177,14 +187,12 @@ class Ingestor:
         prev_max[1:] = run_max[:-1]
         prev_max[new_seg] = -1
         prev = np.maximum(prev_max, w.last_k[s_sorted])
-        dup = k_sorted == prev
         late = k_sorted < prev
-        for mask, why in ((dup, "duplicate timestamp for this entity"),
-                          (late, "out-of-order timestamp (older than the entity's last sample)")):
-            bad = np.zeros(len(ts), bool)
-            bad[order[mask]] = True
-            self._refuse_rows(bad, frame, slots, w, res, why)
-        good = ~(dup | late)
+        bad = np.zeros(len(ts), bool)
+        bad[order[late]] = True
+        self._refuse_rows(bad, frame, slots, w, res,
+                          "out-of-order timestamp (older than the entity's last sample)")
+        good = ~late
         order, rank = order[good], rank[good]
         # Ranks are processed in turn so counter deltas chain through several rows per entity.
         kept: list[npt.NDArray[np.intp]] = []
@@ -223,6 +231,8 @@ class Ingestor:
         self._refuse_cells(neg, w, slots, res, "counter is negative")
         v[neg] = np.nan
         prev = w.last_val[slots]
+        # Rows of the step the entity last wrote merge into it (see _frame).
+        same = ks == w.last_k[slots]
         delta = v - prev
         drop = (delta < 0) & w.is_counter
         bad_drop = drop & ~w.resets
@@ -252,12 +262,28 @@ class Ingestor:
         dt = ts[:, None] - w.last_ts[slots]
         with np.errstate(invalid="ignore", divide="ignore"):
             rate = np.where(w.is_counter & (dt > 0), delta / dt, np.nan)
+        if same.any():
+            stored[same] = self._merge(w, slots[same], ks[same], stored[same], present[same])
         w.last_val[slots] = np.where(present, v, prev)
         w.last_ts[slots] = np.where(present, ts[:, None], w.last_ts[slots])
         w.last_k[slots] = ks
         w.write(slots, ks, stored.T.astype(np.float32))
         res.accepted += int(present[:, w.frame_cols].sum())
         return v[:, w.frame_cols], rate[:, w.frame_cols], v[:, w.derived_cols]
+
+    @staticmethod
+    def _merge(w: ScopeWindows, slots: npt.NDArray[np.int32], ks: npt.NDArray[np.int64],
+               stored: npt.NDArray[np.float64],
+               present: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
+        """What a step holds once rows of it arrive again: each reported gauge or state
+        replaces the held value; a counter's increase adds to the step's (its delta is taken
+        from the step's own last reading, so an identical resend adds nothing); whatever the
+        row does not report keeps the held value."""
+        held = w.raw.agg[:, (ks % w.raw.length).astype(np.intp), slots].T.astype(np.float64)
+        add = np.where(np.isnan(held), 0.0, held) + np.where(np.isnan(stored), 0.0, stored)
+        add = np.where(np.isnan(held) & np.isnan(stored), np.nan, add)
+        merged = np.where(w.is_counter, add, stored)
+        return np.where(present | (~np.isnan(stored)), merged, held)
 
     @staticmethod
     def _ber(w: ScopeWindows, v: npt.NDArray[np.float64], delta: npt.NDArray[np.float64],

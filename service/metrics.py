@@ -13,7 +13,9 @@ one), so their series stay what they were before agents reported.
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -24,10 +26,17 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.samples import Sample
 
 from collectors.base import CollectorStatus
+from collectors.ignored import OTHER, IgnoredNames
 from service.alerting import LEVELS
 from service.pipeline import Pipeline
 from service.remote_collectors import RemoteStatus
 from service.scoring import SCOPES
+
+log = logging.getLogger(__name__)
+
+# Distinct (measurement, field) pairs /metrics lists; a sender inventing names cannot grow the
+# exposition (or this process) past it: the rest count together under "(other)".
+MAX_IGNORED_NAMES = 500
 
 StatusSource = Callable[[], Mapping[str, CollectorStatus]]
 RemoteSource = Callable[[], Sequence[RemoteStatus]]  # already judged stale or not
@@ -188,6 +197,46 @@ class _ScrapeTime:
         self.times.histogram.labels(self.collector).observe(seconds)
 
 
+class IgnoredFields:
+    """What writes carried that the catalog does not track, per (measurement, field): counted
+    for /metrics, each new name logged once."""
+
+    def __init__(self, max_names: int = MAX_IGNORED_NAMES) -> None:
+        self._tally = IgnoredNames(max_names)
+        self._lock = threading.Lock()  # writes are ingested on the thread pool
+
+    def note(self, ignored: IgnoredNames) -> None:
+        if not ignored.counts:
+            return
+        with self._lock:
+            new = self._tally.merge(ignored)
+        for m, f in new:
+            if (m, f) == (OTHER, OTHER):
+                log.warning("more than %d distinct measurement/field names ignored; further "
+                            "ones are counted together as %s", self._tally.max_names, OTHER)
+            else:
+                log.info("ignoring %s.%s: not in the metric catalog (counted in "
+                         "gpuhealth_ignored_fields_total)", m, f)
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily(
+            "gpuhealth_ignored_fields", "Field values written that the catalog does not track "
+            "(stored nowhere), by measurement and field; '(other)' past "
+            f"{self._tally.max_names} distinct names", labels=["measurement", "field"])
+        with self._lock:
+            items = sorted(self._tally.counts.items())
+        for (m, f), n in items:
+            family.add_metric([m, f], n)
+        yield family
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def count(self, measurement: str, field: str) -> int:
+        with self._lock:
+            return self._tally.counts.get((measurement, field), 0)
+
+
 class ServiceMetrics:
     """Everything /metrics renders. One instance per app, on its own registry."""
 
@@ -213,6 +262,8 @@ class ServiceMetrics:
         self._pipeline = PipelineCollector(pipeline, statuses,
                                            last_scrape=self.scrape_seconds.last)
         self.registry.register(self._pipeline)
+        self.ignored = IgnoredFields()
+        self.registry.register(self.ignored)
 
     def track_collectors(self, statuses: StatusSource) -> None:
         """Export `collector_up` from this source (the scheduler, once it exists)."""

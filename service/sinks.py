@@ -4,6 +4,7 @@ accepted (and the rates it derived). SQLite is the embedded default; the InfluxD
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Protocol
@@ -22,7 +23,10 @@ class Sink(Protocol):
 
 class SQLiteSink:
     """One wide table per scope (a row per entity and time, a column per catalog metric) and
-    one table of events: a 5-s round of a 32-GPU cluster is a few hundred rows, not thousands."""
+    one table of events: a 5-s round of a 32-GPU cluster is a few hundred rows, not thousands.
+    A row written again for the same entity and time merges into the stored one, each value it
+    carries replacing the stored value (InfluxDB's last write wins): a resent push never
+    doubles a sample."""
 
     def __init__(self, path: str | Path) -> None:
         self._db = open_db(path)
@@ -36,12 +40,26 @@ class SQLiteSink:
                 f"NULL, node TEXT NOT NULL, {', '.join(c + ' REAL' for c in cols)})")
             self._db.execute(f"CREATE INDEX IF NOT EXISTS {scope}_by_entity ON {scope}_samples "
                              "(entity, ts)")
+            self._unique(f"{scope}_samples")
             marks = ",".join("?" * (len(cols) + 3))
-            self._insert[scope] = f"INSERT INTO {scope}_samples VALUES ({marks})"
+            merge = ", ".join(f"{c} = coalesce(excluded.{c}, {c})" for c in cols)
+            self._insert[scope] = (f"INSERT INTO {scope}_samples VALUES ({marks}) "
+                                   f"ON CONFLICT (entity, ts) DO UPDATE SET {merge}")
         self._db.execute("CREATE TABLE IF NOT EXISTS events (ts REAL NOT NULL, entity TEXT NOT "
                          "NULL, metric TEXT NOT NULL, value REAL NOT NULL)")
         # Collectors reuse one (immutable) entity table per topology: its keys are built once.
         self._names: dict[Scope, tuple[EntityTable, list[str], list[str]]] = {}
+
+    def _unique(self, table: str) -> None:
+        """One row per entity and time; a file written before this kept duplicates, which
+        are reduced to their newest row first."""
+        index = f"CREATE UNIQUE INDEX IF NOT EXISTS {table}_point ON {table} (entity, ts)"
+        try:
+            self._db.execute(index)
+        except sqlite3.IntegrityError:
+            self._db.execute(f"DELETE FROM {table} WHERE rowid NOT IN "
+                             f"(SELECT max(rowid) FROM {table} GROUP BY entity, ts)")
+            self._db.execute(index)
 
     def _keys(self, scope: Scope, table: EntityTable) -> tuple[list[str], list[str]]:
         cached = self._names.get(scope)

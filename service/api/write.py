@@ -1,11 +1,12 @@
-"""Line-protocol writes (InfluxDB v1-compatible `/write` and `/v1/write`): bounded body reads,
-bounded gzip inflation, and parsing and ingest off the event loop."""
+"""Line-protocol writes (InfluxDB v1-compatible `/write` and `/v1/write`, v2 `/api/v2/write`):
+bounded body reads, bounded gzip inflation, and parsing and ingest off the event loop.
+
+Answered as InfluxDB answers, so Telegraf and InfluxDB clients push unchanged: what the catalog
+does not track is ignored (and counted), a point sent again overwrites, and a 400 is a partial
+write that keeps every good point and names each refused line."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hmac
 import time
 import zlib
 from typing import Annotated, Any, Literal
@@ -15,56 +16,30 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from collectors.frames import Rejection
+from service.api import influx_compat
 from service.api.schemas import RejectionOut, WriteError
 from service.api.state import Running, State
+from service.api.write_auth import Refused, authorize
 from service.ingest import IngestResult
 
 Precision = Literal["ns", "n", "us", "u", "ms", "s", "m", "h"]  # InfluxDB v1 and v2 spellings
 router = APIRouter()
+router.include_router(influx_compat.router)
 
 
 _WRITE_DOC = """Line protocol, plain or `Content-Encoding: gzip`: our own schema (`gpu`, `nvlink`,
 `ib_port`, `xid`), Telegraf's `nvidia_smi` and `infiniband`, and node agents' collector status
-(`gpuhealth_collector`, exported on /metrics). 204 when every line was
-accepted; 400 listing each rejected line (number and reason) while every valid sample is kept;
-413 when the body, or what it inflates to, is over the limit. `strict=false` ignores
-measurements and fields the catalog does not track instead of rejecting them."""
+(`gpuhealth_collector`, exported on /metrics). Measurements and fields the catalog does not
+track are ignored, as InfluxDB would store them and we have no use for them (counted per name in
+`gpuhealth_ignored_fields_total`); a point sent again, or two points of one entity within one
+step, overwrite (last write wins). 204 when every line was accepted; 400 (a partial write)
+listing each refused line (number and reason: not line protocol, a value of the wrong type, an
+invalid host or device name, a timestamp out of range) while every valid sample is kept; 413
+when the body, or what it inflates to, is over the limit. `strict=true` refuses unknown
+measurements and fields instead (for checking a sender's output)."""
 _WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": WriteError}, 401: {"model": WriteError}, 413: {"model": WriteError},
     415: {"model": WriteError}}
-
-
-class _Refused(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-def _authorize(request: Request, st: Running, u: str | None, p: str | None) -> None:
-    """Accept a write token the ways InfluxDB clients send it: `Authorization: Token T` (v2
-    clients, Telegraf's influxdb_v2 output), `Bearer T`, `Basic base64(user:T)` or `?u=&p=T`
-    (v1 clients, Telegraf's influxdb output with a password)."""
-    tokens = [t.get_secret_value().encode() for t in st.settings.ingest.tokens]
-    if not tokens:
-        return
-    header = request.headers.get("authorization", "")
-    scheme, _, cred = header.partition(" ")
-    given: str | None = None
-    if scheme.lower() in ("token", "bearer"):
-        given = cred.strip()
-    elif scheme.lower() == "basic":
-        try:
-            given = base64.b64decode(cred.strip(), validate=True).decode().partition(":")[2]
-        except (binascii.Error, UnicodeDecodeError):
-            raise _Refused(401, "malformed Basic authorization header") from None
-    elif p is not None:
-        given = p
-    if not given:
-        raise _Refused(401, "authorization required: send 'Authorization: Token <token>'")
-    # Constant-time comparison against every token, so timing tells nothing.
-    if not any(hmac.compare_digest(given.encode(), t) for t in tokens):
-        raise _Refused(401, "invalid token")
 
 
 @router.post("/api/v2/write", tags=["ingest"], status_code=204, response_class=Response,
@@ -76,7 +51,7 @@ async def write_v2(
     org: Annotated[str | None, Query(description="accepted for InfluxDB compatibility")] = None,
     bucket: Annotated[str | None, Query(description="accepted for InfluxDB compatibility")] = None,
     precision: Precision = "ns",
-    strict: bool = True,
+    strict: bool = False,
 ) -> Response:
     return await write(request, st, None, precision, strict)
 
@@ -92,16 +67,16 @@ async def write(
     st: State,
     db: Annotated[str | None, Query(description="accepted for InfluxDB compatibility")] = None,
     precision: Precision = "ns",
-    strict: bool = True,
+    strict: bool = False,
     u: Annotated[str | None, Query(description="InfluxDB v1 user (ignored)")] = None,
     p: Annotated[str | None, Query(description="InfluxDB v1 password: a write token")] = None,
 ) -> Response:
     limit = st.settings.ingest.max_body_bytes
     try:
-        _authorize(request, st, u, p)
+        authorize(request, st, u, p)
         body = await _read_body(request, limit)
         data = _inflate(body, request.headers.get("content-encoding", ""), limit)
-    except _Refused as r:
+    except Refused as r:
         st.metrics.write_requests.labels(str(r.status)).inc()
         headers = {"WWW-Authenticate": 'Token realm="gpuhealth"'} if r.status == 401 else None
         return JSONResponse(WriteError(error=r.message).model_dump(), status_code=r.status,
@@ -112,16 +87,24 @@ async def write(
         st.metrics.write_requests.labels("204").inc()
         return Response(status_code=204)
     st.metrics.write_requests.labels("400").inc()
-    first = f"; first: {res.rejections[0]}" if res.rejections else ""
-    err = WriteError(error=f"partial write: {res.rejected} rejected, {res.accepted} samples "
-                           f"kept{first}",
-                     accepted=res.accepted, rejected=res.rejected,
-                     rejections=[_rejection(r) for r in res.rejections])
+    err = WriteError(error=partial_write_message(res), accepted=res.accepted,
+                     rejected=res.rejected, rejections=[_rejection(r) for r in res.rejections])
     return JSONResponse(err.model_dump(), status_code=400)
 
 
+def partial_write_message(res: IngestResult, shown: int = 5) -> str:
+    """InfluxDB's wording (`partial write: ... dropped=N`), naming the first refused lines:
+    what Telegraf logs when it is answered 400."""
+    listed = "; ".join(str(r) for r in res.rejections[:shown])
+    more = len(res.rejections) - shown
+    if more > 0:
+        listed += f"; and {more} more listed"
+    return (f"partial write: {res.accepted} samples kept, {res.rejected} refused: {listed} "
+            f"dropped={res.rejected}")
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
-    too_big = _Refused(413, f"request body exceeds the limit of {limit} bytes")
+    too_big = Refused(413, f"request body exceeds the limit of {limit} bytes")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise too_big  # refused before reading a byte of it
@@ -138,7 +121,7 @@ def _inflate(body: bytes, encoding: str, limit: int) -> bytes:
     if encoding in ("", "identity"):
         return body
     if encoding != "gzip":
-        raise _Refused(415, f"unsupported Content-Encoding {encoding!r}; send gzip or none")
+        raise Refused(415, f"unsupported Content-Encoding {encoding!r}; send gzip or none")
     # Bounded inflation: a small gzip bomb must not expand past the body limit in memory.
     out = bytearray()
     rest = body
@@ -147,11 +130,11 @@ def _inflate(body: bytes, encoding: str, limit: int) -> bytes:
         try:
             out += d.decompress(rest, limit + 1 - len(out))
         except zlib.error as exc:
-            raise _Refused(400, f"body is not valid gzip: {exc}") from None
+            raise Refused(400, f"body is not valid gzip: {exc}") from None
         if len(out) > limit or d.unconsumed_tail:
-            raise _Refused(413, f"decompressed body exceeds the limit of {limit} bytes")
+            raise Refused(413, f"decompressed body exceeds the limit of {limit} bytes")
         if not d.eof:
-            raise _Refused(400, "gzip body is truncated")
+            raise Refused(400, "gzip body is truncated")
         rest = d.unused_data  # concatenated gzip members form one stream
     return bytes(out)
 
@@ -165,6 +148,8 @@ def _ingest_lines(st: Running, data: bytes, precision: str, strict: bool) -> Ing
             data, default_ts_ns=int(now * 1e9), precision=precision,
             max_lines=st.settings.ingest.max_lines_per_request, max_bytes=None)
         reports = mapper.take_reports()
+        ignored = mapper.take_ignored()
+    st.metrics.ignored.note(ignored)
     if reports:  # node agents' collector status: not samples, kept for /metrics
         st.remote.record(reports)
     t0 = time.perf_counter()

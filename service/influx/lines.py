@@ -1,14 +1,16 @@
 """Line protocol of what the service stores in InfluxDB (docs/influxdb.md): samples, derived
-rates and events, each point tagged with the cluster. Field types are fixed per field (counters
-and states integers, gauges and every rate floats) so InfluxDB never refuses a type change."""
+rates and events, each point tagged with the cluster. Field types are the catalog's
+(collectors.lpformat.format_number: counters and states integers, gauges floats) and every rate
+a float, so InfluxDB never refuses a type change, whichever source the sample came from."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from collectors.catalog import CATALOG, Kind, Scope
+from collectors.catalog import CATALOG, FieldType, Scope
+from collectors.catalog import EVENT_FIELD as EVENT_FIELD  # re-exported for writers
 from collectors.frames import Batch, Entity, Frame
-from collectors.lpformat import escape_key
+from collectors.lpformat import escape_key, format_number
 from service.ingest import Derived
 
 # The tags naming an entity of each scope, in Entity order (node, unit, sub).
@@ -19,8 +21,6 @@ ENTITY_TAGS: dict[Scope, tuple[str, ...]] = {
     Scope.NODE: ("host",),
 }
 RATE_SUFFIX = "_rate"
-EVENT_FIELD = "code"
-_I63 = 2.0**63
 
 
 def ns(ts: float) -> int:
@@ -70,14 +70,13 @@ class LineWriter:
         metrics = CATALOG.columns(scope)
         measurement = scope.value + (RATE_SUFFIX if rates else "")
         names = [escape_key(m.name) + "=" for m in metrics]
-        whole = [not rates and m.kind is not Kind.GAUGE for m in metrics]
+        types = [FieldType.FLOAT if rates else m.field_type for m in metrics]
         ents = frame.entities
         for slot, ts, row in zip(frame.rows.tolist(), frame.ts.tolist(), frame.values.tolist(),
                                  strict=True):
             body = ",".join(
-                names[j] + (f"{int(v)}i" if whole[j] and v.is_integer() and abs(v) < _I63
-                             else repr(float(v)))
-                for j, v in enumerate(row) if v == v  # NaN != NaN: not reported
+                names[j] + text for j, v in enumerate(row)
+                if (text := format_number(types[j], v)) is not None  # NaN: not reported
             )
             if body:
                 yield f"{self._head(measurement, ents[slot])} {body} {ns(ts)}"
@@ -90,8 +89,8 @@ class LineWriter:
         ents = d.entities
         for slot, ts, row in zip(d.rows.tolist(), d.ts.tolist(), d.values.tolist(),
                                  strict=True):
-            body = ",".join(names[j] + repr(float(v)) for j, v in enumerate(row)
-                            if v == v and abs(v) != float("inf"))
+            body = ",".join(names[j] + text for j, v in enumerate(row)
+                            if (text := format_number(FieldType.FLOAT, v)) is not None)
             if body:
                 yield f"{self._head(measurement, ents[slot])} {body} {ns(ts)}"
 

@@ -236,7 +236,11 @@ class RawReader:
         if not ok:
             self.skipped += points
             return None
-        return Entity(scope, *names)
+        try:
+            return Entity(scope, *names)
+        except ValueError:  # stored before names were checked at ingest: never an entity now
+            self.skipped += points
+            return None
 
     def _frame(self, scope: Scope, result: list[Series]) -> Frame | None:
         cols = {m.name: j for j, m in enumerate(CATALOG.columns(scope))}

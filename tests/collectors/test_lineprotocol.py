@@ -269,3 +269,35 @@ def test_nineteen_digit_stamps_up_to_the_64_bit_limit() -> None:
     assert [p.ts_ns for p in points] == [2**63 - 1, 1_750_000_000_000_000_000]
     assert reasons(rejected) == ["line 2: timestamp '9223372036854775808' is out of the 64-bit "
                                  "nanosecond range"]
+
+
+# ---- the catalog's one type per field ----------------------------------------------------------
+
+def test_our_measurements_are_written_in_the_catalog_types_whatever_the_parser_gave() -> None:
+    # nvidia-smi's text gives floats, dcgm-exporter's integers: one type reaches InfluxDB.
+    fields: dict[str, FieldValue] = {"ecc_sbe_volatile": 3.0, "gpu_temp": 41,
+                                     "remapped_rows_pending": True, "pcie_replay": UInt(2)}
+    assert format_line("gpu", {"host": "n1", "gpu": "0"}, fields, TS) == (
+        f"gpu,gpu=0,host=n1 ecc_sbe_volatile=3i,gpu_temp=41.0,remapped_rows_pending=1i,"
+        f"pcie_replay=2i {TS}")
+    assert format_line("xid", {"host": "n1", "gpu": "0"}, {"code": 79.0}, TS).endswith(
+        f" code=79i {TS}")
+    assert format_line("ib_port", {"host": "n1", "device": "mlx5_0", "port": "1"},
+                       {"ib_rate": 400, "ib_state": 4.0}, TS).endswith(
+        f" ib_rate=400.0,ib_state=4i {TS}")
+    # Other measurements, and fields our measurements do not define, keep their own types.
+    cpu = format_line("cpu", {}, {"usage_idle": 3.0, "n": 2}, TS)
+    assert cpu == f"cpu usage_idle=3.0,n=2i {TS}"
+    assert format_line("gpu", {}, {"extra": 3.0}, TS) == f"gpu extra=3.0 {TS}"
+
+
+@pytest.mark.parametrize("fields,why", [
+    ({"ecc_sbe_volatile": 2.5}, "whole numbers"),
+    ({"remapped_rows_pending": "No"}, "not 'No'"),
+    ({"pcie_replay": UInt(2**63)}, "64-bit integer range"),
+    ({"ecc_sbe_volatile": float("inf")}, "whole numbers"),
+])
+def test_a_value_the_catalog_type_cannot_hold_is_refused(fields: dict[str, FieldValue],
+                                                         why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        format_line("gpu", {"host": "n1", "gpu": "0"}, fields, TS)

@@ -220,10 +220,10 @@ def test_parse_nvlink_without_nvlink_or_with_all_links_inactive(
     rtx = _bundle_section(tmp_path, "nvidia-geforce-rtx-2080-super", "nvidia-smi nvlink -s")
     rc, lines, err = _run(["nvidia-smi", str(rtx)], capsys)
     assert rc == 0 and [x.rsplit(" ", 1)[0] for x in lines] == [
-        "nvlink,gpu=0,host=node,link=0 nvlink_state=0.0"]
+        "nvlink,gpu=0,host=node,link=0 nvlink_state=0i"]
     bad = FIXTURES / "nvidia-smi-text" / "azurehpc-bad_nvlink_status-a100.txt"
     rc, lines, err = _run(["nvidia-smi", str(bad)], capsys)
-    assert rc == 0 and len(lines) == 12 and all("nvlink_state=0.0" in x for x in lines)
+    assert rc == 0 and len(lines) == 12 and all("nvlink_state=0i" in x for x in lines)
 
 
 def test_parse_kernel_log_of_unreadable_input_exits_1(tmp_path: Path,

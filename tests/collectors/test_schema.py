@@ -88,18 +88,24 @@ def test_telegraf_nvidia_smi_fields_map_to_catalog_metrics() -> None:
         "temperature_gpu=61i,temperature_memory=70i,power_draw=512.25,utilization_gpu=99i,"
         "clocks_current_sm=1980i,ecc_errors_volatile_dram_correctable=4i,"
         'remapped_rows_pending="No",remapped_rows_failure="Yes",retired_pages_pending="No",'
-        "clocks_event_reason_hw_thermal_slowdown=1i,remapped_rows_correctable=2i "
+        "clocks_event_reasons_counters_hw_therm_slowdown=1250000i,"
+        "remapped_rows_correctable=2i "
         f"{T0 * NS}"
     )
-    mapper = SchemaMapper()
+    mapper = SchemaMapper(strict=False)
     batch = mapper.parse(text)
     assert batch.rejected == []
     gpu = Entity.gpu("dgx07", 5)
     expected = {"gpu_temp": 61, "mem_temp": 70, "power_draw": 512.25, "gpu_util": 99,
                 "sm_clock": 1980, "ecc_sbe_volatile": 4, "remapped_rows_pending": 0,
-                "remapped_rows_failure": 1, "retired_pages_pending": 0, "throttle_thermal": 1,
+                "remapped_rows_failure": 1, "retired_pages_pending": 0,
                 "remapped_rows_correctable": 2}
     assert {m: cell(batch, gpu, m) for m in expected} == expected
+    # Time spent throttled since the driver loaded is not the throttle state: ignored, and
+    # counted as such.
+    assert math.isnan(cell(batch, gpu, "throttle_thermal"))
+    assert mapper.take_ignored().counts == {
+        ("nvidia_smi", "clocks_event_reasons_counters_hw_therm_slowdown"): 1}
 
 
 def test_every_telegraf_name_in_the_catalog_is_understood() -> None:
@@ -166,10 +172,13 @@ def test_negative_counters_are_rejected_but_gauges_may_be_negative() -> None:
     ("gpu,host=n1,gpu=0 gpu_temp=40", "missing timestamp"),
     (f"gpu,host=n1 gpu_temp=40 {T0 * NS}", "missing tag 'gpu'"),
     (f"gpu,gpu=0 gpu_temp=40 {T0 * NS}", "missing tag 'host'"),
-    (f"gpu,host=n1,gpu=x gpu_temp=40 {T0 * NS}", "tag 'gpu' value 'x' is not a non-negative "
-                                                "integer"),
-    (f"nvlink,host=n1,gpu=0,link=-1 nvlink_replay=1i {T0 * NS}", "tag 'link' value '-1'"),
-    (f"gpu,host=a:b,gpu=0 gpu_temp=40 {T0 * NS}", "holds ':', which entity keys reserve"),
+    (f"gpu,host=n1,gpu=x gpu_temp=40 {T0 * NS}", "tag 'gpu': value 'x' is not a number"),
+    (f"nvlink,host=n1,gpu=0,link=-1 nvlink_replay=1i {T0 * NS}", "tag 'link': value '-1'"),
+    (f"gpu,host=a:b,gpu=0 gpu_temp=40 {T0 * NS}", "tag 'host': value 'a:b' holds characters"),
+    (f"gpu,host=n1,gpu=0 remapped_rows_pending=0.5 {T0 * NS}",
+     "field value 0.5 is not a whole number (the catalog stores remapped_rows_pending as an "
+     "integer)"),
+    (f"gpu,host=n1,gpu=0 ecc_sbe_volatile=2.5 {T0 * NS}", "not a whole number"),
     (f'gpu,host=n1,gpu=0 gpu_temp="hot" {T0 * NS}', "field value 'hot' is not a number"),
     (f'gpu,host=n1,gpu=0 remapped_rows_pending="maybe" {T0 * NS}', "'maybe' is not a number"),
     (f"xid,host=n1,gpu=0 code=-79i {T0 * NS}", "xid code must be a non-negative integer"),
@@ -235,13 +244,16 @@ xid,host=n1,gpu=0 code=48i {T0 * NS + 250_000_000}
     assert again.events == batch.events
 
 
-def test_batch_to_lines_keeps_fractional_states_as_floats_and_skips_empty_rows() -> None:
+def test_batch_to_lines_writes_the_catalog_types_and_skips_empty_rows() -> None:
     mapper = SchemaMapper()
     batch = mapper.parse(f"gpu,host=n1,gpu=0 gpu_temp=40 {T0 * NS}")
     frame = batch.frames[Scope.GPU]
     frame.values[0, :] = np.nan
+    frame.values[0, col(Scope.GPU, "ecc_sbe_volatile")] = 3.0  # as nvidia-smi's text gives it
+    frame.values[0, col(Scope.GPU, "gpu_temp")] = 41  # as dcgm-exporter's integers give it
+    # A state with no integer form would be a type InfluxDB refuses: left out, not written.
     frame.values[0, col(Scope.GPU, "retired_pages_pending")] = 0.5
     assert list(batch_to_lines(batch)) == [
-        f"gpu,gpu=0,host=n1 retired_pages_pending=0.5 {T0 * NS}"]
+        f"gpu,gpu=0,host=n1 gpu_temp=41.0,ecc_sbe_volatile=3i {T0 * NS}"]
     frame.values[0, :] = np.nan
     assert list(batch_to_lines(batch)) == []

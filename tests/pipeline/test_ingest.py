@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
@@ -70,17 +71,32 @@ def test_volatile_counter_drop_is_a_reset_not_a_spike() -> None:
     assert np.isnan(deltas[0]) and deltas[1:].tolist() == [3, 2, 2]
 
 
-def test_duplicate_and_out_of_order_rows_are_refused_and_the_rest_kept() -> None:
+def test_out_of_order_rows_are_refused_and_duplicates_merge_last_write_wins() -> None:
     store, ing, t = _setup()
     acc, rej, why = _ingest(ing, _frame(
         t, [0, 0, 0, 1, 0], [T0 + 10, T0 + 10, T0 + 5, T0, T0 + 15],
         gpu_temp=[50.0, 51.0, 52.0, 53.0, 54.0]))
-    assert acc == 3 and rej == 2
-    assert any("duplicate timestamp" in w for w in why)
+    assert acc == 4 and rej == 1
+    assert not any("duplicate" in w for w in why)
     assert any("out-of-order" in w for w in why)
-    assert store[GPU].window("gpu_temp", 2)[0].tolist() == [50, 54]
-    # Across batches too: an older sample than the last accepted one is refused.
+    # The second row of T0+10 overwrote the first, as InfluxDB overwrites a point.
+    assert store[GPU].window("gpu_temp", 2)[0].tolist() == [51, 54]
+    # Across batches too: an older sample than the last accepted one is refused ...
     assert _ingest(ing, _frame(t, [0], [T0 + 12], gpu_temp=[1.0]))[1] == 1
+    # ... and one of the last step (a resend, or a point less than a step later) merges.
+    assert _ingest(ing, _frame(t, [0], [T0 + 16], gpu_temp=[55.0]))[:2] == (1, 0)
+    assert store[GPU].window("gpu_temp", 2)[0].tolist() == [51, 55]
+
+
+def test_a_resent_counter_adds_nothing_and_a_later_reading_in_the_step_adds_its_increase(
+        ) -> None:
+    store, ing, t = _setup()
+    for ts, v in ((T0, 10.0), (T0 + 5, 12.0), (T0 + 5, 12.0), (T0 + 6, 15.0)):
+        acc, rej, _ = _ingest(ing, _frame(t, [0], [ts], ecc_sbe_volatile=[v], gpu_temp=[40.0]))
+        assert (acc, rej) == (2, 0)
+    deltas = store[GPU].window("ecc_sbe_volatile", 2)[0]
+    assert deltas.tolist() == [pytest.approx(np.nan, nan_ok=True), 5.0]
+    assert store[GPU].latest("ecc_sbe_volatile")[0] == 15.0
 
 
 def test_bad_timestamps_are_refused() -> None:

@@ -23,7 +23,7 @@ from tests.remediation.fake_kube_api import FakeKubeApi
 
 HOSTILE = ["gpu[001-512]", "a,b", "--all", "-h", "n 1", "n\t1", "n1\n", "n1;reboot",
            "$(touch x)", "`id`", "", "x" * 300, ("a" * 64) + ".b", "nöde", "n1/../n2",
-           "n1=x", "*", "n1..n2", ".n1", "n1.", "-n1", "n1-", "n1\x00"]
+           "n1=x", "*", "n1..n2", ".n1", "n1.", "-n1", "n1\x00"]
 VALID = ["n0012", "gpu-001.cluster.local", "node_7", "a", "dgx-h100-42", "N1"]
 
 
@@ -96,8 +96,7 @@ def test_every_verb_of_every_hook_refuses_before_any_call(name: str, tmp_path: P
     for kind, (hook, recorder) in hooks(tmp_path, kube).items():
         for result in (hook.execute(request(name)), hook.release(name)):
             assert not result.ok and not result.retry, kind
-            assert "refusing to act" in result.detail or "empty" in result.detail \
-                or "longer than" in result.detail, (kind, result.detail)
+            assert "refusing to act" in result.detail, (kind, result.detail)
             assert result.steps == (), kind
         assert not hook.inspect(name).exists
         assert not hook.plan(request(name))[0].ok

@@ -15,9 +15,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from collectors.catalog import CATALOG, Scope
-from collectors.frames import Batch, Entity, EntityTable, Frame
+from collectors.frames import Batch, Entity, EntityTable, Frame, name_problem
 from service.api import Running, create_app
-from service.history import QueryError, build_query
+from service.history import build_query
 from service.history_sqlite import SQLiteHistory
 from service.pipeline import Pipeline
 from service.settings import Settings
@@ -156,13 +156,14 @@ def test_hostile_names_find_nothing_and_change_nothing(api: Api, settings: Setti
             assert r.status_code in (200, 400, 404, 501), (evil, url, r.text)
             if r.status_code == 200:
                 answered += 1
+                assert name_problem(evil) is None, (evil, url)  # refused before any query
                 assert all(not s["times"] for s in r.json()["series"]), (evil, url)
         r = api.client.get("/v1/gpus/n001:gpu1/metrics", params={"metric": evil, **span})
         assert r.status_code == 400, (evil, r.text)
         for param in ("from", "to", "step", "agg"):
             r = api.client.get("/v1/gpus/n001:gpu1/metrics", params={param: evil})
             assert r.status_code in (400, 422), (evil, param, r.text)
-    assert answered >= 20  # most names reached the store's query, not only the validation
+    assert answered > 0  # valid names reached the store's query and found nothing
     assert _tables(db) == before
     db.close()
 
@@ -177,10 +178,15 @@ def _batch(hosts: list[str], ts: float) -> Batch:
     return b
 
 
-def test_hostile_host_names_are_stored_and_found_exactly(settings: Settings) -> None:
-    """Names with quotes and backslashes are legal hosts: each finds its own points, and
-    only its own (no LIKE-style or regex matching)."""
-    hosts = [h for h in EVIL if not any(c in h for c in ":\n\t\x00")]
+def test_odd_host_names_are_stored_and_found_exactly(settings: Settings) -> None:
+    """Quotes and backslashes never become entities (ingest and Entity refuse them); what the
+    hostname grammar allows, SQL LIKE wildcards included, finds its own points and only its
+    own (no LIKE-style or regex matching)."""
+    for evil in EVIL:
+        if name_problem(evil) is not None:
+            with pytest.raises(ValueError, match="not a valid gpu entity"):
+                Entity.gpu(evil, 0)
+    hosts = ["_", "a_b", "a-b", "a.b", "ab", "n001.rack-1.cluster_x", "A" * 63]
     p = Pipeline(settings)
     try:
         p.ingest(_batch(hosts, T0), T0)
@@ -191,6 +197,6 @@ def test_hostile_host_names_are_stored_and_found_exactly(settings: Settings) -> 
         q = build_query(Entity.gpu(host, 0), ["gpu_temp"], start=T0, end=T0 + 60, now=T0)
         (s,) = h.series(q)
         assert s.values == [30.0 + i], host
-    for bad in ("new\nline", "nul\x00l", "tab\there"):
-        with pytest.raises(QueryError, match="control character"):
-            build_query(Entity.gpu(bad, 0), ["gpu_temp"], now=T0)
+    for bad in ("new\nline", "nul\x00l", "tab\there"):  # never an entity to query for
+        with pytest.raises(ValueError, match="not a valid gpu entity"):
+            Entity.gpu(bad, 0)

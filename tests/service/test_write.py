@@ -60,10 +60,11 @@ def test_bad_lines_are_listed_and_good_ones_kept(client: TestClient) -> None:
     assert r.status_code == 400
     err = r.json()
     assert err["error"].startswith("partial write")
-    assert [x["line"] for x in err["rejections"]] == [2, 3, 5, 7]
-    assert "unknown measurement 'cpu'" in err["rejections"][1]["reason"]
-    assert err["rejections"][3]["metric"] == "power_draw"
-    assert err["rejected"] == 4 and err["accepted"] == 5
+    # `cpu` is ignored, as InfluxDB would store it and we have no use for it.
+    assert [x["line"] for x in err["rejections"]] == [2, 5, 7]
+    assert err["rejections"][2]["metric"] == "power_draw"
+    assert err["rejected"] == 3 and err["accepted"] == 5
+    assert err["error"].endswith("dropped=3") and "line 5: tag 'gpu'" in err["error"]
     assert _metric(client, "n001:gpu0", "gpu_temp")["value"] == 61.5
     assert _metric(client, "n001:gpu2", "gpu_temp")["value"] == 63.5
     assert _metric(client, "n001:gpu3", "gpu_temp")["value"] == 70.0  # the line's good field
@@ -79,9 +80,13 @@ def test_ingest_rejections_are_listed_too(client: TestClient) -> None:
     assert rej["line"] is None and rej["entity"] == "n001:gpu1" and "future" in rej["reason"]
 
 
-def test_lenient_writes_ignore_what_the_catalog_does_not_track(client: TestClient) -> None:
+def test_strict_writes_refuse_what_the_catalog_does_not_track(client: TestClient) -> None:
     body = _line(0, 55.0) + "\ncpu,host=n001 usage_idle=99 " + str(NS)
-    assert client.post("/write?strict=false", content=body).status_code == 204
+    assert client.post("/write", content=body).status_code == 204
+    r = client.post("/write?strict=true", content=body)
+    assert r.status_code == 400
+    [rej] = r.json()["rejections"]
+    assert rej["line"] == 2 and "unknown measurement 'cpu'" in rej["reason"]
 
 
 def test_gzip_body(client: TestClient) -> None:
@@ -140,7 +145,7 @@ def test_a_known_layout_takes_the_fast_path_and_still_names_bad_lines(
         return "\n".join(f"gpu,host=n003,gpu={g} gpu_temp={50 + g},ecc_sbe_volatile="
                          f"{bad if g == 2 else '3i'} {ts_ns}" for g in range(4))
     assert client.post("/write", content=body(NS - 5 * 10**9)).status_code == 204
-    mapper = client.app.state.gpuhealth.mappers[True]  # type: ignore[attr-defined]
+    mapper = client.app.state.gpuhealth.mappers[False]  # type: ignore[attr-defined]
     before = mapper.fast_lines
     r = client.post("/write", content=body(NS, bad="-3i"))
     assert r.status_code == 400

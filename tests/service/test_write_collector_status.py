@@ -110,7 +110,7 @@ def test_bad_status_lines_are_refused_and_good_lines_kept(svc: Service) -> None:
         f"gpu,host=n1,gpu=0 gpu_temp=50 {NS}",
         f"gpuhealth_collector,collector=x,host=n7 up=0i,error=\"gone\",extra=1 {NS}",
     ])
-    r = svc.client.post("/write", content=body)
+    r = svc.client.post("/write?strict=true", content=body)
     assert r.status_code == 400
     err = r.json()
     by_line = {x["line"]: x["reason"] for x in err["rejections"]}
@@ -126,5 +126,5 @@ def test_bad_status_lines_are_refused_and_good_lines_kept(svc: Service) -> None:
     ups = {dict(k[1])["host"] for k in got if k[0] == "gpuhealth_collector_up" and k[1] and
            dict(k[1]).get("host")}
     assert ups == {"n1", "n7"}  # the good status, and the one whose only fault was a field
-    lenient = svc.client.post("/write?strict=false", content=body).json()
+    lenient = svc.client.post("/write", content=body).json()
     assert sorted(x["line"] for x in lenient["rejections"] if x["line"]) == [2, 3, 4, 5, 6]

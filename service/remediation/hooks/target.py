@@ -2,34 +2,21 @@
 Telegraf line), and every hook hands them to something that interprets them: Slurm expands
 `gpu[001-512]` and `a,b` into hostlists, `squeue -w --all` reads an option, a command hook's
 program may parse `-h`. So every verb of every hook first checks the name against a
-conservative hostname grammar (RFC 1123 labels, plus `_` that some sites use), and a name
-that fails never reaches a command line or an API path. Ingest refuses such names already;
+conservative hostname grammar (letters, digits, '-' and '_' in dot-separated labels, no
+label starting with '-'), and a name that fails never reaches a command line or an API path. Ingest refuses such names already;
 this is the last line, not the only one."""
 
 from __future__ import annotations
 
-import re
-
+from collectors.frames import name_problem
 from service.remediation.hooks.base import ActionRequest, Hook, HookResult, NodeState, Step
-
-MAX_NAME = 253  # a DNS name; Slurm and Kubernetes node names both fit in it
-MAX_LABEL = 63
-_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?")
 
 
 def target_problem(node: str) -> str | None:
-    """Why `node` may not be acted on, or None for a plain single host name."""
-    if not node:
-        return "empty node name"
-    if len(node) > MAX_NAME:
-        return f"node name longer than {MAX_NAME} characters"
-    shown = node[:80].encode("unicode_escape").decode("ascii")
-    for label in node.split("."):
-        if len(label) > MAX_LABEL or not _LABEL.fullmatch(label):
-            return (f"node name {shown!r} is not one plain host name (letters, digits, '-', "
-                    f"'_' in dot-separated labels of at most {MAX_LABEL}; no brackets, commas, "
-                    "spaces or leading '-'): refusing to act on it")
-    return None
+    """Why `node` may not be acted on, or None for one plain host name: the same grammar
+    ingest holds every entity name to (collectors/frames.py)."""
+    why = name_problem(node, "node name")
+    return None if why is None else f"{why}: not one plain host name, refusing to act on it"
 
 
 class GuardedHook:
