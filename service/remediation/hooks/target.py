@@ -3,8 +3,8 @@ Telegraf line), and every hook hands them to something that interprets them: Slu
 `gpu[001-512]` and `a,b` into hostlists, `squeue -w --all` reads an option, a command hook's
 program may parse `-h`. So every verb of every hook first checks the name against a
 conservative hostname grammar (letters, digits, '-' and '_' in dot-separated labels, no
-label starting with '-'), and a name that fails never reaches a command line or an API path. Ingest refuses such names already;
-this is the last line, not the only one."""
+label starting with '-'), and a name that fails never reaches a command line or an API path.
+Ingest refuses such names already; this is the last line, not the only one."""
 
 from __future__ import annotations
 
