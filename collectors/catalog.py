@@ -353,6 +353,10 @@ _ib("port_rcv_data", "words", "Data octets received, divided by 4 (IBA PortRcvDa
 _ib("port_xmit_data", "words", "Data octets sent, divided by 4 (IBA PortXmitData)",
     "counters/port_xmit_data")
 _ib("state", "enum", "Logical port state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE", "state", _S)
+# A port Polling (2) or Disabled (3) with its logical state DOWN says whether the cable or the
+# far end is the problem; what ibstat and sysfs show an operator first.
+_ib("phys_state", "enum", "Physical port state: 1 Sleep, 2 Polling, 3 Disabled, "
+    "4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 PhyTest", "phys_state", _S)
 _ib("rate", "Gbit/s", "Link rate (e.g. 400 for 4X NDR)", "rate", _G)
 _r(Metric("ib_link_flaps", "events", _C, Scope.IB_PORT,
           "Times the port left ACTIVE or link_downed rose, counted by the collector across reads "

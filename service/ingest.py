@@ -84,6 +84,9 @@ class IngestResult:
     rejected: int = 0
     resets: int = 0  # counter resets detected
     rebased: int = 0  # persistent counters that restarted lower (device replaced)
+    # Rows stored to the sinks but not scored: older than the entity's last sample (a retried
+    # flush behind a newer one) or than the raw window (a spool drained after a long outage).
+    late: int = 0
     rejections: list[Rejection] = field(default_factory=list)
     clean: Batch = field(default_factory=Batch)  # what was accepted, for the sinks
     # Per-second rates of the accepted counters (reset-aware), same columns as `clean`; NaN
@@ -164,9 +167,9 @@ class Ingestor:
         # A point ahead of the service clock (but within max_future_s) is kept at the
         # present step; its own timestamp still goes to the sinks.
         ks[ok] = np.minimum(self.store.step_of(ts[ok]), self._step(now))
+        # Too old for the window, but valid data: the sinks keep it (InfluxDB would), the
+        # window store cannot place it, so it is not scored.
         old = ok & (ks <= w.head - w.raw.length)
-        self._refuse_rows(old, frame, slots, w, res,
-                          f"timestamp older than the raw window ({w.raw.length} steps)")
         ok &= ~old
         idx = np.flatnonzero(ok)
         # Order rows by slot then arrival; a row must not be older than anything before it for
@@ -188,10 +191,8 @@ class Ingestor:
         prev_max[new_seg] = -1
         prev = np.maximum(prev_max, w.last_k[s_sorted])
         late = k_sorted < prev
-        bad = np.zeros(len(ts), bool)
-        bad[order[late]] = True
-        self._refuse_rows(bad, frame, slots, w, res,
-                          "out-of-order timestamp (older than the entity's last sample)")
+        stored_only = old.copy()
+        stored_only[order[late]] = True
         good = ~late
         order, rank = order[good], rank[good]
         # Ranks are processed in turn so counter deltas chain through several rows per entity.
@@ -204,6 +205,8 @@ class Ingestor:
             values_out[sel], rates_out[sel], derived_out[sel] = self._rows(
                 w, frame, sel, slots[sel], ks[sel], res)
             kept.append(sel)
+        if stored_only.any():
+            kept.append(self._stored_only(w, frame, stored_only, values_out, res))
         if not kept:
             return Frame.empty(frame.entities), Frame.empty(frame.entities), None
         sel_all = np.sort(np.concatenate(kept))
@@ -270,6 +273,20 @@ class Ingestor:
         w.write(slots, ks, stored.T.astype(np.float32))
         res.accepted += int(present[:, w.frame_cols].sum())
         return v[:, w.frame_cols], rate[:, w.frame_cols], v[:, w.derived_cols]
+
+    @staticmethod
+    def _stored_only(w: ScopeWindows, frame: Frame, mask: npt.NDArray[np.bool_],
+                     values_out: npt.NDArray[np.float64],
+                     res: IngestResult) -> npt.NDArray[np.intp]:
+        """Late rows go to the sinks as read (their counters as the cumulative readings they
+        are), with the values no sink should hold left out; the window is not touched."""
+        sel = np.flatnonzero(mask)
+        v = frame.values[sel].astype(np.float64)
+        v[~np.isfinite(v) | ((v < 0) & w.is_counter[w.frame_cols])] = np.nan
+        values_out[sel] = v
+        res.late += len(sel)
+        res.accepted += int(np.count_nonzero(~np.isnan(v)))
+        return sel
 
     @staticmethod
     def _merge(w: ScopeWindows, slots: npt.NDArray[np.int32], ks: npt.NDArray[np.int64],

@@ -83,6 +83,8 @@ class PipelineCollector:
              st.samples_ingested),
             ("gpuhealth_samples_rejected", "Samples or lines refused by parsing or ingest",
              st.samples_rejected),
+            ("gpuhealth_rows_late", "Rows stored to the sinks but not scored: older than "
+             "their entity's last sample or than the raw window", st.rows_late),
             ("gpuhealth_counter_resets", "Counter resets detected (driver reload, GPU reset)",
              st.counter_resets),
             ("gpuhealth_batches", "Batches ingested", st.batches),

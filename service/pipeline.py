@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 class Stats:
     samples_ingested: int = 0
     samples_rejected: int = 0
+    rows_late: int = 0  # stored to the sinks, too old or out of order to be scored
     counter_resets: int = 0
     batches: int = 0
     ticks: int = 0
@@ -199,6 +200,7 @@ class Pipeline:
             st.batches += 1
             st.samples_ingested += res.accepted
             st.samples_rejected += res.rejected
+            st.rows_late += res.late
             st.counter_resets += res.resets
             st.last_ingest_s = time.perf_counter() - t0
         for r in res.rejections[:5]:

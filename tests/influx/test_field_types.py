@@ -214,14 +214,14 @@ def test_every_writer_gives_each_field_the_catalog_type(influx_server: InfluxSer
     everything: list[str] = []
     # Each source as `gpuhealth parse` prints it (Points through lpformat)...
     for i, (source, path) in enumerate(_captures(tmp_path)):
-        points = registry.get(source).parse(path, f"n{i % 3}", ts_ns + i)
-        lines = list(format_points(points))
+        parsed = registry.get(source).parse(path, f"n{i % 3}", ts_ns + i)
+        lines = list(format_points(parsed.points))
         _write(srv, db, f"{source} {path.name}", lines)
         everything += lines
     for i, page in enumerate(_dcgm_pages()):
         (tmp_path / f"dcgm{i}.txt").write_text(page)
         lines = list(format_points(registry.get("dcgm-exporter").parse(
-            tmp_path / f"dcgm{i}.txt", "n2", ts_ns + 100 + i)))
+            tmp_path / f"dcgm{i}.txt", "n2", ts_ns + 100 + i).points))
         _write(srv, db, f"dcgm page {i}", lines)
         everything += lines
     kernel = list(format_points(_kernel_points()))

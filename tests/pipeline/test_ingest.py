@@ -71,21 +71,40 @@ def test_volatile_counter_drop_is_a_reset_not_a_spike() -> None:
     assert np.isnan(deltas[0]) and deltas[1:].tolist() == [3, 2, 2]
 
 
-def test_out_of_order_rows_are_refused_and_duplicates_merge_last_write_wins() -> None:
+def test_out_of_order_rows_are_stored_not_scored_and_duplicates_merge_last_write_wins(
+        ) -> None:
     store, ing, t = _setup()
-    acc, rej, why = _ingest(ing, _frame(
-        t, [0, 0, 0, 1, 0], [T0 + 10, T0 + 10, T0 + 5, T0, T0 + 15],
-        gpu_temp=[50.0, 51.0, 52.0, 53.0, 54.0]))
-    assert acc == 4 and rej == 1
-    assert not any("duplicate" in w for w in why)
-    assert any("out-of-order" in w for w in why)
+    b = Batch()
+    b.add(_frame(t, [0, 0, 0, 1, 0], [T0 + 10, T0 + 10, T0 + 5, T0, T0 + 15],
+                 gpu_temp=[50.0, 51.0, 52.0, 53.0, 54.0]))
+    r = ing.ingest(b, T0 + 3600)
+    assert (r.accepted, r.rejected, r.late) == (5, 0, 1)
+    # The late row reaches the sinks as read; the window keeps only what it can place.
+    (clean,) = r.clean.frames.values()
+    assert sorted(set(clean.ts.tolist())) == [T0, T0 + 5, T0 + 10, T0 + 15]
+    late = clean.values[clean.ts == T0 + 5, _col("gpu_temp")]
+    assert late.tolist() == [52.0]
     # The second row of T0+10 overwrote the first, as InfluxDB overwrites a point.
     assert store[GPU].window("gpu_temp", 2)[0].tolist() == [51, 54]
-    # Across batches too: an older sample than the last accepted one is refused ...
-    assert _ingest(ing, _frame(t, [0], [T0 + 12], gpu_temp=[1.0]))[1] == 1
+    # Across batches too: an older sample than the last accepted one is stored, not scored ...
+    assert _ingest(ing, _frame(t, [0], [T0 + 12], gpu_temp=[1.0]))[:2] == (1, 0)
+    assert store[GPU].window("gpu_temp", 2)[0].tolist() == [51, 54]
     # ... and one of the last step (a resend, or a point less than a step later) merges.
     assert _ingest(ing, _frame(t, [0], [T0 + 16], gpu_temp=[55.0]))[:2] == (1, 0)
     assert store[GPU].window("gpu_temp", 2)[0].tolist() == [51, 55]
+
+
+def test_a_spool_drained_after_a_long_outage_reaches_the_sinks() -> None:
+    store, ing, t = _setup()
+    _ingest(ing, _frame(t, [1], [T0 + 3600], gpu_temp=[40.0]), now=T0 + 3600)
+    b = Batch()  # gpu0's agent was cut off for an hour; its spool is older than the window
+    b.add(_frame(t, [0, 0], [T0, T0 + 5], ecc_sbe_volatile=[3.0, -1.0], gpu_temp=[50, 51]))
+    r = ing.ingest(b, T0 + 3605)
+    assert (r.late, r.rejected) == (2, 0)
+    (clean,) = r.clean.frames.values()
+    assert clean.values[:, _col("gpu_temp")].tolist() == [50, 51]
+    assert np.isnan(clean.values[1, _col("ecc_sbe_volatile")])  # a negative counter is junk
+    assert np.isnan(store[GPU].latest("gpu_temp")[0])
 
 
 def test_a_resent_counter_adds_nothing_and_a_later_reading_in_the_step_adds_its_increase(

@@ -108,12 +108,11 @@ def test_own_capture_states_and_the_ibpanic_cut() -> None:
         "mlx5_3 port 1 has no State line (ibstat output cut short?) (n1:mlx5_3:1)",
     ]
     points = [to_point(p, "n1", TS) for p in r.ports]
-    # The sysfs collector's fields for the same readings (phys_state stays on the reading
-    # until the catalog tracks it).
+    # The sysfs collector's fields for the same readings.
     sysfs_names = {m.name for m in CATALOG.columns(Scope.IB_PORT) if m.sysfs in
                    ("state", "rate", "phys_state")}
     assert all(set(p.fields) == sysfs_names for p in points)
-    assert points[1].fields == {"ib_state": 1, "ib_rate": 10}
+    assert points[1].fields == {"ib_state": 1, "ib_phys_state": 2, "ib_rate": 10}  # Polling
 
 
 def test_unknown_words_are_refused_one_by_one() -> None:
@@ -183,7 +182,7 @@ def test_parse_ibstat_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["parse", "ibstat", str(own), "--host", "n5"]) == 0
     out = capsys.readouterr()
     lines = out.out.splitlines()
-    assert lines[1].startswith("ib_port,device=mlx5_1,host=n5,port=1 ib_state=1i,ib_rate=10.0")
+    assert lines[1].startswith("ib_port,device=mlx5_1,host=n5,port=1 ib_state=1i,ib_phys_state=2i,ib_rate=10.0")
     assert f"{own}: 4 points read, 2 refused" in out.err and "ibpanic" in out.err
     ibstatus = tmp_path / "ibstatus.txt"  # another tool's output: nothing recognised
     ibstatus.write_text("Infiniband device 'mlx5_0' port 1 status:\n\tstate:\t\t 4: ACTIVE\n")
