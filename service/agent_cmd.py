@@ -132,8 +132,9 @@ def _run_agent(args: argparse.Namespace) -> int:
     _check(args)
     collectors = _collectors(args)
     replaying = args.replay is not None
-    # A replay paces itself (ReplaySource sleeps until each round is due) and ends.
-    interval = 0.0 if replaying else args.interval
+    # A replay paces itself (ReplaySource sleeps until each round is due) and ends; --once
+    # has no next round to wait for.
+    interval = 0.0 if replaying or args.once else args.interval
 
     def exhausted() -> bool:
         return replaying and all(c.status.exhausted for c in collectors)

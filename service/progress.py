@@ -15,22 +15,24 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import IO, Any, Self
 
+EVERY_S = 10.0  # seconds of wall time between plain lines
+
 
 class Progress:
     """`total` None: no end known (a trace replayed as it is read); the count and rate are
     shown instead of a percentage."""
 
     def __init__(self, desc: str, total: float | None = None, unit: str = "", *,
-                 stream: IO[str] | None = None, every_s: float = 10.0,
+                 stream: IO[str] | None = None, every_s: float | None = None,
                  clock: Callable[[], float] = time.monotonic, tty: bool | None = None) -> None:
         self.desc, self.total, self.unit = desc, total, unit
         self.stream = stream if stream is not None else sys.stderr
-        self.every_s = every_s
+        self.every_s = EVERY_S if every_s is None else every_s
         self.clock = clock
         self.done = 0.0
         self.note = ""
         self._started = clock()
-        self._next_line = self._started + every_s
+        self._next_line = self._started + self.every_s
         self._lines = 0  # plain lines printed so far
         isatty = getattr(self.stream, "isatty", None)
         use_bar = tty if tty is not None else bool(callable(isatty) and isatty())

@@ -38,11 +38,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise UsageError(f"{args.out}: not a directory; give the trace directory to write")
     start, hours = float(config.time.start_s), config.time.days * 24
+    step = float(config.time.step_s)
 
     def report(batch: Batch, lines: int) -> None:
         newest = max((float(f.ts.max()) for f in batch.frames.values() if len(f.ts)),
-                     default=start)
-        bar.update(min((newest - start) / 3600, hours), f"{lines:,} lines")
+                     default=start - step)
+        # The newest sample covers the step that begins with it.
+        bar.update(min((newest + step - start) / 3600, hours), f"{lines:,} lines")
 
     with Progress(f"simulate {args.scenario}", hours, "h") as bar:
         summary = write_trace(config, args.out, gzip=not args.plain, on_batch=report)
