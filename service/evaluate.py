@@ -42,7 +42,7 @@ from service.cli import register
 from service.pipeline import Pipeline
 from service.progress import Progress
 from service.settings import ModelSettings, Settings
-from service.usage import UsageError, no_data, scenario_errors, trace_missing
+from service.usage import UsageError, no_data, out_dir, scenario_errors, trace_missing
 from service.windows import window_config_for
 
 log = logging.getLogger(__name__)
@@ -318,6 +318,7 @@ def run(args: argparse.Namespace) -> int:
         regenerate_docs()
         return 0
     cfg = EvalConfig(min_warning_s=args.min_warning)
+    out_dir(args.out)
     wanted = [name for name in args.detectors if name in MODEL_SETS]
     if wanted:  # an unusable model is said before any simulation starts
         path = ModelSettings(path=args.model).resolved()

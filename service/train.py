@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from service.cli import register
-from service.usage import UsageError, no_data, scenario_errors, trace_missing
+from service.usage import UsageError, no_data, out_dir, scenario_errors, trace_missing
 
 log = logging.getLogger(__name__)
 HELP = "train the LSTM failure predictor on a scenario or a labelled trace"
@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     for flag in ("epochs", "hidden", "window", "threads"):  # refused before hours of work
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag} {getattr(args, flag)}: give 1 or more")
+    out_dir(args.out)
     if args.days is not None and args.days <= 0:
         raise UsageError(f"--days {args.days:g}: give a positive number of days")
     cfg = TrainConfig(window_h=args.window, hidden=args.hidden, epochs=args.epochs,

@@ -97,6 +97,12 @@ def scenario_errors(scenario: str | os.PathLike[str],
         raise UsageError(f"scenario {scenario}: {exc}") from None
 
 
+def out_dir(path: Path | None, flag: str = "--out") -> None:
+    """Refuse an output directory that is a file before the work, not after it."""
+    if path is not None and path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {path}: not a directory")
+
+
 def trace_missing(exc: FileNotFoundError) -> UsageError:
     """TraceReader's "no trace at PATH" / "no *.lp files in DIR", with what a trace is."""
     return UsageError(f"{exc}; a trace is {TRACE_FORMAT}")

@@ -72,6 +72,8 @@ CASES: list[tuple[list[str], list[str]]] = [
     (["train", "--trace", "{text}", "--out", "{tmp}/model"], ["holds no usable samples"]),
     (["train", "--scenario", "ci", "--days", "-1", "--out", "{tmp}/model"], ["--days -1"]),
     (["train", "--epochs", "0", "--out", "{tmp}/model"], ["--epochs 0", "1 or more"]),
+    (["train", "--trace", "{trace}", "--out", "{text}"], ["--out", "not a directory"]),
+    (["evaluate", "--trace", "{trace}", "--out", "{text}"], ["--out", "not a directory"]),
     (["export", "--from", "0", "--to", "10", "--out", "{text}"], ["--out", "not a directory"]),
     (["export", "--from", "0", "--to", "10", "--out", "{tmp}/x", "--config", "{tmp}/none"],
      ["settings file", "No such file"]),
