@@ -18,7 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
+
+from service.usage import UsageError, load_settings, trace_missing
 
 if TYPE_CHECKING:
     from collectors.base import Collector
@@ -72,15 +74,21 @@ def _run_serve(args: argparse.Namespace) -> int:
     from collectors.trace import TraceReader
     from service.api import create_app
     from service.scheduler import Clock, DataClock
-    from service.settings import load
-
-    settings = load(args.config)
+    if args.port is not None and not 0 < args.port < 65536:
+        raise UsageError(f"--port {args.port}: give a port from 1 to 65535")
+    if args.speed < 0:
+        raise UsageError(f"--speed {args.speed:g}: give 0 (as fast as possible) or more")
+    settings = load_settings(args.config)
     svc = settings.service
     collectors: list[Collector] = []
     clock: Clock | None = None
     if args.replay is not None:
         step = settings.window.step_s
-        collectors.append(ReplaySource(TraceReader(args.replay, step_s=step), speed=args.speed))
+        try:
+            reader = TraceReader(args.replay, step_s=step)
+        except FileNotFoundError as exc:
+            raise trace_missing(exc) from None
+        collectors.append(ReplaySource(reader, speed=args.speed))
         clock = DataClock()  # score at the trace's time, not the wall clock's
         # One round per collect run: poll at the replay's round rate (fast when unpaced).
         interval = step / args.speed if args.speed > 0 else 0.01
@@ -90,8 +98,10 @@ def _run_serve(args: argparse.Namespace) -> int:
     else:
         collectors = local_collectors(settings)
     app = create_app(settings, collectors=collectors, clock=clock or time.time)
-    # log_config=None: logging was configured once, in main.
-    uvicorn.run(app, host=args.host or svc.host, port=args.port or svc.port, log_config=None)
+    # log_config=None: logging was configured once, in main. One access line per request
+    # only at --log-level debug: a scraped service would otherwise log little else.
+    uvicorn.run(app, host=args.host or svc.host, port=args.port or svc.port, log_config=None,
+                access_log=logging.getLogger("uvicorn.access").isEnabledFor(logging.INFO))
     return 0
 
 
@@ -136,38 +146,47 @@ def _run_replay(args: argparse.Namespace) -> int:
     from collectors.replay import ReplaySource
     from collectors.trace import TraceReader
     from service.pipeline import Pipeline, TickResult
+    from service.progress import Progress
+    from service.refusals import RefusalTally
     from service.runner import run_replay
-    from service.settings import load
+    from service.usage import no_data
 
     if args.speed < 0:
-        print("gpuhealth replay: --speed must be 0 or more", file=sys.stderr)
-        return 2
-    settings = load(args.config)
+        raise UsageError(f"--speed {args.speed:g}: give 0 (as fast as possible) or more")
+    settings = load_settings(args.config)
     try:
         reader = TraceReader(args.trace, step_s=settings.window.step_s)
     except FileNotFoundError as exc:
-        print(f"gpuhealth replay: {exc}", file=sys.stderr)
-        return 2
+        raise trace_missing(exc) from None
     # The replay prints its alerts itself; nothing is sent to the notification channels.
     pipeline = Pipeline(settings, alert_db=args.db, notifiers=[])
+    refused = RefusalTally()
+    pipeline.sinks.append(refused)
+    pipeline.observers.append(refused)
     out = sys.stderr if args.json else sys.stdout
+    bar = Progress(f"replay {args.trace.name}", unit="rounds")
 
-    def progress(result: TickResult) -> None:
+    def on_tick(result: TickResult) -> None:
         for t in result.transitions:
             if t.derived:
                 why = t.alertname
             else:
                 signals = result.risk.scopes[t.scope].explain(t.slot)
                 why = signals[0].signal if signals else "risk fell below the exit threshold"
-            print(f"{_iso(t.at)}  level {t.old} -> {t.new}  {t.scope} {t.entity}  "
-                  f"risk {t.risk:.2f}  {why}", file=out, flush=True)
+            bar.write(f"{_iso(t.at)}  level {t.old} -> {t.new}  {t.scope} {t.entity}  "
+                      f"risk {t.risk:.2f}  {why}", file=out)
+        bar.update(bar.done + 1, f"at {_iso(result.at)}")
 
     try:
-        summary = run_replay(pipeline, ReplaySource(reader, speed=args.speed), on_tick=progress)
+        with bar:
+            summary = run_replay(pipeline, ReplaySource(reader, speed=args.speed),
+                                 on_tick=on_tick)
     finally:
         pipeline.close()
+    if not summary.rounds and not summary.error:
+        raise no_data(args.trace, settings.window.step_s)
     if args.json:
-        print(json.dumps(summary.as_dict(), indent=2))
+        print(json.dumps({**summary.as_dict(), "rejected_why": refused.as_list()}, indent=2))
     else:
         first = _iso(summary.first_ts) if summary.first_ts is not None else "-"
         last = _iso(summary.last_ts) if summary.last_ts is not None else "-"
@@ -176,6 +195,8 @@ def _run_replay(args: argparse.Namespace) -> int:
               f"{summary.transitions} alert transitions, {summary.alerts_opened} alerts opened")
         for entity, level in sorted(summary.peak_level.items()):
             print(f"  {entity}: peak level {level}")
+        for line in refused.lines(_iso)[1:]:  # the count is in the line above
+            print(line)
     if summary.error:
         print(f"gpuhealth replay: the trace broke off: {summary.error}", file=sys.stderr)
         return 1
@@ -193,16 +214,64 @@ register("replay", _configure_replay, _run_replay,
 
 # ---- entry point ------------------------------------------------------------------------------
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# Libraries that log one line per HTTP request at INFO: only `--log-level debug` shows them.
+_PER_REQUEST_LOGGERS = ("uvicorn.access", "httpx", "httpcore")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors on one line (`gpuhealth parse: argument source: ...`) and exit 2, the way
+    the commands report the input they refuse; `--help` still shows the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
+def package_version() -> str:
+    """The installed distribution's version, else the one in the source tree's pyproject."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("gpuhealth")
+    except metadata.PackageNotFoundError:
+        import tomllib
+
+        try:
+            with open(Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
+                return str(tomllib.load(f)["project"]["version"])
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            return "unknown"
+
+
+def _log_level(value: str) -> str:
+    if value.upper() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"unknown level {value!r}; choose from {', '.join(x.lower() for x in LOG_LEVELS)}")
+    return value.upper()
+
+
+def global_options(top: bool = False) -> _Parser:
+    """Options every command takes, before or after its name (`gpuhealth --log-level debug
+    serve` and `gpuhealth serve --log-level debug`). Below the top level the default is
+    SUPPRESS, so a subcommand only overrides what was given after its name."""
+    p = _Parser(add_help=False)
+    p.add_argument("--log-level", type=_log_level, metavar="LEVEL",
+                   default="INFO" if top else argparse.SUPPRESS,
+                   help="debug, info (default), warning or error; debug also logs every HTTP "
+                        "request")
+    p.add_argument("--version", action="version", version=f"gpuhealth {package_version()}")
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     for module in COMMAND_MODULES:
         importlib.import_module(module)
-    parser = argparse.ArgumentParser(prog="gpuhealth",
-                                     description="Predictive health monitoring for GPU clusters")
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser = _Parser(prog="gpuhealth", parents=[global_options(top=True)],
+                     description="Predictive health monitoring for GPU clusters")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, cmd in COMMANDS.items():
-        cmd.configure(sub.add_parser(name, help=cmd.help, description=cmd.help))
+        cmd.configure(sub.add_parser(name, help=cmd.help, description=cmd.help,
+                                     parents=[global_options()]))
     return parser
 
 
@@ -211,6 +280,9 @@ def configure_logging(level: str) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # APScheduler logs every job run at INFO; its warnings (skipped runs) still come through.
     logging.getLogger("apscheduler").setLevel(max(logging.WARNING, logging.getLogger().level))
+    debug = level.upper() == "DEBUG"
+    for name in _PER_REQUEST_LOGGERS:  # httpcore's own DEBUG chatter stays off even then
+        logging.getLogger(name).setLevel(logging.INFO if debug else logging.WARNING)
     from service.api.redact import install  # tokens and passwords never reach a log line
 
     install()
@@ -221,11 +293,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level)
     from service.settings import SettingsError
 
+    name = f"gpuhealth {args.command}"
     try:
         return COMMANDS[args.command].run(args)
-    except SettingsError as e:
-        print(f"gpuhealth {args.command}: {e}", file=sys.stderr)
+    except (UsageError, SettingsError) as e:
+        print(f"{name}: {e}", file=sys.stderr)
         return 2
+    except SystemExit as e:  # `raise SystemExit("message")`: a refusal, said the same way
+        if isinstance(e.code, str):
+            print(f"{name}: {e.code}", file=sys.stderr)
+            return 2
+        raise
     except KeyboardInterrupt:
         return 130
 

@@ -8,7 +8,6 @@ import argparse
 import contextlib
 import json
 import logging
-import shutil
 import socket
 import sys
 import threading
@@ -19,7 +18,10 @@ from typing import Any
 
 from service.cli import register
 from service.pipeline import Pipeline, TickResult
+from service.progress import Progress
+from service.refusals import RefusalTally
 from service.settings import Settings
+from service.usage import UsageError
 
 START_PORT = 8080
 
@@ -32,7 +34,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=START_PORT,
                    help="API port (the next free one if taken); 0 to run without the API")
     p.add_argument("--data-dir", type=Path, default=Path("var/demo"),
-                   help="where the demo's SQLite database goes (cleared first)")
+                   help="where the demo's SQLite database goes (the database is cleared first)")
     p.add_argument("--serve", action="store_true",
                    help="keep the API up after the run until interrupted")
     p.add_argument("--json", action="store_true", help="print the summary as JSON only")
@@ -104,14 +106,19 @@ def run_demo(args: argparse.Namespace, out: Any = sys.stdout,
         if not quiet:
             print(msg, file=out, flush=True)
 
+    if args.speed < 0:
+        raise UsageError(f"--speed {args.speed:g}: give 0 (as fast as possible) or more")
     config = load_scenario("demo").model_copy(update={"seed": args.seed})
     sim = Simulator(config)
     step = float(config.time.step_s)
     start, end = float(config.time.start_s), config.time.end_s
-    shutil.rmtree(args.data_dir, ignore_errors=True)
     settings = Settings(storage={"data_dir": args.data_dir})  # type: ignore[arg-type]
+    _clear_database(settings)
     # No sample history: at 600x the demo's 16M samples would make SQLite the bottleneck.
     pipeline = Pipeline(settings, sinks=[])
+    refused = RefusalTally()  # says what the `rejected` count was
+    pipeline.sinks.append(refused)
+    pipeline.observers.append(refused)
     transitions: list[Any] = []
     api: _Api | None = _Api(pipeline, _free_port(args.port)) if args.port else None
     gpus = len(sim.tables[next(iter(sim.tables))]) if sim.tables else 0
@@ -145,9 +152,13 @@ def run_demo(args: argparse.Namespace, out: Any = sys.stdout,
                 f"{api.url}/docs)")
         rounder = Rounder(step)
         next_progress = start + 3600
+        # With --json the hourly lines are off: progress goes to stderr instead.
+        bar = Progress("demo", (end - start) / 3600, "h") if quiet else None
         for chunk in sim.run():
             for rnd in rounder.feed(chunk):
                 on_tick(pipeline.process(rnd.batch, rnd.now))
+                if bar is not None:
+                    bar.update((rnd.now - start) / 3600)
                 if rnd.now >= next_progress:
                     open_ = len(pipeline.alerts.open_alerts())
                     done = (rnd.now - start) / (end - start)
@@ -160,13 +171,18 @@ def run_demo(args: argparse.Namespace, out: Any = sys.stdout,
                         time.sleep(ahead)
         for rnd in rounder.close():
             on_tick(pipeline.process(rnd.batch, rnd.now))
+        if bar is not None:
+            bar.close()
         rows = summarize_demo(sim.labels, transitions, start, end)
         summary = {"wall_s": round(time.monotonic() - wall0, 1), "start": start, "end": end,
                    "samples": pipeline.stats.samples_ingested,
-                   "rejected": pipeline.stats.samples_rejected, "rows": rows}
+                   "rejected": pipeline.stats.samples_rejected,
+                   "rejected_why": refused.as_list(), "rows": rows}
         say(_table(rows, start))
         say(f"{summary['samples']:,} samples in {summary['wall_s']} s; alerts and deliveries "
             f"in {settings.storage.sqlite_path}")
+        for line in refused.lines(lambda t: _clock(t, start), sim.labels, step):
+            say(line)
         if args.serve and api is not None:
             say(f"API still up at {api.url}; Ctrl-C to stop")
             try:
@@ -176,6 +192,17 @@ def run_demo(args: argparse.Namespace, out: Any = sys.stdout,
                 pass
     pipeline.close()
     return summary
+
+
+def _clear_database(settings: Settings) -> None:
+    """Start from an empty database: only the demo's own SQLite files are removed, so a
+    --data-dir that holds anything else loses nothing."""
+    where = settings.storage.data_dir
+    if where.exists() and not where.is_dir():
+        raise UsageError(f"--data-dir {where}: not a directory")
+    db = settings.storage.sqlite_path
+    for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        path.unlink(missing_ok=True)
 
 
 def _alerts_for(res: TickResult) -> list[Any]:

@@ -40,7 +40,9 @@ from models.evaluation.score import EvalConfig, Exposure, RunData, score_run
 from models.evaluation.sources import Source, scenario_config, simulator_source, trace_source
 from service.cli import register
 from service.pipeline import Pipeline
+from service.progress import Progress
 from service.settings import ModelSettings, Settings
+from service.usage import UsageError, no_data, out_dir, scenario_errors, trace_missing
 from service.windows import window_config_for
 
 log = logging.getLogger(__name__)
@@ -194,6 +196,10 @@ class Evaluator:
         return len(next(iter(self.pipes.values())).store[Scope.GPU])
 
 
+class NoData(ValueError):
+    """The source gave no round to score (a file that is not line protocol)."""
+
+
 def evaluate_source(src: Source, sets: Sequence[str], seed: int = 0,
                     cfg: EvalConfig | None = None,
                     progress: Callable[[float], None] | None = None,
@@ -212,10 +218,10 @@ def evaluate_source(src: Source, sets: Sequence[str], seed: int = 0,
             start = start if start is not None else (r.now // DAY) * DAY
             ev = Evaluator(src.step_s, start, sets, seed, model)
         ev.feed(r)
-        if progress is not None and ev.rounds % 500 == 0:
+        if progress is not None:
             progress(r.now)
     if ev is None or start is None:
-        raise ValueError(f"{src.name}: no data")
+        raise NoData(f"{src.name}: no data")
     ev.finish()
     end = src.end if src.end is not None else (ev.last or start) + src.step_s
     exp = Exposure(start, end, int(src.meta.get("nodes", ev.nodes)),
@@ -251,15 +257,30 @@ def evaluate_scenario(scenario: str | Path, seeds: Sequence[int] = (0,),
         src = simulator_source(scenario_config(scenario, seed, days, step_s))
         log.info("evaluating %s seed %d (%s days at %g s)", src.name, seed,
                  src.meta.get("days"), src.step_s)
-        runs.append(evaluate_source(src, sets, seed, cfg, _progress(src), model))
+        with _progress(src, f"evaluate {src.name} seed {seed}") as bar:
+            runs.append(evaluate_source(src, sets, seed, cfg, bar.report, model))
     return summarize(Path(str(scenario)).stem, seeds, runs)
 
 
-def _progress(src: Source) -> Callable[[float], None]:
-    def report(now: float) -> None:
-        if src.start is not None and src.end is not None:
-            log.info("%s: %.0f%%", src.name, 100 * (now - src.start) / (src.end - src.start))
-    return report
+class _SourceProgress(Progress):
+    """Progress through a source in data time: simulated hours of a scenario, or (a trace,
+    whose end is not known before it is read) rounds and the data time reached."""
+
+    def __init__(self, src: Source, desc: str) -> None:
+        self.start, self.rounds = src.start, 0
+        span = (src.end - src.start) / 3600 if src.start is not None and src.end else None
+        super().__init__(desc, span, "h" if span else "rounds")
+
+    def report(self, now: float) -> None:
+        self.rounds += 1
+        if self.total and self.start is not None:
+            self.update((now - self.start) / 3600)
+        else:
+            self.update(self.rounds, f"at {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime(now))}")
+
+
+def _progress(src: Source, desc: str) -> _SourceProgress:
+    return _SourceProgress(src, desc)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -297,6 +318,7 @@ def run(args: argparse.Namespace) -> int:
         regenerate_docs()
         return 0
     cfg = EvalConfig(min_warning_s=args.min_warning)
+    out_dir(args.out)
     wanted = [name for name in args.detectors if name in MODEL_SETS]
     if wanted:  # an unusable model is said before any simulation starts
         path = ModelSettings(path=args.model).resolved()
@@ -308,14 +330,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"gpuhealth evaluate: {exc}", file=sys.stderr)
             return 2
     if args.trace is not None:
+        src = _trace(args)
         try:
-            src = trace_source(args.trace, args.labels, args.step)
-        except FileNotFoundError as exc:
-            print(f"gpuhealth evaluate: {exc}", file=sys.stderr)
-            return 2
-        result = summarize(src.name, [0], [evaluate_source(src, args.detectors, 0, cfg,
-                                                           model=args.model)])
+            with _progress(src, f"evaluate {src.name}") as bar:
+                scored = evaluate_source(src, args.detectors, 0, cfg, bar.report, args.model)
+        except NoData:
+            raise no_data(args.trace, src.step_s) from None
+        result = summarize(src.name, [0], [scored])
     else:
+        with scenario_errors(args.scenario):  # refused before the first seed runs
+            scenario_config(args.scenario, args.seeds[0], args.days, args.step)
         result = evaluate_scenario(args.scenario, args.seeds, args.detectors, args.days, cfg,
                                    args.step, args.model)
     out = args.out or Path("var") / "evaluate" / str(result["scenario"])
@@ -326,6 +350,31 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"report: {out / 'report.md'}")
     return 0
+
+
+def _trace(args: argparse.Namespace) -> Source:
+    """The --trace source, its labels checked first: a labels file named but missing, or with
+    bad lines, is refused rather than scored as a trace without failures."""
+    from collectors.labels import LabelError, load_labels
+    from collectors.trace import LABELS_FILE
+
+    labels = args.labels
+    if labels is None and args.trace.is_dir():
+        labels = args.trace / LABELS_FILE if (args.trace / LABELS_FILE).exists() else None
+    if labels is not None:
+        try:
+            load_labels(labels)
+        except FileNotFoundError:
+            raise UsageError(f"--labels {labels}: no such file") from None
+        except (OSError, ValueError) as exc:  # LabelError names every bad line
+            kind = "" if isinstance(exc, LabelError) else "not JSON lines: "
+            raise UsageError(f"labels {labels}: {kind}{exc}") from None
+    if args.step is not None and args.step <= 0:
+        raise UsageError(f"--step {args.step}: give a positive number of seconds")
+    try:
+        return trace_source(args.trace, args.labels, args.step)
+    except FileNotFoundError as exc:
+        raise trace_missing(exc) from None
 
 
 # ---- docs -------------------------------------------------------------------------------------
@@ -379,7 +428,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     quiet_pipeline()
-    return run(parser.parse_args(argv))
+    try:
+        return run(parser.parse_args(argv))
+    except UsageError as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from service.cli import register
+from service.usage import load_settings
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,6 @@ def _run(args: argparse.Namespace) -> int:
     from service.history import QueryError, parse_time
     from service.influx.client import InfluxClient, InfluxError
     from service.influx.reader import RawReader
-    from service.settings import load
 
     try:
         start, end = parse_time(args.start), parse_time(args.end)
@@ -68,10 +68,12 @@ def _run(args: argparse.Namespace) -> int:
             load_labels(args.labels)  # refused as a whole, every bad line named
         except (OSError, LabelError) as exc:
             return _fail(f"--labels {args.labels}: {exc}")
+    if args.out.exists() and not args.out.is_dir():
+        return _fail(f"--out {args.out}: not a directory")
     if args.out.exists() and any(p.name.endswith(SUFFIXES) for p in args.out.iterdir()):
         # Parts of another trace would break the time order a trace promises.
         return _fail(f"{args.out} already holds a trace; export into a new directory")
-    settings = load(args.config)
+    settings = load_settings(args.config)
     cfg = settings.storage.influxdb
     if not cfg.url:
         return _fail("export reads InfluxDB: set storage.influxdb.url (--config or "

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from service.cli import register
 from service.notify.message import LEVEL_SEVERITY
 from service.notify.routing import Route
+from service.usage import UsageError, load_settings
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -23,23 +23,16 @@ def _configure(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from service.settings import load
-
     labels: dict[str, str] = {}
     for item in args.labels:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            print(f"route-test: {item!r} is not NAME=VALUE", file=sys.stderr)
-            return 2
+            raise UsageError(f"{item!r} is not NAME=VALUE (e.g. level=3 node=n0012)")
         labels[name] = value
     if "level" in labels and "severity" not in labels:
         level = labels["level"]
         labels["severity"] = LEVEL_SEVERITY.get(int(level) if level.isdigit() else 0, "info")
-    try:
-        settings = load(args.config)
-    except (OSError, ValueError) as e:
-        print(f"route-test: {e}", file=sys.stderr)
-        return 2
+    settings = load_settings(args.config)
     route = Route.build(settings.notify.route)
     hits: list[dict[str, Any]] = []
     for r in route.match(labels):

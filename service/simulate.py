@@ -8,7 +8,10 @@ import dataclasses
 import json
 from pathlib import Path
 
+from collectors.frames import Batch
 from service.cli import register
+from service.progress import Progress
+from service.usage import UsageError, scenario_errors
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -21,15 +24,30 @@ def _configure(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from models.simulator import load_scenario, write_trace
+    from models.simulator import write_trace
+    from models.simulator.config import SimConfig
+    from models.simulator.scenarios import scenario_tree
 
-    config = load_scenario(args.scenario, args.overrides)
-    if args.seed is not None:
-        config = config.model_copy(update={"seed": args.seed})
-    if args.days is not None:
-        config = config.model_copy(
-            update={"time": config.time.model_copy(update={"days": args.days})})
-    summary = write_trace(config, args.out, gzip=not args.plain)
+    with scenario_errors(args.scenario, args.overrides):
+        tree = scenario_tree(args.scenario, args.overrides)
+        if args.seed is not None:
+            tree["seed"] = args.seed
+        if args.days is not None:
+            tree["time"] = {**tree.get("time", {}), "days": args.days}
+        config = SimConfig.model_validate(tree)  # validated with the overrides, --days too
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"{args.out}: not a directory; give the trace directory to write")
+    start, hours = float(config.time.start_s), config.time.days * 24
+    step = float(config.time.step_s)
+
+    def report(batch: Batch, lines: int) -> None:
+        newest = max((float(f.ts.max()) for f in batch.frames.values() if len(f.ts)),
+                     default=start - step)
+        # The newest sample covers the step that begins with it.
+        bar.update(min((newest + step - start) / 3600, hours), f"{lines:,} lines")
+
+    with Progress(f"simulate {args.scenario}", hours, "h") as bar:
+        summary = write_trace(config, args.out, gzip=not args.plain, on_batch=report)
     print(json.dumps(dataclasses.asdict(summary), default=str, indent=2))
     return 0
 

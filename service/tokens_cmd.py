@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from service.cli import register
+from service.cli import global_options, register
+from service.usage import load_settings
 
 if TYPE_CHECKING:  # the API's imports wait until a token command runs
     from service.api.auth import Token
@@ -24,7 +25,7 @@ _DAY_S = 86400.0
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
-    common = argparse.ArgumentParser(add_help=False)
+    common = argparse.ArgumentParser(add_help=False, parents=[global_options()])
     common.add_argument("--config", type=Path,
                         help="settings file (YAML); default $GPUHEALTH_CONFIG")
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -51,7 +52,6 @@ def _iso(ts: float | None, none: str = "-") -> str:
 
 def _run(args: argparse.Namespace) -> int:
     from service.api.auth import Scope, TokenStore
-    from service.settings import load
 
     now = time.time()
     scope: Scope | None = None
@@ -67,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
             if not args.expires_days > 0:
                 return _fail("--expires-days must be more than 0")
             expires_at = now + args.expires_days * _DAY_S
-    store = TokenStore(load(args.config).storage.sqlite_path)
+    store = TokenStore(load_settings(args.config).storage.sqlite_path)
     try:
         if args.action == "create":
             assert scope is not None

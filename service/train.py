@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from service.cli import register
+from service.usage import UsageError, no_data, out_dir, scenario_errors, trace_missing
 
 log = logging.getLogger(__name__)
 HELP = "train the LSTM failure predictor on a scenario or a labelled trace"
@@ -59,15 +60,23 @@ def record_source(src: Any) -> tuple[dict[Any, Any], list[Any]]:
                         detectors={"model": {"path": "none"}})  # type: ignore[arg-type]
     pipe = Pipeline(settings, alert_db=":memory:", notifiers=[])
     rec = HourlyRecorder()
+    rounds = 0
     try:
         for r in feed_rounds(src.chunks, src.step_s):
             if src.start is not None and r.now < src.start:
                 continue
             pipe.ingest(r.batch, r.now)
             rec.observe(pipe.scorer.view, r.now)
+            rounds += 1
     finally:
         pipe.close()
+    if not rounds:  # a file that is not line protocol: no model is better than an empty one
+        raise NoData(f"{src.name}: no data")
     return rec.runs(), list(truth_from_labels(src.labels).failures)
+
+
+class NoData(ValueError):
+    """A source gave no round to learn from."""
 
 
 def sources(args: argparse.Namespace) -> list[Any]:
@@ -75,10 +84,16 @@ def sources(args: argparse.Namespace) -> list[Any]:
 
     if args.trace:
         if args.labels and len(args.trace) > 1:
-            raise SystemExit("--labels goes with a single --trace")
-        return [trace_source(t, args.labels) for t in args.trace]
-    return [simulator_source(scenario_config(args.scenario, s, days=args.days))
-            for s in args.seeds]
+            raise UsageError("--labels goes with a single --trace")
+        if args.labels is not None and not args.labels.is_file():
+            raise UsageError(f"--labels {args.labels}: no such file")
+        try:
+            return [trace_source(t, args.labels) for t in args.trace]
+        except FileNotFoundError as exc:
+            raise trace_missing(exc) from None
+    with scenario_errors(args.scenario):
+        return [simulator_source(scenario_config(args.scenario, s, days=args.days))
+                for s in args.seeds]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,24 +104,25 @@ def run(args: argparse.Namespace) -> int:
     from models.predictor.package import to_artifact
     from models.predictor.train import TrainConfig, train_scope
 
+    for flag in ("epochs", "hidden", "window", "threads"):  # refused before hours of work
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag} {getattr(args, flag)}: give 1 or more")
+    out_dir(args.out)
+    if args.days is not None and args.days <= 0:
+        raise UsageError(f"--days {args.days:g}: give a positive number of days")
     cfg = TrainConfig(window_h=args.window, hidden=args.hidden, epochs=args.epochs,
                       seed=args.seed, threads=args.threads)
     started = time.perf_counter()
     runs: dict[Scope, list[Any]] = {}
     failures: list[list[Any]] = []
     data: list[dict[str, Any]] = []
-    try:
-        found = sources(args)
-    except (FileNotFoundError, ValueError) as exc:  # no such trace, scenario or labels file
-        msg = str(exc)
-        if not args.trace and isinstance(exc, FileNotFoundError):
-            msg = (f"no scenario {args.scenario!r}: a preset (demo, ci, fleet-year) or a "
-                   "scenario YAML file")
-        print(f"gpuhealth train: {msg}", file=sys.stderr)
-        return 2
-    for src in found:
+    for src in sources(args):
         t0 = time.perf_counter()
-        per_scope, fails = record_source(src)
+        try:
+            per_scope, fails = record_source(src)
+        except NoData:
+            trace = next((t for t in args.trace or () if t.name == src.name), Path(src.name))
+            raise no_data(trace, src.step_s) from None
         for scope, rf in per_scope.items():
             runs.setdefault(scope, []).append(rf)
         failures.append(fails)
@@ -119,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         tg = [targets(rf, fails, cfg.horizons, cfg.window_h)
               for rf, fails in zip(rfs, failures, strict=True)]
         if not any(t.valid.any() for t in tg):
-            raise SystemExit(f"gpuhealth train: no usable {scope} samples in the data")
+            raise UsageError(f"no usable {scope} samples in the data")
         bar = _progress(scope.value, cfg.epochs, not args.no_progress)
         try:
             results.append(train_scope(scope, rfs, tg, cfg, progress=bar.update))

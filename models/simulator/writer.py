@@ -6,9 +6,11 @@ The line protocol and the label format belong to collectors.trace; this only fee
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from collectors.frames import Batch
 from collectors.labels import Label
 from collectors.trace import TraceWriter
 from models.simulator.config import SimConfig
@@ -25,8 +27,10 @@ class TraceSummary:
 
 
 def write_trace(config: SimConfig, out_dir: str | os.PathLike[str], *, gzip: bool = True,
-                rotate_rows: int = 1_000_000) -> TraceSummary:
-    """Simulate `config` into `out_dir`; the same config writes the same bytes."""
+                rotate_rows: int = 1_000_000,
+                on_batch: Callable[[Batch, int], None] | None = None) -> TraceSummary:
+    """Simulate `config` into `out_dir`; the same config writes the same bytes. `on_batch`
+    sees each batch once written, with the lines written so far (a progress report)."""
     sim = Simulator(config)
     labels = sim.labels
     lines = batches = 0
@@ -36,5 +40,7 @@ def write_trace(config: SimConfig, out_dir: str | os.PathLike[str], *, gzip: boo
         for batch in sim.run():
             lines += w.write(batch)
             batches += 1
+            if on_batch is not None:
+                on_batch(batch, lines)
         files = tuple(w.files)
     return TraceSummary(Path(out_dir), files, lines, len(labels), batches)

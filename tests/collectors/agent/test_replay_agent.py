@@ -70,7 +70,8 @@ def test_stdout_prints_the_rebased_lines(tmp_path: Path, capsys: pytest.CaptureF
     (["--speed", "-1"], "0 or more"),
     (["--source", "nvml"], "exclude each other"),
 ])
-def test_contradictory_replay_options_are_refused(tmp_path: Path, argv: list[str],
-                                                  message: str) -> None:
-    with pytest.raises(SystemExit, match=message):
-        main(["agent", "--replay", str(_trace(tmp_path, 2)), "--stdout", *argv])
+def test_contradictory_replay_options_are_refused(tmp_path: Path, argv: list[str], message: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["agent", "--replay", str(_trace(tmp_path, 2)), "--stdout", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpuhealth agent: ") and err.count("\n") == 1 and message in err
