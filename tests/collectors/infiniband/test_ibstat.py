@@ -182,7 +182,8 @@ def test_parse_ibstat_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["parse", "ibstat", str(own), "--host", "n5"]) == 0
     out = capsys.readouterr()
     lines = out.out.splitlines()
-    assert lines[1].startswith("ib_port,device=mlx5_1,host=n5,port=1 ib_state=1i,ib_phys_state=2i,ib_rate=10.0")
+    assert lines[1].startswith(
+        "ib_port,device=mlx5_1,host=n5,port=1 ib_state=1i,ib_phys_state=2i,ib_rate=10.0")
     assert f"{own}: 4 points read, 2 refused" in out.err and "ibpanic" in out.err
     ibstatus = tmp_path / "ibstatus.txt"  # another tool's output: nothing recognised
     ibstatus.write_text("Infiniband device 'mlx5_0' port 1 status:\n\tstate:\t\t 4: ACTIVE\n")
