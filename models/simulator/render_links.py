@@ -28,6 +28,7 @@ from models.simulator.topology import Topology, rng_for
 
 STREAM_LINKS = 500
 IB_ACTIVE = 4.0
+IB_LINK_UP, IB_POLLING = 5.0, 2.0  # physical states
 _DATA_INIT_MAX = 1e12  # design choice: words a port carried before the trace began
 
 
@@ -85,6 +86,9 @@ class IbRenderer:
         st = buf3[self.COL["ib_state"]]
         st[:] = IB_ACTIVE
         apply_intervals(st, self.sp.intervals.get("ib_state"), win)
+        # LinkUp while active; a port that went down is Polling for its peer, as a bad cable
+        # or a dead far end leaves it.
+        buf3[self.COL["ib_phys_state"]] = np.where(st == IB_ACTIVE, IB_LINK_UP, IB_POLLING)
         buf3[self.COL["ib_rate"]] = self.cfg.fleet.spec.ib_rate_gbps
         row_nan(buf3, self.sp.intervals.get(ROW), win)
         b = self.cfg.benign

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from collectors import registry
 from service.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = "dcgm-exporter, infiniband, kernel-log, nvidia-smi, nvml"
+SOURCES = ", ".join(sorted(registry.SOURCES))
 
 
 def _files(tmp: Path) -> dict[str, Path]:
