@@ -6,6 +6,9 @@ succeeds again."""
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from fastapi.testclient import TestClient
@@ -13,8 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from models.detectors.findings import Finding
 from models.detectors.view import FleetView
-from service.api import create_app
+from service.api import Running, create_app
 from service.pipeline import Pipeline, default_detectors
+from service.scheduler import TickScheduler
 from service.settings import Settings
 from tests.service.fleet import STEP, T0, Fleet, FleetCollector, ManualClock
 
@@ -74,8 +78,9 @@ def test_a_failing_detector_loses_only_its_own_findings(settings: Settings,
         assert c.get("/readyz").json()["detectors"]["exploding"]["ok"] is True
 
 
-def test_readiness_false_exactly_while_ticks_fail(settings: Settings,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+@contextmanager
+def _scored_once(settings: Settings) -> Iterator[tuple[TestClient, Running, ManualClock]]:
+    """A one-node service that has collected and scored once."""
     fleet = Fleet({"n001": 8})
     clock = ManualClock(T0)
     app = create_app(settings, clock=clock, schedule=False,
@@ -84,6 +89,12 @@ def test_readiness_false_exactly_while_ticks_fail(settings: Settings,
         st = app.state.gpuhealth
         st.scheduler.collect_once("fleet")
         assert st.scheduler.score_once() is not None
+        yield c, st, clock
+
+
+def test_readiness_false_exactly_while_ticks_fail(settings: Settings,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    with _scored_once(settings) as (c, st, clock):
         assert c.get("/readyz").status_code == 200
         real = st.pipeline.machine.step
 
@@ -107,18 +118,7 @@ def test_readiness_false_exactly_while_ticks_fail(settings: Settings,
 
 def test_readiness_false_when_ticks_stop_succeeding(settings: Settings,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    import time
-
-    from service.scheduler import TickScheduler
-
-    fleet = Fleet({"n001": 8})
-    clock = ManualClock(T0)
-    app = create_app(settings, clock=clock, schedule=False,
-                     collectors=[FleetCollector(fleet, clock)])
-    with TestClient(app) as c:
-        st = app.state.gpuhealth
-        st.scheduler.collect_once("fleet")
-        st.scheduler.score_once()
+    with _scored_once(settings) as (c, st, _):
         monkeypatch.setattr(TickScheduler, "running", property(lambda self: True))
         assert c.get("/readyz").status_code == 200
         st.pipeline.last_tick_ok = time.monotonic() - 120  # a wedged tick for two minutes
