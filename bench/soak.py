@@ -56,7 +56,8 @@ def table(out: Outcome) -> str:
     width = max(len(c.name) for c in out.checks)
     rows = [f"{'invariant':<{width}}  {'':4}  {'value':<16}  detail"]
     for c in out.checks:
-        rows.append(f"{c.name:<{width}}  {'ok' if c.ok else 'FAIL':4}  {c.value:<16}  "
+        mark = ("ok" if c.ok else "FAIL") if c.judged else "info"
+        rows.append(f"{c.name:<{width}}  {mark:4}  {c.value:<16}  "
                     f"{c.detail}")
     info = out.info
     rows.append("")

@@ -24,6 +24,9 @@ NVLINKS = 4  # per GPU on dcgm nodes, once they appear
 IB_RATE = "400 Gb/sec (4X NDR)"
 SYMBOL_ERRORS_PER_S = 400  # a BER near 1e-9 at 400 Gb/s: far past ibdiagnet's 1e-12
 REMAP_EVERY_S = 10.0  # a correctable remap this often while a GPU's memory degrades
+SHUTDOWN_C, SLOWDOWN_C, THROTTLE_C = 92.0, 89.0, 87.0  # H100-like thresholds (XML, DCGM)
+HEAT_JUMP_C, HEAT_RATE_C_S, HEAT_PLATEAU_C = 35.0, 1.0, 88.5  # a failing fan
+OVERHEAT_C = 91.5  # within 2 degC of shutdown: the near_shutdown hard rule
 
 
 @dataclass(slots=True)
@@ -47,16 +50,22 @@ class GpuState:
     pcie_replay: int = 0
     last_xid: int = 0
     remap_rising_since: float | None = None
+    base_temp: float = 40.0
+    heating_since: float | None = None
     nvl: dict[str, list[int]] = field(default_factory=dict)
 
     def as_dict(self, rng: random.Random) -> dict[str, Any]:
-        temp = self.temp + rng.uniform(-1.5, 1.5)
+        # Hot GPUs sit at their fans' limit: small noise, so the margin holds where it is set.
+        spread = 0.3 if self.temp > 80 else 1.5
+        temp = self.temp + rng.uniform(-spread, spread)
+        throttled = int(temp >= THROTTLE_C)
         return {
             "index": self.index, "uuid": self.uuid, "bus_id": self.bus_id,
             "name": "NVIDIA H100 80GB HBM3", "lost": self.lost, "temp": round(temp, 1),
             "mem_temp": round(temp + 8.0, 1), "power": round(self.power + rng.uniform(-20, 20), 2),
             "sm_clock": 1980, "util": self.util, "fb_used": 61000,
-            "thr_thermal": 0, "thr_power": 0, "thr_hw": 0,
+            "thr_thermal": throttled, "thr_power": 0, "thr_hw": 0,
+            "throttle_mask": 0x40 * throttled, "slow_temp": SLOWDOWN_C, "shut_temp": SHUTDOWN_C,
             "sbe_vol": self.sbe_vol, "dbe_vol": self.dbe_vol, "sbe_agg": self.sbe_agg,
             "dbe_agg": self.dbe_agg, "remap_corr": self.remap_corr, "remap_unc": self.remap_unc,
             "remap_pending": self.remap_pending, "remap_failure": self.remap_failure,
@@ -128,11 +137,13 @@ class Fleet:
         self.nodes: dict[str, NodeState] = {}
         self.files = _Files()
         for n in plan.nodes:
-            gpus = [GpuState(i, _uuid(self.rng), f"00000000:{0x18 + 0x10 * i:02X}:00.0",
-                             temp=38.0 + self.rng.uniform(0, 6),
-                             power=280 + self.rng.uniform(0, 60),
-                             sbe_agg=self.rng.randrange(0, 40))
-                    for i in range(n.gpus)]
+            gpus = []
+            for i in range(n.gpus):
+                temp = 38.0 + self.rng.uniform(0, 6)
+                gpus.append(GpuState(i, _uuid(self.rng), f"00000000:{0x18 + 0x10 * i:02X}:00.0",
+                                     temp=temp, base_temp=temp,
+                                     power=280 + self.rng.uniform(0, 60),
+                                     sbe_agg=self.rng.randrange(0, 40)))
             ports = [PortState(f"mlx5_{p}") for p in range(n.ib_ports)]
             self.nodes[n.name] = NodeState(n, gpus, ports, root / n.name)
         for f in plan.faults:  # GPUs that appear later are absent at first
@@ -166,9 +177,13 @@ class Fleet:
                 gpu.remap_unc += 1
                 gpu.remap_pending = 1
                 gpu.last_xid = 48
-            elif f.what == "gpu_reset" and gpu:
-                gpu.sbe_vol = gpu.dbe_vol = 0
-                gpu.remap_pending = 0
+            elif f.what == "heating" and gpu:
+                gpu.heating_since = now
+                gpu.temp = gpu.base_temp + HEAT_JUMP_C
+            elif f.what == "overheat" and gpu:
+                gpu.heating_since, gpu.temp = None, OVERHEAT_C
+            elif f.what == "cooled" and gpu:
+                gpu.heating_since, gpu.temp = None, gpu.base_temp
             elif f.what == "symbol_errors_rising" and port:
                 port.symbol_errors_rising = True
             elif f.what == "ib_down" and port:
@@ -192,6 +207,9 @@ class Fleet:
             self._last = now
             for node in self.nodes.values():
                 for g in node.gpus:
+                    if g.heating_since is not None:
+                        g.temp = min(HEAT_PLATEAU_C, g.base_temp + HEAT_JUMP_C
+                                     + HEAT_RATE_C_S * (now - g.heating_since))
                     if g.remap_rising_since is not None and not g.dbe_vol:
                         g.remap_corr = 1 + int((now - g.remap_rising_since) / REMAP_EVERY_S)
                         g.sbe_vol += int(dt * 40)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.soak_fleet import SHUTDOWN_C
 from collectors.catalog import CATALOG, Scope
 from collectors.lineprotocol import Point, parse
 
@@ -165,7 +166,7 @@ class Evidence:
 
 def evidence(pushes: list[Push], entity: str, what: str, ib_down_s: float) -> Evidence:
     """When the evidence of a failure on `entity` reached the service, from the senders' view.
-    `what`: dbe, xid79 or ib_down (soak_plan.HardFailure.evidence)."""
+    `what`: dbe, hot, xid79 or ib_down (soak_plan.HardFailure.evidence)."""
     parts = entity.split(":")
     host = parts[0]
     first: tuple[float, float] | None = None  # (arrival, data time)
@@ -174,9 +175,12 @@ def evidence(pushes: list[Push], entity: str, what: str, ib_down_s: float) -> Ev
             if p.tags.get("host") != host or p.ts_ns is None:
                 continue
             ts = p.ts_ns / 1e9
-            if what == "dbe" and p.measurement == "gpu" and f"gpu{p.tags.get('gpu')}" == parts[1]:
-                v = p.fields.get("ecc_dbe_volatile")
-                if isinstance(v, int | float) and v >= 1:
+            if what in ("dbe", "hot") and p.measurement == "gpu" and (
+                    f"gpu{p.tags.get('gpu')}" == parts[1]):
+                name, at_least = (("ecc_dbe_volatile", 1.0) if what == "dbe"
+                                  else ("gpu_temp", SHUTDOWN_C - 2.0))
+                v = p.fields.get(name)
+                if isinstance(v, int | float) and v >= at_least:
                     return Evidence(push.at, push.at, ts)
             elif what == "xid79" and p.measurement == "xid" and p.fields.get("code") == 79:
                 gpu = p.tags.get("gpu", "")

@@ -46,14 +46,17 @@ class Fault:
 class HardFailure:
     """An injected hard failure and how to recognise its evidence in what was sent.
 
-    `evidence`: "dbe" (a GPU line with ecc_dbe_volatile >= 1), "xid79" (an Xid 79 event) or
-    "ib_down" (an IB port not ACTIVE for ib_down_s). `precursor`: the failure was announced by
-    rising counters, so an alert must exist before its first failing sample arrives."""
+    `evidence`: "dbe" (a GPU line with ecc_dbe_volatile >= 1), "hot" (gpu_temp within 2 degC
+    of the shutdown temperature), "xid79" (an Xid 79 event) or "ib_down" (an IB port not ACTIVE
+    for ib_down_s). `precursor`: the failure was announced (rising counters, throttling), so an
+    alert must exist before its first failing sample arrives; `judged` False reports that
+    check without counting it (the product cannot see this precursor at the run's scale)."""
 
     name: str
     entity: str  # the entity key, e.g. n01:gpu1 or n00:mlx5_1:1
     evidence: str
     precursor: bool = False
+    judged: bool = True
     late: bool = False  # the evidence arrives long after it happened
 
 
@@ -86,9 +89,10 @@ def build(minutes: float, gpus: int, *, step_s: float = 5.0, ib_down_s: float = 
     per_node = 8 if gpus >= 64 else 4
     count = max(5, round(gpus / per_node))
     nodes = [NodeSpec(f"n{i:02d}", KINDS[i % len(KINDS)], per_node) for i in range(count)]
-    # Roles of the first five: n00 smi (IB precursor, late GPU, silent GPU), n01 dcgm (DBE with
-    # precursor, late NVLink, swap, DBE repaired across the restart), n02 smi (off the bus
-    # behind an agent outage), n03 telegraf, n04 smi (removed). One dcgm node joins later.
+    # Roles of the first five: n00 smi (IB precursor, thermal precursor, late GPU, silent GPU),
+    # n01 dcgm (DBE after rising remaps, late NVLink, swap, an overheat paged before the kill -9
+    # and cooled after the restart), n02 smi (off the bus behind an agent outage), n03
+    # telegraf, n04 smi (removed). One dcgm node joins later.
     removed = nodes[4].name
     nodes[4] = NodeSpec(removed, "smi", per_node, stop_at=0.6 * d)
     added = NodeSpec(f"n{count:02d}", "dcgm", per_node, start_at=0.3 * d)
@@ -107,13 +111,15 @@ def build(minutes: float, gpus: int, *, step_s: float = 5.0, ib_down_s: float = 
     f(Fault(0.55 * d, "dbe", "n01", gpu=1))
     f(Fault(0.05 * d, "symbol_errors_rising", "n00", port="mlx5_1"))
     f(Fault(0.6 * d, "ib_down", "n00", port="mlx5_1"))
-    # A DBE paged before the kill -9 and repaired (GPU reset) after the restart: its resolve
-    # must still reach the receiver.
+    f(Fault(0.2 * d, "heating", "n00", gpu=2))  # a failing fan: throttling, then the margin
+    f(Fault(0.85 * d, "overheat", "n00", gpu=2))
+    # An overheat paged before the kill -9 and cooled (the fan replaced) after the restart:
+    # its resolve must still reach the receiver.
     kill_at, back_at = 0.45 * d, 0.45 * d + 5.0
-    f(Fault(0.3 * d, "dbe", "n01", gpu=2))
+    f(Fault(0.3 * d, "overheat", "n01", gpu=2))
     f(Fault(kill_at, "service_kill"))
     f(Fault(back_at, "service_start"))
-    f(Fault(back_at + 0.08 * d, "gpu_reset", "n01", gpu=2))
+    f(Fault(back_at + 0.08 * d, "cooled", "n01", gpu=2))
     # Off the bus behind an agent outage: the Xid is logged at `fall` and reaches the service
     # only when the agent drains its spool, XID_LATE_S later; the GPU stays silent after.
     fall = 0.25 * d
@@ -133,10 +139,15 @@ def build(minutes: float, gpus: int, *, step_s: float = 5.0, ib_down_s: float = 
     f(Fault(0.35 * d, "bad_lines", "n03"))
     plan.faults.sort(key=lambda x: x.at)
     plan.failures = [
-        HardFailure("DBE after rising remapped rows", "n01:gpu1", "dbe", precursor=True),
+        # remap_step reads 24 h of remaps from the 1-h tier, which lags by up to an hour: a
+        # remap rise minutes before the DBE is reported, not judged (docs/soak.md).
+        HardFailure("DBE after rising remapped rows", "n01:gpu1", "dbe", precursor=True,
+                    judged=False),
         HardFailure("IB link down after symbol errors", "n00:mlx5_1:1", "ib_down",
                     precursor=True),
-        HardFailure("DBE paged before the kill -9", "n01:gpu2", "dbe"),
+        HardFailure("shutdown margin after thermal throttling", "n00:gpu2", "hot",
+                    precursor=True),
+        HardFailure("overheat paged before the kill -9", "n01:gpu2", "hot"),
         HardFailure("GPU off the bus, Xid 79 90 s late", "n02:gpu1", "xid79", late=True),
     ]
     plan.silent_gpu = "n00:gpu1"

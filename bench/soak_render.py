@@ -40,7 +40,10 @@ def _cell(g: Gpu, key: str, units: bool) -> str:
     v = g[key]
     if key in _ACTIVE:
         return "Active" if v else "Not Active"
-    text = f"{v:.2f}" if isinstance(v, float) else str(v)
+    if key in ("temp", "mem_temp"):
+        text = f"{v:.0f}"  # nvidia-smi prints whole degrees
+    else:
+        text = f"{v:.2f}" if isinstance(v, float) else str(v)
     return text + (_UNITS.get(key, "") if units else "")
 
 
@@ -123,8 +126,8 @@ def _gpu_xml(g: Gpu) -> str:
         <temperature>
             <gpu_temp>{g["temp"]:.0f} C</gpu_temp>
             <gpu_temp_tlimit>{87 - g["temp"]:.0f} C</gpu_temp_tlimit>
-            <gpu_temp_max_threshold>92 C</gpu_temp_max_threshold>
-            <gpu_temp_slow_threshold>89 C</gpu_temp_slow_threshold>
+            <gpu_temp_max_threshold>{g["shut_temp"]:.0f} C</gpu_temp_max_threshold>
+            <gpu_temp_slow_threshold>{g["slow_temp"]:.0f} C</gpu_temp_slow_threshold>
             <gpu_temp_max_gpu_threshold>87 C</gpu_temp_max_gpu_threshold>
             <memory_temp>{g["mem_temp"]:.0f} C</memory_temp>
             <gpu_temp_max_mem_threshold>95 C</gpu_temp_max_mem_threshold>
@@ -161,6 +164,9 @@ def query_xml(gpus: Sequence[Gpu], driver: str, now: float) -> str:
 _DCGM: tuple[tuple[str, str, str], ...] = (  # field, type, reading
     ("DCGM_FI_DEV_SM_CLOCK", "gauge", "sm_clock"),
     ("DCGM_FI_DEV_GPU_TEMP", "gauge", "temp"),
+    ("DCGM_FI_DEV_SLOWDOWN_TEMP", "gauge", "slow_temp"),
+    ("DCGM_FI_DEV_SHUTDOWN_TEMP", "gauge", "shut_temp"),
+    ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "throttle_mask"),
     ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "mem_temp"),
     ("DCGM_FI_DEV_POWER_USAGE", "gauge", "power"),
     ("DCGM_FI_DEV_GPU_UTIL", "gauge", "util"),

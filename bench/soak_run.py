@@ -34,7 +34,7 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return bool(self.checks) and all(c.ok for c in self.checks)
+        return bool(self.checks) and all(c.ok for c in self.checks if c.judged)
 
 
 class SoakRun:
