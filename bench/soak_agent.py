@@ -18,6 +18,7 @@ import functools
 import gzip
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -97,8 +98,8 @@ def _collectors(node: dict[str, Any]) -> list[Collector]:
 def run_node(node: dict[str, Any], url: str, interval_s: float,
              stop: threading.Event) -> None:
     control = Path(node["control"])
-    while control_state(control) == "pending" and not stop.is_set():
-        time.sleep(0.2)
+    while control_state(control) == "pending" and not stop.wait(0.2):
+        pass
     if stop.is_set() or control_state(control) == "stopped":
         return
     pusher = LedgerPusher(url, control, Path(node["ledger"]))
@@ -131,9 +132,13 @@ def main(argv: list[str] | None = None) -> int:
                                 name=n["name"], daemon=True) for n in spec["nodes"]]
     for t in threads:
         t.start()
-    for t in threads:
-        while t.is_alive():
-            t.join(0.5)
+    # Bounded in time, and never outliving the harness (even one killed with SIGKILL).
+    parent = os.getppid()
+    while any(t.is_alive() for t in threads):
+        if time.time() > spec["deadline"] or os.getppid() != parent:
+            stop.set()
+        for t in threads:
+            t.join(0.5 / len(threads))
     return 0
 
 

@@ -82,7 +82,8 @@ class SoakRun:
                   "ledger": str(self.fleet.nodes[n].root / "ledger.lp"),
                   "spool": str(self.fleet.nodes[n].root / "spool"),
                   "dcgm_url": f"{self.receiver.url}/dcgm/{n}/metrics"} for n in self.agent_nodes]
-        self.stack.agents_start(specs, processes=max(1, min(4, math.ceil(len(specs) / 8))))
+        deadline = time.time() + self.plan.duration_s + AGENT_DRAIN_S + 600.0
+        self.stack.agents_start(specs, max(1, min(4, math.ceil(len(specs) / 8))), deadline)
         self.t0 = time.time()
         self.telegraf.start()
         self.probe.start()
@@ -163,7 +164,8 @@ class SoakRun:
             out.checks += verdict.failures(api, self.plan, pushes, self.ib_down_s, self.t0)
             silent_at = self.marks.get(f"gpu_silent:{self.plan.silent_gpu.split(':')[0]}")
             if silent_at is not None:
-                out.checks.append(verdict.silent_gpu(api, self.plan, silent_at, 60.0))
+                out.checks.append(verdict.silent_gpu(api, self.plan, silent_at,
+                                                      verdict.STALE_AFTER_S))
             out.checks += verdict.pages(api, self.plan, self.receiver.of("/notify"), owed_by)
             sent = sent_samples(pushes)
             stored = verdict.influx_counts(self.stack.influx.url, self.t0 - 120)

@@ -146,12 +146,14 @@ class Stack:
         self.service.kill9()
 
     # ---- node agents ------------------------------------------------------------------------
-    def agents_start(self, nodes: list[dict[str, Any]], processes: int) -> None:
+    def agents_start(self, nodes: list[dict[str, Any]], processes: int,
+                     deadline: float) -> None:
+        """`deadline` (epoch seconds): the runners stop by then whatever happens."""
         groups = [nodes[i::processes] for i in range(processes)]
         for i, group in enumerate(g for g in groups if g):
             spec = self.root / f"agents-{i}.json"
             spec.write_text(json.dumps({"url": f"{self.url}/write", "interval_s": self.plan.step_s,
-                                        "nodes": group}))
+                                        "nodes": group, "deadline": deadline}))
             p = Proc(f"agents-{i}", [sys.executable, "-m", "bench.soak_agent", str(spec)],
                      self.root / f"agents-{i}.log")
             p.start()

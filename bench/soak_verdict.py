@@ -17,10 +17,12 @@ from bench.soak_plan import Plan
 from bench.soak_probe import Snapshot
 from bench.soak_receiver import Received
 from collectors.catalog import CATALOG
+from service.alerting import AlertPolicy
 from service.notify.receivers.webhook import rfc3339
 
 TICKS_LATE = 2  # a hard failure must be at level 3 within this many ticks of its evidence
 JITTER_S = 1.0  # the scheduler's start latency, allowed on top of the ticks
+STALE_AFTER_S = AlertPolicy().stale_after_s  # the soak keeps the default
 RSS_RATIO, RSS_FLOOR = 1.25, 64 << 20  # flat: last/first quarter at most this, or within floor
 TICK_RATIO, TICK_FLOOR = 1.5, 0.025
 
