@@ -174,13 +174,17 @@ def failures(api: Api, plan: Plan, pushes: list[Push], ib_down_s: float,
 def silent_gpu(api: Api, plan: Plan, silent_at: float, stale_after_s: float) -> Check:
     host = plan.silent_gpu.split(":")[0]
     deadline = silent_at + stale_after_s + TICKS_LATE * plan.step_s + JITTER_S
+    # The GPU's own alert, or a node-scope one (a "GPU missing" alert may be raised on the
+    # node): the node keeps reporting, so nothing else opens on it in this window.
     hits = [a for a in api.alerts(node=host)
-            if (a["entity"] == plan.silent_gpu or a["entity"].startswith(plan.silent_gpu + ":"))
-            and silent_at <= a["started_at"] <= deadline]
+            if (a["entity"] == plan.silent_gpu or a["entity"].startswith(plan.silent_gpu + ":")
+                or a["scope"] == "node") and silent_at <= a["started_at"] <= deadline]
     name = "GPU silent while its node reports: alerted"
     if hits:
-        return Check(name, True, f"{min(a['started_at'] for a in hits) - silent_at:.0f} s",
-                     f"{plan.silent_gpu}; within stale_after_s + {TICKS_LATE} ticks")
+        first = min(hits, key=lambda a: a["started_at"])
+        return Check(name, True, f"{first['started_at'] - silent_at:.0f} s",
+                     f"{first['scope']} {first['entity']} level {first['peak_level']}; within "
+                     f"stale_after_s + {TICKS_LATE} ticks")
     return Check(name, False, "no alert", f"{plan.silent_gpu}: nothing within "
                                          f"{deadline - silent_at:.0f} s of its silence")
 
