@@ -182,8 +182,10 @@ class Fleet:
                 gpu.temp = gpu.base_temp + HEAT_JUMP_C
             elif f.what == "overheat" and gpu:
                 gpu.heating_since, gpu.temp = None, OVERHEAT_C
-            elif f.what == "cooled" and gpu:
-                gpu.heating_since, gpu.temp = None, gpu.base_temp
+            elif f.what in ("node_overheat", "node_cooled") and node:
+                for g in node.gpus:
+                    g.heating_since = None
+                    g.temp = OVERHEAT_C if f.what == "node_overheat" else g.base_temp
             elif f.what == "symbol_errors_rising" and port:
                 port.symbol_errors_rising = True
             elif f.what == "ib_down" and port:

@@ -68,7 +68,7 @@ class Plan:
     faults: list[Fault] = field(default_factory=list)
     failures: list[HardFailure] = field(default_factory=list)
     silent_gpu: str = ""  # entity key of the GPU that stops reporting without an Xid
-    resolve_entity: str = ""  # the alert that must resolve after the service's restart
+    resolve_node: str = ""  # the node whose level-3 alerts must resolve after the restart
     removed_node: str = ""
 
     @property
@@ -90,9 +90,9 @@ def build(minutes: float, gpus: int, *, step_s: float = 5.0, ib_down_s: float = 
     count = max(5, round(gpus / per_node))
     nodes = [NodeSpec(f"n{i:02d}", KINDS[i % len(KINDS)], per_node) for i in range(count)]
     # Roles of the first five: n00 smi (IB precursor, thermal precursor, late GPU, silent GPU),
-    # n01 dcgm (DBE after rising remaps, late NVLink, swap, an overheat paged before the kill -9
-    # and cooled after the restart), n02 smi (off the bus behind an agent outage), n03
-    # telegraf, n04 smi (removed). One dcgm node joins later.
+    # n01 dcgm (DBE after rising remaps, late NVLink, swap), n02 smi (off the bus behind an
+    # agent outage), n03 telegraf, n04 smi (removed). One dcgm node joins later, overheats
+    # before the kill -9 and cools after the restart.
     removed = nodes[4].name
     nodes[4] = NodeSpec(removed, "smi", per_node, stop_at=0.6 * d)
     added = NodeSpec(f"n{count:02d}", "dcgm", per_node, start_at=0.3 * d)
@@ -113,13 +113,14 @@ def build(minutes: float, gpus: int, *, step_s: float = 5.0, ib_down_s: float = 
     f(Fault(0.6 * d, "ib_down", "n00", port="mlx5_1"))
     f(Fault(0.2 * d, "heating", "n00", gpu=2))  # a failing fan: throttling, then the margin
     f(Fault(0.85 * d, "overheat", "n00", gpu=2))
-    # An overheat paged before the kill -9 and cooled (the fan replaced) after the restart:
-    # its resolve must still reach the receiver.
+    # The node that joined overheats as a whole (its cooling fails), is paged before the
+    # kill -9 and cools down after the restart: its resolves must still reach the receiver.
+    # The whole node, so that no peer comparison keeps it warm after the repair.
     kill_at, back_at = 0.45 * d, 0.45 * d + 5.0
-    f(Fault(0.3 * d, "overheat", "n01", gpu=2))
+    f(Fault(0.35 * d, "node_overheat", added.name))
     f(Fault(kill_at, "service_kill"))
     f(Fault(back_at, "service_start"))
-    f(Fault(back_at + 0.08 * d, "cooled", "n01", gpu=2))
+    f(Fault(back_at + 0.08 * d, "node_cooled", added.name))
     # Off the bus behind an agent outage: the Xid is logged at `fall` and reaches the service
     # only when the agent drains its spool, XID_LATE_S later; the GPU stays silent after.
     fall = 0.25 * d
@@ -147,9 +148,9 @@ def build(minutes: float, gpus: int, *, step_s: float = 5.0, ib_down_s: float = 
                     precursor=True),
         HardFailure("shutdown margin after thermal throttling", "n00:gpu2", "hot",
                     precursor=True),
-        HardFailure("overheat paged before the kill -9", "n01:gpu2", "hot"),
+        HardFailure("node overheat paged before the kill -9", f"{added.name}:gpu0", "hot"),
         HardFailure("GPU off the bus, Xid 79 90 s late", "n02:gpu1", "xid79", late=True),
     ]
     plan.silent_gpu = "n00:gpu1"
-    plan.resolve_entity = "n01:gpu2"
+    plan.resolve_node = added.name
     return plan

@@ -167,6 +167,7 @@ class SoakRun:
                 out.checks.append(verdict.silent_gpu(api, self.plan, silent_at,
                                                       verdict.STALE_AFTER_S))
             out.checks += verdict.pages(api, self.plan, self.receiver.of("/notify"), owed_by)
+            out.checks.append(verdict.drains(self.plan, self.receiver.of("/remediate")))
             sent = sent_samples(pushes)
             stored = verdict.influx_counts(self.stack.influx.url, self.t0 - 120)
             out.checks += verdict.samples(sent, stored, pushes)

@@ -215,20 +215,28 @@ def pages(api: Api, plan: Plan, notes: list[Received], cutoff: float) -> list[Ch
             if a["resolved_at"] is not None and a["resolved_at"] <= cutoff
             and (a["entity"], rfc3339(a["started_at"])) in fired]
     lost = [a for a in owed if (a["entity"], rfc3339(a["started_at"])) not in resolved]
-    restart = [a for a in api.alerts(entity=plan.resolve_entity)
-               if a["peak_level"] >= 3]
-    restart_ok = any(a["resolved_at"] is not None
-                     and (a["entity"], rfc3339(a["started_at"])) in resolved for a in restart)
+    restart = [a for a in api.alerts(node=plan.resolve_node) if a["peak_level"] >= 3]
+    delivered = [a for a in restart if a["resolved_at"] is not None
+                 and (a["entity"], rfc3339(a["started_at"])) in resolved]
+    restart_ok = bool(restart) and len(delivered) == len(restart)
     return [
         Check("pages: duplicates", dup == 0, str(dup), f"{len(notes)} messages received"),
         Check("pages: lost resolves", not lost, f"{len(lost)} of {len(owed)}",
               ", ".join(a["entity"] for a in lost[:5])),
-        Check("resolve after the kill -9 delivered", restart_ok,
-              "yes" if restart_ok else "no",
-              f"{plan.resolve_entity}: paged before the kill, repaired after the restart; "
-              + ("resolved in the service" if any(a["resolved_at"] for a in restart)
-                 else "never resolved in the service")),
+        Check("resolves after the kill -9 delivered", restart_ok,
+              f"{len(delivered)} of {len(restart)}",
+              f"{plan.resolve_node}: paged before the kill, cooled after the restart; "
+              f"{sum(a['resolved_at'] is not None for a in restart)} resolved in the service"),
     ]
+
+
+def drains(plan: Plan, requests: list[Received]) -> Check:
+    """The remediation hook must only ever be asked to drain one known node by name."""
+    known = {n.name for n in plan.nodes}
+    asked = Counter(str(r.body.get("node")) for r in requests)
+    foreign = sorted(n for n in asked if n not in known)
+    return Check("drains only of known nodes", not foreign, f"{len(foreign)} unknown",
+                 f"asked: {', '.join(sorted(asked)) or 'none'}")
 
 
 # ---- samples and refusals -------------------------------------------------------------------

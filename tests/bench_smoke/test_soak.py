@@ -33,7 +33,8 @@ def test_short_soak_holds_every_invariant(tmp_path: Path) -> None:
     for expected in ("scoring ticks failed", "readiness == could score", "pages: duplicates",
                      "pages: lost resolves", "samples lost in InfluxDB",
                      "samples doubled in InfluxDB", "refused beyond the bad lines",
-                     "bad lines refused", "RSS flat (last/first quarter)",
+                     "bad lines refused", "drains only of known nodes",
+                     "resolves after the kill -9 delivered", "RSS flat (last/first quarter)",
                      "tick time flat (last/first quarter)"):
         assert expected in names, f"the report lacks the invariant {expected!r}"
     plan = build(3, 16)
