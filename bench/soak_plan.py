@@ -1,0 +1,156 @@
+"""The soak's fleet and fault schedule, scaled to the run's length (bench/soak.py).
+
+Every node has a kind: `smi` (a node agent reading a fake nvidia-smi, IB sysfs and a kernel log),
+`dcgm` (a node agent scraping a dcgm-exporter page, with the same IB and kernel-log sources) or
+`telegraf` (Telegraf-shaped `nvidia_smi`/`infiniband` lines pushed to the service). The first
+nodes carry the scripted faults; the rest of the fleet cycles through the kinds and only
+reports. Fault times are fractions of the run, except the spans the issue fixes in seconds
+(the Xid 79 that arrives 90 s late) and those the service's settings fix (IB down for
+`ib_down_s`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Kind = Literal["smi", "dcgm", "telegraf"]
+KINDS: tuple[Kind, ...] = ("smi", "dcgm", "smi", "telegraf")
+XID_LATE_S = 90.0  # issue 13, defect 3: the Xid 79 that arrives 90 s late
+MIN_MINUTES = 3.0  # the late Xid and its silence need this much run
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    name: str
+    kind: Kind
+    gpus: int
+    ib_ports: int = 2  # one port per HCA, mlx5_0..
+    start_at: float = 0.0  # seconds after the schedule's origin
+    stop_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One scheduled change. `what` names the action (soak_fleet.Fleet.apply and the stack
+    know them); `node`, `gpu`, `port` say where."""
+
+    at: float
+    what: str
+    node: str = ""
+    gpu: int = -1
+    port: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HardFailure:
+    """An injected hard failure and how to recognise its evidence in what was sent.
+
+    `evidence`: "dbe" (a GPU line with ecc_dbe_volatile >= 1), "hot" (gpu_temp within 2 degC
+    of the shutdown temperature), "xid79" (an Xid 79 event) or "ib_down" (an IB port not ACTIVE
+    for ib_down_s). `precursor`: the failure was announced (rising counters, throttling), so an
+    alert must exist before its first failing sample arrives; `judged` False reports that
+    check without counting it (the product cannot see this precursor at the run's scale)."""
+
+    name: str
+    entity: str  # the entity key, e.g. n01:gpu1 or n00:mlx5_1:1
+    evidence: str
+    precursor: bool = False
+    judged: bool = True
+    late: bool = False  # the evidence arrives long after it happened
+
+
+@dataclass(slots=True)
+class Plan:
+    duration_s: float
+    step_s: float
+    nodes: list[NodeSpec]
+    faults: list[Fault] = field(default_factory=list)
+    failures: list[HardFailure] = field(default_factory=list)
+    silent_gpu: str = ""  # entity key of the GPU that stops reporting without an Xid
+    resolve_node: str = ""  # the node whose level-3 alerts must resolve after the restart
+    removed_node: str = ""
+
+    @property
+    def gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+    def node(self, name: str) -> NodeSpec:
+        return next(n for n in self.nodes if n.name == name)
+
+
+def build(minutes: float, gpus: int, *, step_s: float = 5.0, ib_down_s: float = 30.0) -> Plan:
+    if minutes < MIN_MINUTES:
+        raise ValueError(f"--minutes must be at least {MIN_MINUTES:g} (the 90-s-late Xid and "
+                         "the silence after it need that long)")
+    if gpus < 8:
+        raise ValueError("--gpus must be at least 8")
+    d = minutes * 60.0
+    per_node = 8 if gpus >= 64 else 4
+    count = max(5, round(gpus / per_node))
+    nodes = [NodeSpec(f"n{i:02d}", KINDS[i % len(KINDS)], per_node) for i in range(count)]
+    # Roles of the first five: n00 smi (IB precursor, thermal precursor, late GPU, silent GPU),
+    # n01 dcgm (DBE after rising remaps, late NVLink, swap), n02 smi (off the bus behind an
+    # agent outage), n03 telegraf, n04 smi (removed). One dcgm node joins later, overheats
+    # before the kill -9 and cools after the restart.
+    removed = nodes[4].name
+    nodes[4] = NodeSpec(removed, "smi", per_node, stop_at=0.6 * d)
+    added = NodeSpec(f"n{count:02d}", "dcgm", per_node, start_at=0.3 * d)
+    nodes.append(added)
+    plan = Plan(d, step_s, nodes, removed_node=removed)
+    f = plan.faults.append
+    last = per_node - 1
+    # Entities that come and go.
+    f(Fault(0.15 * d, "gpu_appears", "n00", gpu=last))
+    f(Fault(0.2 * d, "links_appear", "n01"))
+    f(Fault(0.5 * d, "gpu_swap", "n01", gpu=0))
+    f(Fault(added.start_at, "node_start", added.name))
+    f(Fault(0.6 * d, "node_stop", removed))
+    # Precursors, then the failures they announce.
+    f(Fault(0.05 * d, "remap_rising", "n01", gpu=1))
+    f(Fault(0.55 * d, "dbe", "n01", gpu=1))
+    f(Fault(0.05 * d, "symbol_errors_rising", "n00", port="mlx5_1"))
+    f(Fault(0.6 * d, "ib_down", "n00", port="mlx5_1"))
+    f(Fault(0.2 * d, "heating", "n00", gpu=2))  # a failing fan: throttling, then the margin
+    f(Fault(0.85 * d, "overheat", "n00", gpu=2))
+    # The node that joined overheats as a whole (its cooling fails), is paged before the
+    # kill -9 and cools down after the restart: its resolves must still reach the receiver.
+    # The whole node, so that no peer comparison keeps it warm after the repair.
+    kill_at, back_at = 0.45 * d, 0.45 * d + 5.0
+    f(Fault(0.35 * d, "node_overheat", added.name))
+    f(Fault(kill_at, "service_kill"))
+    f(Fault(back_at, "service_start"))
+    f(Fault(back_at + 0.08 * d, "node_cooled", added.name))
+    # Off the bus behind an agent outage: the Xid is logged at `fall` and reaches the service
+    # only when the agent drains its spool, XID_LATE_S later; the GPU stays silent after.
+    fall = 0.25 * d
+    f(Fault(fall - 10.0, "agent_offline", "n02"))
+    f(Fault(fall, "off_bus", "n02", gpu=1))
+    f(Fault(fall + XID_LATE_S, "agent_online", "n02"))
+    # A GPU that stops reporting while its node keeps reporting, with no Xid at all.
+    f(Fault(0.5 * d, "gpu_silent", "n00", gpu=1))
+    # InfluxDB goes away and comes back.
+    f(Fault(0.3 * d, "influx_stop"))
+    f(Fault(0.3 * d + max(15.0, 0.08 * d), "influx_start"))
+    # Telegraf's seams: a retried flush, two points in one step, a late point, bad lines.
+    for at in (0.25 * d, 0.7 * d):
+        f(Fault(at, "tg_resend", "n03"))
+    f(Fault(0.5 * d, "tg_substep", "n03"))
+    f(Fault(0.65 * d, "tg_out_of_order", "n03"))
+    f(Fault(0.35 * d, "bad_lines", "n03"))
+    plan.faults.sort(key=lambda x: x.at)
+    plan.failures = [
+        # remap_step reads 24 h of remaps from the 1-h tier, which lags by up to an hour: a
+        # remap rise minutes before the DBE is reported, not judged (docs/soak.md).
+        HardFailure("DBE after rising remapped rows", "n01:gpu1", "dbe", precursor=True,
+                    judged=False),
+        HardFailure("IB link down after symbol errors", "n00:mlx5_1:1", "ib_down",
+                    precursor=True),
+        HardFailure("shutdown margin after thermal throttling", "n00:gpu2", "hot",
+                    precursor=True),
+        HardFailure("node overheat paged before the kill -9", f"{added.name}:gpu0", "hot"),
+        HardFailure("GPU off the bus, Xid 79 90 s late", "n02:gpu1", "xid79", late=True),
+    ]
+    plan.silent_gpu = "n00:gpu1"
+    plan.resolve_node = added.name
+    return plan

@@ -1,0 +1,173 @@
+"""The processes of the soak, all on loopback: Debian's influxd, the service (`gpuhealth serve`
+with a config file written here, as a subprocess so it can be `kill -9`ed and restarted on the
+same data directory), and the node-agent runners (bench.soak_agent). Every process is started
+in its own session and ended by its id, on success, failure or Ctrl-C alike."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from bench.soak_plan import Plan
+from tests.influx.server import InfluxServer, free_port
+
+log = logging.getLogger(__name__)
+REPO = Path(__file__).resolve().parents[1]
+SERVICE_START_S = 180.0  # torch and the model load on a busy 2-core machine
+NOTIFY_SECRET = "soak-notify-secret-0123456789"
+HOOK_SECRET = "soak-hook-secret-0123456789"
+
+
+def service_config(plan: Plan, root: Path, port: int, influx_url: str, receiver: str,
+                   ib_down_s: float) -> dict[str, Any]:
+    """The settings the soak runs with: the product's defaults, except timers shortened so
+    that alerts resolve and groups flush within a short run, and the storm and breaker limits
+    opened because the soak injects failures on several nodes of a small fleet on purpose."""
+    resolve = max(20.0, round(plan.duration_s * 0.1))
+    return {
+        "service": {"host": "127.0.0.1", "port": port, "collect_interval_s": plan.step_s,
+                    "score_interval_s": plan.step_s},
+        "storage": {"data_dir": str(root / "var"),
+                    "influxdb": {"url": influx_url, "database": "gpuhealth", "cluster": "soak"}},
+        "alerts": {"resolve_for_s": resolve, "dwell_s": [0, resolve, resolve]},
+        "detectors": {"hard": {"ib_down_s": ib_down_s}, "model": {"path": "default"}},
+        "notify": {
+            "external_url": f"http://127.0.0.1:{port}",
+            "receivers": [{"name": "pager", "type": "webhook",
+                           "config": {"url": f"{receiver}/notify", "secret": NOTIFY_SECRET}}],
+            "route": {"receiver": "record", "group_by": ["node"], "group_wait_s": 2,
+                      "group_interval_s": plan.step_s, "repeat_interval_s": 86400,
+                      "routes": [{"matchers": ["level>=3"], "receiver": "pager"}]},
+            "storm": {"min_nodes": len(plan.nodes) + 1},
+        },
+        "remediation": {"mode": "auto", "hook": "webhook",
+                        "hook_config": {"url": f"{receiver}/remediate", "secret": HOOK_SECRET},
+                        "breaker_max_fraction": 1.0, "breaker_max_nodes": 1000},
+    }
+
+
+class Proc:
+    """One child process with its log file."""
+
+    def __init__(self, name: str, argv: list[str], log_file: Path) -> None:
+        self.name, self.argv, self.log_file = name, argv, log_file
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        with self.log_file.open("ab") as fh:
+            fh.write(f"---- start {time.strftime('%H:%M:%S')} {self.name}\n".encode())
+            fh.flush()
+            self.proc = subprocess.Popen(self.argv, cwd=REPO, env=env, stdout=fh,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+
+    def wait(self, timeout_s: float) -> bool:
+        if self.proc is None:
+            return True
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+
+class Stack:
+    def __init__(self, plan: Plan, root: Path, receiver_url: str, ib_down_s: float) -> None:
+        self.plan, self.root = plan, root
+        self.influx = InfluxServer(root / "influxd")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.config = root / "gpuhealth.yaml"
+        cfg = service_config(plan, root, self.port, self.influx.url, receiver_url, ib_down_s)
+        self.config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        self.settings = cfg
+        argv = [sys.executable, "-c", "import sys; from service.cli import main; "
+                "sys.exit(main())", "--log-level", "INFO", "serve", "--config", str(self.config)]
+        self.service = Proc("service", argv, root / "service.log")
+        self.agents: list[Proc] = []
+        self.service_starts = 0
+
+    # ---- InfluxDB ---------------------------------------------------------------------------
+    def influx_start(self) -> None:
+        self.influx.start()
+
+    def influx_stop(self) -> None:
+        self.influx.stop()
+
+    # ---- the service ------------------------------------------------------------------------
+    def service_start(self, wait: bool = True) -> None:
+        self.service.start()
+        self.service_starts += 1
+        if wait:
+            self.wait_healthy()
+
+    def wait_healthy(self) -> None:
+        deadline = time.monotonic() + SERVICE_START_S
+        while time.monotonic() < deadline:
+            if self.service.pid is None:
+                raise RuntimeError(f"the service exited at start; see {self.service.log_file}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return
+            time.sleep(0.25)
+        raise RuntimeError(f"the service did not answer /healthz within {SERVICE_START_S:g} s")
+
+    def service_kill(self) -> None:
+        self.service.kill9()
+
+    # ---- node agents ------------------------------------------------------------------------
+    def agents_start(self, nodes: list[dict[str, Any]], processes: int,
+                     deadline: float) -> None:
+        """`deadline` (epoch seconds): the runners stop by then whatever happens."""
+        groups = [nodes[i::processes] for i in range(processes)]
+        for i, group in enumerate(g for g in groups if g):
+            spec = self.root / f"agents-{i}.json"
+            spec.write_text(json.dumps({"url": f"{self.url}/write", "interval_s": self.plan.step_s,
+                                        "nodes": group, "deadline": deadline}))
+            p = Proc(f"agents-{i}", [sys.executable, "-m", "bench.soak_agent", str(spec)],
+                     self.root / f"agents-{i}.log")
+            p.start()
+            self.agents.append(p)
+
+    def agents_wait(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        return all(a.wait(max(0.0, deadline - time.monotonic())) for a in self.agents)
+
+    # ---- the end ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop everything that still runs; safe to call twice and from a failure path."""
+        for p in [*self.agents, self.service]:
+            with contextlib.suppress(Exception):
+                p.stop(timeout_s=10)
+        with contextlib.suppress(Exception):
+            self.influx.stop()
