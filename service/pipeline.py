@@ -182,7 +182,13 @@ class Pipeline:
             if a.scope is Scope.NODE or a.alertname == MISSING:
                 self.fleet.restore(a.name, a.node, a.level, a.entity)
                 continue
-            entity = Entity.parse(a.entity)
+            try:
+                entity = Entity.parse(a.entity)
+            except ValueError as exc:  # stored before names were validated at ingest
+                log.warning("open alert %d is for %r, which is no valid entity (%s): it is "
+                            "not restored; it stays in the alert history as it was",
+                            a.id, a.entity, exc)
+                continue
             slot = self.store[entity.scope].slots_for_entity(entity, self.store.registry)
             self.machine.restore(entity.scope, slot, a.level, since=a.updated_at,
                                  flapping=a.flapping)

@@ -118,3 +118,13 @@ def test_recheck_acts_on_a_hard_fault_of_a_silent_gpu(tmp_path: Path) -> None:
     assert check.recheck("n1", a.fingerprint, T0 + 90) is None
     assert check.recheck("n1", done["n1:gpu4"].fingerprint, T0 + 90) == \
         "the entity's telemetry is stale"
+
+
+def test_an_alert_stored_for_a_name_now_refused_does_not_stop_a_restart(
+        tmp_path: Path) -> None:
+    p = _pipeline(tmp_path)  # an older version stored an alert for a hostlist "host"
+    p.alerts.apply([Transition(Scope.GPU, 0, "gpu[1-2]:gpu0", "gpu[1-2]", 0, 3, T0, 1.0)], {})
+    p.close()
+    again = _pipeline(tmp_path)
+    assert [a.entity for a in again.alerts.open_alerts()] == ["gpu[1-2]:gpu0"]
+    again.close()
