@@ -84,6 +84,9 @@ class IngestResult:
     rejected: int = 0
     resets: int = 0  # counter resets detected
     rebased: int = 0  # persistent counters that restarted lower (device replaced)
+    # Persistent counters read lower than before, not yet taken as a new device: stored to
+    # the sinks, left out of the window (a glitch, or the first readings of a swapped GPU).
+    counter_drops: int = 0
     # Rows stored to the sinks but not scored: older than the entity's last sample (a retried
     # flush behind a newer one) or than the raw window (a spool drained after a long outage).
     late: int = 0
@@ -248,11 +251,16 @@ class Ingestor:
             delta[rebase] = np.nan  # what happened between the devices is unknown
             w.drop_streak[slots] = np.where(rebase, 0, streak)
             bad_drop &= ~rebase
+        # What the device said goes to the sinks as it is (InfluxDB stores it too); only the
+        # window holds back until the drop proves a new device or a glitch.
+        sink_v = v
         if bad_drop.any():
+            res.counter_drops += int(bad_drop.sum())
             for i, j in zip(*np.nonzero(bad_drop), strict=True):
-                res.refuse(1, f"persistent counter decreased from {prev[i, j]:g} to {v[i, j]:g}"
-                              f" (taken as a new device after {REBASE_AFTER} such readings)",
-                           entity=w.entities[slots[i]].key, metric=w.metrics[j].name)
+                log.debug("%s %s: persistent counter decreased from %g to %g (a new device "
+                          "after %d such readings)", w.entities[slots[i]].key,
+                          w.metrics[j].name, prev[i, j], v[i, j], REBASE_AFTER)
+            sink_v = v.copy()
             v[bad_drop] = np.nan
             delta[bad_drop] = np.nan
         reset = drop & w.resets
@@ -271,8 +279,8 @@ class Ingestor:
         w.last_ts[slots] = np.where(present, ts[:, None], w.last_ts[slots])
         w.last_k[slots] = ks
         w.write(slots, ks, stored.T.astype(np.float32))
-        res.accepted += int(present[:, w.frame_cols].sum())
-        return v[:, w.frame_cols], rate[:, w.frame_cols], v[:, w.derived_cols]
+        res.accepted += int((~np.isnan(sink_v[:, w.frame_cols])).sum())
+        return sink_v[:, w.frame_cols], rate[:, w.frame_cols], v[:, w.derived_cols]
 
     @staticmethod
     def _stored_only(w: ScopeWindows, frame: Frame, mask: npt.NDArray[np.bool_],

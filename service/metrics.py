@@ -85,6 +85,9 @@ class PipelineCollector:
              st.samples_rejected),
             ("gpuhealth_rows_late", "Rows stored to the sinks but not scored: older than "
              "their entity's last sample or than the raw window", st.rows_late),
+            ("gpuhealth_counter_drops", "Persistent counters (lifetime ECC, retired pages) read "
+             "lower than before: stored, left out of scoring until taken as a new device",
+             st.counter_drops),
             ("gpuhealth_counter_resets", "Counter resets detected (driver reload, GPU reset)",
              st.counter_resets),
             ("gpuhealth_batches", "Batches ingested", st.batches),

@@ -41,6 +41,7 @@ class Stats:
     samples_ingested: int = 0
     samples_rejected: int = 0
     rows_late: int = 0  # stored to the sinks, too old or out of order to be scored
+    counter_drops: int = 0  # persistent counters read lower, held out of the window
     counter_resets: int = 0
     batches: int = 0
     ticks: int = 0
@@ -207,6 +208,7 @@ class Pipeline:
             st.samples_ingested += res.accepted
             st.samples_rejected += res.rejected
             st.rows_late += res.late
+            st.counter_drops += res.counter_drops
             st.counter_resets += res.resets
             st.last_ingest_s = time.perf_counter() - t0
         for r in res.rejections[:5]:

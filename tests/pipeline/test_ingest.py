@@ -45,15 +45,19 @@ def test_nan_cells_are_missing_and_infinities_are_refused_cell_by_cell() -> None
     assert np.isnan(store[GPU].latest("gpu_temp")[0])
 
 
-def test_negative_and_decreasing_persistent_counters_are_refused() -> None:
+def test_negative_counters_are_refused_and_decreasing_persistent_ones_held_back() -> None:
     store, ing, t = _setup()
     _ingest(ing, _frame(t, [0, 1], [T0, T0], ecc_sbe_aggregate=[10.0, 5.0]))
-    acc, rej, why = _ingest(ing, _frame(t, [0, 1], [T0 + 5, T0 + 5],
-                                        ecc_sbe_aggregate=[4.0, -1.0], gpu_temp=[50.0, 51.0]))
-    assert (acc, rej) == (2, 2)
-    assert any("persistent counter decreased from 10 to 4" in w for w in why)
-    assert any("counter is negative" in w for w in why)
-    # The refused values do not move the counter's baseline: the next real value chains on.
+    b = Batch()
+    b.add(_frame(t, [0, 1], [T0 + 5, T0 + 5], ecc_sbe_aggregate=[4.0, -1.0],
+                 gpu_temp=[50.0, 51.0]))
+    r = ing.ingest(b, T0 + 3600)
+    assert (r.accepted, r.rejected, r.counter_drops) == (3, 1, 1)
+    assert any("counter is negative" in str(w) for w in r.rejections)
+    # The lower reading is what the device said: the sinks get it ...
+    (clean,) = r.clean.frames.values()
+    assert clean.values[0, _col("ecc_sbe_aggregate")] == 4.0
+    # ... but it does not move the counter's baseline: the next real value chains on.
     assert store[GPU].latest("ecc_sbe_aggregate").tolist() == [10, 5]
 
 
@@ -174,12 +178,15 @@ def test_ib_ber_is_derived_from_symbol_errors_and_rate() -> None:
 def test_a_persistent_counter_that_stays_lower_is_a_new_device() -> None:
     store, ing, t = _setup()
     readings = [500.0, 3.0, 4.0, 4.0, 6.0]  # GPU swapped after the first reading
-    rejected = []
+    held, rebased = [], []
     for i, v in enumerate(readings):
         b = Batch()
         b.add(_frame(t, [0], [T0 + 5 * i], ecc_sbe_aggregate=[v]))
-        rejected.append(ing.ingest(b, T0 + 3600).rejected)
-    assert rejected == [0, 1, 1, 0, 0]
+        r = ing.ingest(b, T0 + 3600)
+        assert r.rejected == 0
+        held.append(r.counter_drops)
+        rebased.append(r.rebased)
+    assert held == [0, 1, 1, 0, 0] and rebased == [0, 0, 0, 1, 0]
     assert store[GPU].latest("ecc_sbe_aggregate")[0] == 6
     deltas = store[GPU].window("ecc_sbe_aggregate", 5)[0]
     assert np.isnan(deltas[:4]).all() and deltas[4] == 2
