@@ -95,3 +95,19 @@ def fired(value: F64, threshold: float, risk: float) -> F32:
     with np.errstate(invalid="ignore"):
         out: F32 = np.where(value >= threshold, np.float32(risk), np.float32(0)).astype(np.float32)
     return out
+
+
+def sustained(holds: npt.NDArray[np.bool_], seen: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    """Per entity, over a window [entity, step]: the condition held at every step that
+    reported, reports cover at least half the window, and one of its first two steps
+    reported, so the condition spans the window. A sender's cadence drifts past a step now and
+    then (an agent's 5-s round against the service's 5-s steps, a 10-s Telegraf interval):
+    demanding a report at every step would let such a gap hide an outage."""
+    n = holds.shape[1]
+    if n == 0:
+        return np.zeros(holds.shape[0], bool)
+    ok = np.all(holds | ~seen, axis=1)
+    enough = seen.sum(axis=1) >= max(1, (n + 1) // 2)
+    started = seen[:, : min(2, n)].any(axis=1)
+    out: npt.NDArray[np.bool_] = ok & enough & started
+    return out

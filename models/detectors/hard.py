@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collectors.catalog import Scope
-from models.detectors.findings import F64, Finding, fired
+from models.detectors.findings import F64, Finding, fired, sustained
 from models.detectors.view import FleetView, ScopeView
 from models.detectors.xid import xid_risk
 
@@ -46,7 +46,8 @@ class HardRules:
         if len(ib):
             n = max(1, math.ceil(self.c.ib_down_s / ib.step_s))
             st = ib.window("ib_state", n).astype(np.float64)
-            down_all = np.all((st != 4) & ~np.isnan(st), axis=1).astype(np.float64)
+            seen = ~np.isnan(st)
+            down_all = sustained((st != 4) & seen, seen).astype(np.float64)
             latest = ib.latest("ib_state")
             out.append(Finding("ib_port_down", Scope.IB_PORT, fired(down_all, 1, 1.0), latest, 4,
                                f"IB port state (4 = ACTIVE), not active for {self.c.ib_down_s:g}s",
@@ -79,7 +80,8 @@ class HardRules:
         shut = g.latest("gpu_shutdown_temp")
         throttle = g.window("throttle_thermal", n).astype(np.float64)
         with np.errstate(invalid="ignore"):
-            over = np.all((temp >= slow[:, None]) | (throttle >= 1), axis=1)
+            hot = (temp >= slow[:, None]) | (throttle >= 1)
+            over = sustained(hot, ~np.isnan(temp) | ~np.isnan(throttle))
             margin = shut - g.latest("gpu_temp")
         val = np.where(over, 1.0, 0.0)
         return [

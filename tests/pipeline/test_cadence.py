@@ -1,0 +1,54 @@
+"""Sustained-state rules under a real sender's cadence: an agent's 5-s rounds drift against the
+service's 5-s steps, so now and then a step gets no sample. An IB port that stays DOWN, or a
+GPU that stays at its slowdown temperature, must still fire its hard rule across such gaps;
+a gap alone, or a state that recovered inside the window, must not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from models.detectors.findings import sustained
+from service.pipeline import Pipeline
+from service.settings import Settings
+from tests.pipeline.builders import T0, Rounds
+
+STEP = 5.0
+PORT = "n0:mlx5_0:1"
+
+
+def test_sustained_reads_the_reports_that_came() -> None:
+    t, f = True, False
+    holds = np.array([[t, t, f, t, t, t], [t, f, f, f, f, t], [t, t, t, t, t, f],
+                      [f, f, t, t, t, t]])
+    seen = np.array([[t, t, f, t, t, t], [t, f, f, f, f, t], [t, t, t, t, t, t],
+                     [f, f, t, t, t, t]])
+    # one missed step; too few reports; the condition ended; no report near the start
+    assert sustained(holds, seen).tolist() == [True, False, False, False]
+
+
+def _pipeline(tmp: Path) -> Pipeline:
+    s = Settings(storage={"data_dir": tmp},  # type: ignore[arg-type]
+                 detectors={"model": {"path": "none"}})  # type: ignore[arg-type]
+    return Pipeline(s, notifiers=[])
+
+
+def test_an_ib_port_down_through_a_drifting_cadence_pages(tmp_path: Path) -> None:
+    p, r = _pipeline(tmp_path), Rounds(nodes=2, gpus=2, links=1, ports=1)
+    t = T0
+    for k in range(24):
+        t = T0 + STEP * k
+        p.process(r.batch(t), t)
+    r.set(PORT, "ib_state", 1.0)  # DOWN from here
+    r.set(PORT, "ib_phys_state", 2.0)
+    levels = []
+    for k in range(1, 12):
+        t += STEP
+        missing = (PORT,) if k in (3, 7) else ()  # the agent's round slipped past a step
+        p.process(r.batch(t, missing=missing), t)
+        levels.append({a.entity: a.level for a in p.alerts.open_alerts()}.get(PORT, 0))
+    assert 3 in levels, levels
+    # 30 s of DOWN (ib_down_s) and the tick after: within two ticks of the evidence
+    assert levels.index(3) <= 7, levels
+
