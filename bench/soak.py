@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
+import httpx
+
 from bench.soak_plan import build
 from bench.soak_run import Outcome, SoakRun
 
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"bench.soak: {exc}", file=sys.stderr)
         return 2
-    except (RuntimeError, OSError) as exc:
+    except (RuntimeError, OSError, httpx.HTTPError) as exc:
         print(f"bench.soak: the stack could not run: {exc}; logs in {root}", file=sys.stderr)
         return 2
     finally:

@@ -267,12 +267,14 @@ def samples(sent: Sent, stored: dict[SeriesField, int], pushes: list[Push]) -> l
         have = stored.get(key, 0)
         if have < n:
             lost += n - have
-            kinds = Counter(sent.kind_of[(key, t)] for t in sent.times[key])
-            lost_kinds[kinds.most_common(1)[0][0] if len(kinds) == 1 else "mixed"] += n - have
+            # Counts cannot say which timestamps are missing; the kinds of sending the series
+            # got besides plain rounds can (a resent, sub-step or late point).
+            kinds = {sent.kind_of[(key, t)] for t in sent.times[key]} - {"normal"}
+            lost_kinds["+".join(sorted(kinds)) or "normal"] += n - have
         doubled += max(0, have - n)
     foreign = sum(v for k, v in stored.items() if k not in counts)
     unexpected, reasons, bad_sent, bad_refused = refusals(pushes)
-    why = "; ".join(f"{r} x{c}" for r, c in reasons.most_common(4))
+    why = "; ".join(f"{r} x{c}" for r, c in reasons.most_common(6))
     total = sum(counts.values())
     return [
         Check("samples lost in InfluxDB", lost == 0, f"{lost} of {total}",
