@@ -20,7 +20,13 @@ from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.samples import Sample
@@ -247,6 +253,8 @@ class ServiceMetrics:
 
     def __init__(self, pipeline: Pipeline, statuses: StatusSource = _no_collectors) -> None:
         self.registry = CollectorRegistry()
+        # process_resident_memory_bytes and friends: memory must stay bounded by the fleet.
+        ProcessCollector(registry=self.registry)
         self.tick_seconds = Histogram(
             "gpuhealth_score_tick_seconds", "Duration of a scoring tick (detectors, fusion, "
             "alert state machine, notifications)", buckets=_TICK_BUCKETS, registry=self.registry)

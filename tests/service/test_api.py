@@ -252,6 +252,8 @@ def test_metrics(faulty: Service) -> None:
     assert value("gpuhealth_entities_at_risk", scope="nvlink", level="3") == 1
     assert value("gpuhealth_entities_at_risk", scope="node", level="1") == 2
     assert value("gpuhealth_last_tick_timestamp_seconds") == T0 + 2 * STEP
+    assert value("process_resident_memory_bytes") > 10 * 2**20  # the service's own memory
+    assert value("gpuhealth_rows_late_total") == 0 and value("gpuhealth_counter_drops_total") == 0
     # Small by design: no series per GPU.
     assert not any("n001" in str(labels) for _, labels in samples)
     # The app's own registry, never the process-global one.
