@@ -33,11 +33,15 @@ def create_app(
     collectors: Sequence[Collector] | CollectorFactory = (),
     clock: Clock = time.time,
     schedule: bool = True,
+    wall_clock: Clock = time.time,
 ) -> FastAPI:
     """The service. `source` is the settings to build a Pipeline from, or a factory that builds
     one; `collectors` (or a factory given the pipeline) feed the scheduler's collect jobs;
-    `clock` gives the time ingest and scoring run at. `schedule=False` builds everything but
-    leaves the jobs to the caller (app.state.gpuhealth.scheduler), as tests do."""
+    `clock` gives the time ingest and scoring run at (a replay's data time); `wall_clock` the
+    time token expiry, rate limits and idempotency keys run at, which is never data time (a
+    replay must not revive an expired token or refill a rate limit by jumping ahead).
+    `schedule=False` builds everything but leaves the jobs to the caller
+    (app.state.gpuhealth.scheduler), as tests do."""
     if source is None or isinstance(source, Settings):
         settings = source or Settings()
 
@@ -64,7 +68,8 @@ def create_app(
             for c in found:
                 _call_optional(c, "start")
             # Tokens, idempotency keys and rate limits live beside the alerts.
-            app.state.gpuhealth_auth = ApiAuth.open(pipeline.db, pipeline.settings.api, clock)
+            app.state.gpuhealth_auth = ApiAuth.open(pipeline.db, pipeline.settings.api,
+                                                     wall_clock)
             app.state.gpuhealth = Running(pipeline, scheduler, metrics, clock, found)
             if schedule:
                 scheduler.start()

@@ -153,3 +153,34 @@ def test_reads_need_a_token_only_when_configured(settings: Settings) -> None:
             assert client.get(url).status_code == 401, url
         ok = client.get("/v1/alerts", headers={"Authorization": f"Bearer {token}"})
         assert ok.status_code == 200
+
+
+class JumpingClock:
+    """A replay's data clock at --speed 0: an hour of data time passes between two calls."""
+
+    def __init__(self, start: float) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        self.now += 3600
+        return self.now
+
+
+def test_a_replay_clock_never_governs_tokens_or_rate_limits(settings: Settings) -> None:
+    import time
+
+    s = settings.model_copy(update={"api": settings.api.model_copy(
+        update={"rate_limit_per_min": 60, "rate_limit_burst": 5})})
+    # The trace is from the past: its time is years before the token expired in wall time.
+    app = create_app(s, clock=JumpingClock(T0), schedule=False)
+    with TestClient(app) as client:
+        auth = app.state.gpuhealth_auth
+        wall = time.time()
+        _, expired = auth.tokens.create("old", "admin", wall - 7200, expires_at=wall - 3600)
+        _, admin = auth.tokens.create("ops", "admin", wall)
+        r = client.post("/v1/breaker/reset", headers={"Authorization": f"Bearer {expired}"})
+        assert r.status_code == 401, r.text
+        codes = [client.post("/v1/breaker/reset",
+                             headers={"Authorization": f"Bearer {admin}"}).status_code
+                 for _ in range(12)]
+        assert codes[:5] == [200] * 5 and 429 in codes  # the burst, then the limit holds
