@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from service.exposure import exposure_problem
 from service.usage import UsageError, load_settings, trace_missing
 
 if TYPE_CHECKING:
@@ -65,6 +66,8 @@ def _configure_serve(p: argparse.ArgumentParser) -> None:
                    help="feed the service from a trace instead of live collectors")
     p.add_argument("--speed", type=float, default=1.0,
                    help="replay speed: 1 real time, 10 ten times faster, 0 as fast as possible")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow listening beyond loopback with no write token")
 
 
 def _run_serve(args: argparse.Namespace) -> int:
@@ -80,6 +83,10 @@ def _run_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"--speed {args.speed:g}: give 0 (as fast as possible) or more")
     settings = load_settings(args.config)
     svc = settings.service
+    why = exposure_problem(args.host or svc.host, settings.ingest.tokens,
+                           args.insecure or svc.insecure)
+    if why is not None:
+        raise UsageError(why)
     collectors: list[Collector] = []
     clock: Clock | None = None
     if args.replay is not None:

@@ -35,6 +35,8 @@ class ServiceSettings(BaseModel):
     port: int = Field(default=8080, ge=1, le=65535)
     collect_interval_s: float = Field(default=5.0, gt=0)
     score_interval_s: float = Field(default=5.0, gt=0)
+    # Listen beyond loopback with no write token (service/exposure.py): off unless meant.
+    insecure: bool = False
 
 
 class InfluxSettings(BaseModel):
