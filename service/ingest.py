@@ -87,6 +87,7 @@ class IngestResult:
     # Persistent counters read lower than before, not yet taken as a new device: stored to
     # the sinks, left out of the window (a glitch, or the first readings of a swapped GPU).
     counter_drops: int = 0
+    ahead: dict[str, float] = field(default_factory=dict)  # node -> seconds its clock runs fast
     # Rows stored to the sinks but not scored: older than the entity's last sample (a retried
     # flush behind a newer one) or than the raw window (a spool drained after a long outage).
     late: int = 0
@@ -170,6 +171,7 @@ class Ingestor:
         # A point ahead of the service clock (but within max_future_s) is kept at the
         # present step; its own timestamp still goes to the sinks.
         ks[ok] = np.minimum(self.store.step_of(ts[ok]), self._step(now))
+        self._note_skew(ts, ok, now, slots, w, res)
         # Too old for the window, but valid data: the sinks keep it (InfluxDB would), the
         # window store cannot place it, so it is not scored.
         old = ok & (ks <= w.head - w.raw.length)
@@ -281,6 +283,16 @@ class Ingestor:
         w.write(slots, ks, stored.T.astype(np.float32))
         res.accepted += int((~np.isnan(sink_v[:, w.frame_cols])).sum())
         return sink_v[:, w.frame_cols], rate[:, w.frame_cols], v[:, w.derived_cols]
+
+    def _note_skew(self, ts: npt.NDArray[np.float64], ok: npt.NDArray[np.bool_], now: float,
+                   slots: npt.NDArray[np.int32], w: ScopeWindows, res: IngestResult) -> None:
+        """Nodes whose points are stamped ahead of the service's clock by more than two steps
+        (a clock running fast): reported, never trusted to move anyone's time."""
+        ahead = ts - now
+        fast = np.flatnonzero(ok & (ahead > 2 * self.store.config.step_s))
+        for i in fast.tolist():
+            node = w.entities[slots[i]].node
+            res.ahead[node] = max(res.ahead.get(node, 0.0), float(ahead[i]))
 
     @staticmethod
     def _stored_only(w: ScopeWindows, frame: Frame, mask: npt.NDArray[np.bool_],

@@ -77,6 +77,7 @@ class PipelineCollector:
         yield from self._stats()
         yield from self._collectors()
         yield from self._detectors()
+        yield self._clock_ahead()
         yield self._alerts()
         yield from self._risk()
 
@@ -131,6 +132,15 @@ class PipelineCollector:
             if not math.isnan(r.scrape_seconds):
                 _add(last, labels, r.scrape_seconds)
         return up, err, last
+
+    def _clock_ahead(self) -> Metric:
+        fam = GaugeMetricFamily("gpuhealth_clock_ahead_seconds",
+                                "How far ahead of the service a node stamps its data (a fast "
+                                "clock; its points are scored at the service's time), for "
+                                "nodes seen so in the last 10 minutes", labels=["host"])
+        for node, (secs, _) in sorted(self.pipeline.clock_ahead.items()):
+            fam.add_metric([node], secs)
+        return fam
 
     def _detectors(self) -> Iterable[Metric]:
         health = self.pipeline.scorer.health

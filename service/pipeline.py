@@ -34,6 +34,8 @@ from service.sinks import Sink, SQLiteSink
 from service.windows import WindowStore
 
 log = logging.getLogger(__name__)
+SKEW_FORGET_S = 600.0  # a node's fast clock is reported this long after its last such point
+MAX_SKEWED = 10_000  # nodes remembered as fast at once (names come from the wire)
 
 
 @dataclass(slots=True)
@@ -174,6 +176,8 @@ class Pipeline:
         # (monotonic): /readyz is not ready while scoring fails or has stopped.
         self.tick_error = ""
         self.last_tick_ok: float | None = None
+        # node -> (seconds its clock ran ahead, when last seen so): reported, never trusted.
+        self.clock_ahead: dict[str, tuple[float, float]] = {}
         # Ingest (collector thread) and tick (scheduler thread) must not interleave.
         self.lock = threading.RLock()
         self._restore()
@@ -211,9 +215,25 @@ class Pipeline:
             st.counter_drops += res.counter_drops
             st.counter_resets += res.resets
             st.last_ingest_s = time.perf_counter() - t0
+            if res.ahead:
+                self._note_ahead(res.ahead, now)
         for r in res.rejections[:5]:
             log.info("rejected: %s", r)
         return res
+
+    def _note_ahead(self, ahead: dict[str, float], now: float) -> None:
+        """Remember nodes whose clocks run fast (exported until SKEW_FORGET_S after their last
+        such point), warning once per episode: an operator fixes NTP, we never trust it."""
+        known = self.clock_ahead
+        for node, secs in ahead.items():
+            if node not in known:
+                if len(known) >= MAX_SKEWED:
+                    continue
+                log.warning("node %s stamps its data %.0f s ahead of this service's clock; "
+                            "it is scored at the service's time (check its NTP)", node, secs)
+            known[node] = (secs, now)
+        for node in [n for n, (_, at) in known.items() if now - at > SKEW_FORGET_S]:
+            del known[node]
 
     def tick(self, now: float | None = None) -> TickResult:
         try:

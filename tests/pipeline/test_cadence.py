@@ -52,3 +52,30 @@ def test_an_ib_port_down_through_a_drifting_cadence_pages(tmp_path: Path) -> Non
     # 30 s of DOWN (ib_down_s) and the tick after: within two ticks of the evidence
     assert levels.index(3) <= 7, levels
 
+
+
+def test_one_line_from_a_fast_clock_does_not_blind_the_fleet(tmp_path: Path) -> None:
+    """A node whose clock runs 290 s ahead (inside max_future_s) sends one line while an IB
+    port of another node goes down: the port still pages about ib_down_s after it went down,
+    not after the fast clock's time has passed for everyone."""
+    p, r = _pipeline(tmp_path), Rounds(nodes=2, gpus=2, links=1, ports=1)
+    ahead = Rounds(nodes=3, gpus=1, links=0, ports=0)  # n2 has the fast clock
+    t = T0
+    for k in range(24):
+        t = T0 + STEP * k
+        p.process(r.batch(t), t)
+    r.set(PORT, "ib_state", 1.0)
+    went_down = t + STEP
+    paged = None
+    for k in range(1, 30):
+        t = went_down + STEP * (k - 1)
+        if k == 2:
+            b = ahead.batch(t + 290)
+            b.frames = {s: f for s, f in b.frames.items() if len(f)}
+            p.ingest(b, t)
+        p.process(r.batch(t), t)
+        if {a.entity: a.level for a in p.alerts.open_alerts()}.get(PORT) == 3 and paged is None:
+            paged = t
+    assert paged is not None and paged - went_down <= 30 + 2 * STEP, (paged, went_down)
+    # the fast node is reported, with how far ahead it stamps
+    assert list(p.clock_ahead) == ["n2"] and p.clock_ahead["n2"][0] == 290
