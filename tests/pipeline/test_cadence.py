@@ -70,7 +70,7 @@ def test_one_line_from_a_fast_clock_does_not_blind_the_fleet(tmp_path: Path) -> 
     for k in range(1, 30):
         t = went_down + STEP * (k - 1)
         if k == 2:
-            b = ahead.batch(t + 290)
+            b = ahead.batch(t + 290, missing=("n0:gpu0", "n1:gpu0"))
             b.frames = {s: f for s, f in b.frames.items() if len(f)}
             p.ingest(b, t)
         p.process(r.batch(t), t)
