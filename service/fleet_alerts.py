@@ -52,10 +52,12 @@ class FleetAlerts:
 
     def step(self, now: float, nodes: list[str], node_stale: npt.NDArray[np.bool_],
              node_level: npt.NDArray[np.int8], raised: Mapping[str, int],
-             missing: Mapping[str, tuple[int, str]] | None = None) -> list[Transition]:
+             missing: Mapping[str, tuple[int, str]] | None = None,
+             fleet_size: int | None = None) -> list[Transition]:
         """`node_stale`: every entity of the node is stale; `node_level`: the highest level of
         its entities; `raised`: nodes whose level rose to 2 or above this tick; `missing`:
-        GPUs (key -> slot, node) that are stale while their node still reports."""
+        GPUs (key -> slot, node) that are stale while their node still reports; `fleet_size`:
+        the nodes a storm's fraction is of (default: every node named)."""
         if self.first is None:
             self.first = now
         watching = now - self.first >= self.grace_s
@@ -79,9 +81,10 @@ class FleetAlerts:
                 self.entered[name] = now
         s = self.storm
         self.entered = {n: t for n, t in self.entered.items() if now - t <= s.window_s}
-        need = max(s.min_nodes, int(np.ceil(s.fraction * max(len(nodes), 1))))
+        fleet = max(fleet_size if fleet_size is not None else len(nodes), 1)
+        need = max(s.min_nodes, int(np.ceil(s.fraction * fleet)))
         hot = sum(1 for n in self.entered if n in pos and node_level[pos[n]] >= 2)
-        share = hot / max(len(nodes), 1)
+        share = hot / fleet
         if self.storm_level == 0 and hot >= need:
             self.storm_level = 3
             out.append(Transition(Scope.NODE, -1, FLEET, "*", 0, 3, now, share, hard=False,

@@ -155,7 +155,7 @@ class Pipeline:
 
             # The service itself: the controller the settings ask for (dry_run by default).
             remediation = build_remediation(s.remediation, self.alerts, db,
-                                            lambda: len(self.store.registry.nodes))
+                                            lambda: self.fleet_size)
         self.remediation = remediation
         sinks_default = sinks is None
         if sinks is None:  # the embedded default keeps sample history beside the alerts
@@ -176,6 +176,9 @@ class Pipeline:
         # (monotonic): /readyz is not ready while scoring fails or has stopped.
         self.tick_error = ""
         self.last_tick_ok: float | None = None
+        # Nodes with fresh telemetry at the newest tick: the fleet the breaker and the storm
+        # measure against (with remediation.fleet_size), not every node name ever seen.
+        self.live_nodes = 0
         # node -> (seconds its clock ran ahead, when last seen so): reported, never trusted.
         self.clock_ahead: dict[str, tuple[float, float]] = {}
         # Ingest (collector thread) and tick (scheduler thread) must not interleave.
@@ -220,6 +223,11 @@ class Pipeline:
         for r in res.rejections[:5]:
             log.info("rejected: %s", r)
         return res
+
+    @property
+    def fleet_size(self) -> int:
+        """The larger of the declared fleet and the nodes reporting now (at least 1)."""
+        return max(self.settings.remediation.fleet_size, self.live_nodes, 1)
 
     def _note_ahead(self, ahead: dict[str, float], now: float) -> None:
         """Remember nodes whose clocks run fast (exported until SKEW_FORGET_S after their last
@@ -319,6 +327,7 @@ class Pipeline:
             np.maximum.at(node_level, nodes[ok], self.machine.level(scope)[:n][ok])
         raised = {t.node: t.new for t in transitions if t.new >= 2 and t.new > t.old}
         node_stale = (seen_nodes > 0) & (fresh_nodes == 0)
+        self.live_nodes = int(np.count_nonzero(fresh_nodes > 0))
         # A GPU silent while other GPUs of its node report: all of a node's GPUs silent is
         # its GPU collector or driver (collector_up, NodeNoData say so), not one GPU.
         gpus = self.store[Scope.GPU]
@@ -330,7 +339,7 @@ class Pipeline:
         silent = np.flatnonzero(gstale & ok & (fresh_gpus[np.maximum(gnode, 0)] > 0))
         missing = {gpus.entities[i].key: (i, gpus.entities[i].node) for i in silent.tolist()}
         transitions += self.fleet.step(now, risk.node_names, node_stale, node_level, raised,
-                                       missing)
+                                       missing, fleet_size=self.fleet_size)
         return transitions, flags
 
     def _silence(self, slot: int, now: float) -> Signal:

@@ -29,6 +29,10 @@ class RemediationSettings(BaseModel):
     breaker_max_fraction: float = Field(default=0.10, gt=0, le=1)
     breaker_max_nodes: int = Field(default=5, ge=1)
     breaker_window_s: float = Field(default=1800.0, gt=0)
+    # Nodes the operator says the fleet has (0: not declared). The breaker's and the storm's
+    # fleet is the larger of this and the nodes reporting now, never every name ever seen:
+    # phantom nodes from the wire must not dilute a fraction.
+    fleet_size: int = Field(default=0, ge=0)
 
     max_concurrent: int = Field(default=2, ge=1)  # executions in flight, cluster-wide
     # A remediation that regenerates its own fault loops (NVSentinel #1543): cap it.
