@@ -34,6 +34,7 @@ from prometheus_client.samples import Sample
 from collectors.base import CollectorStatus
 from collectors.ignored import OTHER, IgnoredNames
 from service.alerting import LEVELS
+from service.api.redact import redact
 from service.pipeline import Pipeline
 from service.remote_collectors import RemoteStatus
 from service.scoring import SCOPES
@@ -121,14 +122,14 @@ class PipelineCollector:
         for name, status in sorted(self.statuses().items()):
             _add(up, {"collector": name}, 1.0 if status.up else 0.0)
             if not status.up:
-                _add(err, {"collector": name, "reason": status.reason[:200]}, 1.0)
+                _add(err, {"collector": name, "reason": label_text(status.reason)}, 1.0)
             if name in self.last_scrape:
                 _add(last, {"collector": name}, self.last_scrape[name])
         for r in self.remote():
             labels = {"collector": r.collector, "host": r.host}
             _add(up, labels, 1.0 if r.up else 0.0)
             if not r.up:
-                _add(err, {**labels, "reason": r.reason[:200]}, 1.0)
+                _add(err, {**labels, "reason": label_text(r.reason)}, 1.0)
             if not math.isnan(r.scrape_seconds):
                 _add(last, labels, r.scrape_seconds)
         return up, err, last
@@ -186,6 +187,14 @@ class PipelineCollector:
                                 "Data time of the newest scoring tick", value=risk.at)
         yield GaugeMetricFamily("gpuhealth_last_tick_duration_seconds",
                                 "Duration of the newest scoring tick", value=risk.duration_s)
+
+
+def label_text(reason: str, limit: int = 120) -> str:
+    """An agent's error as a label value: credentials redacted, one line of printable
+    characters, bounded (it came from the wire, and every distinct value is a series)."""
+    clean = "".join(c if c.isprintable() else " " for c in redact(reason[:1000]))
+    clean = " ".join(clean.split())
+    return clean if len(clean) <= limit else clean[: limit - 1] + "…"
 
 
 def _add(family: GaugeMetricFamily, labels: dict[str, str], value: float) -> None:

@@ -18,6 +18,9 @@ from collectors.collector_status import CollectorReport
 
 STALE_AFTER_ROUNDS = 3  # agent rounds without a report before a collector reads as down
 FORGET_AFTER_S = 24 * 3600.0
+# (host, collector) pairs remembered at once: names come from the wire, and each is a series
+# on /metrics. Sized for fleets of thousands of nodes with a few collectors each.
+MAX_COLLECTORS = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,13 +37,16 @@ class RemoteStatus:
 class RemoteCollectors:
     """Thread-safe: the write endpoint records from its worker threads, /metrics reads."""
 
-    def __init__(self, stale_after_s: float, forget_after_s: float = FORGET_AFTER_S) -> None:
+    def __init__(self, stale_after_s: float, forget_after_s: float = FORGET_AFTER_S,
+                 max_collectors: int = MAX_COLLECTORS) -> None:
         if not 0 < stale_after_s <= forget_after_s:
             raise ValueError("need 0 < stale_after_s <= forget_after_s")
         self.stale_after_s = stale_after_s
         self.forget_after_s = forget_after_s
         self._latest: dict[tuple[str, str], CollectorReport] = {}
         self._lock = threading.Lock()
+        self.max_collectors = max_collectors
+        self.refused = 0  # reports of new pairs past max_collectors
 
     def record(self, reports: Iterable[CollectorReport]) -> None:
         """Keep each collector's newest report; a late (spooled) older one changes nothing."""
@@ -48,6 +54,9 @@ class RemoteCollectors:
             for r in reports:
                 key = (r.host, r.collector)
                 old = self._latest.get(key)
+                if old is None and len(self._latest) >= self.max_collectors:
+                    self.refused += 1
+                    continue
                 if old is None or r.ts >= old.ts:
                     self._latest[key] = r
 

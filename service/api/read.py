@@ -61,8 +61,9 @@ def _collectors(st: Running) -> dict[str, CollectorOut]:
             for n, s in sorted(st.scheduler.statuses().items())}
 
 
-@router.get("/metrics", tags=["probes"], response_class=Response,
-            summary="Prometheus metrics in the text exposition format")
+@router.get("/metrics", tags=["probes"], response_class=Response, dependencies=READ,
+            summary="Prometheus metrics in the text exposition format (a read token when "
+                    "api.read_requires_token is set)")
 def metrics(st: State) -> Response:
     body, content_type = st.metrics.render()
     return Response(body, media_type=content_type)

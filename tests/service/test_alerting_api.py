@@ -149,10 +149,12 @@ def test_reads_need_a_token_only_when_configured(settings: Settings) -> None:
     with TestClient(app) as client:
         token = app.state.gpuhealth_auth.tokens.create("viewer", "read", clock())[1]
         assert client.get("/healthz").status_code == 200  # probes stay open
-        for url in ("/v1/nodes", "/v1/alerts", "/v1/silences", "/v1/gpus/n1:gpu0/metrics"):
+        for url in ("/v1/nodes", "/v1/alerts", "/v1/silences", "/v1/gpus/n1:gpu0/metrics",
+                    "/metrics"):
             assert client.get(url).status_code == 401, url
-        ok = client.get("/v1/alerts", headers={"Authorization": f"Bearer {token}"})
-        assert ok.status_code == 200
+        for url in ("/v1/alerts", "/metrics"):
+            ok = client.get(url, headers={"Authorization": f"Bearer {token}"})
+            assert ok.status_code == 200, url
 
 
 class JumpingClock:
