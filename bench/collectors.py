@@ -469,7 +469,7 @@ def bench_phases(sim_gpus: int, per_request: int, rounds: int, nvlink: bool) -> 
     after a first one that teaches the mapper the fleet's layouts)."""
     from collectors.lineprotocol import parse
     from collectors.schema import SchemaMapper
-    from service.api.write import _inflate
+    from service.api.inflate import inflate
     from service.pipeline import Pipeline
     from service.settings import Settings
 
@@ -490,7 +490,7 @@ def bench_phases(sim_gpus: int, per_request: int, rounds: int, nvlink: bool) -> 
             taken = 0
             for body in requests:
                 c0 = time.process_time()
-                data = _inflate(body, "gzip", 1 << 30)
+                data = inflate(body, limit=1 << 30).data
                 c1 = time.process_time()
                 fast_lines = fast.fast_lines
                 batch = fast.parse(data, max_bytes=None)

@@ -43,7 +43,14 @@ PRECISION_NS: dict[str, int] = {
 
 _I64_MIN, _I64_MAX, _U64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
 _I64_MAX_TEXT = str(_I64_MAX)
-_FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+# The longest number token (value or timestamp) parsed. A float Python writes is at most 24
+# characters, a 64-bit integer 20 and a suffix; anything longer is refused before any regex or
+# int() sees it: Python refuses int() of over 4,300 digits with a ValueError, and a long run
+# of digits is where a pattern could backtrack.
+MAX_NUMBER_CHARS = 64
+_SHOWN_CHARS = 40  # how much of a refused token a reason quotes
+# One way to match each text (digits, then an optional '.' and digits): no backtracking.
+_FLOAT = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _INT = re.compile(r"-?[0-9]+")
 _TRUE = frozenset(("t", "T", "true", "True", "TRUE"))
 _FALSE = frozenset(("f", "F", "false", "False", "FALSE"))
@@ -225,7 +232,7 @@ def _split(s: str) -> tuple[str, dict[str, str], dict[str, FieldValue], str | No
     if len(parts) < 2:
         raise _Bad("missing field set")
     if len(parts) > 3:
-        raise _Bad(f"unexpected text after the timestamp: {' '.join(parts[3:])!r} "
+        raise _Bad(f"unexpected text after the timestamp: {_shown(' '.join(parts[3:]))} "
                    "(unescaped space?)")
     key = parts[0]
     head = _HEADS.get(key)
@@ -244,7 +251,8 @@ def _split(s: str) -> tuple[str, dict[str, str], dict[str, FieldValue], str | No
             if body.isdigit() and body.isascii() and len(body) < 19:
                 fields[k] = int(body)
                 continue
-        elif last in _DIGITS and v[0] in _FLOAT_START and v.isascii() and "_" not in v:
+        elif (last in _DIGITS and v[0] in _FLOAT_START and len(v) <= MAX_NUMBER_CHARS
+              and v.isascii() and "_" not in v):
             try:
                 x = float(v)
             except ValueError:
@@ -344,12 +352,12 @@ def _scan(s: str) -> tuple[str, dict[str, str], dict[str, FieldValue], str | Non
             continue
         break
     if pos < n and s[pos] != " ":
-        raise _Bad(f"unexpected text after the field value: {s[pos:]!r}", k)
+        raise _Bad(f"unexpected text after the field value: {_shown(s[pos:])}", k)
     rest = s[pos:].strip(" ")
     if not rest:
         return meas, tags, fields, None
     if " " in rest:
-        raise _Bad(f"unexpected text after the timestamp: {rest.split(' ', 1)[1]!r} "
+        raise _Bad(f"unexpected text after the timestamp: {_shown(rest.split(' ', 1)[1])} "
                    "(unescaped space?)")
     return meas, tags, fields, rest
 
@@ -364,6 +372,8 @@ def _key(s: str, pos: int) -> tuple[str, int]:
 def _value(v: str, name: str) -> FieldValue:
     if not v:
         raise _Bad("field has no value", name)
+    if len(v) > MAX_NUMBER_CHARS:
+        raise _Bad(_too_long("field value", v), name)
     last = v[-1]
     if last in _FLOAT_END:
         if _FLOAT.fullmatch(v) is None:
@@ -395,9 +405,23 @@ def _value(v: str, name: str) -> FieldValue:
 
 
 def _timestamp(ts: str, mult: int) -> int:
+    if len(ts) > MAX_NUMBER_CHARS:
+        raise _Bad(_too_long("timestamp", ts))
     if _INT.fullmatch(ts) is None:
         raise _Bad(f"timestamp {ts!r} is not an integer")
     t = int(ts) * mult
     if not _I64_MIN <= t <= _I64_MAX:
         raise _Bad(f"timestamp {ts!r} is out of the 64-bit nanosecond range")
     return t
+
+
+def _too_long(what: str, token: str) -> str:
+    return (f"number too long: {what} {token[:_SHOWN_CHARS]!r}... has {len(token)} "
+            f"characters (at most {MAX_NUMBER_CHARS})")
+
+
+def _shown(text: str) -> str:
+    """`text` quoted for a reason, cut short: a refused line may be megabytes long."""
+    if len(text) <= _SHOWN_CHARS:
+        return repr(text)
+    return repr(text[:_SHOWN_CHARS]) + f"... ({len(text)} characters)"

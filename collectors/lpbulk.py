@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from collectors.catalog import CATALOG, FieldType, Kind, Scope
 from collectors.ignored import IgnoredNames
-from collectors.lineprotocol import FieldValue, UInt, timestamp_ns
+from collectors.lineprotocol import MAX_NUMBER_CHARS, FieldValue, UInt, timestamp_ns
 from collectors.lpframe import I64, Chunk
 
 MAX_HEADS = 1_000_000  # distinct key texts remembered; relearned from scratch past this
@@ -283,8 +283,9 @@ def _timestamps(tss: list[str], mult: int) -> tuple[I64, npt.NDArray[np.bool_]]:
 def _column(text: str, kind: str, count: int) -> npt.NDArray[np.float64] | None:
     """One field of `count` lines (values joined by commas) as floats, or None unless
     lineprotocol would give the same numbers for every one of them."""
-    if not text.isascii():
-        return None
+    if not text.isascii() or (len(text) > MAX_NUMBER_CHARS
+                              and max(map(len, text.split(","))) > MAX_NUMBER_CHARS):
+        return None  # a token the reference path refuses as too long (numpy would read it)
     if kind == "f":
         if text.encode().translate(None, _FLOAT_CHARS):
             return None

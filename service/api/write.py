@@ -8,7 +8,6 @@ write that keeps every good point and names each refused line."""
 from __future__ import annotations
 
 import time
-import zlib
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
@@ -17,6 +16,7 @@ from fastapi.responses import JSONResponse
 
 from collectors.frames import Rejection
 from service.api import influx_compat
+from service.api.inflate import inflate
 from service.api.schemas import RejectionOut, WriteError
 from service.api.state import Running, State
 from service.api.write_auth import Refused, authorize
@@ -34,8 +34,10 @@ track are ignored, as InfluxDB would store them and we have no use for them (cou
 `gpuhealth_ignored_fields_total`); a point sent again, or two points of one entity within one
 step, overwrite (last write wins). 204 when every line was accepted; 400 (a partial write)
 listing each refused line (number and reason: not line protocol, a value of the wrong type, an
-invalid host or device name, a timestamp out of range) while every valid sample is kept; 413
-when the body, or what it inflates to, is over the limit. `strict=true` refuses unknown
+invalid host or device name, a timestamp out of range, a number over 64 characters, a gzip body
+cut short: its whole lines before the cut are kept) while every valid sample is kept; 413 when
+the body, or what it inflates to, is over the limit, when gzip inflates to over 100 times its
+size (past 1 MiB), or holds over 1,000 members. `strict=true` refuses unknown
 measurements and fields instead (for checking a sender's output)."""
 _WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": WriteError}, 401: {"model": WriteError}, 413: {"model": WriteError},
@@ -75,14 +77,15 @@ async def write(
     try:
         authorize(request, st, u, p)
         body = await _read_body(request, limit)
-        data = _inflate(body, request.headers.get("content-encoding", ""), limit)
+        gz = _gzip(request.headers.get("content-encoding", ""))
+        # Inflating, parsing and ingest are CPU work (ingest under locks): off the event loop,
+        # so health probes and reads are answered while a large write is worked through.
+        res = await run_in_threadpool(_write_body, st, body, gz, precision, strict)
     except Refused as r:
         st.metrics.write_requests.labels(str(r.status)).inc()
         headers = {"WWW-Authenticate": 'Token realm="gpuhealth"'} if r.status == 401 else None
         return JSONResponse(WriteError(error=r.message).model_dump(), status_code=r.status,
                             headers=headers)
-    # Parsing and ingest are CPU work under locks: keep them off the event loop.
-    res = await run_in_threadpool(_ingest_lines, st, data, precision, strict)
     if not res.rejected:
         st.metrics.write_requests.labels("204").inc()
         return Response(status_code=204)
@@ -116,27 +119,25 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def _inflate(body: bytes, encoding: str, limit: int) -> bytes:
+def _gzip(encoding: str) -> bool:
     encoding = encoding.strip().lower()
     if encoding in ("", "identity"):
-        return body
+        return False
     if encoding != "gzip":
         raise Refused(415, f"unsupported Content-Encoding {encoding!r}; send gzip or none")
-    # Bounded inflation: a small gzip bomb must not expand past the body limit in memory.
-    out = bytearray()
-    rest = body
-    while rest:
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            out += d.decompress(rest, limit + 1 - len(out))
-        except zlib.error as exc:
-            raise Refused(400, f"body is not valid gzip: {exc}") from None
-        if len(out) > limit or d.unconsumed_tail:
-            raise Refused(413, f"decompressed body exceeds the limit of {limit} bytes")
-        if not d.eof:
-            raise Refused(400, "gzip body is truncated")
-        rest = d.unused_data  # concatenated gzip members form one stream
-    return bytes(out)
+    return True
+
+
+def _write_body(st: Running, body: bytes, gz: bool, precision: str, strict: bool
+                ) -> IngestResult:
+    """Inflate (bounded), parse and ingest one body; runs in a worker thread."""
+    if not gz:
+        return _ingest_lines(st, body, precision, strict)
+    got = inflate(body, limit=st.settings.ingest.max_body_bytes)
+    res = _ingest_lines(st, got.data, precision, strict)
+    if got.cut is not None:  # the whole lines before the cut were kept; say where it ended
+        res.refuse(1, got.cut, line=got.data.count(b"\n") + 1)
+    return res
 
 
 def _ingest_lines(st: Running, data: bytes, precision: str, strict: bool) -> IngestResult:

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from collectors.frames import Rejection
-from collectors.lineprotocol import FieldValue, Point, UInt, parse
+from collectors.lineprotocol import FieldValue, Point, UInt, parse, timestamp_ns
 from collectors.lpformat import format_line, format_point, format_value
 
 TS = 1_700_000_000_000_000_000
@@ -301,3 +301,48 @@ def test_a_value_the_catalog_type_cannot_hold_is_refused(fields: dict[str, Field
                                                          why: str) -> None:
     with pytest.raises(ValueError, match=why):
         format_line("gpu", {"host": "n1", "gpu": "0"}, fields, TS)
+
+
+# ---- hostile numbers (issue 14): bounded length, linear time, a reason per line ----------
+
+@pytest.mark.parametrize("token", [
+    "1" * 20_000 + "x1",  # a stray character in a long run of digits (backtracked before)
+    "1" * 5_000 + "i",  # over Python's 4,300-digit int() limit
+    "1" * 5_000 + "u",
+    "1" * 5_000,  # a float of 5,000 digits
+    "0." + "0" * 70 + "1",  # a valid-looking float, just too long
+])
+def test_a_number_too_long_is_refused_and_the_valid_lines_kept(token: str) -> None:
+    body = f"gpu,host=n1,gpu=0 a=1 1\ngpu,host=n1,gpu=0 a={token} 2\ngpu,host=n1,gpu=0 a=3 3\n"
+    for text in (body, body.replace("host=n1", 'host=n\\ 1')):  # fast path and escape path
+        got = parse(text)
+        assert [p.fields["a"] for p in got.points] == [1.0, 3.0]
+        [bad] = got.rejected
+        assert bad.line == 2 and bad.metric == "a"
+        assert bad.reason.startswith("number too long: field value ")
+        assert f"has {len(token)} characters (at most 64)" in bad.reason
+        assert len(bad.reason) < 200  # the reason quotes the token cut short
+
+
+def test_a_timestamp_too_long_is_refused_not_raised() -> None:
+    got = parse("gpu,host=n1,gpu=0 a=1 " + "1" * 5_000 + "\ngpu,host=n1,gpu=0 a=2 7\n")
+    assert [(p.fields["a"], p.ts_ns) for p in got.points] == [(2.0, 7)]
+    [bad] = got.rejected
+    assert bad.line == 1 and bad.reason.startswith("number too long: timestamp ")
+    assert timestamp_ns("1" * 5_000, 1) is None
+    assert timestamp_ns("-" + "9" * 4_400, 1_000_000_000) is None
+
+
+def test_numbers_up_to_the_bound_still_parse() -> None:
+    longest = "1." + "0" * 62  # 64 characters
+    got = parse(f"m a={longest},b=-{'0' * 61}1i,c={'0' * 62}1u 0{'0' * 63}")
+    assert not got.rejected
+    assert got.points[0].fields == {"a": 1.0, "b": -1, "c": 1}
+    assert got.points[0].ts_ns == 0
+
+
+def test_a_long_stray_tail_is_quoted_short() -> None:
+    got = parse("m a=1 1 " + "x" * 10_000)
+    [bad] = got.rejected
+    assert "unexpected text after the timestamp" in bad.reason and "10000 characters" in bad.reason
+    assert len(bad.reason) < 200

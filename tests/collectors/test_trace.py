@@ -175,6 +175,18 @@ def test_bad_lines_name_their_file_and_line_and_lose_nothing_else(tmp_path: Path
     ]
 
 
+def test_numbers_too_long_are_refused_per_line_and_the_replay_goes_on(tmp_path: Path) -> None:
+    # Over Python's 4,300-digit int() limit: a value and a timestamp (a traceback before).
+    (tmp_path / "a.lp").write_text(f"gpu,host=n,gpu=0 gpu_temp=1 {T0 * NS}\n"
+                                   f"gpu,host=n,gpu=0 ecc_dbe_volatile={'9' * 5000}i {T0 * NS}\n"
+                                   f"gpu,host=n,gpu=0 gpu_temp=2 {'9' * 5000}\n"
+                                   f"gpu,host=n,gpu=0 gpu_temp=3 {(T0 + 5) * NS}\n")
+    rounds = list(TraceReader(tmp_path).rounds())
+    assert [r.batch.frames[Scope.GPU].values[0, 0] for r in rounds] == [1.0, 3.0]
+    reasons = [x.reason for x in rounds[0].batch.rejected]
+    assert len(reasons) == 2 and all(r.startswith("a.lp: number too long: ") for r in reasons)
+
+
 def test_truncated_gzip_keeps_what_came_before(tmp_path: Path) -> None:
     write_trace(tmp_path, rounds=40, rotate_rows=10_000)
     [part] = list(tmp_path.iterdir())
