@@ -58,7 +58,7 @@ class LedgerPusher(Pusher):
             r = self.client.post(self.url, content=body, headers=self.headers)
         except httpx.HTTPError as exc:
             return PushResult(Outcome.RETRY, None, f"{type(exc).__name__}: {exc}")
-        res = outcome_of(r)
+        res = outcome_of(r, body)
         if res.outcome is Outcome.SENT:
             text = gzip.decompress(body).decode()
             with self.ledger.open("a") as fh:

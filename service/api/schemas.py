@@ -159,6 +159,9 @@ class WriteError(BaseModel):
     accepted: int = 0
     rejected: int = 0
     rejections: list[RejectionOut] = []
+    # The gzip body arrived cut short: the whole lines before the cut were kept, and a sender
+    # holding the complete body may send it again (its points merge, last write wins).
+    truncated: bool = False
 
 
 class SeriesPoints(BaseModel):

@@ -80,7 +80,7 @@ async def write(
         gz = _gzip(request.headers.get("content-encoding", ""))
         # Inflating, parsing and ingest are CPU work (ingest under locks): off the event loop,
         # so health probes and reads are answered while a large write is worked through.
-        res = await run_in_threadpool(_write_body, st, body, gz, precision, strict)
+        res, cut = await run_in_threadpool(_write_body, st, body, gz, precision, strict)
     except Refused as r:
         st.metrics.write_requests.labels(str(r.status)).inc()
         headers = {"WWW-Authenticate": 'Token realm="gpuhealth"'} if r.status == 401 else None
@@ -91,7 +91,8 @@ async def write(
         return Response(status_code=204)
     st.metrics.write_requests.labels("400").inc()
     err = WriteError(error=partial_write_message(res), accepted=res.accepted,
-                     rejected=res.rejected, rejections=[_rejection(r) for r in res.rejections])
+                     rejected=res.rejected, rejections=[_rejection(r) for r in res.rejections],
+                     truncated=cut)
     return JSONResponse(err.model_dump(), status_code=400)
 
 
@@ -129,15 +130,16 @@ def _gzip(encoding: str) -> bool:
 
 
 def _write_body(st: Running, body: bytes, gz: bool, precision: str, strict: bool
-                ) -> IngestResult:
-    """Inflate (bounded), parse and ingest one body; runs in a worker thread."""
+                ) -> tuple[IngestResult, bool]:
+    """Inflate (bounded), parse and ingest one body; runs in a worker thread. The flag: the
+    gzip body was cut short (a sender may resend it whole; points merge, last write wins)."""
     if not gz:
-        return _ingest_lines(st, body, precision, strict)
+        return _ingest_lines(st, body, precision, strict), False
     got = inflate(body, limit=st.settings.ingest.max_body_bytes)
     res = _ingest_lines(st, got.data, precision, strict)
     if got.cut is not None:  # the whole lines before the cut were kept; say where it ended
         res.refuse(1, got.cut, line=got.data.count(b"\n") + 1)
-    return res
+    return res, got.cut is not None
 
 
 def _ingest_lines(st: Running, data: bytes, precision: str, strict: bool) -> IngestResult:

@@ -9,9 +9,11 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from collectors.agent.push import Outcome, Pusher
 from service.api import create_app, inflate, write
 from service.api.write_auth import Refused
 from service.settings import IngestSettings, Settings
@@ -129,6 +131,36 @@ def test_a_truncated_body_keeps_the_whole_lines_before_the_cut(client: TestClien
     assert rej["line"] == kept + 1 and "gzip body is truncated" in rej["reason"]
     assert "incomplete last line was not parsed" in rej["reason"]
     assert _gpus(client) == kept
+    assert err["truncated"] is True
+
+
+class Cutting(httpx.BaseTransport):
+    """Between the agent and the service, a proxy that cuts the first body it forwards."""
+
+    def __init__(self, client: TestClient) -> None:
+        self.client, self.cut = client, True
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        body = request.read()
+        if self.cut:
+            body, self.cut = body[: len(body) // 2], False
+        r = self.client.post(request.url.path, content=body, headers=GZ)
+        return httpx.Response(r.status_code, content=r.content, headers=r.headers)
+
+
+def test_the_agent_sends_again_a_segment_cut_in_transit_not_one_cut_on_disk(
+        client: TestClient) -> None:
+    lines = "".join(f"{_line(g, 40.0 + g)}\n" for g in range(8))
+    whole = zlib.compress(lines.encode(), 0, wbits=31)
+    pusher = Pusher("http://gpuhealth/write", client=httpx.Client(transport=Cutting(client)))
+    first = pusher.push(whole)
+    assert first.outcome is Outcome.RETRY and first.status == 400
+    assert pusher.push(whole).outcome is Outcome.SENT  # resent whole: every GPU is there
+    assert _gpus(client) == 8
+    # A segment cut on the agent's own disk can never arrive whole: it stays sent.
+    on_disk = Pusher("http://gpuhealth/write", client=httpx.Client(transport=Cutting(client)))
+    assert on_disk.push(whole[:-40]).outcome is Outcome.SENT  # cut twice over
+    assert on_disk.push(whole[: len(whole) // 3]).outcome is Outcome.SENT
 
 
 def test_inflate_parse_and_ingest_run_off_the_event_loop(
