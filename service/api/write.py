@@ -7,12 +7,14 @@ write that keeps every good point and names each refused line."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
 
 from collectors.frames import Rejection
 from service.api import influx_compat
@@ -23,6 +25,7 @@ from service.api.write_auth import Refused, authorize
 from service.ingest import IngestResult
 
 Precision = Literal["ns", "n", "us", "u", "ms", "s", "m", "h"]  # InfluxDB v1 and v2 spellings
+log = logging.getLogger(__name__)
 router = APIRouter()
 router.include_router(influx_compat.router)
 
@@ -54,8 +57,10 @@ async def write_v2(
     bucket: Annotated[str | None, Query(description="accepted for InfluxDB compatibility")] = None,
     precision: Precision = "ns",
     strict: bool = False,
+    u: Annotated[str | None, Query(description="InfluxDB v1 user (ignored)")] = None,
+    p: Annotated[str | None, Query(description="a write token, as InfluxDB's v1 `p`")] = None,
 ) -> Response:
-    return await write(request, st, None, precision, strict)
+    return await write(request, st, None, precision, strict, u, p)
 
 
 @router.post("/write", tags=["ingest"], status_code=204, response_class=Response,
@@ -76,7 +81,12 @@ async def write(
     limit = st.settings.ingest.max_body_bytes
     try:
         authorize(request, st, u, p)
-        body = await _read_body(request, limit)
+        try:
+            body = await _read_body(request, limit)
+        except ClientDisconnect:  # the sender went away mid-body: nothing to answer
+            log.info("a write's sender disconnected before its body was read")
+            st.metrics.write_requests.labels("499").inc()
+            return Response(status_code=499)
         gz = _gzip(request.headers.get("content-encoding", ""))
         # Inflating, parsing and ingest are CPU work (ingest under locks): off the event loop,
         # so health probes and reads are answered while a large write is worked through.

@@ -220,3 +220,37 @@ def test_the_fast_path_refuses_a_long_number_as_the_reference_path_does(
     [rej] = r.json()["rejections"]
     assert rej["line"] == 2 and rej["reason"].startswith("number too long: field value")
     assert mapper.fast_lines - before == 3
+
+
+def test_v2_write_takes_the_token_as_p(settings: Settings) -> None:
+    with _client(settings, tokens=["s3cret-token"]) as c:
+        line = _line(0, 41.0).encode()
+        assert c.post("/api/v2/write", content=line).status_code == 401
+        assert c.post("/api/v2/write?u=x&p=s3cret-token", content=line).status_code == 204
+
+
+def test_a_sender_gone_mid_body_is_no_error(settings: Settings,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+
+    with _client(settings) as c:
+        app = c.app
+        sent: list[dict[str, Any]] = []
+        parts = iter([{"type": "http.request", "body": b"gpu,host=n1,gpu=0 gpu_te",
+                       "more_body": True}, {"type": "http.disconnect"}])
+
+        async def receive() -> dict[str, Any]:
+            return next(parts)
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/write", "raw_path": b"/write",
+                 "query_string": b"", "headers": [(b"content-length", b"1000")],
+                 "http_version": "1.1", "scheme": "http", "server": ("127.0.0.1", 80),
+                 "client": ("127.0.0.1", 5), "root_path": "", "app": app}
+        with caplog.at_level("INFO"):
+            asyncio.run(app(scope, receive, send))  # type: ignore[operator]
+        assert sent[0]["status"] == 499
+        assert not [r for r in caplog.records if r.levelno >= 40]
+        assert any("disconnected" in r.getMessage() for r in caplog.records)
