@@ -13,10 +13,13 @@ import pytest
 from collectors.catalog import CATALOG, COUNT_MAX, Catalog, Kind, Metric, Scope
 from collectors.frames import Batch, Entity, EntityTable, Frame
 from collectors.schema import SchemaMapper
+from models.simulator import Simulator
+from models.simulator.hardware import GENERATIONS
 from service.ingest import MAX_DETAILED_REJECTIONS, EventLog, Ingestor
 from service.pipeline import Pipeline
 from service.settings import Settings
 from service.windows import WindowStore
+from tests.models._simulator_util import SCOPES, collect, small
 from tests.pipeline.builders import T0, Rounds
 
 STEP = 5.0
@@ -163,3 +166,18 @@ def test_a_flood_of_out_of_range_values_is_counted_exactly_and_summarised() -> N
     assert (res.accepted, res.rejected) == (n, n)
     assert len(res.rejections) == MAX_DETAILED_REJECTIONS
     assert res.rejections[0].reason.startswith("gpu_temp value 1e+308 is outside")
+
+
+@pytest.mark.parametrize("generation", sorted(GENERATIONS))
+def test_the_simulators_own_readings_are_all_in_range(generation: str) -> None:
+    """Failure-dense runs (thermal, memory, link faults) stay inside every range: the ranges
+    refuse junk, never a reading the model of a real fleet produces."""
+    grid = collect(list(Simulator(small(fleet={"generation": generation},
+                                        failures={"rate_multiplier": 5000.0})).run()))
+    for scope in SCOPES:
+        for j, m in enumerate(CATALOG.columns(scope)):
+            x = grid.values[scope][:, :, j]
+            x = x[~np.isnan(x)]
+            lo, hi = m.bounds
+            assert len(x) == 0 or (lo <= x.min() and x.max() <= hi), (m.name, x.min(), x.max())
+    assert all(CATALOG["xid"].out_of_range(code) is None for _, _, code in grid.events)
