@@ -6,6 +6,7 @@ metric is added here once and everything else follows.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -27,6 +28,11 @@ class FieldType(StrEnum):
     INTEGER = "integer"  # counters, states and event codes: `42i`
     FLOAT = "float"  # gauges and derived values: `41.5`
 
+
+# Counters and event codes are written as InfluxDB integers (signed 64-bit): anything from 0 to
+# the largest float below 2**63 fits; 2.0**63 itself would not.
+COUNT_MAX = math.nextafter(2.0**63, 0.0)
+COUNT_RANGE = (0.0, COUNT_MAX)
 
 EVENT_FIELD = "code"  # the one field of an event measurement: `xid,host=n1,gpu=0 code=79i`
 
@@ -57,6 +63,30 @@ class Metric:
     smi_query: str | None = None  # `nvidia-smi --query-gpu` field
     telegraf: str | None = None  # Telegraf measurement.field
     sysfs: str | None = None  # InfiniBand sysfs path under /sys/class/infiniband/<dev>/ports/<n>/
+    # The values the metric can physically take, inclusive, in `unit`: ingest refuses any other
+    # (a broken sensor or a hostile sender must not fire a hard rule). Gauges and states give
+    # theirs; counters and event codes default to COUNT_RANGE.
+    valid: tuple[float, float] | None = None
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        return COUNT_RANGE if self.valid is None else self.valid
+
+    @property
+    def bounds_text(self) -> str:
+        """The valid range as a person reads it: `[-40, 200]`, `[0, 2^63)`."""
+        lo, hi = self.bounds
+        if hi == COUNT_MAX:
+            return f"[{lo:g}, 2^63)"
+        return f"[{lo:g}, {hi:g}]"
+
+    def out_of_range(self, value: float) -> str | None:
+        """Why `value` cannot be a reading of this metric, or None when it can."""
+        lo, hi = self.bounds
+        if lo <= value <= hi:  # NaN (missing) is not passed here: it is never out of range
+            return None
+        unit = "" if self.unit in ("bool", "enum") else f" {self.unit}"
+        return f"{self.name} value {value:.15g} is outside its valid range {self.bounds_text}{unit}"
 
     @property
     def field_type(self) -> FieldType:
@@ -80,6 +110,11 @@ class Catalog:
             raise ValueError(f"metric {metric.name!r} is already registered")
         if metric.resets and metric.kind is not Kind.COUNTER:
             raise ValueError(f"metric {metric.name!r}: only counters can reset")
+        if metric.valid is None and metric.kind in (Kind.GAUGE, Kind.STATE):
+            raise ValueError(f"metric {metric.name!r}: a {metric.kind} needs a valid range")
+        lo, hi = metric.bounds
+        if not lo <= hi:
+            raise ValueError(f"metric {metric.name!r}: valid range {metric.valid} is empty")
         self._by_name[metric.name] = metric
         self._columns.clear()
         self._types.clear()
@@ -140,6 +175,13 @@ CATALOG = Catalog()
 _r = CATALOG.register
 _G, _C, _E, _S = Kind.GAUGE, Kind.COUNTER, Kind.EVENT, Kind.STATE
 _XML_T = "temperature/"
+# Valid ranges. A temperature sensor reads from -40 degC (the low end of datacentre parts'
+# storage range) up to well under 200 degC (every GPU and HBM shuts down near 100 degC).
+_TEMP = (-40.0, 200.0)
+# The driver's thresholds are hot limits (87 to 105 degC in the captures): one below 40 degC
+# would throttle or stop a GPU at idle, so it is no threshold any driver sets.
+_LIMIT = (40.0, 200.0)
+_FLAG = (0.0, 1.0)
 _TEL = "nvidia_smi."
 _IB = "infiniband."
 
@@ -148,51 +190,56 @@ _r(Metric("gpu_temp", "degC", _G, Scope.GPU, "GPU core temperature",
           dcgm="DCGM_FI_DEV_GPU_TEMP (150)",
           nvml="nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)",
           smi_xml=_XML_T + "gpu_temp", smi_query="temperature.gpu",
-          telegraf=_TEL + "temperature_gpu"))
+          telegraf=_TEL + "temperature_gpu", valid=_TEMP))
 _r(Metric("mem_temp", "degC", _G, Scope.GPU, "HBM (memory) temperature",
           dcgm="DCGM_FI_DEV_MEMORY_TEMP (140)",
           nvml="nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP)",
           smi_xml=_XML_T + "memory_temp", smi_query="temperature.memory",
-          telegraf=_TEL + "temperature_memory"))
+          telegraf=_TEL + "temperature_memory", valid=_TEMP))
 _r(Metric("gpu_slowdown_temp", "degC", _G, Scope.GPU,
           "Driver's GPU slowdown threshold (per SKU); clocks are cut above it",
           dcgm="DCGM_FI_DEV_SLOWDOWN_TEMP (158)",
           nvml="nvmlDeviceGetTemperatureThreshold(NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)",
           smi_xml=_XML_T + "gpu_temp_slow_threshold",
-          telegraf=_TEL + "temperature_slow_threshold"))
+          telegraf=_TEL + "temperature_slow_threshold", valid=_LIMIT))
 _r(Metric("gpu_shutdown_temp", "degC", _G, Scope.GPU,
           "Driver's GPU shutdown threshold (per SKU)",
           dcgm="DCGM_FI_DEV_SHUTDOWN_TEMP (159)",
           nvml="nvmlDeviceGetTemperatureThreshold(NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)",
           smi_xml=_XML_T + "gpu_temp_max_threshold",
-          telegraf=_TEL + "temperature_max_threshold"))
+          telegraf=_TEL + "temperature_max_threshold", valid=_LIMIT))
 _r(Metric("mem_max_temp", "degC", _G, Scope.GPU,
           "Driver's maximum operating HBM temperature (per SKU)",
           dcgm="DCGM_FI_DEV_MEM_MAX_OP_TEMP (151)",
           nvml="nvmlDeviceGetTemperatureThreshold(NVML_TEMPERATURE_THRESHOLD_MEM_MAX)",
           smi_xml=_XML_T + "gpu_temp_max_mem_threshold",
-          telegraf=_TEL + "temperature_max_mem_threshold"))
+          telegraf=_TEL + "temperature_max_mem_threshold", valid=_LIMIT))
 _r(Metric("gpu_temp_margin", "degC", _G, Scope.GPU,
           "T.Limit margin: degrees left before the GPU slows down (negative when over)",
           dcgm="DCGM_FI_DEV_GPU_TEMP_LIMIT (153)",
           nvml="nvmlDeviceGetMarginTemperature",
           smi_xml=_XML_T + "gpu_temp_tlimit", smi_query="temperature.gpu.tlimit",
-          telegraf=_TEL + "temperature_gpu_tlimit"))
+          telegraf=_TEL + "temperature_gpu_tlimit",
+          # The slowdown limit less the temperature: a difference of two values in _TEMP.
+          valid=(_TEMP[0] - _TEMP[1], _TEMP[1] - _TEMP[0])))
 _r(Metric("power_draw", "W", _G, Scope.GPU, "Board power draw",
           dcgm="DCGM_FI_DEV_POWER_USAGE (155)",
           nvml="nvmlDeviceGetPowerUsage (mW)",
           smi_xml="gpu_power_readings/power_draw", smi_query="power.draw",
-          telegraf=_TEL + "power_draw"))
+          telegraf=_TEL + "power_draw",
+          # The largest boards today draw about 1.2 kW; 5 kW leaves room for what comes next.
+          valid=(0.0, 5000.0)))
 _r(Metric("sm_clock", "MHz", _G, Scope.GPU, "Current SM clock",
           dcgm="DCGM_FI_DEV_SM_CLOCK (100)",
           nvml="nvmlDeviceGetClockInfo(NVML_CLOCK_SM)",
           smi_xml="clocks/sm_clock", smi_query="clocks.current.sm",
-          telegraf=_TEL + "clocks_current_sm"))
+          telegraf=_TEL + "clocks_current_sm",
+          valid=(0.0, 10_000.0)))  # boost clocks are about 2 GHz
 _r(Metric("gpu_util", "percent", _G, Scope.GPU, "GPU utilization",
           dcgm="DCGM_FI_DEV_GPU_UTIL (203)",
           nvml="nvmlDeviceGetUtilizationRates().gpu",
           smi_xml="utilization/gpu_util", smi_query="utilization.gpu",
-          telegraf=_TEL + "utilization_gpu"))
+          telegraf=_TEL + "utilization_gpu", valid=(0.0, 100.0)))
 
 # ---- GPU: memory errors ---------------------------------------------------------------------
 _r(Metric("ecc_sbe_volatile", "errors", _C, Scope.GPU,
@@ -249,7 +296,7 @@ _r(Metric("retired_pages_pending", "bool", _S, Scope.GPU,
           dcgm="DCGM_FI_DEV_RETIRED_PENDING (392)",
           nvml="nvmlDeviceGetRetiredPagesPendingStatus",
           smi_xml="retired_pages/pending_retirement", smi_query="retired_pages.pending",
-          telegraf=_TEL + "retired_pages_pending"))
+          telegraf=_TEL + "retired_pages_pending", valid=_FLAG))
 _r(Metric("remapped_rows_correctable", "rows", _C, Scope.GPU,
           "HBM rows remapped because of correctable errors (Ampere and later)",
           dcgm="DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS (394)",
@@ -267,13 +314,13 @@ _r(Metric("remapped_rows_pending", "bool", _S, Scope.GPU,
           dcgm="DCGM_FI_DEV_ROW_REMAP_PENDING (396)",
           nvml="nvmlDeviceGetRemappedRows().isPending",
           smi_xml="remapped_rows/remapped_row_pending",
-          telegraf=_TEL + "remapped_rows_pending"))
+          telegraf=_TEL + "remapped_rows_pending", valid=_FLAG))
 _r(Metric("remapped_rows_failure", "bool", _S, Scope.GPU,
           "A row remap failed: spare rows exhausted, the GPU needs RMA (1) or not (0)",
           dcgm="DCGM_FI_DEV_ROW_REMAP_FAILURE (395)",
           nvml="nvmlDeviceGetRemappedRows().failureOccurred",
           smi_xml="remapped_rows/remapped_row_failure",
-          telegraf=_TEL + "remapped_rows_failure"))
+          telegraf=_TEL + "remapped_rows_failure", valid=_FLAG))
 
 # ---- GPU: bus, throttling, Xid ----------------------------------------------------------------
 # Telegraf's nvidia_smi input emits no throttle flag: `clocks_event_reason_*` are only XML
@@ -290,19 +337,19 @@ _r(Metric("throttle_thermal", "bool", _S, Scope.GPU,
           dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (112) & 0x40",
           nvml="nvmlDeviceGetCurrentClocksEventReasons & nvmlClocksEventReasonHwThermalSlowdown",
           smi_xml="clocks_event_reasons/clocks_event_reason_hw_thermal_slowdown",
-          smi_query="clocks_throttle_reasons.hw_thermal_slowdown"))
+          smi_query="clocks_throttle_reasons.hw_thermal_slowdown", valid=_FLAG))
 _r(Metric("throttle_power", "bool", _S, Scope.GPU,
           "SW power cap is holding clocks down",
           dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (112) & 0x4",
           nvml="nvmlDeviceGetCurrentClocksEventReasons & nvmlClocksEventReasonSwPowerCap",
           smi_xml="clocks_event_reasons/clocks_event_reason_sw_power_cap",
-          smi_query="clocks_throttle_reasons.sw_power_cap"))
+          smi_query="clocks_throttle_reasons.sw_power_cap", valid=_FLAG))
 _r(Metric("throttle_hw_slowdown", "bool", _S, Scope.GPU,
           "HW slowdown is active (thermal, power brake or external signal)",
           dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (112) & 0x8",
           nvml="nvmlDeviceGetCurrentClocksEventReasons & nvmlClocksEventReasonHwSlowdown",
           smi_xml="clocks_event_reasons/clocks_event_reason_hw_slowdown",
-          smi_query="clocks_throttle_reasons.hw_slowdown"))
+          smi_query="clocks_throttle_reasons.hw_slowdown", valid=_FLAG))
 _r(Metric("xid", "code", _E, Scope.GPU,
           "An Xid error reported by the driver; the value is the Xid code",
           dcgm="DCGM_FI_DEV_XID_ERRORS (230)",
@@ -330,12 +377,13 @@ _r(Metric("nvlink_recovery", "errors", _C, Scope.NVLINK,
           nvml=_NVL.format("NVML_NVLINK_ERROR_DL_RECOVERY")))
 _r(Metric("nvlink_state", "bool", _S, Scope.NVLINK,
           "NVLink link active (1) or inactive (0)",
-          nvml="nvmlDeviceGetNvLinkState(link)"))
+          nvml="nvmlDeviceGetNvLinkState(link)", valid=_FLAG))
 
 # ---- InfiniBand, per port ----------------------------------------------------------------------
-def _ib(name: str, unit: str, description: str, sysfs: str, kind: Kind = _C) -> None:
+def _ib(name: str, unit: str, description: str, sysfs: str, kind: Kind = _C,
+        valid: tuple[float, float] | None = None) -> None:
     _r(Metric(f"ib_{name}", unit, kind, Scope.IB_PORT, description, resets=kind is _C,
-              sysfs=sysfs, telegraf=_IB + name if kind is _C else None))
+              sysfs=sysfs, telegraf=_IB + name if kind is _C else None, valid=valid))
 
 
 _ib("symbol_error", "errors", "Minor link errors on any lane (PHY symbol errors)",
@@ -352,16 +400,20 @@ _ib("port_rcv_data", "words", "Data octets received, divided by 4 (IBA PortRcvDa
     "counters/port_rcv_data")
 _ib("port_xmit_data", "words", "Data octets sent, divided by 4 (IBA PortXmitData)",
     "counters/port_xmit_data")
-_ib("state", "enum", "Logical port state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE", "state", _S)
+# The kernel's enum ib_port_state also has 0 NOP and 5 ACTIVE_DEFER, which sysfs can show.
+_ib("state", "enum", "Logical port state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE", "state", _S,
+    (0.0, 5.0))
 # A port Polling (2) or Disabled (3) with its logical state DOWN says whether the cable or the
 # far end is the problem; what ibstat and sysfs show an operator first.
 _ib("phys_state", "enum", "Physical port state: 1 Sleep, 2 Polling, 3 Disabled, "
-    "4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 PhyTest", "phys_state", _S)
-_ib("rate", "Gbit/s", "Link rate (e.g. 400 for 4X NDR)", "rate", _G)
+    "4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 PhyTest", "phys_state", _S,
+    (0.0, 7.0))  # 0 is the IBA PortInfo's "no state change"
+# From 2.5 (1X SDR) to 800 (4X XDR) today; 0 on a port with no link.
+_ib("rate", "Gbit/s", "Link rate (e.g. 400 for 4X NDR)", "rate", _G, (0.0, 10_000.0))
 _r(Metric("ib_link_flaps", "events", _C, Scope.IB_PORT,
           "Times the port left ACTIVE or link_downed rose, counted by the collector across reads "
           "(gpud's flap scan); starts at 0 when the collector starts", resets=True))
 _r(Metric("ib_ber", "ratio", _G, Scope.IB_PORT,
           "Bit-error rate estimated from symbol errors over bits carried at the link rate",
-          derived=True))
+          derived=True, valid=(0.0, 1.0)))
 

@@ -38,8 +38,8 @@ _KINDS: dict[Kind, tuple[str, str]] = {
 }
 
 _HEADER = (
-    "Metric", "Unit", "Kind", "Resets", "Description", "DCGM field (id)", "NVML call",
-    "nvidia-smi XML path", "`--query-gpu` field", "Telegraf field", "sysfs path",
+    "Metric", "Unit", "Kind", "Resets", "Valid range", "Description", "DCGM field (id)",
+    "NVML call", "nvidia-smi XML path", "`--query-gpu` field", "Telegraf field", "sysfs path",
 )
 
 _TOP = """\
@@ -73,6 +73,12 @@ counting, and only a reset lets it show fresh growth.
 **Missing is missing.** A value a source does not report (`N/A` from nvidia-smi, an absent sysfs
 file, a failed collector) is stored as NaN with a mask, never as zero, so a dead sensor cannot
 look like a healthy one.
+
+**Out of range is refused.** Each metric has the range of values it can physically take (the
+*Valid range* column, inclusive; `2^63` is excluded, as an InfluxDB integer cannot hold it).
+Ingest refuses a value outside it, whichever source sent it, one value at a time: the rest of
+the line is kept, the refusal is counted and its reason names the metric, the value and the
+range. A refused value is missing, so a broken sensor or a hostile write cannot fire a rule.
 
 **Derived metrics** are computed from other metrics in the window store and are never ingested,
 so they have no source columns. They are marked `derived` in the *Kind* column.
@@ -128,7 +134,8 @@ def _resets(metric: Metric) -> str:
 
 def _row(metric: Metric) -> tuple[str, ...]:
     return (
-        f"`{metric.name}`", metric.unit, _kind(metric), _resets(metric), metric.description,
+        f"`{metric.name}`", metric.unit, _kind(metric), _resets(metric), metric.bounds_text,
+        metric.description,
         _code(metric.dcgm), _code(metric.nvml), _code(metric.smi_xml), _code(metric.smi_query),
         _code(metric.telegraf), _code(metric.sysfs),
     )

@@ -1,14 +1,17 @@
 """Ingest: validate a columnar Batch, normalise it and write it into the window store.
 
 Every bad item is refused with a reason and every valid sample beside it is kept (DESIGN.md
-decision 9). Counters become per-step increases with reset detection: a volatile counter that
-drops was reset (driver reload, GPU reset, reboot) and its increase is the new value, as
-Prometheus treats resets; a persistent counter that drops is bad data and is refused.
+decision 9). Every value is checked against its metric's valid range (collectors/catalog.py)
+at one point, `Ingestor._in_range`, which every source passes through. Counters become
+per-step increases with reset detection: a volatile counter that drops was reset (driver
+reload, GPU reset, reboot) and its increase is the new value, as Prometheus treats resets; a
+persistent counter that drops is bad data and is refused.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 from dataclasses import dataclass, field
 
@@ -106,6 +109,13 @@ class IngestResult:
             self.rejections.append(Rejection(reason, line=line, entity=entity, metric=metric))
 
 
+@functools.cache
+def _bounds(scope: Scope) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Lower and upper valid bounds of a scope's frame columns (collectors/catalog.py)."""
+    b = np.array([m.bounds for m in CATALOG.columns(scope)], np.float64).reshape(-1, 2)
+    return b[:, 0], b[:, 1]
+
+
 class Ingestor:
     def __init__(self, store: WindowStore, events: EventLog, *, max_future_s: float = 300.0,
                  max_samples: int = 5_000_000) -> None:
@@ -167,6 +177,7 @@ class Ingestor:
         self._refuse_rows(future, frame, slots, w, res,
                           f"timestamp more than {self.max_future_s:g}s in the future")
         ok &= ~future
+        frame = self._in_range(frame, ok, slots, w, res)
         ks = np.zeros(len(ts), np.int64)
         # A point ahead of the service clock (but within max_future_s) is kept at the
         # present step; its own timestamp still goes to the sinks.
@@ -232,12 +243,6 @@ class Ingestor:
         v = np.full((n, m), np.nan)
         v[:, w.frame_cols] = frame.values[sel]
         ts = frame.ts[sel]
-        inf = np.isinf(v)
-        self._refuse_cells(inf, w, slots, res, "value is infinite")
-        v[inf] = np.nan
-        neg = (v < 0) & w.is_counter
-        self._refuse_cells(neg, w, slots, res, "counter is negative")
-        v[neg] = np.nan
         prev = w.last_val[slots]
         # Rows of the step the entity last wrote merge into it (see _frame).
         same = ks == w.last_k[slots]
@@ -299,10 +304,9 @@ class Ingestor:
                      values_out: npt.NDArray[np.float64],
                      res: IngestResult) -> npt.NDArray[np.intp]:
         """Late rows go to the sinks as read (their counters as the cumulative readings they
-        are), with the values no sink should hold left out; the window is not touched."""
+        are; out-of-range values were refused before); the window is not touched."""
         sel = np.flatnonzero(mask)
         v = frame.values[sel].astype(np.float64)
-        v[~np.isfinite(v) | ((v < 0) & w.is_counter[w.frame_cols])] = np.nan
         values_out[sel] = v
         res.late += len(sel)
         res.accepted += int(np.count_nonzero(~np.isnan(v)))
@@ -347,17 +351,31 @@ class Ingestor:
             res.refuse(extra, f"{reason}: {extra} more rows")
 
     @staticmethod
-    def _refuse_cells(mask: npt.NDArray[np.bool_], w: ScopeWindows,
-                      slots: npt.NDArray[np.int32], res: IngestResult, reason: str) -> None:
-        if not mask.any():
-            return
-        rows, cols = np.nonzero(mask)
+    def _in_range(frame: Frame, rows_ok: npt.NDArray[np.bool_], slots: npt.NDArray[np.int32],
+                  w: ScopeWindows, res: IngestResult) -> Frame:
+        """The frame with every value outside its metric's valid range refused, cell by cell
+        (an infinity, a negative counter, a state off its enumeration, a 1e308 temperature):
+        such a value is no reading, and it must fire no hard rule nor reach a sink. Rows
+        already refused whole are not looked at again; NaN is missing, never out of range."""
+        lo, hi = _bounds(frame.scope)
+        v = frame.values
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isnan(v) & ~((v >= lo) & (v <= hi)) & rows_ok[:, None]
+        if not bad.any():
+            return frame
+        metrics = CATALOG.columns(frame.scope)
+        rows, cols = np.nonzero(bad)
         for i, j in zip(rows[:MAX_DETAILED_REJECTIONS], cols[:MAX_DETAILED_REJECTIONS],
                         strict=True):
-            res.refuse(1, reason, entity=w.entities[slots[i]].key, metric=w.metrics[j].name)
-        if len(rows) > MAX_DETAILED_REJECTIONS:
-            res.refuse(len(rows) - MAX_DETAILED_REJECTIONS,
-                       f"{reason}: {len(rows) - MAX_DETAILED_REJECTIONS} more values")
+            m = metrics[j]
+            res.refuse(1, m.out_of_range(float(v[i, j])) or f"{m.name} is out of range",
+                       entity=w.entities[slots[i]].key, metric=m.name)
+        extra = len(rows) - MAX_DETAILED_REJECTIONS
+        if extra > 0:
+            res.refuse(extra, f"value outside its metric's valid range: {extra} more values")
+        v = v.copy()
+        v[bad] = np.nan
+        return Frame(frame.entities, frame.rows, frame.ts, v)
 
     # ---- events -------------------------------------------------------------------------------
     def _events(self, events: EventFrame, now: float, res: IngestResult) -> None:
@@ -387,4 +405,4 @@ class Ingestor:
             return f"bad event timestamp {ts!r}"
         if not np.isfinite(value) or value != int(value) or value < 0:
             return f"event code must be a non-negative integer, got {value!r}"
-        return None
+        return CATALOG[metric].out_of_range(value)

@@ -350,7 +350,8 @@ def test_ib_telegraf_field_is_the_counter_file_name(metric: Metric) -> None:
 
 def _m(name: str, kind: Kind = Kind.GAUGE, *, resets: bool = False,
        derived: bool = False) -> Metric:
-    return Metric(name, "1", kind, Scope.GPU, name, resets=resets, derived=derived)
+    return Metric(name, "1", kind, Scope.GPU, name, resets=resets, derived=derived,
+                  valid=None if kind in (Kind.COUNTER, Kind.EVENT) else (0.0, 1.0))
 
 
 def test_registry_refuses_duplicates() -> None:

@@ -40,7 +40,8 @@ def test_nan_cells_are_missing_and_infinities_are_refused_cell_by_cell() -> None
     acc, rej, why = _ingest(ing, _frame(t, [0, 1], [T0, T0], gpu_temp=[np.inf, 50.0],
                                         power_draw=[300.0, np.nan]))
     assert (acc, rej) == (2, 1)
-    assert "value is infinite" in why[0] and "n0:gpu0" in why[0] and "gpu_temp" in why[0]
+    assert "gpu_temp value inf is outside its valid range [-40, 200] degC" in why[0]
+    assert "n0:gpu0" in why[0] and "gpu_temp" in why[0]
     assert store[GPU].latest("power_draw")[0] == 300
     assert np.isnan(store[GPU].latest("gpu_temp")[0])
 
@@ -53,7 +54,8 @@ def test_negative_counters_are_refused_and_decreasing_persistent_ones_held_back(
                  gpu_temp=[50.0, 51.0]))
     r = ing.ingest(b, T0 + 3600)
     assert (r.accepted, r.rejected, r.counter_drops) == (3, 1, 1)
-    assert any("counter is negative" in str(w) for w in r.rejections)
+    assert any("ecc_sbe_aggregate value -1 is outside its valid range [0, 2^63)" in str(w)
+               for w in r.rejections)
     # The lower reading is what the device said: the sinks get it ...
     (clean,) = r.clean.frames.values()
     assert clean.values[0, _col("ecc_sbe_aggregate")] == 4.0
@@ -104,10 +106,12 @@ def test_a_spool_drained_after_a_long_outage_reaches_the_sinks() -> None:
     b = Batch()  # gpu0's agent was cut off for an hour; its spool is older than the window
     b.add(_frame(t, [0, 0], [T0, T0 + 5], ecc_sbe_volatile=[3.0, -1.0], gpu_temp=[50, 51]))
     r = ing.ingest(b, T0 + 3605)
-    assert (r.late, r.rejected) == (2, 0)
+    # A negative counter is junk even in a late row: refused and counted, as on time.
+    assert (r.late, r.rejected) == (2, 1)
+    assert "ecc_sbe_volatile value -1 is outside" in str(r.rejections[0])
     (clean,) = r.clean.frames.values()
     assert clean.values[:, _col("gpu_temp")].tolist() == [50, 51]
-    assert np.isnan(clean.values[1, _col("ecc_sbe_volatile")])  # a negative counter is junk
+    assert np.isnan(clean.values[1, _col("ecc_sbe_volatile")])
     assert np.isnan(store[GPU].latest("gpu_temp")[0])
 
 
@@ -135,6 +139,8 @@ def test_oversized_batches_keep_what_fits() -> None:
     ing = Ingestor(store, EventLog(), max_samples=len(COLS) * 3)
     table = EntityTable(GPU, [Entity.gpu("n0", g) for g in range(5)])
     v = np.full((5, len(COLS)), 1.0)
+    for name in ("gpu_slowdown_temp", "gpu_shutdown_temp", "mem_max_temp"):
+        v[:, _col(name)] = 90.0  # a limit of 1 degC is out of range
     b = Batch()
     b.add(Frame(table, np.arange(5, dtype=np.int32), np.full(5, T0), v))
     r = ing.ingest(b, T0)
