@@ -150,10 +150,23 @@ class IdempotencyStore(SqliteStore):
 
 
 def fingerprint(method: str, path: str, query: str, body: bytes) -> str:
-    """What makes two requests the same one."""
+    """What makes two requests the same one: a JSON body by its content (a retry that
+    re-serialises with other whitespace or key order is the same request), any other by its
+    bytes."""
     h = hashlib.sha256(f"{method.upper()} {path}?{query}\n".encode())
-    h.update(hashlib.sha256(body).digest())
+    h.update(hashlib.sha256(_canonical(body)).digest())
     return h.hexdigest()
+
+
+def _canonical(body: bytes) -> bytes:
+    if not body.strip():
+        return b""
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return body
+    return json.dumps(value, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False).encode()
 
 
 def parse_key(values: list[str]) -> str | None:

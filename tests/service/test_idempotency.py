@@ -279,5 +279,10 @@ def test_the_fingerprint_covers_method_target_and_body() -> None:
     base = fingerprint("POST", "/a", "", b"{}")
     assert base == fingerprint("post", "/a", "", b"{}")
     others = {fingerprint("PUT", "/a", "", b"{}"), fingerprint("POST", "/b", "", b"{}"),
-              fingerprint("POST", "/a", "x=1", b"{}"), fingerprint("POST", "/a", "", b"{ }")}
+              fingerprint("POST", "/a", "x=1", b"{}"), fingerprint("POST", "/a", "", b"[]")}
     assert base not in others and len(others) == 4
+    # The same JSON, serialised otherwise, is the same request; other content is not.
+    body = fingerprint("POST", "/a", "", b'{"a": 1, "b": [1, 2]}')
+    assert body == fingerprint("POST", "/a", "", b'{ "b":[1,2],\n "a":1 }')
+    assert body != fingerprint("POST", "/a", "", b'{"a": 2, "b": [1, 2]}')
+    assert fingerprint("POST", "/a", "", b"not json") != fingerprint("POST", "/a", "", b"not  json")

@@ -249,7 +249,7 @@ def test_a_sender_gone_mid_body_is_no_error(settings: Settings,
                  "query_string": b"", "headers": [(b"content-length", b"1000")],
                  "http_version": "1.1", "scheme": "http", "server": ("127.0.0.1", 80),
                  "client": ("127.0.0.1", 5), "root_path": "", "app": app}
-        with caplog.at_level("INFO"):
+        with caplog.at_level("INFO", logger="service.api.write"):
             asyncio.run(app(scope, receive, send))  # type: ignore[operator]
         assert sent[0]["status"] == 499
         assert not [r for r in caplog.records if r.levelno >= 40]
