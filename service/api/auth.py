@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import re
 import secrets
 import sqlite3
@@ -100,6 +101,10 @@ class ApiSettings(BaseModel):
     rate_limit_per_min: float = Field(default=60.0, gt=0)  # mutating requests per token
     rate_limit_burst: int = Field(default=20, ge=1)
     idempotency_ttl_s: float = Field(default=86400.0, gt=0)  # the IETF draft's 24 h
+    # Failed authentications per client address: past the burst, that address is answered
+    # 429 before any token is checked, so guessing tokens costs the guesser, not us.
+    auth_failures_per_min: float = Field(default=10.0, gt=0)
+    auth_failures_burst: int = Field(default=20, ge=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +229,7 @@ class ApiAuth:
     idempotency: IdempotencyStore
     settings: ApiSettings
     clock: Callable[[], float] = time.time  # wall time: expiry and limits are not data time
+    failures: RateLimiter | None = None  # failed authentications per client address
 
     @classmethod
     def open(cls, path: str | Path, settings: ApiSettings | None = None,
@@ -235,7 +241,9 @@ class ApiAuth:
         settings = settings or ApiSettings()
         return cls(TokenStore(path),
                    RateLimiter(settings.rate_limit_per_min, settings.rate_limit_burst, clock),
-                   IdempotencyStore(path, settings.idempotency_ttl_s), settings, clock)
+                   IdempotencyStore(path, settings.idempotency_ttl_s), settings, clock,
+                   RateLimiter(settings.auth_failures_per_min, settings.auth_failures_burst,
+                               clock, max_keys=10_000))
 
     def close(self) -> None:
         self.tokens.close()
@@ -269,13 +277,23 @@ def _presented(request: Request) -> str | None:
 def authenticate(request: Request, auth: ApiAuth, scope: Scope) -> Principal:
     """The request's principal if it may act at `scope`; 401 or 403 if not. Messages never
     repeat what was sent."""
-    token = _presented(request)
+    client = request.client.host if request.client else "?"
+    if auth.failures is not None:
+        wait = auth.failures.waiting(client)
+        if wait > 0:
+            raise _too_many_failures(wait)
+    try:
+        token = _presented(request)
+    except HTTPException:
+        _failed(auth, client)
+        raise
     if token is None:
         if scope == Scope.READ and not auth.settings.read_requires_token:
             return ANONYMOUS
         raise _unauthorized("authorization required: send 'Authorization: Bearer <token>'")
     who = auth.tokens.authenticate(token, auth.clock())
     if who is None:
+        _failed(auth, client)
         raise _unauthorized("invalid, expired or revoked token", "invalid_token")
     if not who.allows(scope):
         raise HTTPException(403, f"token {who.token_id} has scope {who.scope}; this needs "
@@ -284,6 +302,17 @@ def authenticate(request: Request, auth: ApiAuth, scope: Scope) -> Principal:
                                                          f'error="insufficient_scope", '
                                                          f'scope="{scope}"'})
     return who
+
+
+def _failed(auth: ApiAuth, client: str) -> None:
+    if auth.failures is not None:
+        auth.failures.acquire(client)
+
+
+def _too_many_failures(wait: float) -> HTTPException:
+    retry = max(1, math.ceil(wait))
+    return HTTPException(429, f"too many failed authentications from this address: retry in "
+                              f"{retry} s", headers={"Retry-After": str(retry)})
 
 
 def require(scope: Scope | str) -> Callable[..., Awaitable[Principal]]:
