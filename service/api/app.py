@@ -10,10 +10,11 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 
 from collectors.base import Collector
 from service.api import alerting, history, read, write
-from service.api.auth import ApiAuth, Scope, require
+from service.api.auth import ApiAuth, Scope, require, validation_error
 from service.api.state import Running
 from service.metrics import ServiceMetrics
 from service.pipeline import Pipeline
@@ -90,6 +91,8 @@ def create_app(
 
     app = FastAPI(title="gpuhealth", version="0.1.0", lifespan=lifespan,
                   description="Predictive health monitoring for GPU training clusters")
+    # Authentication before body validation on mutating routes (auth.validation_error).
+    app.add_exception_handler(RequestValidationError, validation_error)
     app.include_router(read.router)
     app.include_router(write.router)
     app.include_router(history.router, dependencies=[Depends(require(Scope.READ))])

@@ -34,8 +34,9 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, HTTPException, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
@@ -333,3 +334,22 @@ def _require(scope: Scope) -> Callable[..., Awaitable[Principal]]:
 
 
 Reader = Annotated[Principal, Depends(require(Scope.READ))]
+
+
+async def validation_error(request: Request, exc: Exception) -> Response:
+    """A request FastAPI could not read (malformed JSON, a wrong field) on a route that needs a
+    token: authentication is answered first, so a caller without a valid token learns nothing
+    of a route's body schema. Reads without a token stay as they are (422)."""
+    from fastapi.exception_handlers import request_validation_exception_handler
+    from fastapi.exceptions import RequestValidationError
+
+    assert isinstance(exc, RequestValidationError)
+    auth: ApiAuth | None = getattr(request.app.state, "gpuhealth_auth", None)
+    if auth is not None and request.method not in ("GET", "HEAD", "OPTIONS"):
+        try:
+            await run_in_threadpool(authenticate, request, auth, Scope.OPERATE)
+        except HTTPException as denied:
+            if denied.status_code in (401, 429):
+                return JSONResponse({"detail": denied.detail}, status_code=denied.status_code,
+                                    headers=denied.headers)
+    return await request_validation_exception_handler(request, exc)

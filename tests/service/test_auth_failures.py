@@ -45,3 +45,16 @@ def test_the_address_table_is_bounded() -> None:
         clock.now += 1
         lim.acquire(f"10.0.0.{i}")
     assert len(lim._buckets) == 3 and "10.0.0.9" in lim._buckets
+
+
+def test_authentication_comes_before_body_validation(settings: Settings) -> None:
+    app = create_app(settings, clock=ManualClock(T0), schedule=False)
+    with TestClient(app) as client:
+        _, token = app.state.gpuhealth_auth.tokens.create("ops", "operate", T0)
+        junk = {"content": b"{not json", "headers": {"Content-Type": "application/json"}}
+        assert client.post("/v1/silences", **junk).status_code == 401  # type: ignore[arg-type]
+        bad = {"Authorization": "Bearer ghk_nope_guess", "Content-Type": "application/json"}
+        assert client.post("/v1/silences", content=b"{not json", headers=bad).status_code == 401
+        good = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        r = client.post("/v1/silences", content=b"{not json", headers=good)
+        assert r.status_code == 422 and "json" in r.text.lower()
