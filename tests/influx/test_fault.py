@@ -24,7 +24,7 @@ _db = itertools.count()
 def sink_for(srv: InfluxServer, tmp: Path, max_bytes: int = 64 << 20,
              batch_lines: int = 50_000) -> InfluxSink:
     cfg = InfluxSettings(url=srv.url, database=f"f{next(_db)}", raw_retention="INF",
-                         timeout_s=2.0)
+                         timeout_s=10.0)  # a loaded machine answers slowly
     return InfluxSink(InfluxClient(cfg), Spool(tmp / "spool", max_bytes), manage_schema=True,
                       retention=("INF", "400d"), backoff_s=(0.02, 0.2), batch_lines=batch_lines)
 
