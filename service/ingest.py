@@ -5,7 +5,8 @@ decision 9). Every value is checked against its metric's valid range (collectors
 at one point, `Ingestor._in_range`, which every source passes through. Counters become
 per-step increases with reset detection: a volatile counter that drops was reset (driver
 reload, GPU reset, reboot) and its increase is the new value, as Prometheus treats resets; a
-persistent counter that drops is bad data and is refused.
+persistent counter that drops is stored but held out of the window until it proves a new
+device (a swapped GPU) after REBASE_AFTER readings.
 """
 
 from __future__ import annotations
