@@ -345,7 +345,10 @@ async def validation_error(request: Request, exc: Exception) -> Response:
 
     assert isinstance(exc, RequestValidationError)
     auth: ApiAuth | None = getattr(request.app.state, "gpuhealth_auth", None)
-    if auth is not None and request.method not in ("GET", "HEAD", "OPTIONS"):
+    # The API's mutating routes (/v1/..., API tokens); writes have their own tokens and
+    # answer a bad query parameter as InfluxDB does.
+    api_route = request.url.path.startswith("/v1/") and request.url.path != "/v1/write"
+    if auth is not None and api_route and request.method not in ("GET", "HEAD", "OPTIONS"):
         try:
             await run_in_threadpool(authenticate, request, auth, Scope.OPERATE)
         except HTTPException as denied:
