@@ -47,11 +47,13 @@ class Report:
     inputs: int = 0
     requests: int = 0
     by_status: dict[str, int] = field(default_factory=dict)
+    by_class: dict[str, int] = field(default_factory=dict)  # lines per class, bodies per kind
     status_5xx: int = 0
     transport_errors: int = 0
     crashes: int = 0
     healthz_max_ms: float = 0.0
     healthz_polls: int = 0
+    healthz_worst_during: str = ""  # the kind of request in flight at the longest poll
     canaries_sent: int = 0
     canaries_lost: int = 0
     canaries_wrong: int = 0
@@ -94,6 +96,7 @@ class Watch:
 
     def __init__(self, url: str, report: Report) -> None:
         self.url, self.report = url, report
+        self.in_flight = ""  # set by the sender: what /write is handling now
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fuzz-watch", daemon=True)
 
@@ -111,7 +114,9 @@ class Watch:
                 t0 = time.perf_counter()
                 with contextlib.suppress(httpx.HTTPError):
                     client.get(f"{self.url}/healthz", timeout=PROBE_TIMEOUT_S)
-                rep.healthz_max_ms = max(rep.healthz_max_ms, (time.perf_counter() - t0) * 1e3)
+                took = (time.perf_counter() - t0) * 1e3
+                if took > rep.healthz_max_ms:
+                    rep.healthz_max_ms, rep.healthz_worst_during = took, self.in_flight
                 rep.healthz_polls += 1
                 if time.monotonic() >= next_rss:
                     next_rss = time.monotonic() + 1.0
@@ -162,7 +167,10 @@ def read_back(client: httpx.Client, url: str, sent: dict[str, dict[int, float]]
     return lost, wrong
 
 
-def run(n_inputs: int, seed: int, root: Path) -> Report:
+CONTROL = "xid,host=fz00,gpu=0 code=79i\n"  # a real hard failure (fallen off the bus)
+
+
+def run(n_inputs: int, seed: int, root: Path, control: bool = False) -> Report:
     rep = Report()
     port, drain_file = free_port(), root / "drains.txt"
     url = f"http://127.0.0.1:{port}"
@@ -184,13 +192,18 @@ def run(n_inputs: int, seed: int, root: Path) -> Report:
             t0 = time.monotonic()
             while rep.inputs < n_inputs and time.monotonic() - t0 < RUN_LIMIT_S:
                 req = mixer.request(time.time())
+                watch.in_flight = req.kind
                 if send(client, url, req, rep):
                     for key, ts, v in req.canaries:
                         sent[key][ts] = v
                 rep.inputs += req.inputs
                 rep.requests += 1
+                watch.in_flight = "idle"
                 if service.pid is None:
                     break
+            rep.by_class = dict(sorted(mixer.counts.items()))
+            if control:  # proves a drain shows: the run must then miss the drain goal
+                client.post(f"{url}/write", content=CONTROL, timeout=60.0)
             rep.send_s = round(time.monotonic() - t0, 1)
             rep.inputs_per_s = round(rep.inputs / max(rep.send_s, 1e-3))
             if service.pid is not None:
@@ -246,8 +259,10 @@ def judge(rep: Report, n_inputs: int) -> list[str]:
 def render(rep: Report) -> str:
     rows = [("inputs sent", rep.inputs), ("requests", rep.requests),
             ("answers", " ".join(f"{k}:{v}" for k, v in sorted(rep.by_status.items()))),
+            ("classes", " ".join(f"{k}:{v}" for k, v in rep.by_class.items())),
             ("5xx (goal 0)", rep.status_5xx), ("crashes (goal 0)", rep.crashes),
-            ("longest /healthz ms (goal < 100)", rep.healthz_max_ms),
+            ("longest /healthz ms (goal < 100)",
+             f"{rep.healthz_max_ms} (during: {rep.healthz_worst_during or 'start'})"),
             ("canaries lost (goal 0)", f"{rep.canaries_lost} of {rep.canaries_sent}"
              f" ({rep.canaries_wrong} with another value)"),
             ("RSS growth MiB", f"{rep.rss_growth_mib} ({rep.rss_start_mib:.1f} -> "
@@ -259,10 +274,13 @@ def render(rep: Report) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.fuzz", description="The fuzz benchmark of /write (docs/fuzz.md).")
+    p = argparse.ArgumentParser(prog="python -m bench.fuzz",
+                                description="The fuzz benchmark of /write (docs/fuzz.md).")
     p.add_argument("--inputs", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=14)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--control", action="store_true",
+                   help="also send one valid hard failure (XID 79): the drain must show")
     p.add_argument("--dir", type=Path, help="keep the service's data and log here")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -270,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         root = args.dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         root.mkdir(parents=True, exist_ok=True)
         try:
-            rep = run(args.inputs, args.seed, root)
+            rep = run(args.inputs, args.seed, root, args.control)
         except RuntimeError as exc:
             print(f"bench.fuzz: {exc}", file=sys.stderr)
             return 2

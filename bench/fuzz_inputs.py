@@ -164,6 +164,7 @@ class Mixer:
         self.last: dict[str, int] = {}  # canary key -> last step-aligned second sent
         self._gens = [g for g, _ in LINES]
         self._weights = [w for _, w in LINES]
+        self.counts: dict[str, int] = {}  # inputs generated per class
 
     def canaries(self, now: float, limit: int) -> list[tuple[str, str, int, float]]:
         """Canary lines for GPUs whose next step is free: one point per GPU per step, step
@@ -171,7 +172,7 @@ class Mixer:
         slot = int(now // self.step_s * self.step_s)
         keys = [(h, g) for h in CANARY_HOSTS for g in CANARY_GPUS]
         self.r.shuffle(keys)
-        out = []
+        out: list[tuple[str, str, int, float]] = []
         for h, g in keys:
             key = f"{h}:gpu{g}"
             if len(out) >= limit or self.last.get(key, -1) >= slot:
@@ -184,8 +185,12 @@ class Mixer:
     def lines(self, n: int, now: float) -> list[str]:
         picked = self.r.choices(self._gens, self._weights, k=n)
         out = [g(self.r, now) for g in picked]
+        for g in picked:
+            self.counts[g.__name__] = self.counts.get(g.__name__, 0) + 1
         if n > 2 and self.r.random() < 0.3:  # duplicates and out-of-order points
-            out += self.r.sample(out, k=min(5, n // 2))
+            dup = min(5, n // 2)
+            out += self.r.sample(out, k=dup)
+            self.counts["duplicate"] = self.counts.get("duplicate", 0) + dup
             self.r.shuffle(out)
         return out[:MAX_LINES]
 
@@ -193,6 +198,7 @@ class Mixer:
         r = self.r
         kind = r.choices(("plain", "gzip", "gzip-truncated", "gzip-members", "gzip-bomb"),
                          (86, 5, 3, 3, 3))[0]
+        self.counts[f"body:{kind}"] = self.counts.get(f"body:{kind}", 0) + 1
         if kind == "gzip-members":
             return Request(gzip.compress(b"") * r.randint(10, 5000), True, 1, kind)
         if kind == "gzip-bomb":
@@ -202,6 +208,7 @@ class Mixer:
         n = r.randint(1, MAX_LINES)
         cans = self.canaries(now, limit=min(4, n)) if kind != "gzip-truncated" else []
         lines = self.lines(n - len(cans), now) if n > len(cans) else []
+        self.counts["canary"] = self.counts.get("canary", 0) + len(cans)
         for c in cans:
             lines.insert(r.randrange(len(lines) + 1), c[0])
         body = ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
