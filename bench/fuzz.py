@@ -1,0 +1,300 @@
+"""The fuzz benchmark (issue 14, docs/fuzz.md): the real service, started as a subprocess on
+loopback with its embedded SQLite store, rules only, remediation in auto mode with a command
+hook that appends each drained node to a file, and the breaker opened wide so any drain shows.
+At least N generated inputs of every hostile class (bench.fuzz_inputs) go to /write in
+requests of 1 to 200 lines, with valid canary lines mixed in; a thread polls /healthz every
+20 ms meanwhile. Then the canaries are read back through the history API.
+
+    python -m bench.fuzz [--inputs 100000] [--seed 14] [--json]
+
+Exit 0 when every goal holds: no 5xx, no crash, /healthz never stalled 100 ms, no canary lost,
+no drain requested; 1 when one is missed; 2 when the service could not be run."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import math
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from bench.fuzz_inputs import Mixer, Request
+from bench.soak_stack import SERVICE_START_S, Proc
+from tests.influx.server import free_port
+
+log = logging.getLogger(__name__)
+STEP_S = 5.0  # collect_interval_s: canaries are one per GPU per step
+POLL_S = 0.02
+PROBE_TIMEOUT_S = 5.0
+STALL_GOAL_MS = 100.0
+RUN_LIMIT_S = 900.0  # the send loop stops here whatever N is
+SETTLE_S = 8.0  # scoring ticks after the last write: a drain they request still shows
+
+
+@dataclass
+class Report:
+    inputs: int = 0
+    requests: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)
+    by_class: dict[str, int] = field(default_factory=dict)  # lines per class, bodies per kind
+    status_5xx: int = 0
+    transport_errors: int = 0
+    crashes: int = 0
+    healthz_max_ms: float = 0.0
+    healthz_polls: int = 0
+    healthz_worst_during: str = ""  # the kind of request in flight at the longest poll
+    canaries_sent: int = 0
+    canaries_lost: int = 0
+    canaries_wrong: int = 0
+    rss_start_mib: float = 0.0
+    rss_peak_mib: float = 0.0
+    rss_growth_mib: float = 0.0
+    drains: int = 0
+    send_s: float = 0.0
+    inputs_per_s: float = 0.0
+    missed: list[str] = field(default_factory=list)
+
+
+def config(root: Path, port: int, drain_file: Path) -> dict[str, Any]:
+    return {
+        "service": {"host": "127.0.0.1", "port": port, "collect_interval_s": STEP_S,
+                    "score_interval_s": 2.0},
+        "storage": {"data_dir": str(root / "var")},
+        "detectors": {"model": {"path": "none"}},
+        "remediation": {
+            "mode": "auto", "hook": "command",
+            "hook_config": {"drain": ["/bin/sh", "-c", f"echo \"$1\" >> {drain_file}", "sh",
+                                      "{node}"],
+                            "release": ["/bin/sh", "-c", "true"]},
+            "breaker_max_fraction": 1.0, "breaker_max_nodes": 1000},
+    }
+
+
+def rss_mib(client: httpx.Client, url: str) -> float | None:
+    with contextlib.suppress(httpx.HTTPError, ValueError):
+        r = client.get(f"{url}/metrics", timeout=PROBE_TIMEOUT_S)
+        for line in r.text.splitlines():
+            if line.startswith("process_resident_memory_bytes "):
+                return float(line.split()[1]) / 2**20
+    return None
+
+
+class Watch:
+    """Polls /healthz every 20 ms (the longest answer is the stall) and /metrics each second
+    (the peak resident memory)."""
+
+    def __init__(self, url: str, report: Report) -> None:
+        self.url, self.report = url, report
+        self.in_flight = ""  # set by the sender: what /write is handling now
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fuzz-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=PROBE_TIMEOUT_S * 3)
+
+    def _run(self) -> None:
+        rep, next_rss = self.report, 0.0
+        with httpx.Client() as client:
+            while not self._stop.is_set():
+                t0 = time.perf_counter()
+                with contextlib.suppress(httpx.HTTPError):
+                    client.get(f"{self.url}/healthz", timeout=PROBE_TIMEOUT_S)
+                took = (time.perf_counter() - t0) * 1e3
+                if took > rep.healthz_max_ms:
+                    rep.healthz_max_ms, rep.healthz_worst_during = took, self.in_flight
+                rep.healthz_polls += 1
+                if time.monotonic() >= next_rss:
+                    next_rss = time.monotonic() + 1.0
+                    got = rss_mib(client, self.url)
+                    if got is not None:
+                        rep.rss_peak_mib = max(rep.rss_peak_mib, got)
+                self._stop.wait(POLL_S)
+
+
+def send(client: httpx.Client, url: str, req: Request, rep: Report) -> bool:
+    headers = {"Content-Type": "text/plain; charset=utf-8"}
+    if req.gzip:
+        headers["Content-Encoding"] = "gzip"
+    try:
+        r = client.post(f"{url}/write", content=req.body, headers=headers, timeout=60.0)
+    except httpx.HTTPError as exc:
+        rep.transport_errors += 1
+        log.warning("write failed (%s): %s", req.kind, exc)
+        return False
+    rep.by_status[str(r.status_code)] = rep.by_status.get(str(r.status_code), 0) + 1
+    if r.status_code >= 500:
+        rep.status_5xx += 1
+        log.warning("5xx on a %s body: %s %s", req.kind, r.status_code, r.text[:300])
+    return r.status_code < 500
+
+
+def read_back(client: httpx.Client, url: str, sent: dict[str, dict[int, float]]
+              ) -> tuple[int, int]:
+    """(lost, wrong): canary points absent from the history API, and present with another
+    value."""
+    lost = wrong = 0
+    for key, points in sent.items():
+        lo, hi = min(points), max(points) + int(STEP_S)
+        r = client.get(f"{url}/v1/gpus/{key}/metrics",
+                       params={"metric": "gpu_temp", "from": lo, "to": hi, "step": int(STEP_S)},
+                       timeout=30.0)
+        got: dict[int, float] = {}
+        if r.status_code == 200:
+            for s in r.json()["series"]:
+                got = {int(t): v for t, v in zip(s["times"], s["values"], strict=True)}
+        else:
+            log.warning("history of %s: %s %s", key, r.status_code, r.text[:200])
+        for ts, v in points.items():
+            if ts not in got:
+                lost += 1
+            elif not math.isclose(got[ts], v, abs_tol=1e-6):
+                wrong += 1
+    return lost, wrong
+
+
+CONTROL = "xid,host=fz00,gpu=0 code=79i\n"  # a real hard failure (fallen off the bus)
+
+
+def run(n_inputs: int, seed: int, root: Path, control: bool = False) -> Report:
+    rep = Report()
+    port, drain_file = free_port(), root / "drains.txt"
+    url = f"http://127.0.0.1:{port}"
+    cfg_path = root / "gpuhealth.yaml"
+    cfg_path.write_text(yaml.safe_dump(config(root, port, drain_file), sort_keys=False))
+    argv = [sys.executable, "-c", "import sys; from service.cli import main; sys.exit(main())",
+            "--log-level", "WARNING", "serve", "--config", str(cfg_path), "--port", str(port)]
+    service = Proc("service", argv, root / "service.log")
+    watch = Watch(url, rep)
+    sent: dict[str, dict[int, float]] = defaultdict(dict)
+    try:
+        service.start()
+        wait_healthy(service, url)
+        with httpx.Client() as client:
+            rep.rss_start_mib = rss_mib(client, url) or 0.0
+            rep.rss_peak_mib = rep.rss_start_mib
+            mixer = Mixer(seed, STEP_S)
+            watch.start()
+            t0 = time.monotonic()
+            while rep.inputs < n_inputs and time.monotonic() - t0 < RUN_LIMIT_S:
+                req = mixer.request(time.time())
+                watch.in_flight = req.kind
+                if send(client, url, req, rep):
+                    for key, ts, v in req.canaries:
+                        sent[key][ts] = v
+                rep.inputs += req.inputs
+                rep.requests += 1
+                watch.in_flight = "idle"
+                if service.pid is None:
+                    break
+            rep.by_class = dict(sorted(mixer.counts.items()))
+            if control:  # proves a drain shows: the run must then miss the drain goal
+                client.post(f"{url}/write", content=CONTROL, timeout=60.0)
+            rep.send_s = round(time.monotonic() - t0, 1)
+            rep.inputs_per_s = round(rep.inputs / max(rep.send_s, 1e-3))
+            if service.pid is not None:
+                time.sleep(SETTLE_S)
+            watch.stop()
+            rep.canaries_sent = sum(len(p) for p in sent.values())
+            if service.pid is None:
+                rep.crashes = 1
+            else:
+                rep.canaries_lost, rep.canaries_wrong = read_back(client, url, sent)
+    finally:
+        watch.stop()
+        service.stop()
+    if rep.crashes == 0 and service.proc is not None and service.proc.returncode not in (0, -15):
+        rep.crashes = 1  # it died on the way down
+    rep.drains = len(drain_file.read_text().splitlines()) if drain_file.exists() else 0
+    rep.rss_growth_mib = round(rep.rss_peak_mib - rep.rss_start_mib, 1)
+    rep.healthz_max_ms = round(rep.healthz_max_ms, 1)
+    rep.missed = judge(rep, n_inputs)
+    return rep
+
+
+def wait_healthy(service: Proc, url: str) -> None:
+    deadline = time.monotonic() + SERVICE_START_S
+    while time.monotonic() < deadline:
+        if service.pid is None:
+            raise RuntimeError(f"the service exited at start; see {service.log_file}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        time.sleep(0.25)
+    raise RuntimeError(f"the service did not answer /healthz within {SERVICE_START_S:g} s")
+
+
+def judge(rep: Report, n_inputs: int) -> list[str]:
+    missed = []
+    if rep.inputs < n_inputs:
+        missed.append(f"only {rep.inputs} of {n_inputs} inputs sent")
+    if rep.status_5xx or rep.transport_errors:
+        missed.append(f"{rep.status_5xx} 5xx, {rep.transport_errors} failed requests")
+    if rep.crashes:
+        missed.append("the service exited")
+    if rep.healthz_max_ms >= STALL_GOAL_MS:
+        missed.append(f"/healthz stalled {rep.healthz_max_ms} ms (goal < {STALL_GOAL_MS:g})")
+    if rep.canaries_lost or rep.canaries_wrong or rep.canaries_sent == 0:
+        missed.append(f"canaries: {rep.canaries_lost} lost, {rep.canaries_wrong} wrong of "
+                      f"{rep.canaries_sent}")
+    if rep.drains:
+        missed.append(f"{rep.drains} drains requested")
+    return missed
+
+
+def render(rep: Report) -> str:
+    rows = [("inputs sent", rep.inputs), ("requests", rep.requests),
+            ("answers", " ".join(f"{k}:{v}" for k, v in sorted(rep.by_status.items()))),
+            ("classes", " ".join(f"{k}:{v}" for k, v in rep.by_class.items())),
+            ("5xx (goal 0)", rep.status_5xx), ("crashes (goal 0)", rep.crashes),
+            ("longest /healthz ms (goal < 100)",
+             f"{rep.healthz_max_ms} (during: {rep.healthz_worst_during or 'start'})"),
+            ("canaries lost (goal 0)", f"{rep.canaries_lost} of {rep.canaries_sent}"
+             f" ({rep.canaries_wrong} with another value)"),
+            ("RSS growth MiB", f"{rep.rss_growth_mib} ({rep.rss_start_mib:.1f} -> "
+             f"{rep.rss_peak_mib:.1f})"),
+            ("drains requested (goal 0)", rep.drains),
+            ("send time s", f"{rep.send_s} ({rep.inputs_per_s} inputs/s)")]
+    out = "\n".join(f"{k:<34} {v}" for k, v in rows)
+    return out + ("\nall goals held" if not rep.missed else "\nMISSED: " + "; ".join(rep.missed))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.fuzz",
+                                description="The fuzz benchmark of /write (docs/fuzz.md).")
+    p.add_argument("--inputs", type=int, default=100_000)
+    p.add_argument("--seed", type=int, default=14)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--control", action="store_true",
+                   help="also send one valid hard failure (XID 79): the drain must show")
+    p.add_argument("--dir", type=Path, help="keep the service's data and log here")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    with contextlib.ExitStack() as stack:
+        root = args.dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        root.mkdir(parents=True, exist_ok=True)
+        try:
+            rep = run(args.inputs, args.seed, root, args.control)
+        except RuntimeError as exc:
+            print(f"bench.fuzz: {exc}", file=sys.stderr)
+            return 2
+    print(json.dumps(asdict(rep), indent=1) if args.json else render(rep))
+    return 1 if rep.missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
