@@ -81,8 +81,13 @@ def payload(msg: Message, max_alerts: int = 0) -> dict[str, Any]:
 
 
 def message_id(msg: Message) -> str:
-    """Stable across retries of one message, so the far end can drop a duplicate."""
-    raw = f"{msg.group_key}\0{msg.at!r}\0{msg.reason}\0{msg.receiver}".encode()
+    """Stable across retries of one message, and across a restart that sends the same
+    message again (a crash while it was in flight), so the far end can drop a duplicate: it
+    is made of what the message says (group, reason, each alert's episode, status and level),
+    not of when it was flushed. A repeat or a digest is news by its time, so its time counts."""
+    alerts = sorted(f"{a.fingerprint}:{a.alert_id}:{a.status}:{a.level}" for a in msg.alerts)
+    when = repr(msg.at) if msg.reason in ("repeat", "digest") else ""
+    raw = "\0".join([msg.group_key, msg.reason, msg.receiver, when, *alerts]).encode()
     return "msg_" + hashlib.sha256(raw).hexdigest()[:32]
 
 
