@@ -30,7 +30,7 @@ import httpx
 import yaml
 
 from bench.fuzz_inputs import Mixer, Request
-from bench.soak_stack import SERVICE_START_S, Proc
+from bench.soak_stack import Proc, wait_healthy
 from tests.influx.server import free_port
 
 log = logging.getLogger(__name__)
@@ -224,18 +224,6 @@ def run(n_inputs: int, seed: int, root: Path, control: bool = False) -> Report:
     rep.healthz_max_ms = round(rep.healthz_max_ms, 1)
     rep.missed = judge(rep, n_inputs)
     return rep
-
-
-def wait_healthy(service: Proc, url: str) -> None:
-    deadline = time.monotonic() + SERVICE_START_S
-    while time.monotonic() < deadline:
-        if service.pid is None:
-            raise RuntimeError(f"the service exited at start; see {service.log_file}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return
-        time.sleep(0.25)
-    raise RuntimeError(f"the service did not answer /healthz within {SERVICE_START_S:g} s")
 
 
 def judge(rep: Report, n_inputs: int) -> list[str]:

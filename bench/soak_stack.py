@@ -132,15 +132,7 @@ class Stack:
             self.wait_healthy()
 
     def wait_healthy(self) -> None:
-        deadline = time.monotonic() + SERVICE_START_S
-        while time.monotonic() < deadline:
-            if self.service.pid is None:
-                raise RuntimeError(f"the service exited at start; see {self.service.log_file}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return
-            time.sleep(0.25)
-        raise RuntimeError(f"the service did not answer /healthz within {SERVICE_START_S:g} s")
+        wait_healthy(self.service, self.url)
 
     def service_kill(self) -> None:
         self.service.kill9()
@@ -171,3 +163,16 @@ class Stack:
                 p.stop(timeout_s=10)
         with contextlib.suppress(Exception):
             self.influx.stop()
+
+
+def wait_healthy(service: Proc, url: str) -> None:
+    """Until the service at `url` answers /healthz; RuntimeError if it exits or never does."""
+    deadline = time.monotonic() + SERVICE_START_S
+    while time.monotonic() < deadline:
+        if service.pid is None:
+            raise RuntimeError(f"the service exited at start; see {service.log_file}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        time.sleep(0.25)
+    raise RuntimeError(f"the service did not answer /healthz within {SERVICE_START_S:g} s")
