@@ -61,15 +61,21 @@ class Report:
     rss_peak_mib: float = 0.0
     rss_growth_mib: float = 0.0
     drains: int = 0
+    gpus_held: int = 0  # GPU entities in the window store at the end (limit: MAX_GPUS)
+    gpus_refused: int = 0  # new GPUs the entity limits refused
     send_s: float = 0.0
     inputs_per_s: float = 0.0
     missed: list[str] = field(default_factory=list)
+
+
+MAX_GPUS = 2_000  # the entity limit the run holds the service to (names flood past it)
 
 
 def config(root: Path, port: int, drain_file: Path) -> dict[str, Any]:
     return {
         "service": {"host": "127.0.0.1", "port": port, "collect_interval_s": STEP_S,
                     "score_interval_s": 2.0},
+        "ingest": {"max_gpus": MAX_GPUS, "max_new_gpus_per_batch": 200},
         "storage": {"data_dir": str(root / "var")},
         "detectors": {"model": {"path": "none"}},
         "remediation": {
@@ -81,13 +87,19 @@ def config(root: Path, port: int, drain_file: Path) -> dict[str, Any]:
     }
 
 
-def rss_mib(client: httpx.Client, url: str) -> float | None:
+def metric(client: httpx.Client, url: str, name: str) -> float | None:
+    """One sample of the service's /metrics, by its name and labels as printed."""
     with contextlib.suppress(httpx.HTTPError, ValueError):
         r = client.get(f"{url}/metrics", timeout=PROBE_TIMEOUT_S)
         for line in r.text.splitlines():
-            if line.startswith("process_resident_memory_bytes "):
-                return float(line.split()[1]) / 2**20
+            if line.startswith(name + " "):
+                return float(line.split()[1])
     return None
+
+
+def rss_mib(client: httpx.Client, url: str) -> float | None:
+    got = metric(client, url, "process_resident_memory_bytes")
+    return None if got is None else got / 2**20
 
 
 class Watch:
@@ -214,6 +226,9 @@ def run(n_inputs: int, seed: int, root: Path, control: bool = False) -> Report:
                 rep.crashes = 1
             else:
                 rep.canaries_lost, rep.canaries_wrong = read_back(client, url, sent)
+                rep.gpus_held = int(metric(client, url, 'gpuhealth_entities{scope="gpu"}') or 0)
+                rep.gpus_refused = int(metric(
+                    client, url, 'gpuhealth_entities_refused_total{scope="gpu"}') or 0)
     finally:
         watch.stop()
         service.stop()
@@ -241,6 +256,8 @@ def judge(rep: Report, n_inputs: int) -> list[str]:
                       f"{rep.canaries_sent}")
     if rep.drains:
         missed.append(f"{rep.drains} drains requested")
+    if rep.gpus_held > MAX_GPUS:
+        missed.append(f"{rep.gpus_held} GPUs held past the limit of {MAX_GPUS}")
     return missed
 
 
@@ -256,6 +273,7 @@ def render(rep: Report) -> str:
             ("RSS growth MiB", f"{rep.rss_growth_mib} ({rep.rss_start_mib:.1f} -> "
              f"{rep.rss_peak_mib:.1f})"),
             ("drains requested (goal 0)", rep.drains),
+            (f"GPUs held (limit {MAX_GPUS})", f"{rep.gpus_held} ({rep.gpus_refused} refused)"),
             ("send time s", f"{rep.send_s} ({rep.inputs_per_s} inputs/s)")]
     out = "\n".join(f"{k:<34} {v}" for k, v in rows)
     return out + ("\nall goals held" if not rep.missed else "\nMISSED: " + "; ".join(rep.missed))

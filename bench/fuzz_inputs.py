@@ -147,10 +147,16 @@ def telegraf(r: random.Random, now: float) -> str:
             f"link_downed=0i,port_rcv_data={r.randrange(10**9)}i {ts}")
 
 
+def new_name(r: random.Random, now: float) -> str:
+    """A valid line of a GPU never seen before: names from the wire allocate window memory."""
+    return f"gpu,host=ph{r.getrandbits(40):010x},gpu={r.randrange(8)} gpu_temp=40 {_ns(now)}"
+
+
 # (generator, weight): valid and Telegraf-shaped lines are most of a real write.
 LINES: tuple[tuple[Line, int], ...] = (
     (valid, 25), (junk, 8), (not_lp, 8), (long_number, 6), (hostile_name, 8),
-    (out_of_range, 12), (bad_time, 8), (skewed, 5), (unknown, 6), (telegraf, 14))
+    (out_of_range, 12), (bad_time, 8), (skewed, 5), (unknown, 6), (telegraf, 14),
+    (new_name, 4))
 
 
 class Mixer:
@@ -165,6 +171,7 @@ class Mixer:
         self._gens = [g for g, _ in LINES]
         self._weights = [w for _, w in LINES]
         self.counts: dict[str, int] = {}  # inputs generated per class
+        self.started = False
 
     def canaries(self, now: float, limit: int) -> list[tuple[str, str, int, float]]:
         """Canary lines for GPUs whose next step is free: one point per GPU per step, step
@@ -196,9 +203,18 @@ class Mixer:
 
     def request(self, now: float) -> Request:
         r = self.r
-        kind = r.choices(("plain", "gzip", "gzip-truncated", "gzip-members", "gzip-bomb"),
-                         (86, 5, 3, 3, 3))[0]
+        if not self.started:  # the fleet reports before any attacker writes
+            self.started = True
+            cans = self.canaries(now, limit=len(CANARY_HOSTS) * len(CANARY_GPUS))
+            self.counts["canary"] = len(cans)
+            body = ("\n".join(c[0] for c in cans) + "\n").encode()
+            return Request(body, False, len(cans), "fleet", [(k, t, v) for _, k, t, v in cans])
+        kind = r.choices(("plain", "gzip", "gzip-truncated", "gzip-members", "gzip-bomb",
+                          "name-flood"), (85, 5, 3, 3, 3, 1))[0]
         self.counts[f"body:{kind}"] = self.counts.get(f"body:{kind}", 0) + 1
+        if kind == "name-flood":  # thousands of new GPUs in one small gzip body
+            lines = [new_name(r, now) for _ in range(r.randint(1000, 20_000))]
+            return Request(gzip.compress("\n".join(lines).encode(), 6), True, 1, kind)
         if kind == "gzip-members":
             return Request(gzip.compress(b"") * r.randint(10, 5000), True, 1, kind)
         if kind == "gzip-bomb":

@@ -27,7 +27,10 @@ class ReplaySource:
     round is stamped `start_at` (epoch seconds), and pacing then runs on the epoch clock
     (`clock` defaults to time.time), each round due when the clock reaches its new stamp
     (at speed 1). A start in the past replays the rounds already due at once, then goes on in
-    real time, so a recorded trace looks like a live one (no stamp more than a round ahead)."""
+    real time, so a recorded trace looks like a live one (no stamp more than a round ahead).
+
+    `skip_through` drops every round stamped at or before it (a replay resumed after a
+    restart); pacing starts from the first round after it."""
 
     def __init__(
         self,
@@ -38,6 +41,7 @@ class ReplaySource:
         sleep: Callable[[float], None] = time.sleep,
         name: str = "replay",
         start_at: float | None = None,
+        skip_through: float | None = None,
     ) -> None:
         if speed is not None and speed < 0:
             raise ValueError(f"replay speed must be positive, 0 or None, not {speed}")
@@ -52,12 +56,18 @@ class ReplaySource:
         self.start_at = start_at
         self.shift_s = 0.0  # added to every timestamp; set from the first round when rebasing
         self.rounds_replayed = 0
+        self.skip_through = skip_through
+        self.rounds_skipped = 0
 
     def collect(self) -> Batch:
         if self.status.exhausted:
             return Batch()
         try:
             rnd = next(self._rounds)
+            while (self.skip_through is not None and rnd.time is not None
+                   and rnd.time <= self.skip_through):
+                self.rounds_skipped += 1
+                rnd = next(self._rounds)
         except StopIteration:
             self.status.exhausted = True
             log.info("%s: trace %s exhausted after %d rounds", self.name, self.reader.path,

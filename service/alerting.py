@@ -147,6 +147,12 @@ class _ScopeState:
         self.flapping = cat([self.flapping, np.zeros(grow, bool)])
         self.stale = cat([self.stale, np.zeros(grow, bool)])
 
+    def take(self, keep: npt.NDArray[np.intp]) -> None:
+        keep = keep[keep < len(self.level)]  # slots this scope never stepped stay unfitted
+        for name in ("level", "above", "below", "since", "mean", "seen", "flips", "flapping",
+                     "stale"):
+            setattr(self, name, getattr(self, name)[keep])
+
 
 class AlertMachine:
     def __init__(self, policy: AlertPolicy | None = None) -> None:
@@ -174,6 +180,10 @@ class AlertMachine:
         st.flapping[slot] = flapping
         # A restored page keeps its long window satisfied: the restart is not new evidence.
         st.mean[slot] = self.policy.long_enter if level >= 3 else 0.0
+
+    def forget(self, scope: Scope, keep: npt.NDArray[np.intp]) -> None:
+        """Follow the window store's forgetting (service.windows.Compaction)."""
+        self._scope(scope).take(keep)
 
     def level(self, scope: Scope) -> npt.NDArray[np.int8]:
         return self._scope(scope).level

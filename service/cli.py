@@ -66,6 +66,9 @@ def _configure_serve(p: argparse.ArgumentParser) -> None:
                    help="feed the service from a trace instead of live collectors")
     p.add_argument("--speed", type=float, default=1.0,
                    help="replay speed: 1 real time, 10 ten times faster, 0 as fast as possible")
+    p.add_argument("--from-start", action="store_true",
+                   help="with --replay: replay the trace from its start, not from where the "
+                        "last run of it stopped (that re-raises the alerts in it)")
     p.add_argument("--insecure", action="store_true",
                    help="allow listening beyond loopback with no write token")
 
@@ -73,9 +76,11 @@ def _configure_serve(p: argparse.ArgumentParser) -> None:
 def _run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from collectors.replay import ReplaySource
     from collectors.trace import TraceReader
     from service.api import create_app
+    from service.api.app import CollectorFactory
+    from service.pipeline import Pipeline
+    from service.replay_progress import resumable_replay
     from service.scheduler import Clock, DataClock
     if args.port is not None and not 0 < args.port < 65536:
         raise UsageError(f"--port {args.port}: give a port from 1 to 65535")
@@ -87,16 +92,21 @@ def _run_serve(args: argparse.Namespace) -> int:
                            args.insecure or svc.insecure)
     if why is not None:
         raise UsageError(why)
-    collectors: list[Collector] = []
+    collectors: Sequence[Collector] | CollectorFactory = []
     clock: Clock | None = None
+    if args.from_start and args.replay is None:
+        raise UsageError("--from-start goes with --replay TRACE")
     if args.replay is not None:
         step = settings.window.step_s
         try:
-            reader = TraceReader(args.replay, step_s=step)
+            TraceReader(args.replay, step_s=step)
         except FileNotFoundError as exc:
             raise trace_missing(exc) from None
-        collectors.append(ReplaySource(reader, speed=args.speed))
-        clock = DataClock()  # score at the trace's time, not the wall clock's
+        data_clock = clock = DataClock()  # score at the trace's time, not the wall clock's
+
+        def collectors(pipeline: Pipeline) -> list[Collector]:
+            return resumable_replay(pipeline, args.replay, speed=args.speed, clock=data_clock,
+                                    from_start=args.from_start)
         # One round per collect run: poll at the replay's round rate (fast when unpaced).
         interval = step / args.speed if args.speed > 0 else 0.01
         svc = svc.model_copy(update={"collect_interval_s": min(svc.collect_interval_s, interval),

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from collectors.catalog import CATALOG, Kind, Scope
 from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame, Rejection
-from service.windows import ScopeWindows, WindowStore
+from service.windows import Admission, ScopeWindows, WindowStore
 
 log = logging.getLogger(__name__)
 
@@ -125,11 +125,14 @@ class Ingestor:
         self.max_future_s = max_future_s
         self.max_samples = max_samples
 
-    def ingest(self, batch: Batch, now: float) -> IngestResult:
+    def ingest(self, batch: Batch, now: float, *, from_wire: bool = False) -> IngestResult:
+        """`from_wire`: a request from a sender (the write API), whose new entities are
+        capped per request as well as in total."""
         res = IngestResult()
         res.rejected = len(batch.rejected)
         res.rejections.extend(batch.rejected[:MAX_DETAILED_REJECTIONS])
         budget = self.max_samples
+        admit = self.store.admission(per_batch=from_wire)
         frames = list(batch.frames.values())
         # Advance the clock once to the newest acceptable step so every scope ages together,
         # never past the service's own clock: a sender whose clock runs ahead (within
@@ -154,23 +157,26 @@ class Ingestor:
                 frame = Frame(frame.entities, frame.rows[:keep], frame.ts[:keep],
                               frame.values[:keep])
             budget -= len(frame) * width
-            clean, rates, derived = self._frame(frame, now, res)
+            clean, rates, derived = self._frame(frame, now, res, admit)
             if len(clean):
                 res.clean.add(clean)
                 res.rates.add(rates)
                 if derived is not None:
                     res.derived.append(derived)
-        self._events(batch.events, now, res)
+        self._events(batch.events, now, res, admit)
         return res
 
     def _step(self, ts: float) -> int:
         return int(self.store.step_of(np.asarray([ts], np.float64))[0])
 
     # ---- frames -----------------------------------------------------------------------------
-    def _frame(self, frame: Frame, now: float,
-               res: IngestResult) -> tuple[Frame, Frame, Derived | None]:
+    def _frame(self, frame: Frame, now: float, res: IngestResult,
+               admit: Admission) -> tuple[Frame, Frame, Derived | None]:
         w = self.store[frame.scope]
-        slots = w.slots_for(frame.entities, self.store.registry)[frame.rows]
+        slots = w.slots_for(frame.entities, self.store.registry, admit, frame.rows)[frame.rows]
+        if (slots < 0).any():
+            frame, slots = self._unadmitted(frame, slots, admit, res)
+        w.arrived(slots, now)  # by the service's clock: what forgetting goes by
         ts = frame.ts
         ok = np.isfinite(ts)
         self._refuse_rows(~ok, frame, slots, w, res, "timestamp is not a finite number")
@@ -339,6 +345,22 @@ class Ingestor:
         v[:, ber] = np.where((dt > 0) & (gbps > 0), est, np.nan)
         delta[:, ber] = v[:, ber]
 
+    @staticmethod
+    def _unadmitted(frame: Frame, slots: npt.NDArray[np.int32], admit: Admission,
+                    res: IngestResult) -> tuple[Frame, npt.NDArray[np.int32]]:
+        """Refuse the rows of entities the limits turned away; the frame of the others."""
+        out = slots < 0
+        reason = admit.reason(frame.scope)
+        ents = frame.entities.entities
+        for i in np.flatnonzero(out)[:MAX_DETAILED_REJECTIONS].tolist():
+            res.refuse(int(np.count_nonzero(~np.isnan(frame.values[i]))) or 1, reason,
+                       entity=ents[frame.rows[i]].key)
+        extra = int(out.sum()) - MAX_DETAILED_REJECTIONS
+        if extra > 0:
+            res.refuse(extra, f"{reason}: {extra} more rows")
+        ok = ~out
+        return Frame(frame.entities, frame.rows[ok], frame.ts[ok], frame.values[ok]), slots[ok]
+
     def _refuse_rows(self, mask: npt.NDArray[np.bool_], frame: Frame,
                      slots: npt.NDArray[np.int32], w: ScopeWindows, res: IngestResult,
                      reason: str) -> None:
@@ -379,7 +401,8 @@ class Ingestor:
         return Frame(frame.entities, frame.rows, frame.ts, v)
 
     # ---- events -------------------------------------------------------------------------------
-    def _events(self, events: EventFrame, now: float, res: IngestResult) -> None:
+    def _events(self, events: EventFrame, now: float, res: IngestResult,
+                admit: Admission) -> None:
         for key, ts, metric, value in zip(events.keys, events.ts, events.metrics, events.values,
                                           strict=True):
             why = self._event_problem(key, ts, metric, value, now)
@@ -387,7 +410,10 @@ class Ingestor:
                 res.refuse(1, why, entity=key, metric=metric)
                 continue
             entity = Entity.parse(key)
-            self.store[entity.scope].slots_for_entity(entity, self.store.registry)
+            if self.store[entity.scope].slots_for_entity(entity, self.store.registry, now,
+                                                         admit) < 0:
+                res.refuse(1, admit.reason(entity.scope), entity=key, metric=metric)
+                continue
             if self.events.add(Event(ts, key, metric, value)):  # a resend is stored once
                 res.clean.events.add(key, ts, metric, value)
             res.accepted += 1

@@ -81,6 +81,7 @@ class PipelineCollector:
         yield self._clock_ahead()
         yield self._alerts()
         yield from self._risk()
+        yield from self._entity_limits()
 
     def _stats(self) -> Iterable[Metric]:
         st = self.pipeline.stats
@@ -187,6 +188,25 @@ class PipelineCollector:
                                 "Data time of the newest scoring tick", value=risk.at)
         yield GaugeMetricFamily("gpuhealth_last_tick_duration_seconds",
                                 "Duration of the newest scoring tick", value=risk.duration_s)
+
+
+    def _entity_limits(self) -> Iterable[Metric]:
+        """New entities the limits turned away, and entities forgotten after falling silent
+        (ingest.max_gpus, ingest.max_new_gpus_per_batch)."""
+        refused = CounterMetricFamily(
+            "gpuhealth_entities_refused", "New entities refused by the entity limits (their "
+            "samples are refused with the reason)", labels=["scope"])
+        forgotten = CounterMetricFamily(
+            "gpuhealth_entities_forgotten", "Entities forgotten after falling silent for "
+            "longer than their longest window", labels=["scope"])
+        limit = GaugeMetricFamily("gpuhealth_entities_limit", "Entities held at most",
+                                  labels=["scope"])
+        for scope in SCOPES:
+            w = self.pipeline.store[scope]
+            refused.add_metric([str(scope)], w.refused_total)
+            forgotten.add_metric([str(scope)], w.forgotten_total)
+            limit.add_metric([str(scope)], w.max_entities)
+        yield from (refused, forgotten, limit)
 
 
 def label_text(reason: str, limit: int = 120) -> str:

@@ -36,6 +36,7 @@ from service.windows import WindowStore
 log = logging.getLogger(__name__)
 SKEW_FORGET_S = 600.0  # a node's fast clock is reported this long after its last such point
 MAX_SKEWED = 10_000  # nodes remembered as fast at once (names come from the wire)
+FORGET_EVERY_S = 60.0  # how often silent entities are looked for (a vectorised check)
 
 
 @dataclass(slots=True)
@@ -129,7 +130,10 @@ class Pipeline:
         s = self.settings
         self.owns_store = share_store_of is None
         self.store: WindowStore = (
-            share_store_of.store if share_store_of else WindowStore(s.window))
+            share_store_of.store if share_store_of else WindowStore(s.window, s.ingest.limits()))
+        self.generation = self.store.generation  # of the store's forgetting this has followed
+        self.forget_every_s = FORGET_EVERY_S
+        self._forgot_at = -np.inf
         self.events: EventLog = share_store_of.events if share_store_of else EventLog()
         self.ingestor = Ingestor(self.store, self.events, max_future_s=s.ingest.max_future_s,
                                  max_samples=s.ingest.max_samples_per_batch)
@@ -197,17 +201,20 @@ class Pipeline:
                             "not restored; it stays in the alert history as it was",
                             a.id, a.entity, exc)
                 continue
-            slot = self.store[entity.scope].slots_for_entity(entity, self.store.registry)
+            # Known since the alert's last update: forgotten like any entity if it stays silent.
+            slot = self.store[entity.scope].slots_for_entity(entity, self.store.registry,
+                                                             now=a.updated_at)
             self.machine.restore(entity.scope, slot, a.level, since=a.updated_at,
                                  flapping=a.flapping)
 
-    def ingest(self, batch: Batch, now: float | None = None) -> IngestResult:
+    def ingest(self, batch: Batch, now: float | None = None, *,
+               from_wire: bool = False) -> IngestResult:
         now = time.time() if now is None else now
         if not self.owns_store:
             return IngestResult()
         t0 = time.perf_counter()
         with self.lock:
-            res = self.ingestor.ingest(batch, now)
+            res = self.ingestor.ingest(batch, now, from_wire=from_wire)
             for sink in self.sinks:
                 sink.write(res)
             st = self.stats
@@ -258,8 +265,10 @@ class Pipeline:
         now = time.time() if now is None else now
         t0 = time.perf_counter()
         with self.lock:
+            forgotten = self._forget(now)
             risk = self.scorer.score(now)
             transitions, flags = self._step_alerts(risk, now)
+            transitions = forgotten + transitions
             explain: dict[tuple[str, str], list[Signal]] = {}
             for t in transitions:
                 if t.alertname == MISSING and t.new:
@@ -293,6 +302,35 @@ class Pipeline:
         for obs in self.observers:
             obs.observe(result)
         return result
+
+    def _forget(self, now: float) -> list[Transition]:
+        """Forget entities silent past their longest window (the store's owner decides, at
+        most every forget_every_s), and follow every forgetting of the store since the last
+        tick. An open alert of a forgotten entity resolves: it has not been seen for days."""
+        if self.owns_store and now - self._forgot_at >= self.forget_every_s:
+            self._forgot_at = now
+            done = self.store.forget(now)
+            if done is not None:
+                log.info("forgot %s; nodes without entities left: %d",
+                         ", ".join(f"{len(d)} {sc}" for sc, d in done.dropped.items() if d),
+                         len(done.nodes_dropped))
+        out: list[Transition] = []
+        pending = self.store.compactions_since(self.generation)
+        if pending and pending[0].generation != self.generation + 1:
+            raise RuntimeError(f"missed the store's forgetting {self.generation + 1}: this "
+                               "pipeline's per-entity state no longer matches its slots")
+        for c in pending:
+            for scope, keep in c.keep.items():
+                level = self.machine.level(scope)
+                gone = np.ones(len(level), bool)
+                gone[keep[keep < len(level)]] = False
+                for e, old in zip(c.dropped[scope], level[gone].tolist(), strict=False):
+                    if old > 0:
+                        out.append(Transition(scope, -1, e.key, e.node, int(old), 0, now, 0.0))
+                self.machine.forget(scope, keep)
+                self.scorer.forget(scope, keep)
+            self.generation = c.generation
+        return out
 
     def _step_alerts(self, risk: RiskState,
                      now: float) -> tuple[list[Transition], list[FlagChange]]:

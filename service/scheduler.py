@@ -65,6 +65,12 @@ class DataClock:
                 self._now = t
             return self._now
 
+    def advance(self, t: float) -> None:
+        """Move to t unless already past it (a replay resumed at its checkpoint)."""
+        with self._lock:
+            if not t <= self._now:
+                self._now = t
+
     def __call__(self) -> float:
         return self._now
 

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import Scope
-from models.detectors.findings import Detector, Signal
+from models.detectors.findings import Detector, Forgets, Signal
 from models.detectors.fusion import ScopeRisk, fuse, node_risk
 from models.detectors.view import EventView, ScopeView
 from service.ingest import EventLog
@@ -128,6 +128,12 @@ class Scorer:
             raise ValueError(f"duplicate detector names: {names}")
         self.detectors = detectors
         self.health = {d.name: DetectorHealth(d.name) for d in detectors}
+
+    def forget(self, scope: Scope, keep: npt.NDArray[np.intp]) -> None:
+        """Bring every detector's per-slot state along when the store forgets entities."""
+        for d in self.detectors:
+            if isinstance(d, Forgets):
+                d.forget(scope, keep)
 
     def score(self, now: float) -> RiskState:
         t0 = time.perf_counter()

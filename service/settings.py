@@ -27,7 +27,7 @@ from service.api.auth import ApiSettings
 from service.influx.influxql import parse_duration
 from service.notify.config import NotifySettings
 from service.remediation.config import RemediationSettings
-from service.windows import WindowConfig
+from service.windows import EntityLimits, WindowConfig
 
 
 class ServiceSettings(BaseModel):
@@ -102,6 +102,15 @@ class IngestSettings(BaseModel):
     # Write tokens. Empty: writes need no credentials (the embedded default on loopback); else
     # every write must carry one, the ways InfluxDB clients and Telegraf send it.
     tokens: list[SecretStr] = Field(default_factory=list)
+    # Entities held at once, in GPUs (NVLink links and IB ports scale with it), and new ones
+    # taken from one request: names from the wire must not allocate window memory without
+    # bound. Raise max_gpus for a fleet beyond it; entities silent past their longest window
+    # (7 days) are forgotten.
+    max_gpus: int = Field(default=20_000, gt=0)
+    max_new_gpus_per_batch: int = Field(default=1_024, gt=0)
+
+    def limits(self) -> EntityLimits:
+        return EntityLimits(self.max_gpus, self.max_new_gpus_per_batch)
 
 
 class CollectorSettings(BaseModel):

@@ -49,6 +49,12 @@ class WindowConfig:
         return self.raw_length, self.tiers
 
 
+# An entity whose reports span less than this many steps is on probation: forgotten after the
+# raw window of silence, not the longest window (a flood of one-line names frees its room).
+PROBATION_STEPS = 3
+PRESSED = 0.9  # share of the entity limit from which entities on probation are forgotten
+
+
 class _Ring:
     """One resolution: data[metric, row, slot], with the absolute bucket index held per row."""
 
@@ -93,12 +99,81 @@ class _Ring:
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.agg, self.hi, self.lo) if a is not None)
 
+    def take(self, keep: npt.NDArray[np.intp], n_old: int) -> None:
+        """Keep only the slots `keep`, moved down in place (see `_squeeze`)."""
+        for a in (self.agg, self.hi, self.lo):
+            if a is not None:
+                _squeeze(a, keep, n_old, np.nan, axis=2)
+
+
+SQUEEZE_CHUNK = 256  # slots moved at once: bounds the copy a compaction makes
+
+
+def _squeeze(a: npt.NDArray[np.generic], keep: npt.NDArray[np.intp], n_old: int, fill: float,
+             axis: int) -> None:
+    """Move slots keep[i] to i along `axis`, in place, and clear slots len(keep)..n_old.
+    keep is ascending, so keep[i] >= i: a chunk never overwrites a source a later chunk still
+    reads. Slots before the first forgotten one do not move (phantoms are mostly the newest)."""
+    k = len(keep)
+    moved = np.flatnonzero(keep != np.arange(k))
+    lead = (slice(None),) * axis
+    for c0 in range(int(moved[0]) if len(moved) else k, k, SQUEEZE_CHUNK):
+        idx = keep[c0:c0 + SQUEEZE_CHUNK]
+        a[(*lead, slice(c0, c0 + len(idx)))] = np.take(a, idx, axis=axis)
+    a[(*lead, slice(k, n_old))] = fill
+
+
+@dataclass(frozen=True, slots=True)
+class EntityLimits:
+    """How many entities the store takes: window memory is fixed per entity (about 62 KB a
+    GPU, 4 KB an NVLink link, 26 KB an IB port), so names from the wire must not allocate it
+    without bound. Limits are given in GPUs; links and ports scale with them."""
+
+    max_gpus: int = 20_000  # held at once (about 3.7 GB of windows with links and ports)
+    max_new_gpus_per_batch: int = 1_024  # taken from one request; the rest in later ones
+    links_per_gpu: int = 18  # NVSwitch systems (H100/H200: 18 NVLink links per GPU)
+    ports_per_gpu: int = 2  # DGX: 8 compute + up to 4 storage ports per 8 GPUs
+
+    def _per_gpu(self, scope: Scope) -> int:
+        return {Scope.NVLINK: self.links_per_gpu, Scope.IB_PORT: self.ports_per_gpu}.get(scope, 1)
+
+    def total(self, scope: Scope) -> int:
+        return self.max_gpus * self._per_gpu(scope)
+
+    def per_batch(self, scope: Scope) -> int:
+        return self.max_new_gpus_per_batch * self._per_gpu(scope)
+
+
+class Admission:
+    """New entities one batch may still add, per scope, and why any were turned away."""
+
+    def __init__(self, limits: EntityLimits, per_batch: bool = True) -> None:
+        self.limits = limits
+        self.left = {s: limits.per_batch(s) if per_batch else limits.total(s) for s in Scope}
+        self.refused: dict[Scope, str] = {}  # scope -> the reason of its first refusal
+
+    def reason(self, scope: Scope) -> str:
+        return self.refused.get(scope, f"no {scope} entity can be added")
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """Entities forgotten at once: `keep[scope]` are the old slots that remain, in their new
+    order (slot i now holds what slot keep[i] held). Everything indexed by slot follows it."""
+
+    generation: int
+    keep: dict[Scope, npt.NDArray[np.intp]]
+    dropped: dict[Scope, list[Entity]]
+    nodes_dropped: list[str]
+
 
 class ScopeWindows:
     """Windows of one scope: entity slots, latest values, raw ring and rollup tiers."""
 
-    def __init__(self, scope: Scope, config: WindowConfig, capacity: int = 64) -> None:
+    def __init__(self, scope: Scope, config: WindowConfig, capacity: int = 64,
+                 limits: EntityLimits | None = None) -> None:
         self.scope = scope
+        self.max_entities = (limits or EntityLimits()).total(scope)
         self.step_s = config.step_s
         self.metrics: tuple[Metric, ...] = tuple(
             m for m in CATALOG if m.scope is scope and m.kind is not Kind.EVENT
@@ -129,6 +204,14 @@ class ScopeWindows:
         self.last_val: F64 = np.full((capacity, m), np.nan)
         self.last_ts: F64 = np.full((capacity, m), np.nan)
         self.last_k: I64 = np.full(capacity, -1, np.int64)
+        # When anything first and last arrived for the entity, by the service's clock (never a
+        # sender's): an entity silent past its longest window is forgotten, and one that never
+        # reported beyond one moment (a phantom name) once it is silent for the raw window.
+        self.touched: F64 = np.full(capacity, np.nan)
+        self.born: F64 = np.full(capacity, np.nan)
+        self.refused_total = 0  # new entities turned away by the limits
+        self._refused_seen = 0  # ... as of the last look for entities to forget
+        self.forgotten_total = 0
         # Consecutive refused decreases of a persistent counter, per entity and metric.
         self.drop_streak = np.zeros((capacity, m), np.int16)
         raw_len, tier_specs = config.for_scope(scope)
@@ -150,6 +233,12 @@ class ScopeWindows:
     def raw_length(self) -> int:
         return self.raw.length
 
+    @property
+    def horizon_s(self) -> float:
+        """The longest window this scope keeps: what an entity silent longer no longer has."""
+        return max([self.raw.length * self.step_s,
+                    *(t.step_s * t.length for t in self.tier_specs)])
+
     # ---- entities -------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.entities)
@@ -163,41 +252,79 @@ class ScopeWindows:
     def slot(self, entity: Entity) -> int | None:
         return self._slot.get(entity)
 
-    def slots_for_entity(self, entity: Entity, registry: EntityRegistry) -> int:
+    def slots_for_entity(self, entity: Entity, registry: EntityRegistry, now: float = np.nan,
+                         admit: Admission | None = None) -> int:
+        """The entity's slot, allocated if new; -1 when the limits turn it away."""
         s = self._slot.get(entity)
-        return self._add(entity, registry) if s is None else s
+        if s is None:
+            s = self._add(entity, registry, admit)
+        if s >= 0 and now == now:
+            self.arrived(np.array([s], np.int32), now)
+        return s
 
-    def slots_for(self, table: EntityTable, registry: EntityRegistry) -> I32:
-        """Slot per table row, allocating new entities; cached by table identity."""
+    def arrived(self, slots: I32, now: float) -> None:
+        """Something for these entities arrived now (by the service's clock)."""
+        self.touched[slots] = now
+        new = slots[np.isnan(self.born[slots])]
+        self.born[new] = now
+
+    def slots_for(self, table: EntityTable, registry: EntityRegistry,
+                  admit: Admission | None = None, used: I32 | None = None) -> I32:
+        """Slot per table row, allocating the new entities among rows `used` (all when None):
+        a table may list entities no row of the frame refers to, and those must not come
+        back after they were forgotten. -1 where the limits turn one away or none was asked.
+        Cached by table identity once every entity of the table has its slot."""
         cached = self._table_cache.get(id(table))
         if cached is not None and cached[0] is table:
             return cached[1]
-        out = np.empty(len(table), np.int32)
-        new = sum(1 for e in table.entities if e not in self._slot)
-        if len(self.entities) + new > self.capacity:  # one exact growth for a whole new table
-            self._grow(len(self.entities) + new)
-        for i, e in enumerate(table.entities):
-            s = self._slot.get(e)
-            if s is None:
-                s = self._add(e, registry)
-            out[i] = s
-        if len(self._table_cache) > 64:
-            self._table_cache.clear()
-        self._table_cache[id(table)] = (table, out)
+        out = np.full(len(table), -1, np.int32)
+        rows = range(len(table)) if used is None else np.unique(used).tolist()
+        ents = table.entities
+        new = sum(1 for i in rows if ents[i] not in self._slot)
+        if admit is not None:
+            new = min(new, admit.left[self.scope])
+        want = min(len(self.entities) + new, self.max_entities)
+        if want > self.capacity:  # one exact growth for a whole new table
+            self._grow(want)
+        for i in rows:
+            s = self._slot.get(ents[i])
+            out[i] = self._add(ents[i], registry, admit) if s is None else s
+        if (out >= 0).all():  # a refusal, or a row not asked for, is looked at again
+            if len(self._table_cache) > 64:
+                self._table_cache.clear()
+            self._table_cache[id(table)] = (table, out)
         return out
 
-    def _add(self, e: Entity, registry: EntityRegistry) -> int:
+    def _add(self, e: Entity, registry: EntityRegistry, admit: Admission | None = None) -> int:
+        if len(self.entities) >= self.max_entities:
+            return self._refuse(admit, f"this service holds at most {self.max_entities} "
+                                f"{self.scope} entities (ingest.max_gpus); one silent for "
+                                f"{self.horizon_s / 86400:g} days is forgotten")
+        if admit is not None and admit.left[self.scope] <= 0:
+            return self._refuse(admit, f"more than {admit.limits.per_batch(self.scope)} new "
+                                f"{self.scope} entities in one request "
+                                "(ingest.max_new_gpus_per_batch); send the rest again")
+        gpu = -1
+        if e.scope is Scope.NVLINK:
+            gpu = registry.gpu_slot(e, admit)
+            if gpu < 0:
+                return self._refuse(admit, f"its GPU {e.node}/gpu{e.unit} was turned away")
+        if admit is not None:
+            admit.left[self.scope] -= 1
         s = len(self.entities)
         if s == self.capacity:
-            self._grow(self.capacity + max(64, self.capacity // 4))
+            self._grow(min(self.capacity + max(64, self.capacity // 4), self.max_entities))
         self.entities.append(e)
         self._slot[e] = s
         self.node_of[s] = registry.node_slot(e.node)
-        if e.scope is Scope.GPU:
-            self.gpu_of[s] = s
-        elif e.scope is Scope.NVLINK:
-            self.gpu_of[s] = registry.gpu_slot(e)
+        self.gpu_of[s] = s if e.scope is Scope.GPU else gpu
         return s
+
+    def _refuse(self, admit: Admission | None, reason: str) -> int:
+        self.refused_total += 1
+        if admit is not None:
+            admit.refused.setdefault(self.scope, f"new {self.scope} entity refused: {reason}")
+        return -1
 
     def _grow(self, capacity: int) -> None:
         def pad(a: npt.NDArray[np.generic], fill: float) -> npt.NDArray[np.generic]:
@@ -211,43 +338,91 @@ class ScopeWindows:
         self.last_ts = pad(self.last_ts, np.nan)  # type: ignore[assignment]
         self.last_k = pad(self.last_k, -1)  # type: ignore[assignment]
         self.drop_streak = pad(self.drop_streak, 0)  # type: ignore[assignment]
+        self.touched = pad(self.touched, np.nan)  # type: ignore[assignment]
+        self.born = pad(self.born, np.nan)  # type: ignore[assignment]
         self.raw.grow(capacity)
         for t in self.tiers:
             t.grow(capacity)
         self.capacity = capacity
+
+    def silent(self, now: float) -> npt.NDArray[np.bool_]:
+        """Entities to forget: nothing arrived for over the longest window. Under pressure
+        (the limit turned an entity away since the last look, or the store is nearly full),
+        also one that never reported beyond a moment (a flood of one-line names) once it has
+        been silent for the raw window; otherwise such a one stays, so a node that reported
+        once and died keeps its no-data alert."""
+        n = len(self.entities)
+        t, born = self.touched[:n], self.born[:n]
+        out = t < now - self.horizon_s
+        pressed = self.refused_total > self._refused_seen or n >= PRESSED * self.max_entities
+        self._refused_seen = self.refused_total
+        if pressed:
+            once = t - born < PROBATION_STEPS * self.step_s
+            out |= once & (t < now - self.raw.length * self.step_s)
+        return out
+
+    def compact(self, keep: npt.NDArray[np.intp], node_map: I64, gpu_map: I64) -> None:
+        """Keep only slots `keep` (ascending), moved down in place, renumbering nodes and GPUs
+        by the old-to-new maps (-1: dropped; their extra last entry maps -1 to -1)."""
+        k, n_old = len(keep), len(self.entities)
+        self.forgotten_total += n_old - k
+        self.entities = [self.entities[i] for i in keep.tolist()]
+        self._slot = {e: i for i, e in enumerate(self.entities)}
+        self._table_cache.clear()
+        node_of = node_map[self.node_of[keep]]
+        gpu_of = np.arange(k) if self.scope is Scope.GPU else gpu_map[self.gpu_of[keep]]
+        self.node_of[:k], self.node_of[k:n_old] = node_of, -1
+        self.gpu_of[:k], self.gpu_of[k:n_old] = gpu_of, -1
+        for a, fill in ((self.last_val, np.nan), (self.last_ts, np.nan), (self.last_k, -1),
+                        (self.drop_streak, 0), (self.touched, np.nan), (self.born, np.nan)):
+            _squeeze(a, keep, n_old, fill, axis=0)
+        for ring in (self.raw, *self.tiers):
+            ring.take(keep, n_old)
 
     # ---- writing ----------------------------------------------------------------------------
     def advance(self, k: int) -> None:
         """Move the clock to raw step k, closing every rollup bucket that ended before it."""
         if k <= self.head:
             return
-        if self.head < 0 or k - self.head >= self.raw.length:
+        if self.head >= 0 and k - self.head >= self.raw.length:
+            # A gap longer than the raw ring reuses every row: first close what the rows hold
+            # into the tiers, and each tier's buckets the gap finishes into the next tier.
+            self._roll(k - 1, held_to=self.head)
+            first = k - self.raw.length + 1
+        elif self.head < 0:
             first = k - self.raw.length + 1
         else:
             first = self.head + 1
         for step in range(max(first, self.head + 1), k + 1):
             self.raw.open(step)
         self.head = k
-        self._roll()
+        self._roll(self.head - 1)
 
     def write(self, slots: I32, ks: I64, values: F32) -> None:
         """Write rows (values[metric, row]) already validated by ingest."""
         rows = (ks % self.raw.length).astype(np.intp)
         self.raw.agg[:, rows, slots] = values
 
-    def _roll(self) -> None:
-        # A bucket is finished once the raw clock is a full step past its end, so one late
-        # sample of the previous step still lands in it.
-        parent_last = self.head - 1
-        parent = self.raw
+    def _roll(self, raw_last: int, held_to: int | None = None) -> None:
+        """Roll every bucket whose parent rows all closed by raw step raw_last. A bucket is
+        finished once the raw clock is a full step past its end, so one late sample of the
+        previous step still lands in it. `held_to`: the newest raw step holding data; only
+        buckets up to it are rolled (before a gap reuses the rows)."""
+        parent_last, parent, data_last = raw_last, self.raw, held_to
         for i, (tier, ratio) in enumerate(zip(self.tiers, self.ratios, strict=True)):
             done = (parent_last + 1) // ratio - 1  # newest bucket whose parent rows all closed
+            if data_last is not None:
+                data_last //= ratio
+                done = min(done, data_last)
             start = max(self._rolled[i] + 1, done - tier.length + 1)
             for b in range(start, done + 1):
                 self._rollup(parent, tier, b, ratio)
             if done > self._rolled[i]:
                 self._rolled[i] = done
-            parent, parent_last = tier, self._rolled[i]
+            # The next tier is finished by the clock, not by what this one rolled so far.
+            parent_last = (parent_last + 1) // ratio - 1 if data_last is not None \
+                else self._rolled[i]
+            parent = tier
 
     def _rollup(self, parent: _Ring, tier: _Ring, bucket: int, ratio: int) -> None:
         row = tier.open(bucket)
@@ -327,22 +502,75 @@ class EntityRegistry:
             self._node[node] = s
         return s
 
-    def gpu_slot(self, link: Entity) -> int:
+    def gpu_slot(self, link: Entity, admit: Admission | None = None) -> int:
         assert self.store is not None
         gpus = self.store.scopes[Scope.GPU]
-        return gpus.slots_for_entity(Entity(Scope.GPU, link.node, link.unit), self)
+        return gpus.slots_for_entity(Entity(Scope.GPU, link.node, link.unit), self, admit=admit)
+
+    def keep(self, keep: npt.NDArray[np.bool_]) -> I64:
+        """Keep only the nodes marked; the old-to-new node map (-1: dropped)."""
+        new = np.full(len(self.nodes) + 1, -1, np.int64)  # the extra entry maps slot -1 to -1
+        idx = np.flatnonzero(keep)
+        new[idx] = np.arange(len(idx))
+        self.nodes = [self.nodes[i] for i in idx.tolist()]
+        self._node = {n: i for i, n in enumerate(self.nodes)}
+        return new
 
 
 class WindowStore:
     """All scopes' windows plus the shared entity registry."""
 
-    def __init__(self, config: WindowConfig | None = None) -> None:
+    def __init__(self, config: WindowConfig | None = None,
+                 limits: EntityLimits | None = None) -> None:
         self.config = config or WindowConfig()
+        self.limits = limits or EntityLimits()
         self.registry = EntityRegistry()
         self.scopes: dict[Scope, ScopeWindows] = {
-            s: ScopeWindows(s, self.config) for s in (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
+            s: ScopeWindows(s, self.config, limits=self.limits)
+            for s in (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
         }
         self.registry.store = self
+        # Every forgetting so far (the newest few): pipelines reading this store bring their
+        # own slot-indexed state along by generation (service.pipeline).
+        self.generation = 0
+        self.compactions: list[Compaction] = []
+
+    def admission(self, per_batch: bool = True) -> Admission:
+        """The budget of new entities for one batch; per_batch=False for the service's own
+        sources (a replay, its collectors), which only the total bounds."""
+        return Admission(self.limits, per_batch)
+
+    def forget(self, now: float) -> Compaction | None:
+        """Drop every entity nothing arrived for over its scope's longest window (a GPU stays
+        while a link of it stays), and every node left without entities. None: nothing to
+        forget."""
+        drop = {sc: w.silent(now) for sc, w in self.scopes.items()}
+        links = self.scopes[Scope.NVLINK]
+        held = links.gpu_of[: len(links)][~drop[Scope.NVLINK]]
+        drop[Scope.GPU][held[held >= 0]] = False
+        if not any(d.any() for d in drop.values()):
+            return None
+        keep = {sc: np.flatnonzero(~d) for sc, d in drop.items()}
+        used = np.zeros(len(self.registry.nodes), bool)
+        for sc, w in self.scopes.items():
+            nodes = w.node_of[keep[sc]]
+            used[nodes[nodes >= 0]] = True
+        dropped_nodes = [n for n, u in zip(self.registry.nodes, used, strict=True) if not u]
+        node_map = self.registry.keep(used)
+        gpus = len(self.scopes[Scope.GPU])
+        gpu_map = np.full(gpus + 1, -1, np.int64)
+        gpu_map[keep[Scope.GPU]] = np.arange(len(keep[Scope.GPU]))
+        dropped = {sc: [w.entities[i] for i in np.flatnonzero(drop[sc]).tolist()]
+                   for sc, w in self.scopes.items()}
+        for sc, w in self.scopes.items():
+            w.compact(keep[sc], node_map, gpu_map)
+        self.generation += 1
+        done = Compaction(self.generation, keep, dropped, dropped_nodes)
+        self.compactions = [*self.compactions[-7:], done]
+        return done
+
+    def compactions_since(self, generation: int) -> list[Compaction]:
+        return [c for c in self.compactions if c.generation > generation]
 
     def __getitem__(self, scope: Scope) -> ScopeWindows:
         return self.scopes[scope]

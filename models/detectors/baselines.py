@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import Scope
-from models.detectors.findings import F32, F64, Finding, fired
+from models.detectors.findings import F32, F64, Finding, fired, kept
 from models.detectors.view import FleetView, ScopeView, recent
 from models.detectors.xid import CRITICAL
 
@@ -146,6 +146,10 @@ class _Stats:
             self.var = np.vstack([self.var.reshape(-1, m), np.zeros((pad, m))])
             self.count = np.vstack([self.count.reshape(-1, m), np.zeros((pad, m), np.int64)])
 
+    def take(self, keep: npt.NDArray[np.intp]) -> None:
+        self.mean, self.var, self.count = (kept(self.mean, keep), kept(self.var, keep),
+                                           kept(self.count, keep))
+
 
 class EwmaZScore:
     name = "ewma"
@@ -158,6 +162,10 @@ class EwmaZScore:
 
     def detect(self, view: FleetView, now: float) -> list[Finding]:
         return [self._scope(view.scope(s), now) for s in SCOPES]
+
+    def forget(self, scope: Scope, keep: npt.NDArray[np.intp]) -> None:
+        self._stats[scope].take(keep)
+        self._fired[scope] = kept(self._fired[scope], keep)
 
     def _scope(self, v: ScopeView, now: float) -> Finding:
         c, n, metrics = self.c, len(v), EWMA_METRICS[v.scope]
@@ -235,6 +243,10 @@ class RandomScore:
             out.append(_hard(f"random_{v.scope.value}", v.scope, risk, risk.astype(np.float64),
                              0.0, "random score (protocol sanity check)"))
         return out
+
+    def forget(self, scope: Scope, keep: npt.NDArray[np.intp]) -> None:
+        self._until[scope] = kept(self._until[scope], keep)
+        self._risk[scope] = kept(self._risk[scope], keep)
 
     def _fit(self, scope: Scope, n: int) -> None:
         grow = n - len(self._until[scope])

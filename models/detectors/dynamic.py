@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import Scope
-from models.detectors.findings import F64, Finding
+from models.detectors.findings import F64, Finding, kept
 from models.detectors.view import FleetView, ScopeView, recent
 
 B = npt.NDArray[np.bool_]
@@ -73,6 +73,10 @@ class Baseline:
             self.mean = np.concatenate([self.mean, np.zeros(grow)])
             self.peak = np.concatenate([self.peak, np.zeros(grow)])
             self.count = np.concatenate([self.count, np.zeros(grow, np.int64)])
+
+    def take(self, keep: npt.NDArray[np.intp]) -> None:
+        self.mean, self.peak, self.count = (kept(self.mean, keep), kept(self.peak, keep),
+                                            kept(self.count, keep))
 
     def update(self, value: F64, flagged: B) -> None:
         self._fit(len(value))
@@ -176,6 +180,20 @@ class DynamicThresholds:
                 self._hour = hour
                 self._learn(view)
         return out + self._cached
+
+    def forget(self, scope: Scope, keep: npt.NDArray[np.intp]) -> None:
+        if scope is Scope.GPU:
+            for base in (self.sbe_base, *self.peer_base.values()):
+                base.take(keep)
+            self.hbm_since = kept(self.hbm_since, keep)
+            self._prev_drift = {m: kept(d, keep) for m, d in self._prev_drift.items()}
+        elif scope is Scope.IB_PORT:
+            self.ber_base.take(keep)
+        elif scope is Scope.NVLINK:
+            self.nvl_base.take(keep)
+        # The minute's findings are slot-indexed: made again on the next tick.
+        self._minute = -1
+        self._cached = [f for f in self._cached if f.scope is not scope]
 
     # ---- baselines ----------------------------------------------------------------------------
     def _flagged(self, rule: str, n: int) -> B:

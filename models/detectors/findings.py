@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -15,6 +15,7 @@ from models.detectors.view import FleetView
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
+T = TypeVar("T", bound=np.generic)
 
 
 @dataclass(slots=True)
@@ -61,6 +62,15 @@ class Finding:
         return Finding(self.rule, self.scope, risk, value, self.threshold, self.signal,
                        self.hard, self.source, details)
 
+    def kept(self, keep: npt.NDArray[np.intp]) -> Finding:
+        """This finding after the window store forgot entities (see Forgets)."""
+        keep = keep[keep < len(self.risk)]
+        new = {int(old): i for i, old in enumerate(keep.tolist())}
+        details = None if self.details is None else \
+            {new[i]: d for i, d in self.details.items() if i in new}
+        return Finding(self.rule, self.scope, self.risk[keep], self.value[keep],
+                       self.threshold, self.signal, self.hard, self.source, details)
+
 
 @dataclass(frozen=True, slots=True)
 class Signal:
@@ -88,6 +98,22 @@ class Detector(Protocol):
     name: str
 
     def detect(self, view: FleetView, now: float) -> list[Finding]: ...
+
+
+@runtime_checkable
+class Forgets(Protocol):
+    """A detector that keeps state per entity slot between ticks. The window store forgets
+    entities silent past their longest window and renumbers the rest: slot i then holds what
+    slot keep[i] held (keep ascending), and such a detector must follow, or it would judge
+    one entity by another's history."""
+
+    def forget(self, scope: Scope, keep: npt.NDArray[np.intp]) -> None: ...
+
+
+def kept(a: npt.NDArray[T], keep: npt.NDArray[np.intp]) -> npt.NDArray[T]:
+    """Rows of a per-slot array after forgetting; an array not yet grown to every slot stays a
+    prefix of the new numbering, because keep is ascending."""
+    return a[keep[keep < len(a)]]
 
 
 def fired(value: F64, threshold: float, risk: float) -> F32:

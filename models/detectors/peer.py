@@ -182,6 +182,10 @@ class PeerMahalanobis:
             return self._rest("no finished hour with data yet")
         return [self._fit(f, len(view.scope(s))) for s, f in self._cached.items()]
 
+    def forget(self, scope: Scope, keep: npt.NDArray[np.intp]) -> None:
+        if scope in self._cached:
+            self._cached[scope] = self._cached[scope].kept(keep)
+
     def _rest(self, why: str) -> list[Finding]:
         if why not in self._told:
             self._told.add(why)

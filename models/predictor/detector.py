@@ -26,7 +26,7 @@ import numpy.typing as npt
 import torch
 
 from collectors.catalog import Scope
-from models.detectors.findings import Finding
+from models.detectors.findings import Finding, kept
 from models.detectors.view import FleetView
 from models.predictor.dataset import MODES
 from models.predictor.features import (
@@ -119,6 +119,18 @@ class PredictorDetector:
             out.extend(self._placed_on_links(view, f) if f.scope is Scope.GPU
                        and f.rule.endswith("M3_nvlink") else f for f in cached[2])
         return out
+
+    def forget(self, scope: Scope, keep: npt.NDArray[np.intp]) -> None:
+        cached = self._cache.get(scope)
+        if cached is not None:
+            found = [f.kept(keep) for f in cached[2]]
+            self._cache[scope] = (cached[0], len(keep), found)
+        if scope in (Scope.GPU, Scope.NVLINK):
+            self._placed = None  # made again from the kept per-GPU finding
+        latest = self.latest.get(scope)
+        if latest is not None:
+            p, heads = latest
+            self.latest[scope] = (kept(p, keep), heads)
 
     def _placed_on_links(self, view: FleetView, f: Finding) -> Finding:
         n_links = len(view.scope(Scope.NVLINK))

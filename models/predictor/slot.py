@@ -11,6 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
+from collectors.catalog import Scope
 from models.detectors.findings import Finding
 from models.detectors.view import FleetView
 from models.predictor.artifact import ArtifactError
@@ -88,6 +92,10 @@ class ModelSlot:
             reason = f"no model at {self.path}: rules and thresholds only"
         return ModelStatus(d is not None, str(self.path or ""),
                            d.predictor.version if d is not None else "", reason)
+
+    def forget(self, scope: Scope, keep: npt.NDArray[np.intp]) -> None:
+        if self.detector is not None:
+            self.detector.forget(scope, keep)
 
     def detect(self, view: FleetView, now: float) -> list[Finding]:
         self.refresh()

@@ -166,7 +166,7 @@ def _ingest_lines(st: Running, data: bytes, precision: str, strict: bool) -> Ing
     if reports:  # node agents' collector status: not samples, kept for /metrics
         st.remote.record(reports)
     t0 = time.perf_counter()
-    res = st.pipeline.ingest(batch, now)
+    res = st.pipeline.ingest(batch, now, from_wire=True)
     st.metrics.ingest_seconds.labels("write").observe(time.perf_counter() - t0)
     return res
 

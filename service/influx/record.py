@@ -10,6 +10,7 @@ import numpy as np
 
 from collectors.base import CollectorStatus
 from collectors.catalog import Scope
+from collectors.frames import Entity
 from collectors.lpformat import format_value
 from models.detectors.findings import Signal
 from service.alert_store import Alert
@@ -40,9 +41,10 @@ def top_signal(signals: list[Signal]) -> str:
 class TickRecorder:
     def __init__(self, cluster: str) -> None:
         self.cluster = cluster
-        # Per sparse scope, the slots written last tick: an entity leaving risk gets one more
-        # point (risk 0, level 0) so "open now" panels see its alert end.
-        self._written: dict[str, np.ndarray] = {}
+        # Per sparse scope, the entities written last tick: one leaving risk gets one more
+        # point (risk 0, level 0) so "open now" panels see its alert end, also when the store
+        # has forgotten it since (slots are renumbered then, so this is kept by entity).
+        self._written: dict[Scope, set[Entity]] = {}
         self._storm_written = False
 
     def risk(self, state: RiskState, levels: Mapping[Scope, np.ndarray],
@@ -56,15 +58,19 @@ class TickRecorder:
             n = len(sr.risk)
             lv = levels.get(scope, np.zeros(0, np.int8))
             lv = np.pad(lv[:n], (0, max(n - len(lv), 0)))
-            ents = state.store[scope].entities
-            rows: Sequence[int]
-            if scope in _ALWAYS:
-                rows = range(n)
-            else:
-                now = (sr.risk > 0) | (lv > 0)
-                before = self._written.get(scope.value, np.zeros(0, bool))[:n]
-                rows = np.flatnonzero(now | np.pad(before, (0, n - len(before)))).tolist()
-                self._written[scope.value] = now
+            w = state.store[scope]
+            ents = w.entities[:n]
+            now = np.flatnonzero((sr.risk > 0) | (lv > 0)).tolist()
+            written = {ents[i] for i in now}
+            before = self._written.get(scope, set()) - written
+            self._written[scope] = written
+            slots = [(w.slot(e), e) for e in before]
+            for _, e in (x for x in slots if x[0] is None or x[0] >= n):  # forgotten since
+                tags = {"cluster": self.cluster, "scope": scope.value, "entity": e.key,
+                        **entity_tags(e)}
+                yield f"{head('risk', tags)} risk=0.0,level=0i {t}"
+            rows: Sequence[int] = range(n) if scope in _ALWAYS else \
+                sorted({*now, *(s for s, _ in slots if s is not None and s < n)})
             for i in rows:
                 e = ents[i]
                 r = float(sr.risk[i])

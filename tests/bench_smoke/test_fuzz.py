@@ -38,8 +38,10 @@ def test_fuzz_holds_every_goal(tmp_path: Path) -> None:
     classes = rep["by_class"]
     assert isinstance(classes, dict)
     for name in ("valid", "junk", "not_lp", "long_number", "hostile_name", "out_of_range",
-                 "bad_time", "skewed", "unknown", "telegraf", "canary", "body:plain"):
+                 "bad_time", "skewed", "unknown", "telegraf", "new_name", "canary",
+                 "body:plain"):
         assert classes.get(name, 0) > 0, f"no {name} input was sent"
+    assert 0 < rep["gpus_held"] <= 2000  # type: ignore[operator]
     # The /healthz stall goal (< 100 ms) is judged by the benchmark's own run, not here: on a
     # shared CI machine a timing bound would fail for reasons other than the service.
     missed = rep["missed"]

@@ -112,7 +112,8 @@ def test_a_spool_drained_after_a_long_outage_reaches_the_sinks() -> None:
     (clean,) = r.clean.frames.values()
     assert clean.values[:, _col("gpu_temp")].tolist() == [50, 51]
     assert np.isnan(clean.values[1, _col("ecc_sbe_volatile")])
-    assert np.isnan(store[GPU].latest("gpu_temp")[0])
+    gpu0 = store[GPU].slot(Entity.gpu("n0", 0))
+    assert gpu0 is not None and np.isnan(store[GPU].latest("gpu_temp")[gpu0])
 
 
 def test_a_resent_counter_adds_nothing_and_a_later_reading_in_the_step_adds_its_increase(

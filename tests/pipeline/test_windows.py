@@ -55,6 +55,27 @@ def test_a_jump_beyond_the_raw_window_clears_it() -> None:
     assert raw[-1] == 60 and np.isnan(raw[:-1]).all()
 
 
+def test_a_gap_longer_than_every_ring_keeps_what_came_before_it_in_the_tiers() -> None:
+    """The store's clock moves only when data arrives: after a silence of hours the raw rows
+    are reused, and what they held must reach the minute and hour tiers first."""
+    store = _store(tiers=(TierSpec("1m", 60, 120), TierSpec("1h", 3600, 24)))
+    for i in range(18):  # a minute and a half, then three hours of silence
+        _write(store, T0 + 5 * i, temp=40 + i, sbe_delta=1)
+    _write(store, T0 + 3 * 3600 + 30, temp=90, sbe_delta=0)
+    w = store[Scope.GPU]
+    hours = w.window("gpu_temp", 3, tier="1h")[0]
+    assert hours[0] == pytest.approx((45.5 + 54.5) / 2)  # the mean of its minutes' means
+    assert np.isnan(hours[1:]).all()
+    assert w.window("ecc_sbe_volatile", 3, tier="1h")[0][0] == 18
+    # A gap inside one hour closes the minutes only: the hour goes on filling.
+    store = _store(tiers=(TierSpec("1m", 60, 120), TierSpec("1h", 3600, 24)))
+    _write(store, T0, temp=40, sbe_delta=1)
+    _write(store, T0 + 1800, temp=60, sbe_delta=1)
+    _write(store, T0 + 3600 + 120, temp=0, sbe_delta=0)
+    assert store[Scope.GPU].window("gpu_temp", 1, tier="1h")[0].tolist() == [50]
+    assert store[Scope.GPU].window("ecc_sbe_volatile", 1, tier="1h")[0].tolist() == [2]
+
+
 def test_hour_tier_rolls_up_from_minutes() -> None:
     store = _store(tiers=(TierSpec("1m", 60, 120), TierSpec("1h", 3600, 24)))
     for i in range(12 * 60 * 2 + 24):

@@ -254,3 +254,29 @@ def test_a_sender_gone_mid_body_is_no_error(settings: Settings,
         assert sent[0]["status"] == 499
         assert not [r for r in caplog.records if r.levelno >= 40]
         assert any("disconnected" in r.getMessage() for r in caplog.records)
+
+
+def test_a_flood_of_new_names_is_refused_past_the_limits_with_a_reason(
+        settings: Settings) -> None:
+    """20,000 new GPUs in one 1.3 MB write took 1.2 GB before (issue 14, item 4)."""
+    with _client(settings, max_gpus=50, max_new_gpus_per_batch=20) as c:
+        assert c.post("/write", content=_line(0, 40.0)).status_code == 204
+        body = "\n".join([_line(0, 41.0)] + [_line(0, 40.0, node=f"ph{i:05d}")
+                                             for i in range(20_000)])
+        r = c.post("/write", content=gzip.compress(body.encode()), headers=GZ)
+        assert r.status_code == 400, r.text
+        got = r.json()
+        assert got["accepted"] == 2 * 21  # two fields of the known GPU and 20 new ones
+        reasons = {x["reason"] for x in got["rejections"]}
+        assert any("max_new_gpus_per_batch" in x for x in reasons), reasons
+        for _ in range(2):  # later requests take more, up to the total
+            c.post("/write", content=gzip.compress(body.encode()), headers=GZ)
+        r = c.post("/write", content=gzip.compress(body.encode()), headers=GZ)
+        assert any("ingest.max_gpus" in x["reason"] for x in r.json()["rejections"])
+        [temp] = [m for m in c.get("/v1/gpus/n001:gpu0").json()["metrics"]
+                  if m["name"] == "gpu_temp"]
+        assert temp["value"] == 41.0
+        metrics = c.get("/metrics").text
+        assert 'gpuhealth_entities_limit{scope="gpu"} 50.0' in metrics
+        assert 'gpuhealth_entities_refused_total{scope="gpu"}' in metrics
+        assert c.get("/healthz").status_code == 200
