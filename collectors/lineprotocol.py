@@ -59,8 +59,11 @@ _FLOAT_END = frozenset("0123456789.")
 _FLOAT_START = frozenset("-.0123456789")
 _DIGITS = frozenset("0123456789")
 
-# Parsed key sections (measurement and tags) by their text; cleared when full.
-_HEADS: dict[str, tuple[str, dict[str, str]]] = {}
+# Parsed key sections (measurement and tags) by their text; cleared when full. Two flat dicts,
+# not (measurement, tags) tuples: a tuple holding a dict stays tracked by the garbage collector,
+# and 200,000 of them made every full collection scan them (a stall of the whole process).
+_HEAD_MEAS: dict[str, str] = {}
+_HEAD_TAGS: dict[str, dict[str, str]] = {}
 _HEADS_MAX = 200_000
 
 # Slow-path tokens. A backslash escapes the next character; a lone trailing one is literal.
@@ -235,10 +238,10 @@ def _split(s: str) -> tuple[str, dict[str, str], dict[str, FieldValue], str | No
         raise _Bad(f"unexpected text after the timestamp: {_shown(' '.join(parts[3:]))} "
                    "(unescaped space?)")
     key = parts[0]
-    head = _HEADS.get(key)
-    if head is None:
-        head = _head(key)
-    meas, tags = head[0], head[1].copy()
+    meas = _HEAD_MEAS.get(key)
+    if meas is None:
+        meas, tags = _head(key)
+    tags = _HEAD_TAGS[key].copy()
     fields: dict[str, FieldValue] = {}
     for item in parts[1].split(","):
         k, _, v = item.partition("=")
@@ -277,9 +280,10 @@ def _head(key: str) -> tuple[str, dict[str, str]]:
         if not k or not v or "=" in v or k in tags:
             _tag_error(k, eq, v, pair, tags)
         tags[k] = v
-    if len(_HEADS) >= _HEADS_MAX:
-        _HEADS.clear()
-    _HEADS[key] = (meas, tags)
+    if len(_HEAD_MEAS) >= _HEADS_MAX:
+        _HEAD_MEAS.clear()
+        _HEAD_TAGS.clear()
+    _HEAD_MEAS[key], _HEAD_TAGS[key] = meas, tags
     return meas, tags
 
 

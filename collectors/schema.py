@@ -123,6 +123,11 @@ class _Rows:
     chunks: list[Chunk] = field(default_factory=list)  # lines the fast path took
 
 
+# Entities a mapper remembers before it starts over: more than one service holds (20,000 GPUs
+# with their links and ports), so only a flood of names from the wire reaches it.
+MAX_ENTITIES = 500_000
+
+
 class SchemaMapper:
     """Builds Batches from points. Stateful on purpose: it keeps one EntityTable per scope and
     hands out the same object while no new entity appears (the window store caches its slot
@@ -133,23 +138,36 @@ class SchemaMapper:
     than the catalog tracks. What it ignores is counted per (measurement, field) until
     `take_ignored`, a bounded tally (every name comes from the wire)."""
 
-    def __init__(self, *, strict: bool = True, max_ignored_names: int = 1000) -> None:
+    def __init__(self, *, strict: bool = True, max_ignored_names: int = 1000,
+                 max_entities: int = MAX_ENTITIES) -> None:
+        """`max_entities`: entities remembered (names come from the wire); past it every
+        table and layout is relearned from scratch, which costs one slower parse."""
         self.strict = strict
+        self.max_entities = max_entities
         self._ignored = IgnoredNames(max_ignored_names)
         self._last_xid: dict[tuple[str, str], int] = {}  # Telegraf-scraped DCGM Xid baselines
+        self.forget_entities()
+        self._counters = {s: frozenset(i for i, m in enumerate(CATALOG.columns(s))
+                                       if m.kind is Kind.COUNTER) for s in Scope}
+        self._whole = {s: frozenset(i for i, m in enumerate(CATALOG.columns(s))
+                                    if m.field_type is FieldType.INTEGER) for s in Scope}
+        self.fast_lines = 0  # lines parse() took on the fast path, for tests and benchmarks
+        self._reports: list[CollectorReport] = []
+
+    @property
+    def remembered(self) -> int:
+        """Entities this mapper holds a slot for."""
+        return len(self._slot_of)
+
+    def forget_entities(self) -> None:
+        """Start over: every table and layout is learned again (one slower parse)."""
         self._tables: dict[Scope, EntityTable] = {}
         # Every entity gets its slot when first seen; the table catches up when a frame is built.
         self._known: dict[Scope, list[Entity]] = {s: [] for s in Scope}
         self._slot_of: dict[Entity, int] = {}
         self._by_tags: dict[Scope, dict[tuple[str | None, ...], tuple[Entity, int]]] = {
             s: {} for s in Scope}
-        self._counters = {s: frozenset(i for i, m in enumerate(CATALOG.columns(s))
-                                       if m.kind is Kind.COUNTER) for s in Scope}
-        self._whole = {s: frozenset(i for i, m in enumerate(CATALOG.columns(s))
-                                    if m.field_type is FieldType.INTEGER) for s in Scope}
         self._fast = FastPath()
-        self.fast_lines = 0  # lines parse() took on the fast path, for tests and benchmarks
-        self._reports: list[CollectorReport] = []
 
     def take_ignored(self) -> IgnoredNames:
         """What a lenient mapper ignored since the last call."""
@@ -174,6 +192,8 @@ class SchemaMapper:
         max_bytes: int | None = DEFAULT_MAX_BYTES,
     ) -> Batch:
         """Line protocol to a Batch; parse and schema rejections both land in batch.rejected."""
+        if len(self._slot_of) > self.max_entities:
+            self.forget_entities()
         lines = _text_lines(data, max_bytes)
         if lines is None:  # not one text within the byte limit: the reference path alone
             points, rejected = parse(data, first_line=first_line, default_ts_ns=default_ts_ns,

@@ -12,6 +12,7 @@ few contiguous rows, vectorised over every entity at once.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,14 +71,9 @@ class _Ring:
         self.held: I64 = np.full(length, -1, np.int64)  # which bucket index each row holds
 
     def grow(self, capacity: int) -> None:
-        def widen(a: F32) -> F32:
-            b = np.full((*a.shape[:2], capacity), np.nan, np.float32)
-            b[:, :, : a.shape[2]] = a
-            return b
-
-        self.agg = widen(self.agg)
+        self.agg = _widened(self.agg, capacity)
         if self.hi is not None and self.lo is not None:
-            self.hi, self.lo = widen(self.hi), widen(self.lo)
+            self.hi, self.lo = _widened(self.hi, capacity), _widened(self.lo, capacity)
 
     def open(self, bucket: int) -> int:
         """Claim the row for `bucket`, clearing what it held before."""
@@ -109,6 +105,20 @@ class _Ring:
 SQUEEZE_CHUNK = 256  # slots moved at once: bounds the copy a compaction makes
 
 
+def _widened(a: F32, capacity: int) -> F32:
+    """`a` with its slot axis (the last) widened to `capacity`, NaN-filled, copied one metric
+    plane at a time with a pause between planes: numpy holds the GIL while it copies, and a
+    ring of a 10,000-GPU fleet is hundreds of MB, so one copy would stall every other thread
+    (the API's event loop, /healthz) for a second when a node joins."""
+    b = np.empty((*a.shape[:2], capacity), np.float32)
+    have = a.shape[2]
+    for i in range(a.shape[0]):
+        b[i, :, :have] = a[i]
+        b[i, :, have:] = np.nan
+        time.sleep(0)  # releases the GIL: the event loop runs between planes
+    return b
+
+
 def _squeeze(a: npt.NDArray[np.generic], keep: npt.NDArray[np.intp], n_old: int, fill: float,
              axis: int) -> None:
     """Move slots keep[i] to i along `axis`, in place, and clear slots len(keep)..n_old.
@@ -120,6 +130,7 @@ def _squeeze(a: npt.NDArray[np.generic], keep: npt.NDArray[np.intp], n_old: int,
     for c0 in range(int(moved[0]) if len(moved) else k, k, SQUEEZE_CHUNK):
         idx = keep[c0:c0 + SQUEEZE_CHUNK]
         a[(*lead, slice(c0, c0 + len(idx)))] = np.take(a, idx, axis=axis)
+        time.sleep(0)  # as in _widened: other threads run between chunks
     a[(*lead, slice(k, n_old))] = fill
 
 
@@ -283,9 +294,11 @@ class ScopeWindows:
         new = sum(1 for i in rows if ents[i] not in self._slot)
         if admit is not None:
             new = min(new, admit.left[self.scope])
-        want = min(len(self.entities) + new, self.max_entities)
-        if want > self.capacity:  # one exact growth for a whole new table
-            self._grow(want)
+        want = len(self.entities) + new
+        if want > self.capacity:  # one growth for a whole new table, by a quarter at least
+            grown = min(max(want, self.capacity + self.capacity // 4), self.max_entities)
+            if grown > self.capacity:
+                self._grow(grown)
         for i in rows:
             s = self._slot.get(ents[i])
             out[i] = self._add(ents[i], registry, admit) if s is None else s

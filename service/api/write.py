@@ -168,7 +168,17 @@ def _ingest_lines(st: Running, data: bytes, precision: str, strict: bool) -> Ing
     t0 = time.perf_counter()
     res = st.pipeline.ingest(batch, now, from_wire=True)
     st.metrics.ingest_seconds.labels("write").observe(time.perf_counter() - t0)
+    held = sum(len(w) for w in st.pipeline.store.scopes.values())
+    with st.mapper_lock:
+        # Names the store turned away must not live on in the mapper: past twice what the
+        # store holds it starts over, so a flood of names costs neither memory nor the
+        # garbage collector's time (a full collection scans every object held).
+        if mapper.remembered > 2 * held + MAPPER_SLACK:
+            mapper.forget_entities()
     return res
+
+
+MAPPER_SLACK = 10_000  # entities a mapper may remember beyond twice what the store holds
 
 
 def _rejection(r: Rejection) -> RejectionOut:
