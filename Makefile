@@ -28,7 +28,7 @@ bench: $(STAMP)
 	$(PY) -m bench.pipeline
 
 docs: $(STAMP)
-	$(PY) -m service.docs_gen
+	$(PY) -m service.commands.docs
 
 dashboards: $(STAMP)
 	$(PY) -m service.grafana

@@ -56,8 +56,6 @@ import numpy.typing as npt
 from bench.fleet_tables import fleet_tables
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Entity
-from service.alert_store import AlertStore
-from service.alerting import AlertMachine, AlertPolicy, Transition
 from service.notify.build import build_notification
 from service.notify.config import NotifySettings, ReceiverSettings, RouteSettings
 from service.notify.dispatcher import Dispatcher
@@ -66,6 +64,8 @@ from service.notify.silences import SilenceStore
 from service.remediation.config import RemediationSettings
 from service.remediation.hooks.base import ActionRequest, HookResult, NodeState, Step
 from service.remediation.hooks.command import CommandConfig, CommandHook
+from service.stages.alert_machine import AlertMachine, AlertPolicy, Transition
+from service.stages.alert_store import AlertStore
 
 EVAL_GOAL_MS = 50.0
 STEP_S = 5.0

@@ -26,7 +26,7 @@ GOAL_MB = 4096.0
 def _worker(scenario: str, days: float | None, step: int | None) -> dict[str, Any]:
     from models.evaluation.sources import scenario_config, simulator_source
     from models.simulator.simulator import Simulator
-    from service.evaluate import DETECTOR_SETS, evaluate_source, quiet_pipeline
+    from service.commands.evaluate import DETECTOR_SETS, evaluate_source, quiet_pipeline
     from service.settings import Settings
 
     quiet_pipeline()

@@ -33,6 +33,8 @@ from bench.fuzz_inputs import Mixer, Request
 from bench.soak_stack import Proc, wait_healthy
 from tests.influx.server import free_port
 
+CLI = "import sys; from service.commands.cli import main; sys.exit(main())"
+
 log = logging.getLogger(__name__)
 STEP_S = 5.0  # collect_interval_s: canaries are one per GPU per step
 POLL_S = 0.02
@@ -188,7 +190,7 @@ def run(n_inputs: int, seed: int, root: Path, control: bool = False) -> Report:
     url = f"http://127.0.0.1:{port}"
     cfg_path = root / "gpuhealth.yaml"
     cfg_path.write_text(yaml.safe_dump(config(root, port, drain_file), sort_keys=False))
-    argv = [sys.executable, "-c", "import sys; from service.cli import main; sys.exit(main())",
+    argv = [sys.executable, "-c", CLI,
             "--log-level", "WARNING", "serve", "--config", str(cfg_path), "--port", str(port)]
     service = Proc("service", argv, root / "service.log")
     watch = Watch(url, rep)

@@ -26,12 +26,12 @@ import httpx
 
 from bench.pipeline import LINKS, PORTS, Fleet
 from collectors.agent.spool import Spool
-from service.influx.client import InfluxClient
-from service.influx.lines import LineWriter
-from service.influx.sink import InfluxSink
-from service.ingest import EventLog, Ingestor
 from service.settings import InfluxSettings
-from service.windows import WindowConfig, WindowStore
+from service.stages.ingest import EventLog, Ingestor
+from service.stages.windows import WindowConfig, WindowStore
+from service.storage.influx.client import InfluxClient
+from service.storage.influx.lines import LineWriter
+from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 
 FLEET_GPUS = 10_000

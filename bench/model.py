@@ -50,9 +50,9 @@ from models.detectors.findings import Finding
 from models.predictor.detector import PredictorDetector
 from models.predictor.package import Predictor
 from models.predictor.policy import PredictorConfig
-from service.ingest import EventLog, Ingestor
-from service.scoring import StoreView
-from service.windows import WindowStore, window_config_for
+from service.stages.ingest import EventLog, Ingestor
+from service.stages.scoring import StoreView
+from service.stages.windows import WindowStore, window_config_for
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_DIR = ROOT / "models" / "artifacts" / "default"
@@ -287,8 +287,8 @@ def _train_command(card_command: str, out: Path) -> list[str]:
     if "--out" in rest:
         i = rest.index("--out")
         del rest[i:i + 2]
-    # Not `-m service.cli`: run as __main__, the commands would register on another module.
-    entry = "import sys; from service.cli import main; sys.exit(main(sys.argv[1:]))"
+    # Not `-m service.commands.cli`: run as __main__, the commands would register on another module.
+    entry = "import sys; from service.commands.cli import main; sys.exit(main(sys.argv[1:]))"
     return [sys.executable, "-c", entry, "--log-level", "WARNING", *rest,
             "--out", str(out), "--no-progress", "--json"]
 

@@ -111,7 +111,7 @@ class Stack:
         cfg = service_config(plan, root, self.port, self.influx.url, receiver_url, ib_down_s)
         self.config.write_text(yaml.safe_dump(cfg, sort_keys=False))
         self.settings = cfg
-        argv = [sys.executable, "-c", "import sys; from service.cli import main; "
+        argv = [sys.executable, "-c", "import sys; from service.commands.cli import main; "
                 "sys.exit(main())", "--log-level", "INFO", "serve", "--config", str(self.config)]
         self.service = Proc("service", argv, root / "service.log")
         self.agents: list[Proc] = []

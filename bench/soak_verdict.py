@@ -17,8 +17,8 @@ from bench.soak_plan import Plan
 from bench.soak_probe import Snapshot
 from bench.soak_receiver import Received
 from collectors.catalog import CATALOG
-from service.alerting import AlertPolicy
 from service.notify.receivers.webhook import rfc3339
+from service.stages.alert_machine import AlertPolicy
 
 TICKS_LATE = 2  # a hard failure must be at level 3 within this many ticks of its evidence
 JITTER_S = 1.0  # the scheduler's start latency, allowed on top of the ticks

@@ -20,18 +20,18 @@ from collectors.frames import Batch, Entity
 from models.detectors.dynamic import DynamicThresholds
 from models.detectors.findings import Detector, Signal
 from models.detectors.hard import HardRules
-from service.alert_store import Alert, AlertStore
-from service.alerting import AlertMachine, FlagChange, Transition
-from service.fleet_alerts import FLEET, MISSING, STORM, FleetAlerts
-from service.ingest import EventLog, Ingestor, IngestResult
 from service.notify.build import Notification, build_notification
 from service.notify.message import Notifier
 from service.notify.sender import Sent
 from service.remediation.actions import AuditEntry
-from service.scoring import SCOPES, RiskState, Scorer
 from service.settings import Settings
-from service.sinks import Sink, SQLiteSink
-from service.windows import WindowStore
+from service.stages.alert_machine import AlertMachine, FlagChange, Transition
+from service.stages.alert_store import Alert, AlertStore
+from service.stages.fleet_alerts import FLEET, MISSING, STORM, FleetAlerts
+from service.stages.ingest import EventLog, Ingestor, IngestResult
+from service.stages.scoring import SCOPES, RiskState, Scorer
+from service.stages.sinks import Sink, SQLiteSink
+from service.stages.windows import WindowStore
 
 log = logging.getLogger(__name__)
 SKEW_FORGET_S = 600.0  # a node's fast clock is reported this long after its last such point
@@ -168,7 +168,7 @@ class Pipeline:
         self.sinks = list(sinks)
         self.observers: list[TickObserver] = list(observers or [])
         if s.storage.influxdb.url and sinks_default:
-            from service.influx.sink import InfluxSink
+            from service.storage.influx.sink import InfluxSink
 
             influx = InfluxSink.from_settings(s)
             self.sinks.append(influx)

@@ -22,12 +22,12 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from models.detectors.dynamic import DynamicConfig
 from models.detectors.hard import HardRuleConfig
 from models.predictor.policy import PredictorConfig
-from service.alerting import AlertPolicy
 from service.api.auth import ApiSettings
-from service.influx.influxql import parse_duration
 from service.notify.config import NotifySettings
 from service.remediation.config import RemediationSettings
-from service.windows import EntityLimits, WindowConfig
+from service.stages.alert_machine import AlertPolicy
+from service.stages.windows import EntityLimits, WindowConfig
+from service.storage.influx.influxql import parse_duration
 
 
 class ServiceSettings(BaseModel):
@@ -35,7 +35,7 @@ class ServiceSettings(BaseModel):
     port: int = Field(default=8080, ge=1, le=65535)
     collect_interval_s: float = Field(default=5.0, gt=0)
     score_interval_s: float = Field(default=5.0, gt=0)
-    # Listen beyond loopback with no write token (service/exposure.py): off unless meant.
+    # Listen beyond loopback with no write token (service/commands/exposure.py): off unless meant.
     insecure: bool = False
 
 

@@ -1,7 +1,7 @@
 """What detectors read: a structural view of the window store.
 
 The store lives in `service`, which `models` must not import, so detectors see it only through
-these protocols; `service.windows.ScopeWindows` satisfies them as it is.
+these protocols; `service.stages.windows.ScopeWindows` satisfies them as it is.
 """
 
 from __future__ import annotations

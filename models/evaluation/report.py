@@ -1,7 +1,7 @@
 """The Markdown report of an evaluation: one table per question literature §7.1 asks, every
 figure as the mean over seeds with its 95 % interval when there are several seeds.
 
-`render(result)` takes the JSON-able result of service.evaluate (the "results" tree holds
+`render(result)` takes the JSON-able result of service.commands.evaluate (the "results" tree holds
 aggregate.combine leaves) and returns Markdown; plots are linked when their files are given.
 """
 

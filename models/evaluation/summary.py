@@ -42,7 +42,7 @@ def _fill(per_seed: Sequence[Scores], path: tuple[str, ...], empty: Any) -> None
 
 
 def summarize(scenario: str, seeds: Sequence[int], runs: Sequence[Scores]) -> Scores:
-    """`runs` are service.evaluate.evaluate_source outputs, one per seed, in seed order."""
+    """`runs` are service.commands.evaluate.evaluate_source outputs, one per seed, in seed order."""
     dets = list(runs[0]["scores"])
     per_seed = {d: [r["scores"][d] for r in runs] for d in dets}
     for d in dets:

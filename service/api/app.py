@@ -17,11 +17,11 @@ from collectors.base import Collector
 from service.api import alerting, history, read, write
 from service.api.auth import ApiAuth, Scope, require, validation_error
 from service.api.state import Running
-from service.metrics import ServiceMetrics
 from service.pipeline import Pipeline
-from service.scheduler import Clock, TickScheduler
+from service.runtime.metrics import ServiceMetrics
+from service.runtime.scheduler import Clock, TickScheduler
+from service.runtime.warm import warm_start_from_settings
 from service.settings import Settings
-from service.warm import warm_start_from_settings
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
-from service.sqlite_db import SqliteStore
+from service.storage.sqlite_db import SqliteStore
 
 if TYPE_CHECKING:  # the stores import this module for Principal; only ApiAuth.open builds them
     from service.api.idempotency import IdempotencyStore

@@ -1,5 +1,5 @@
 """History endpoints: a GPU's, link's, port's or node's metrics and risk over time, from
-InfluxDB when it is configured, else from the embedded SQLite store (service.history)."""
+InfluxDB when it is configured, else from the embedded SQLite store (service.storage.history)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collectors.catalog import Scope
 from collectors.frames import Entity
 from service.api.schemas import HistoryOut, SeriesPoints
 from service.api.state import Running, State
-from service.history import (
+from service.storage.history import (
     MAX_POINTS,
     Agg,
     History,

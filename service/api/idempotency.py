@@ -49,7 +49,7 @@ from fastapi.responses import JSONResponse
 
 from service.api.auth import ApiAuth, Principal, Scope, api_auth
 from service.api.ratelimit import mutating
-from service.sqlite_db import SqliteStore
+from service.storage.sqlite_db import SqliteStore
 
 HEADER = "Idempotency-Key"
 REPLAYED = "Idempotent-Replayed"

@@ -12,10 +12,10 @@ from fastapi import Depends, HTTPException, Request
 
 from collectors.base import Collector, CollectorStatus
 from collectors.schema import SchemaMapper
-from service.metrics import ServiceMetrics
 from service.pipeline import Pipeline
-from service.remote_collectors import STALE_AFTER_ROUNDS, RemoteCollectors, RemoteStatus
-from service.scheduler import Clock, TickScheduler
+from service.runtime.metrics import ServiceMetrics
+from service.runtime.remote_collectors import STALE_AFTER_ROUNDS, RemoteCollectors, RemoteStatus
+from service.runtime.scheduler import Clock, TickScheduler
 from service.settings import Settings
 
 

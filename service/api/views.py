@@ -10,7 +10,6 @@ import numpy as np
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Entity
 from models.detectors.findings import Signal
-from service.alert_store import Alert
 from service.api.schemas import (
     AlertOut,
     EntityOut,
@@ -25,7 +24,8 @@ from service.api.schemas import (
     TopSignal,
 )
 from service.pipeline import Pipeline
-from service.scoring import SCOPES, RiskState
+from service.stages.alert_store import Alert
+from service.stages.scoring import SCOPES, RiskState
 
 ALL = 1_000_000  # "no limit" for alert-store queries scoped to one node
 

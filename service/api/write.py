@@ -22,7 +22,7 @@ from service.api.inflate import inflate
 from service.api.schemas import RejectionOut, WriteError
 from service.api.state import Running, State
 from service.api.write_auth import Refused, authorize
-from service.ingest import IngestResult
+from service.stages.ingest import IngestResult
 
 Precision = Literal["ns", "n", "us", "u", "ms", "s", "m", "h"]  # InfluxDB v1 and v2 spellings
 log = logging.getLogger(__name__)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from collectors.catalog import Scope
-from service.alerting import LEVEL_NAMES, AlertPolicy
 from service.grafana.contract import ACTION, ALERT, RISK, SAMPLES, Measurement
 from service.grafana.panels import (
     Json,
@@ -19,6 +18,7 @@ from service.grafana.panels import (
     variable,
 )
 from service.grafana.queries import col, lit, q, select, tag_values
+from service.stages.alert_machine import LEVEL_NAMES, AlertPolicy
 
 FLEET, NODE, FABRIC, ALERTS = ("gpuhealth-fleet", "gpuhealth-node", "gpuhealth-fabric",
                                "gpuhealth-alerts")

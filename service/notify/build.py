@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.alert_store import AlertStore
 from service.notify.config import NotifySettings
 from service.notify.dispatcher import Dispatcher
 from service.notify.message import Notifier
@@ -15,6 +14,7 @@ from service.notify.nflog import NotificationLog
 from service.notify.record import RecordReceiver
 from service.notify.sender import Sender
 from service.notify.silences import SilenceStore
+from service.stages.alert_store import AlertStore
 
 
 @dataclass(slots=True)

@@ -14,7 +14,6 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from service.alert_store import Alert, AlertStore
 from service.notify.config import InhibitRule, NotifySettings
 from service.notify.matchers import Matcher, match_all, parse_all
 from service.notify.message import AlertRef, Message
@@ -23,6 +22,7 @@ from service.notify.ratelimit import Bucket
 from service.notify.refs import labels_of, ref_of
 from service.notify.routing import Route
 from service.notify.silences import SilenceStore
+from service.stages.alert_store import Alert, AlertStore
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from service.sqlite_db import SqliteStore
+from service.storage.sqlite_db import SqliteStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS nflog (

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from service.notify.message import Delivery, Message
-from service.sqlite_db import open_db
+from service.storage.sqlite_db import open_db
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from service.alert_store import Alert
 from service.notify.message import LEVEL_SEVERITY, AlertRef, Status
+from service.stages.alert_store import Alert
 
 
 def labels_of(a: Alert, cluster: str, level: int | None = None) -> dict[str, str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from service.notify.matchers import Matcher, match_all, parse_all
-from service.sqlite_db import SqliteStore
+from service.storage.sqlite_db import SqliteStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS silences (

@@ -17,7 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from service.sqlite_db import SqliteStore
+from service.storage.sqlite_db import SqliteStore
 
 Kind = Literal["migrate", "release"]
 

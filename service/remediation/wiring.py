@@ -7,14 +7,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from service.alert_store import Alert, AlertStore
-from service.fleet_alerts import NODATA
 from service.notify.refs import summary_of
 from service.remediation.actions import ActionStore, AuditEntry
 from service.remediation.config import RemediationSettings
 from service.remediation.controller import MigrationRequest, RemediationController
 from service.remediation.hooks import build_hook
 from service.remediation.hooks.base import Hook
+from service.stages.alert_store import Alert, AlertStore
+from service.stages.fleet_alerts import NODATA
 
 
 class AlertRecheck:

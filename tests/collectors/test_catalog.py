@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from collectors.catalog import CATALOG, Catalog, Kind, Metric, Scope
-from service import docs_gen
+from service.commands import docs as docs_gen
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO.parent / "shared" / "fixtures"
@@ -470,9 +470,9 @@ def test_required_metric(name: str, scope: Scope, kind: Kind, resets: bool) -> N
 
 def test_metrics_md_is_up_to_date() -> None:
     path = REPO / "docs" / "metrics.md"
-    assert path.is_file(), "docs/metrics.md is missing: run `python -m service.docs_gen`"
+    assert path.is_file(), "docs/metrics.md is missing: run `python -m service.commands.docs`"
     assert path.read_text(encoding="utf-8") == docs_gen.render_metrics_md(), (
-        "docs/metrics.md is stale: run `python -m service.docs_gen`"
+        "docs/metrics.md is stale: run `python -m service.commands.docs`"
     )
 
 

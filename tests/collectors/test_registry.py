@@ -12,7 +12,7 @@ import pytest
 
 from collectors import registry
 from collectors.nvidia_smi import DEFAULT_QUERY_FIELDS
-from service.cli import main
+from service.commands.cli import main
 
 FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
 XML = FIXTURES / "nvidia-smi-xml" / "telegraf-a100-sxm4-v12.xml"
@@ -110,7 +110,7 @@ def test_parse_reads_xids_from_a_kernel_log(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_the_service_builds_its_own_collectors_from_settings(tmp_path: Path) -> None:
-    from service.cli import local_collectors
+    from service.commands.cli import local_collectors
     from service.settings import Settings
 
     s = Settings(collectors={"sources": {  # type: ignore[arg-type]

@@ -123,7 +123,7 @@ def test_the_agent_pushes_to_the_service_with_a_token_it_accepts() -> None:
 
 
 def test_the_agent_command_parses() -> None:
-    from service.cli import build_parser
+    from service.commands.cli import build_parser
 
     args = _agent_args()
     start = args.index("agent")

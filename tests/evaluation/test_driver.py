@@ -13,7 +13,7 @@ from models.evaluation.summary import summarize, write_outputs
 from models.simulator.config import SimConfig
 from models.simulator.scenarios import load_scenario
 from models.simulator.simulator import Simulator
-from service.evaluate import (
+from service.commands.evaluate import (
     DETECTOR_SETS,
     configure_parser,
     evaluate_source,
@@ -82,7 +82,7 @@ def test_demo_summary_rows() -> None:
     src = Source("tiny", 300.0, sim.labels, sim.run(), sim.config.time.start_s,
                  sim.config.time.end_s)
     from models.evaluation.rounds import feed_rounds
-    from service.evaluate import Evaluator
+    from service.commands.evaluate import Evaluator
 
     ev = Evaluator(300.0, src.start or 0.0, ["ours"])
     transitions = []

@@ -9,11 +9,11 @@ import pytest
 
 from collectors.base import CollectorStatus
 from service.grafana import ALL, all_queries, expand
-from service.influx.client import InfluxClient
-from service.influx.sink import InfluxSink
 from service.notify.message import Delivery, Message
 from service.pipeline import Pipeline
 from service.settings import Settings
+from service.storage.influx.client import InfluxClient
+from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 from tests.pipeline.builders import T0, Rounds
 

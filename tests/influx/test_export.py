@@ -18,10 +18,10 @@ from collectors.frames import Batch, Entity, EntityTable
 from collectors.labels import load_labels
 from collectors.lineprotocol import parse
 from collectors.trace import TraceReader
-from service.cli import main
-from service.influx.sink import InfluxSink
+from service.commands.cli import main
 from service.pipeline import Pipeline
 from service.settings import Settings
+from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 from tests.pipeline.builders import T0, Rounds
 

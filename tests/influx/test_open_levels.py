@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from service.grafana import ALL, all_queries, expand
-from service.influx.client import InfluxClient
-from service.influx.sink import InfluxSink
 from service.pipeline import Pipeline
 from service.settings import Settings
+from service.storage.influx.client import InfluxClient
+from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 from tests.pipeline.builders import T0, Rounds
 

@@ -15,18 +15,18 @@ from fastapi.testclient import TestClient
 
 from collectors.frames import Entity, name_problem
 from service.api import create_app
-from service.history import (
+from service.pipeline import Pipeline
+from service.settings import Settings
+from service.storage.history import (
     Agg,
     HistoryUnavailable,
     QueryError,
     build_query,
 )
-from service.history_sqlite import SQLiteHistory
-from service.influx.client import InfluxClient
-from service.influx.reader import InfluxHistory
-from service.influx.sink import InfluxSink
-from service.pipeline import Pipeline
-from service.settings import Settings
+from service.storage.history_sqlite import SQLiteHistory
+from service.storage.influx.client import InfluxClient
+from service.storage.influx.reader import InfluxHistory
+from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer, free_port
 from tests.pipeline.builders import T0
 from tests.service.fleet import ManualClock

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.influx.record import TickRecorder
 from service.pipeline import Pipeline, TickResult
 from service.settings import Settings
+from service.storage.influx.record import TickRecorder
 from tests.pipeline.builders import T0, Rounds
 
 DAY = 86400.0

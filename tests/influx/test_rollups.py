@@ -8,13 +8,13 @@ import httpx
 import pytest
 
 from collectors.frames import Entity
-from service.history import Agg, SeriesOut, build_query
-from service.influx.client import InfluxClient
-from service.influx.reader import InfluxHistory
-from service.influx.schema import ROLLUP_RP, backfill_rollups
-from service.influx.sink import InfluxSink
 from service.pipeline import Pipeline
 from service.settings import Settings
+from service.storage.history import Agg, SeriesOut, build_query
+from service.storage.influx.client import InfluxClient
+from service.storage.influx.reader import InfluxHistory
+from service.storage.influx.schema import ROLLUP_RP, backfill_rollups
+from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 from tests.influx.test_sink import settings
 from tests.pipeline.builders import T0, Rounds

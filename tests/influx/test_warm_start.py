@@ -7,12 +7,12 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from service.influx.client import InfluxClient
-from service.influx.rounds import InfluxRounds
-from service.influx.sink import InfluxSink
 from service.pipeline import Pipeline
+from service.runtime.warm import warm_start
 from service.settings import Settings
-from service.warm import warm_start
+from service.storage.influx.client import InfluxClient
+from service.storage.influx.rounds import InfluxRounds
+from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 from tests.pipeline.builders import T0, Rounds
 
@@ -74,7 +74,7 @@ def test_sustained_rule_fires_on_time_after_a_restart(influx_server: InfluxServe
 
 
 def test_service_starts_cold_when_influxdb_is_unreachable(tmp_path: Path) -> None:
-    from service.warm import warm_start_from_settings
+    from service.runtime.warm import warm_start_from_settings
     from tests.influx.server import free_port
 
     s = Settings(storage={"data_dir": tmp_path, "influxdb": {  # type: ignore[arg-type]

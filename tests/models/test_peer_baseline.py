@@ -13,9 +13,9 @@ from collectors.frames import Entity
 from models.detectors.findings import Finding
 from models.detectors.fusion import fuse
 from models.detectors.peer import PeerMahalanobis, robust_z, shrunk_correlation
-from service.ingest import EventLog, Ingestor
-from service.scoring import StoreView
-from service.windows import WindowConfig, WindowStore, window_config_for
+from service.stages.ingest import EventLog, Ingestor
+from service.stages.scoring import StoreView
+from service.stages.windows import WindowConfig, WindowStore, window_config_for
 from tests.pipeline.builders import T0, Rounds
 
 HOUR = 3600.0

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collectors.frames import Entity
-from service.alerting import AlertMachine, AlertPolicy
+from service.stages.alert_machine import AlertMachine, AlertPolicy
 from tests.notify.timeline import STEP_S, T0, MachineFeed, Recorder, Timeline, notify_settings
 
 POLICY = AlertPolicy()

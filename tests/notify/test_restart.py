@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from service.alerting import AlertPolicy
 from service.notify.message import Delivery
 from service.pipeline import Pipeline
 from service.settings import DetectorSettings, ModelSettings, Settings, StorageSettings
+from service.stages.alert_machine import AlertPolicy
 from tests.notify.timeline import Flaky, Recorder, Seen, Timeline, notify_settings, seen
 from tests.pipeline.builders import T0 as PIPE_T0
 from tests.pipeline.builders import Rounds

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from collectors.frames import Entity
-from service.alerting import AlertMachine, AlertPolicy
-from service.fleet_alerts import FLEET, NODATA, STORM, FleetAlerts
 from service.notify.config import NotifySettings, StormSettings
 from service.notify.message import Delivery, Notifier
 from service.notify.refs import labels_of
+from service.stages.alert_machine import AlertMachine, AlertPolicy
+from service.stages.fleet_alerts import FLEET, NODATA, STORM, FleetAlerts
 from tests.notify.timeline import (
     T0,
     Flaky,

@@ -18,13 +18,13 @@ import numpy as np
 
 from collectors.catalog import Scope
 from collectors.frames import Entity
-from service.alert_store import ALERTNAMES, Alert, AlertStore
-from service.alerting import AlertMachine, Transition
 from service.notify.build import Notification, build_notification
 from service.notify.config import NotifySettings
 from service.notify.message import Delivery, Message, Notifier
 from service.notify.nflog import Entry
 from service.notify.sender import Sender, Sent
+from service.stages.alert_machine import AlertMachine, Transition
+from service.stages.alert_store import ALERTNAMES, Alert, AlertStore
 
 T0 = 1_700_000_000.0  # a plain float, far from zero so no timestamp is falsy by accident
 STEP_S = 5.0  # the scoring tick

@@ -11,11 +11,11 @@ import numpy as np
 from collectors.catalog import Scope
 from models.detectors.findings import Finding
 from models.detectors.view import FleetView
-from service.fleet_alerts import NODATA, STORM
 from service.pipeline import Pipeline
 from service.remediation.config import RemediationSettings
 from service.remediation.wiring import Remediator, build_remediation
 from service.settings import Settings
+from service.stages.fleet_alerts import NODATA, STORM
 from tests.pipeline.builders import T0, Rounds
 
 

@@ -3,8 +3,8 @@ import pytest
 
 from collectors.catalog import Scope
 from collectors.frames import Entity
-from service.alert_store import AlertStore
-from service.alerting import AlertMachine, AlertPolicy
+from service.stages.alert_machine import AlertMachine, AlertPolicy
+from service.stages.alert_store import AlertStore
 
 ENTS = [Entity.gpu("n0", g) for g in range(3)]
 
@@ -122,7 +122,7 @@ def test_flapping_caps_the_level_below_a_page_and_clears() -> None:
 
 
 def test_stale_telemetry_freezes_the_level_and_is_its_own_state() -> None:
-    from service.alerting import State
+    from service.stages.alert_machine import State
 
     m = AlertMachine(AlertPolicy(for_s=(0, 0, 0), resolve_for_s=0, dwell_s=(0, 0, 0),
                                  long_window_s=0, stale_after_s=15))

@@ -13,11 +13,11 @@ import pytest
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
 from models.detectors.dynamic import DynamicThresholds
-from service.alert_store import Alert
-from service.ingest import EventLog, Ingestor
 from service.pipeline import Pipeline
 from service.settings import Settings
-from service.windows import EntityLimits, WindowStore
+from service.stages.alert_store import Alert
+from service.stages.ingest import EventLog, Ingestor
+from service.stages.windows import EntityLimits, WindowStore
 from tests.pipeline.builders import T0, Rounds
 
 STEP = 5.0
@@ -89,7 +89,7 @@ def test_twenty_thousand_new_gpus_in_one_write_take_bounded_memory() -> None:
     before = ing.store.nbytes()
     res = ing.ingest(_gpus([(f"ph{i}", 0) for i in range(20_000)], T0), T0, from_wire=True)
     grown = ing.store.nbytes() - before
-    per_gpu = 62_000  # bytes of windows per GPU (service/windows.py EntityLimits)
+    per_gpu = 62_000  # bytes of windows per GPU (service/stages/windows.py EntityLimits)
     assert res.rejected == 20_000 - 1024
     assert grown < 1.1 * 1024 * per_gpu
 

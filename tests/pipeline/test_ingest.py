@@ -3,8 +3,8 @@ import pytest
 
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
-from service.ingest import EventLog, Ingestor
-from service.windows import WindowStore
+from service.stages.ingest import EventLog, Ingestor
+from service.stages.windows import WindowStore
 from tests.pipeline.builders import T0
 
 GPU = Scope.GPU

@@ -9,12 +9,12 @@ from pathlib import Path
 
 from collectors.catalog import Scope
 from collectors.frames import Batch
-from service.alert_store import Alert
-from service.alerting import Transition
-from service.fleet_alerts import MISSING
 from service.pipeline import Pipeline
 from service.remediation.wiring import AlertRecheck
 from service.settings import Settings
+from service.stages.alert_machine import Transition
+from service.stages.alert_store import Alert
+from service.stages.fleet_alerts import MISSING
 from tests.pipeline.builders import T0, Rounds
 
 STEP = 5.0

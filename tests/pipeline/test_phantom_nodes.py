@@ -10,9 +10,9 @@ import numpy as np
 
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, Frame
-from service.fleet_alerts import STORM
 from service.pipeline import Pipeline
 from service.settings import Settings
+from service.stages.fleet_alerts import STORM
 from tests.pipeline.builders import T0, Rounds
 
 STEP = 5.0

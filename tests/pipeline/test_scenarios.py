@@ -10,7 +10,7 @@ from pathlib import Path
 from collectors.replay import ReplaySource
 from collectors.trace import TraceReader, TraceWriter
 from service.pipeline import Pipeline, TickResult
-from service.runner import run_replay
+from service.runtime.runner import run_replay
 from service.settings import Settings
 from tests.pipeline.builders import T0, Rounds
 

@@ -15,10 +15,10 @@ from collectors.frames import Batch, Entity, EntityTable, Frame
 from collectors.schema import SchemaMapper
 from models.simulator import Simulator
 from models.simulator.hardware import GENERATIONS
-from service.ingest import MAX_DETAILED_REJECTIONS, EventLog, Ingestor
 from service.pipeline import Pipeline
 from service.settings import Settings
-from service.windows import WindowStore
+from service.stages.ingest import MAX_DETAILED_REJECTIONS, EventLog, Ingestor
+from service.stages.windows import WindowStore
 from tests.models._simulator_util import SCOPES, collect, small
 from tests.pipeline.builders import T0, Rounds
 

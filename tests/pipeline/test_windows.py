@@ -3,7 +3,7 @@ import pytest
 
 from collectors.catalog import Scope
 from collectors.frames import Entity
-from service.windows import TierSpec, WindowConfig, WindowStore
+from service.stages.windows import TierSpec, WindowConfig, WindowStore
 from tests.pipeline.builders import T0
 
 

@@ -17,7 +17,7 @@ from models.predictor.artifact import save
 from models.predictor.dataset import RunFeatures, Targets, targets
 from models.predictor.package import to_artifact
 from models.predictor.train import ScopeResult, TrainConfig, train_scope
-from service.train import record_source
+from service.commands.train import record_source
 
 TINY = TrainConfig(window_h=12, hidden=8, epochs=2, batch=128, threads=1, seed=5)
 

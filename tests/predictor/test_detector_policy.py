@@ -15,9 +15,9 @@ from collectors.catalog import Scope
 from models.predictor.dataset import head_names
 from models.predictor.detector import PredictorDetector
 from models.predictor.policy import PredictorConfig
-from service.ingest import EventLog, Ingestor
-from service.scoring import StoreView
-from service.windows import WindowStore, window_config_for
+from service.stages.ingest import EventLog, Ingestor
+from service.stages.scoring import StoreView
+from service.stages.windows import WindowStore, window_config_for
 from tests.pipeline.builders import T0, Rounds
 
 F32 = npt.NDArray[np.float32]

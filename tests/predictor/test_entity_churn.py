@@ -13,7 +13,7 @@ from models.detectors.findings import Finding
 from models.detectors.fusion import fuse
 from service.pipeline import Pipeline
 from service.settings import Settings
-from service.windows import window_config_for
+from service.stages.windows import window_config_for
 from tests.pipeline.builders import T0, Rounds
 
 STEP = 300.0

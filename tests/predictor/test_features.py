@@ -18,9 +18,9 @@ from models.predictor.features import (
     n_hourly,
     sequences,
 )
-from service.ingest import EventLog, Ingestor
-from service.scoring import StoreView
-from service.windows import WindowStore, window_config_for
+from service.stages.ingest import EventLog, Ingestor
+from service.stages.scoring import StoreView
+from service.stages.windows import WindowStore, window_config_for
 from tests.models.test_peer_baseline import Fleet
 from tests.pipeline.builders import T0, Rounds
 

@@ -19,7 +19,7 @@ from models.predictor.slot import ModelSlot
 from service.api import create_app
 from service.pipeline import Pipeline
 from service.settings import Settings
-from service.windows import window_config_for
+from service.stages.windows import window_config_for
 from tests.pipeline.builders import T0, Rounds
 from tests.service.fleet import ManualClock
 

@@ -9,8 +9,8 @@ import pytest
 
 from collectors.base import Collector, CollectorStatus
 from collectors.frames import Batch
-from service import agent_cmd
-from service.cli import main
+from service.commands import agent as agent_cmd
+from service.commands.cli import main
 from tests.service.fleet import T0, Fleet
 
 

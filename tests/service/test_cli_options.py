@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service import cli
+from service.commands import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 HTTP_LOGGERS = ("uvicorn.access", "httpx", "httpcore")

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from collectors.trace import TraceWriter
-from service import progress
-from service.cli import main
-from service.progress import Progress
+from service.commands import progress
+from service.commands.cli import main
+from service.commands.progress import Progress
 from tests.service.fleet import STEP, T0, Fleet
 
 

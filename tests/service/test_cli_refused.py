@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 
 from collectors.frames import Rejection
-from service.demo import run_demo
-from service.ingest import IngestResult
+from service.commands.demo import run_demo
+from service.commands.refusals import RefusalTally, reason_kind
 from service.pipeline import Pipeline
-from service.refusals import RefusalTally, reason_kind
 from service.settings import Settings
+from service.stages.ingest import IngestResult
 from tests.service.fleet import STEP, T0, Fleet
 
 

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from collectors import registry
-from service.cli import main
+from service.commands.cli import main
+
+CLI = "import sys; from service.commands.cli import main; sys.exit(main())"
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ", ".join(sorted(registry.SOURCES))
@@ -120,7 +122,7 @@ def test_the_installed_entry_point_prints_no_traceback(tmp_path: Path) -> None:
     for argv, says in ((["parse", "foo", "x"], "unknown source 'foo'"),
                        (["simulate", "foo", str(tmp_path / "out")], "no scenario 'foo'")):
         done = subprocess.run(
-            [sys.executable, "-c", "import sys; from service.cli import main; sys.exit(main())",
+            [sys.executable, "-c", CLI,
              *argv], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 2, done.stderr
         assert says in done.stderr and "Traceback" not in done.stderr

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.cli import main
-from service.demo import run_demo
+from service.commands.cli import main
+from service.commands.demo import run_demo
 
 
 def _args(tmp_path: Path, **kw: object) -> argparse.Namespace:

@@ -52,7 +52,7 @@ def test_a_failing_detector_loses_only_its_own_findings(settings: Settings,
     clock = ManualClock(T0)
     app = create_app(lambda: Pipeline(settings, detectors=[*default_detectors(settings), bad]),
                      clock=clock, schedule=False, collectors=[FleetCollector(fleet, clock)])
-    with TestClient(app) as c, caplog.at_level(logging.DEBUG, "service.scoring"):
+    with TestClient(app) as c, caplog.at_level(logging.DEBUG, "service.stages.scoring"):
         st = app.state.gpuhealth
         fleet.set("n001:gpu3", "ecc_dbe_volatile", 1.0)
         for _ in range(4):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from service.cli import main
-from service.exposure import exposure_problem, loopback
+from service.commands.cli import main
+from service.commands.exposure import exposure_problem, loopback
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.8.0.1", "::1", "[::1]", "localhost"])

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from collectors.frames import Entity
-from service.history import (
+from service.pipeline import Pipeline
+from service.settings import Settings
+from service.storage.history import (
     MAX_POINTS,
     Agg,
     History,
@@ -22,9 +24,7 @@ from service.history import (
     build_query,
     parse_time,
 )
-from service.history_sqlite import SQLiteHistory
-from service.pipeline import Pipeline
-from service.settings import Settings
+from service.storage.history_sqlite import SQLiteHistory
 from tests.pipeline.builders import T0, Rounds
 
 ROUNDS = 24  # two minutes at 5 s: two 60-s buckets of 12 samples

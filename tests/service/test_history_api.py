@@ -17,10 +17,10 @@ from fastapi.testclient import TestClient
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, Frame, name_problem
 from service.api import Running, create_app
-from service.history import build_query
-from service.history_sqlite import SQLiteHistory
 from service.pipeline import Pipeline
 from service.settings import Settings
+from service.storage.history import build_query
+from service.storage.history_sqlite import SQLiteHistory
 from tests.service.fleet import STEP, T0, Fleet, FleetCollector, ManualClock
 
 # Names a hostile or careless agent could give its host, and metric names a caller could try.

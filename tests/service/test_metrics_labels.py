@@ -5,8 +5,8 @@ credentials in it are redacted, control characters and long text cut; the number
 from __future__ import annotations
 
 from collectors.collector_status import CollectorReport
-from service.metrics import label_text
-from service.remote_collectors import RemoteCollectors
+from service.runtime.metrics import label_text
+from service.runtime.remote_collectors import RemoteCollectors
 
 
 def test_error_labels_are_redacted_one_line_and_bounded() -> None:

@@ -12,11 +12,11 @@ from fastapi.testclient import TestClient
 
 from collectors.replay import ReplaySource
 from collectors.trace import TraceWriter
-from service import cli
 from service.api import create_app
+from service.commands import cli
 from service.pipeline import Pipeline, TickResult
-from service.runner import run_replay
-from service.scheduler import DataClock
+from service.runtime.runner import run_replay
+from service.runtime.scheduler import DataClock
 from service.settings import ServiceSettings, Settings
 from tests.service.fleet import STEP, T0, Fleet
 

@@ -21,7 +21,7 @@ import yaml
 from collectors.replay import ReplaySource
 from collectors.trace import TraceReader, TraceWriter
 from service.pipeline import TickResult
-from service.replay_progress import ReplayProgress
+from service.runtime.replay_progress import ReplayProgress
 from tests.notify.receivers.servers import HttpRecorder, Reply, free_port
 from tests.service.fleet import STEP, T0, Fleet
 
@@ -98,8 +98,8 @@ class Service:
         }
         self.config = root / "gpuhealth.yaml"
         self.config.write_text(yaml.safe_dump(config))
-        self.argv = [sys.executable, "-m", "service.cli", "serve", "--config", str(self.config),
-                     "--replay", str(trace), "--speed", "40"]
+        self.argv = [sys.executable, "-m", "service.commands.cli", "serve", "--config",
+                     str(self.config), "--replay", str(trace), "--speed", "40"]
         self.log = root / "service.log"
         self.proc: subprocess.Popen[bytes] | None = None
 

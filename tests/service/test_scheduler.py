@@ -13,7 +13,7 @@ from collectors.catalog import Scope
 from models.detectors.findings import Finding
 from models.detectors.view import FleetView
 from service.pipeline import Pipeline, default_detectors
-from service.scheduler import DataClock, TickScheduler, batch_time
+from service.runtime.scheduler import DataClock, TickScheduler, batch_time
 from service.settings import Settings
 from tests.service.fleet import STEP, T0, BrokenCollector, Fleet, FleetCollector, ManualClock
 

@@ -14,7 +14,7 @@ import yaml
 
 from service.api.auth import Scope, TokenStore
 from service.api.redact import RedactingFilter
-from service.cli import main
+from service.commands.cli import main
 from service.settings import load
 
 

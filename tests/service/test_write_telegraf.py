@@ -26,7 +26,7 @@ from collectors.frames import Entity
 from service.api import create_app
 from service.api.state import Running
 from service.settings import Settings
-from service.sinks import SQLiteSink
+from service.stages.sinks import SQLiteSink
 from tests.service.fleet import T0, ManualClock
 
 S = 10**9
@@ -172,7 +172,7 @@ def ignored(client: TestClient) -> dict[tuple[str, str], float]:
 def test_a_whole_telegraf_flush_is_accepted_stored_and_the_rest_counted(
         client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
     body = flush(NS)
-    caplog.set_level(logging.INFO, logger="service.metrics")
+    caplog.set_level(logging.INFO, logger="service.runtime.metrics")
     r = client.post("/write", params={"db": "telegraf"}, content=body)
     assert r.status_code == 204, r.text
     # v12: what it carries reaches the catalog, strings included.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from service.cli import main
+from service.commands.cli import main
 from tests.collectors.agent.test_agent import Service, _free_port
 
 T0 = 1_700_000_000  # the trace's own time: years before the test runs

@@ -15,7 +15,7 @@ from collectors.catalog import CATALOG, Scope
 from collectors.infiniband import IbstatCollector, parse_ibstat, to_point
 from collectors.nvidia_smi import RunResult
 from collectors.schema import SchemaMapper
-from service.cli import main
+from service.commands.cli import main
 from tests.collectors.infiniband.trees import REPO
 
 OTHER = REPO / ".." / "shared" / "fixtures" / "other"

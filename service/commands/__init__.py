@@ -1,0 +1,1 @@
+"""The `gpuhealth` command line: `cli` parses and dispatches; one module per subcommand."""

@@ -1,0 +1,221 @@
+"""`gpuhealth agent` (run the collectors on a GPU node and push line protocol to the service or
+InfluxDB) and `gpuhealth parse` (print what a collector reads from captured output)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from collectors import registry
+from collectors.agent.loop import Agent
+from collectors.agent.push import Pusher
+from collectors.agent.spool import Spool
+from collectors.base import Collector
+from collectors.lpformat import format_points
+from collectors.replay import ReplaySource
+from collectors.trace import TraceReader
+from service.commands.cli import register
+from service.commands.usage import UsageError, source_name, trace_missing
+
+
+def _configure_agent(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", help="write endpoint: http://SERVICE:8080/write, or InfluxDB's "
+                                 "http://HOST:8086/write?db=gpuhealth or /api/v2/write?...")
+    p.add_argument("--token", default=os.environ.get("GPUHEALTH_AGENT_TOKEN"),
+                   help="write token (Authorization: Token ...); default $GPUHEALTH_AGENT_TOKEN")
+    p.add_argument("--source", action="append", default=[], type=source_name,
+                   help=f"source to run (repeatable; default: every one this host has). "
+                        f"Known: {', '.join(sorted(registry.SOURCES))}")
+    p.add_argument("--host", default=socket.gethostname(), help="node name to tag samples with")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between rounds")
+    p.add_argument("--spool", type=Path, default=Path("var/agent-spool"),
+                   help="on-disk buffer for rounds the target has not taken yet")
+    p.add_argument("--spool-mb", type=int, default=256, help="spool bound; oldest dropped first")
+    p.add_argument("--once", action="store_true",
+                   help="collect one round and stop; exit 1 if no source could be read")
+    p.add_argument("--stdout", action="store_true", help="print line protocol instead of pushing")
+    r = p.add_argument_group("replay", "push a recorded or simulated trace instead of reading "
+                                       "this host's sources (a demo cluster)")
+    r.add_argument("--replay", type=Path, metavar="TRACE",
+                   help="a trace directory or .lp/.lp.gz file (`gpuhealth simulate` writes one)")
+    r.add_argument("--speed", type=float, default=1.0,
+                   help="replay speed: 1 real time, 10 ten times faster, 0 as fast as possible")
+    r.add_argument("--rebase-now", action="store_true",
+                   help="shift the trace's timestamps so it plays as if happening now (needs "
+                        "--speed 1: the service scores at the wall clock's time)")
+    r.add_argument("--backfill-s", type=float, default=0.0, metavar="SECONDS",
+                   help="with --rebase-now: the trace starts this long ago; that part is "
+                        "pushed at once as history, the rest in real time")
+
+
+def _replay(args: argparse.Namespace) -> ReplaySource:
+    if args.speed < 0 or args.backfill_s < 0:
+        raise UsageError("--speed and --backfill-s must be 0 or more")
+    if args.rebase_now and args.speed != 1:
+        # Rebased samples carry wall-clock stamps: played faster they would run ahead of
+        # the clock, and the service refuses samples from the future and two in one step.
+        raise UsageError("--rebase-now replays in real time: leave --speed at 1")
+    if args.backfill_s and not args.rebase_now:
+        raise UsageError("--backfill-s needs --rebase-now")
+    if args.source:
+        raise UsageError("--replay and --source exclude each other")
+    # Whole steps since the epoch, as a live agent's rounds would roughly fall.
+    step = args.interval
+    start = math.floor((time.time() - args.backfill_s) / step) * step if args.rebase_now else None
+    try:
+        reader = TraceReader(args.replay, step_s=args.interval)
+    except FileNotFoundError as exc:
+        raise trace_missing(exc) from None
+    return ReplaySource(reader, speed=args.speed, start_at=start)
+
+
+def _collectors(args: argparse.Namespace) -> list[Collector]:
+    if args.replay is not None:
+        return [_replay(args)]
+    names = args.source or registry.detected()
+    if not names:
+        raise UsageError(f"no source found on this host; name one with --source "
+                         f"({', '.join(sorted(registry.SOURCES))})")
+    return [registry.get(n).build(args.host, {}) for n in names]
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Refuse what would fail later, or quietly: a busy loop, a URL nothing can reach."""
+    if not args.interval > 0:
+        raise UsageError(f"--interval {args.interval:g}: give a positive number of seconds")
+    if args.spool_mb < 1:
+        raise UsageError(f"--spool-mb {args.spool_mb}: give 1 or more")
+    if args.url is not None and not args.stdout:
+        url = urlsplit(args.url)
+        if url.scheme not in ("http", "https") or not url.netloc:
+            raise UsageError(f"--url {args.url!r}: give an http:// or https:// URL, e.g. "
+                             f"http://SERVICE:8080/write")
+    elif not args.stdout:
+        raise UsageError("--url is required unless --stdout")
+
+
+def _spool(args: argparse.Namespace) -> Spool:
+    if args.spool.exists() and not args.spool.is_dir():
+        raise UsageError(f"--spool {args.spool}: not a directory")
+    try:
+        return Spool(args.spool, args.spool_mb << 20)
+    except OSError as exc:
+        raise UsageError(f"--spool {args.spool}: {exc.strerror or exc}") from None
+
+
+def _sources_down(collectors: list[Collector]) -> int:
+    """After `--once`: say which sources could not be read and why (stderr); 1 when none
+    could, so a check such as `agent --once --stdout` fails on a node whose sources are all
+    gone, 0 when at least one was read."""
+    down = [c for c in collectors if not c.status.up]
+    for c in down:
+        print(f"gpuhealth agent: source {c.name} is down: {c.status.reason or 'no reason given'}",
+              file=sys.stderr)
+    if down and len(down) == len(collectors):
+        print(f"gpuhealth agent: no source produced data ({len(down)} down)", file=sys.stderr)
+        return 1
+    if down:
+        print(f"gpuhealth agent: {len(collectors) - len(down)} of {len(collectors)} sources "
+              f"read", file=sys.stderr)
+    return 0
+
+
+def _run_agent(args: argparse.Namespace) -> int:
+    _check(args)
+    collectors = _collectors(args)
+    replaying = args.replay is not None
+    # A replay paces itself (ReplaySource sleeps until each round is due) and ends; --once
+    # has no next round to wait for.
+    interval = 0.0 if replaying or args.once else args.interval
+
+    def exhausted() -> bool:
+        return replaying and all(c.status.exhausted for c in collectors)
+
+    if args.stdout:
+        agent = Agent(collectors, _spool(args), None, interval_s=interval, host=args.host)
+        while True:
+            for line in agent.lines():
+                print(line)
+            sys.stdout.flush()
+            if args.once:
+                return _sources_down(collectors)
+            if exhausted():
+                return 0
+            time.sleep(interval)
+    agent = Agent(collectors, _spool(args), Pusher(args.url, token=args.token),
+                  interval_s=interval, host=args.host)
+    stopping: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    with contextlib.suppress(KeyboardInterrupt):
+        agent.run(lambda: bool(stopping) or exhausted(), rounds=1 if args.once else None)
+        # A finished replay still owes the target what is spooled; a live agent keeps it.
+        while exhausted() and not stopping and agent.spool.oldest() is not None:
+            if not agent.flush():
+                time.sleep(1.0)
+    s = agent.stats
+    print(f"agent: {s.rounds} rounds, {s.lines} lines, {s.segments_sent} segments sent, "
+          f"{agent.spool.stats.segments} spooled, {s.segments_dropped} dropped", file=sys.stderr)
+    return _sources_down(collectors) if args.once else 0
+
+
+def _configure_parse(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", type=source_name,
+                   help=f"one of: {', '.join(sorted(registry.SOURCES))}")
+    p.add_argument("files", nargs="+", type=Path, help="captured outputs")
+    p.add_argument("--host", default="node", help="node name to tag samples with")
+
+
+def _run_parse(args: argparse.Namespace) -> int:
+    """Points on stdout; per file on stderr, what was read, refused (and why) and noted. Exits
+    1 when some file could not be read or gave nothing but refusals."""
+    try:
+        source = registry.get(args.source)
+    except KeyError as exc:  # "unknown source 'foo' (known: ...)"
+        raise SystemExit(f"gpuhealth parse: {exc.args[0]}") from None
+    ts_ns = time.time_ns()
+    failed = 0
+    for f in args.files:
+        try:
+            got = source.parse(f, args.host, ts_ns)
+        except OSError as exc:
+            print(f"{f}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+            failed += 1
+            continue
+        except ValueError as exc:
+            print(f"{f}: nothing recognised as {args.source} output: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        for line in format_points(got.points):
+            print(line)
+        for line in parse_report(f, got):
+            print(line, file=sys.stderr)
+        failed += not got.points and bool(got.rejected)
+    return 1 if failed else 0
+
+
+MAX_REASONS = 20  # per file; a flood of one refusal is summed up by the count line
+
+
+def parse_report(path: Path, got: registry.Parsed) -> list[str]:
+    """What `parse` says on stderr about one file: counts, then each refusal and note."""
+    n, r = len(got.points), len(got.rejected)
+    out = [f"{path}: {n} point{'s' * (n != 1)} read, {r} refused"]
+    out += [f"{path}: refused: {x}" for x in got.rejected[:MAX_REASONS]]
+    if r > MAX_REASONS:
+        out.append(f"{path}: ... and {r - MAX_REASONS} more refused")
+    out += [f"{path}: note: {x}" for x in got.notes]
+    return out
+
+
+register("agent", _configure_agent, _run_agent,
+         "run collectors on a GPU node and push line protocol to the service or InfluxDB")
+register("parse", _configure_parse, _run_parse,
+         "print, as line protocol, what a source reads from captured output")

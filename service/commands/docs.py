@@ -1,0 +1,186 @@
+"""Generate docs/metrics.md from the metric catalog.
+
+`python -m service.commands.docs` rewrites the page; `--check` only compares and exits 1 when the
+page is stale, so CI catches a catalog edit that was not followed by a regeneration. The page is
+a pure function of the catalog (no dates, no host names) so that the check is exact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from collectors.catalog import CATALOG, Catalog, Kind, Metric, Scope
+
+DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+
+# Scope -> (section title, what one entity is, an example entity key as collectors/frames.py
+# spells it).
+_SCOPES: dict[Scope, tuple[str, str, str]] = {
+    Scope.GPU: ("GPUs", "a GPU of a node", "node:gpu3"),
+    Scope.NVLINK: ("NVLink links", "one NVLink link of a GPU", "node:gpu3:nvlink7"),
+    Scope.IB_PORT: ("InfiniBand ports", "one port of an InfiniBand HCA", "node:mlx5_0:1"),
+    Scope.NODE: ("Nodes", "a whole host", "node"),
+}
+
+# Kind -> (what it is, how it is stored and used).
+_KINDS: dict[Kind, tuple[str, str]] = {
+    Kind.GAUGE: ("A level sampled now (temperature, power, clock).",
+                 "Stored as read; rollups keep min, mean, max and last."),
+    Kind.COUNTER: ("A cumulative count (ECC errors, link errors, data words).",
+                   "Stored raw and cumulative; rates and deltas are derived with reset detection."),
+    Kind.STATE: ("An enumerated or boolean condition (throttle active, remap pending, port state).",
+                 "Stored as its number: 0/1, or the enum value the description gives."),
+    Kind.EVENT: ("A discrete occurrence carrying a code (Xid).",
+                 "Not a frame column: kept in the event stream with its time and code."),
+}
+
+_HEADER = (
+    "Metric", "Unit", "Kind", "Resets", "Valid range", "Description", "DCGM field (id)",
+    "NVML call", "nvidia-smi XML path", "`--query-gpu` field", "Telegraf field", "sysfs path",
+)
+
+_TOP = """\
+# Metric catalog
+
+<!-- Generated from collectors/catalog.py by `python -m service.commands.docs`; do not edit. -->
+
+Every metric gpuhealth collects, stores, scores or shows is defined once in
+`collectors/catalog.py`: its canonical name, unit, kind, scope and how each source spells it.
+Parsers, storage, detectors, dashboards and this page are driven by that table. To add a metric,
+register it there and run `python -m service.commands.docs` (CI runs it with `--check`).
+
+## Kinds
+"""
+
+_SEMANTICS = """\
+**Counters stay counters.** Sources report cumulative values and gpuhealth stores them unchanged,
+so nothing is lost when a scrape is missed and any window can be re-derived. The *Resets* column
+says what a decrease means:
+
+- **yes**: a driver reload, a GPU reset or a reboot zeroes the counter (volatile ECC, PCIe
+  replay, NVLink and InfiniBand counters). A decrease is a reset: the rate restarts from the new
+  value instead of going negative.
+- **no**: the counter is persistent (aggregate ECC, retired pages, remapped rows) and never
+  decreases, so a decrease is bad data, not a reset.
+
+InfiniBand port error counters saturate at the width the InfiniBand spec gives them (for example
+`link_downed` stops at 255) instead of wrapping; a counter pinned at its maximum has stopped
+counting, and only a reset lets it show fresh growth.
+
+**Missing is missing.** A value a source does not report (`N/A` from nvidia-smi, an absent sysfs
+file, a failed collector) is stored as NaN with a mask, never as zero, so a dead sensor cannot
+look like a healthy one.
+
+**Out of range is refused.** Each metric has the range of values it can physically take (the
+*Valid range* column, inclusive; `2^63` is excluded, as an InfluxDB integer cannot hold it).
+Ingest refuses a value outside it, whichever source sent it, one value at a time: the rest of
+the line is kept, the refusal is counted and its reason names the metric, the value and the
+range. A refused value is missing, so a broken sensor or a hostile write cannot fire a rule.
+
+**Derived metrics** are computed from other metrics in the window store and are never ingested,
+so they have no source columns. They are marked `derived` in the *Kind* column.
+
+## Scopes
+"""
+
+_SOURCES = """\
+## Source columns
+
+- **DCGM field (id)**: the `DCGM_FI_*` field name and its numeric id in `dcgm_fields.h`, as
+  dcgm-exporter names its series. `<n>` stands for the link number; `& 0x40` means one bit of a
+  bitmask field.
+- **NVML call**: the NVML function (and enum or struct member) that reads the value.
+- **nvidia-smi XML path**: the element path under `<gpu>` in `nvidia-smi -q -x`. Element names
+  move between DTD versions and drivers (for example `power_draw` became `instant_power_draw`
+  and `clocks_throttle_reasons` became `clocks_event_reasons`); the path given resolves in the
+  v12/v13 captures the tests check, and a parser for other drivers needs the other spelling.
+- **`--query-gpu` field**: the field for `nvidia-smi --query-gpu=... --format=csv`.
+- **Telegraf field**: `measurement.field` as Telegraf's `nvidia_smi` and `infiniband` inputs
+  write it. The `infiniband` field is the sysfs counter file name.
+- **sysfs path**: relative to `/sys/class/infiniband/<dev>/ports/<port>/`. `state` reads like
+  `4: ACTIVE` and `rate` like `400 Gb/sec (4X NDR)`; the leading number is the value.
+
+A dash means the source does not report the metric.
+"""
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines.extend("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows)
+    return "\n".join(lines)
+
+
+def _code(value: str | None) -> str:
+    return "—" if value is None else f"`{value}`"
+
+
+def _cell(text: str) -> str:
+    # A bare pipe would end the cell early in a Markdown table.
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _kind(metric: Metric) -> str:
+    return f"{metric.kind.value}, derived" if metric.derived else metric.kind.value
+
+
+def _resets(metric: Metric) -> str:
+    if metric.kind is not Kind.COUNTER:
+        return "—"
+    return "yes" if metric.resets else "no"
+
+
+def _row(metric: Metric) -> tuple[str, ...]:
+    return (
+        f"`{metric.name}`", metric.unit, _kind(metric), _resets(metric), metric.bounds_text,
+        metric.description,
+        _code(metric.dcgm), _code(metric.nvml), _code(metric.smi_xml), _code(metric.smi_query),
+        _code(metric.telegraf), _code(metric.sysfs),
+    )
+
+
+def _scope_section(scope: Scope, metrics: Sequence[Metric]) -> str:
+    head = f"## {_SCOPES[scope][0]} (`{scope.value}`)\n\n"
+    if not metrics:
+        return head + "No metrics in this scope yet."
+    return head + f"{len(metrics)} metrics.\n\n" + _table(_HEADER, [_row(m) for m in metrics])
+
+
+def render_metrics_md(catalog: Catalog = CATALOG) -> str:
+    """The whole of docs/metrics.md for `catalog`, in catalog order within each scope."""
+    kinds = _table(("Kind", "Meaning", "How it is stored and used"),
+                   [(f"`{k.value}`", *_KINDS[k]) for k in Kind])
+    scopes = _table(("Scope", "One entity is", "Entity key"),
+                    [(f"`{s.value}`", _SCOPES[s][1], f"`{_SCOPES[s][2]}`") for s in Scope])
+    sections = [_TOP + "\n" + kinds, _SEMANTICS + "\n" + scopes, _SOURCES.rstrip("\n")]
+    for scope in Scope:
+        sections.append(_scope_section(scope, [m for m in catalog if m.scope is scope]))
+    return "\n\n".join(sections) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m service.commands.docs", description="Regenerate docs/metrics.md."
+    )
+    parser.add_argument("--check", action="store_true",
+                        help="do not write; exit 1 if the file differs from the catalog")
+    parser.add_argument("--output", type=Path, default=DOC_PATH, help="file to write or check")
+    args = parser.parse_args(argv)
+    path: Path = args.output
+    text = render_metrics_md()
+    if args.check:
+        current = path.read_text(encoding="utf-8") if path.exists() else None
+        if current != text:
+            print(f"{path} is stale: run `python -m service.commands.docs`", file=sys.stderr)
+            return 1
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,251 @@
+"""Alerts persisted in SQLite: one row per alert episode of an instance, plus its history of
+level changes, its flags (flapping, stale telemetry, corroborated) and its acknowledgement. A
+restart reloads the open alerts so it neither re-pages nor loses a resolve."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from collectors.catalog import Scope
+from models.detectors.findings import Signal
+from service.stages.alert_machine import Transition
+from service.storage.sqlite_db import SqliteStore
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS alerts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    entity TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    node TEXT NOT NULL,
+    level INTEGER NOT NULL,
+    peak_level INTEGER NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('firing', 'resolved')),
+    risk REAL NOT NULL,
+    started_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    resolved_at REAL,
+    explanation TEXT NOT NULL,
+    alertname TEXT NOT NULL DEFAULT '',
+    flapping INTEGER NOT NULL DEFAULT 0,
+    stale INTEGER NOT NULL DEFAULT 0,
+    corroborated INTEGER NOT NULL DEFAULT 0,
+    acked_by TEXT,
+    acked_at REAL,
+    ack_comment TEXT
+);
+CREATE INDEX IF NOT EXISTS alerts_open ON alerts (state, entity);
+CREATE INDEX IF NOT EXISTS alerts_node ON alerts (node, started_at);
+CREATE TABLE IF NOT EXISTS alert_events (
+    alert_id INTEGER NOT NULL REFERENCES alerts (id),
+    at REAL NOT NULL,
+    old_level INTEGER NOT NULL,
+    new_level INTEGER NOT NULL,
+    risk REAL NOT NULL
+);
+"""
+
+
+# Columns added after the first release: an older database gains them at open.
+_ADDED = {"alertname": "TEXT NOT NULL DEFAULT ''", "flapping": "INTEGER NOT NULL DEFAULT 0",
+          "stale": "INTEGER NOT NULL DEFAULT 0", "corroborated": "INTEGER NOT NULL DEFAULT 0",
+          "acked_by": "TEXT", "acked_at": "REAL", "ack_comment": "TEXT"}
+
+ALERTNAMES = {Scope.GPU: "GpuFailureRisk", Scope.NVLINK: "NvlinkFailureRisk",
+              Scope.IB_PORT: "IbPortFailureRisk", Scope.NODE: "NodeAtRisk"}
+
+
+@functools.lru_cache(maxsize=1 << 16)  # every flush asks for every firing alert's
+def fingerprint(alertname: str, entity: str) -> str:
+    """An instance's identity: its identifying labels (Alertmanager: labels identify)."""
+    return hashlib.sha256(f"alertname={alertname}\x00entity={entity}".encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    id: int
+    entity: str
+    scope: Scope
+    node: str
+    level: int
+    peak_level: int
+    state: str
+    risk: float
+    started_at: float
+    updated_at: float
+    resolved_at: float | None
+    explanation: list[dict[str, Any]]
+    alertname: str = ""
+    flapping: bool = False
+    stale: bool = False
+    corroborated: bool = False
+    acked_by: str | None = None
+    acked_at: float | None = None
+    ack_comment: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.alertname or ALERTNAMES.get(self.scope, "FailureRisk")
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.name, self.entity)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "alertname": self.name, "fingerprint": self.fingerprint,
+            "entity": self.entity, "scope": str(self.scope), "node": self.node,
+            "level": self.level, "peak_level": self.peak_level, "state": self.state,
+            "risk": self.risk, "started_at": self.started_at, "updated_at": self.updated_at,
+            "resolved_at": self.resolved_at, "explanation": self.explanation,
+            "flapping": self.flapping, "stale": self.stale, "corroborated": self.corroborated,
+            "acked_by": self.acked_by, "acked_at": self.acked_at, "ack_comment": self.ack_comment,
+        }
+
+
+_COLS = ("id, entity, scope, node, level, peak_level, state, risk, started_at, updated_at, "
+         "resolved_at, explanation, alertname, flapping, stale, corroborated, acked_by, "
+         "acked_at, ack_comment")
+
+
+def _row(r: tuple[Any, ...]) -> Alert:
+    return Alert(r[0], r[1], Scope(r[2]), r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10],
+                 json.loads(r[11]), r[12], bool(r[13]), bool(r[14]), bool(r[15]), r[16], r[17],
+                 r[18])
+
+
+class AlertStore(SqliteStore):
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        super().__init__(path, _SCHEMA)
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(alerts)")}
+        for col, decl in _ADDED.items():
+            if col not in have:
+                self._db.execute(f"ALTER TABLE alerts ADD COLUMN {col} {decl}")
+
+    def apply(self, transitions: list[Transition],
+              explain: dict[tuple[str, str], list[Signal]]) -> list[tuple[Transition, Alert]]:
+        """Record level changes; returns each transition with the alert it opened or changed.
+        `explain`: signals by (alertname, entity) of the transition (a GPU can have its risk
+        alert and a GpuMissing alert at once)."""
+        out: list[tuple[Transition, Alert]] = []
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")  # a deferred one cannot upgrade under WAL
+            try:
+                for t in transitions:
+                    out.append((t, self._apply_one(t, explain.get((t.alertname, t.entity), []))))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return out
+
+    def _apply_one(self, t: Transition, signals: list[Signal]) -> Alert:
+        expl = json.dumps([s.as_dict() for s in signals])
+        name = t.alertname or ALERTNAMES.get(t.scope, "FailureRisk")
+        cur = self._db.execute(
+            f"SELECT {_COLS} FROM alerts WHERE entity = ? AND state = 'firing' AND "
+            "alertname IN (?, '')", (t.entity, name))
+        row = cur.fetchone()
+        if row is None:
+            if t.new == 0:
+                raise ValueError(f"resolve of {t.entity} without an open alert")
+            cur = self._db.execute(
+                "INSERT INTO alerts (entity, scope, node, level, peak_level, state, risk, "
+                "started_at, updated_at, explanation, alertname, flapping, corroborated) "
+                "VALUES (?,?,?,?,?,'firing',?,?,?,?,?,?,?)",
+                (t.entity, str(t.scope), t.node, t.new, t.new, t.risk, t.at, t.at, expl, name,
+                 int(t.flapping),
+                 int(t.corroborated)))
+            alert_id = int(cur.lastrowid or 0)
+        else:
+            alert_id = row[0]
+            if t.new == 0:
+                self._db.execute(
+                    "UPDATE alerts SET level = 0, state = 'resolved', risk = ?, updated_at = ?, "
+                    "resolved_at = ? WHERE id = ?", (t.risk, t.at, t.at, alert_id))
+            else:
+                self._db.execute(
+                    "UPDATE alerts SET level = ?, peak_level = MAX(peak_level, ?), risk = ?, "
+                    "updated_at = ?, explanation = ?, flapping = ?, "
+                    "corroborated = MAX(corroborated, ?) WHERE id = ?",
+                    (t.new, t.new, t.risk, t.at, expl, int(t.flapping), int(t.corroborated),
+                     alert_id))
+        self._db.execute("INSERT INTO alert_events VALUES (?,?,?,?,?)",
+                         (alert_id, t.at, t.old, t.new, t.risk))
+        got = self.get_unlocked(alert_id)
+        assert got is not None
+        return got
+
+    def get_unlocked(self, alert_id: int) -> Alert | None:
+        r = self._db.execute(f"SELECT {_COLS} FROM alerts WHERE id = ?", (alert_id,)).fetchone()
+        return None if r is None else _row(r)
+
+    def get(self, alert_id: int) -> Alert | None:
+        with self._lock:
+            return self.get_unlocked(alert_id)
+
+    def find(self, *, level: int | None = None, state: str | None = None,
+             node: str | None = None, entity: str | None = None, limit: int = 100,
+             offset: int = 0) -> list[Alert]:
+        where: list[str] = []
+        args: list[object] = []
+        for col, val in (("state", state), ("node", node), ("entity", entity)):
+            if val is not None:
+                where.append(f"{col} = ?")
+                args.append(val)
+        if level is not None:
+            where.append("peak_level >= ?")
+            args.append(level)
+        sql = f"SELECT {_COLS} FROM alerts"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY started_at DESC, id DESC LIMIT ? OFFSET ?"
+        with self._lock:
+            return [_row(r) for r in self._db.execute(sql, (*args, limit, offset))]
+
+    def open_alerts(self) -> list[Alert]:
+        return self.find(state="firing", limit=1_000_000)
+
+    def history(self, alert_id: int) -> list[dict[str, float]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT at, old_level, new_level, risk FROM alert_events WHERE alert_id = ? "
+                "ORDER BY rowid", (alert_id,)).fetchall()
+        return [{"at": r[0], "old_level": r[1], "new_level": r[2], "risk": r[3]} for r in rows]
+
+    def set_flags(self, entity: str, *, flapping: bool, stale: bool, at: float) -> Alert | None:
+        """Mark the open alert of an entity flapping or stale; None when it has none."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT id FROM alerts WHERE entity = ? AND state = 'firing'", (entity,)).fetchone()
+            if row is None:
+                return None
+            self._db.execute("UPDATE alerts SET flapping = ?, stale = ?, updated_at = ? "
+                             "WHERE id = ?", (int(flapping), int(stale), at, row[0]))
+            return self.get_unlocked(row[0])
+
+    def ack(self, alert_id: int, actor: str, comment: str, at: float) -> Alert:
+        """Acknowledge a firing alert until it resolves: repeats stop, a new level re-arms."""
+        with self._lock:
+            got = self.get_unlocked(alert_id)
+            if got is None:
+                raise KeyError(alert_id)
+            if got.state != "firing":
+                raise ValueError(f"alert {alert_id} is {got.state}, not firing")
+            self._db.execute("UPDATE alerts SET acked_by = ?, acked_at = ?, ack_comment = ? "
+                             "WHERE id = ?", (actor, at, comment, alert_id))
+            out = self.get_unlocked(alert_id)
+            assert out is not None
+            return out
+
+    def recent(self, since: float) -> list[Alert]:
+        """Firing alerts and those resolved at or after `since`: what the notifier groups."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_COLS} FROM alerts WHERE state = 'firing' OR resolved_at >= ?",
+                (since,)).fetchall()
+        return [_row(r) for r in rows]

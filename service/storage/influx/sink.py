@@ -1,0 +1,98 @@
+"""InfluxDB as the service's store: a Sink for what ingest accepted (samples, derived rates,
+events) and a TickObserver for what scoring decided (risk, alerts, deliveries, collector
+health). Both only format lines and hand them to the spooler, so the ingest and tick paths
+never wait on InfluxDB; the spooler's thread delivers them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from collectors.agent.spool import Spool
+from collectors.base import CollectorStatus
+from service.pipeline import TickResult
+from service.settings import Settings
+from service.stages.ingest import IngestResult
+from service.storage.influx.client import InfluxClient, InfluxError
+from service.storage.influx.lines import LineWriter
+from service.storage.influx.record import TickRecorder
+from service.storage.influx.schema import ensure_schema
+from service.storage.influx.spooler import Spooler
+
+log = logging.getLogger(__name__)
+
+Statuses = Callable[[], Mapping[tuple[str, str], CollectorStatus]]
+
+
+def _no_statuses() -> Mapping[tuple[str, str], CollectorStatus]:
+    return {}
+
+
+class InfluxSink:
+    def __init__(self, client: InfluxClient, spool: Spool, *, cluster: str = "default",
+                 batch_lines: int = 50_000, manage_schema: bool = False,
+                 retention: tuple[str, str] = ("14d", "400d"),
+                 backoff_s: tuple[float, float] = (0.5, 30.0), start: bool = True) -> None:
+        self.client = client
+        self.lines = LineWriter(cluster)
+        self.recorder = TickRecorder(cluster)
+        self.statuses: Statuses = _no_statuses
+        self._schema_pending = manage_schema
+        self._retention = retention
+        self.spooler = Spooler(spool, client.write, batch_lines=batch_lines, backoff_s=backoff_s,
+                               before_send=self._schema, start=start)
+        self._closed = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> InfluxSink:
+        cfg = settings.storage.influxdb
+        return cls(InfluxClient(cfg), Spool(settings.storage.influx_spool, cfg.spool_mb << 20),
+                   cluster=cfg.cluster, batch_lines=cfg.batch_lines,
+                   manage_schema=cfg.manage_schema,
+                   retention=(cfg.raw_retention, cfg.rollup_retention))
+
+    def _schema(self) -> bool:
+        """Create the database and policies before the first delivery (InfluxDB may come up
+        after the service; until it does, points wait in the spool)."""
+        if not self._schema_pending:
+            return True
+        try:
+            ensure_schema(self.client, *self._retention)
+        except InfluxError as exc:
+            self.spooler.stats.last_error = str(exc)
+            self.spooler.stats.up = False
+            return False
+        self._schema_pending = False
+        return True
+
+    def track_collectors(self, statuses: Statuses) -> None:
+        self.statuses = statuses
+
+    # ---- Sink -----------------------------------------------------------------------------------
+    def write(self, result: IngestResult) -> None:
+        self.spooler.put(self.lines.batch(result.clean, result.rates, result.derived))
+
+    # ---- TickObserver ---------------------------------------------------------------------------
+    def observe(self, tick: TickResult) -> None:
+        rec = self.recorder
+        self.spooler.put(rec.risk(tick.risk, tick.levels, tick.derived))
+        if tick.changed:
+            self.spooler.put(rec.alerts(tick.changed))
+        if tick.deliveries:
+            self.spooler.put(rec.deliveries(tick.deliveries))
+        if tick.audit:
+            self.spooler.put(rec.actions(tick.audit))
+        statuses = self.statuses()
+        if statuses:
+            self.spooler.put(rec.collectors(statuses, tick.at))
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        return self.spooler.flush(timeout_s)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.spooler.flush(5.0)
+        self.spooler.close()
+        self.client.close()
