@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from collectors.replay import ReplaySource
 from collectors.trace import TraceReader, TraceWriter
 from service.pipeline import Pipeline, TickResult
@@ -37,12 +39,14 @@ def _replay(tmp_path: Path, rounds: Rounds, seconds: float,
     return pipe, fired
 
 
+@pytest.mark.slow
 def test_healthy_trace_raises_nothing(tmp_path: Path) -> None:
     pipe, fired = _replay(tmp_path, Rounds(), 2 * HOUR)
     assert [f for f in fired if f[2] >= 2] == []
     assert pipe.stats.samples_rejected == 0
 
 
+@pytest.mark.slow
 def test_hbm_degradation_is_flagged_before_the_uncorrectable_error(tmp_path: Path) -> None:
     gpu = "n1:gpu5"
 
@@ -75,6 +79,7 @@ def test_double_bit_error_and_remap_failure_page_at_once(tmp_path: Path) -> None
     assert sorted(fired) == [(500, "n0:gpu1", 3), (500, "n1:gpu2", 3)]
 
 
+@pytest.mark.slow
 def test_counter_reset_causes_no_spike(tmp_path: Path) -> None:
     def reload(k: int, t: float, r: Rounds) -> tuple[str, ...]:
         if k % 12 == 0:
@@ -95,6 +100,7 @@ def test_counter_reset_causes_no_spike(tmp_path: Path) -> None:
     assert pipe.stats.counter_resets >= 16
 
 
+@pytest.mark.slow
 def test_telemetry_gap_causes_no_alert(tmp_path: Path) -> None:
     def gap(k: int, t: float, r: Rounds) -> tuple[str, ...]:
         for g in range(8):
@@ -107,6 +113,7 @@ def test_telemetry_gap_causes_no_alert(tmp_path: Path) -> None:
     assert fired == []
 
 
+@pytest.mark.slow
 def test_sustained_hot_hbm_is_explained_and_adds_to_other_memory_signals(tmp_path: Path) -> None:
     gpu = "n0:gpu3"
 
