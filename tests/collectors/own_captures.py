@@ -1,0 +1,25 @@
+"""Small captures this project wrote itself, under tests/collectors/captures/.
+
+Each is our own text in the exact shape of a real tool's output (hosts, values and row counts
+are ours, not a copy of any fixture), so every parser is tested in a fresh clone too. The real
+captures in ../shared/fixtures stay the thorough tests, read in place; captures/README.md says
+what each file here shows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CAPTURES = Path(__file__).resolve().parent / "captures"
+
+SMI_TEXT = CAPTURES / "nvidia-smi" / "query-a100x2.txt"  # nvidia-smi -q, 2x A100-SXM4-40GB
+SMI_XML = CAPTURES / "nvidia-smi" / "query-x-h100x2-v12.xml"  # nvidia-smi -q -x, DTD v12
+SMI_NVLINK = CAPTURES / "nvidia-smi" / "nvlink-status-h100x2.txt"  # nvidia-smi nvlink --status
+DCGM_PAGE = CAPTURES / "dcgm-exporter" / "metrics-h100x2.txt"  # curl :9400/metrics
+IB_TTAR = CAPTURES / "infiniband" / "ib-sysfs-2hca.ttar"  # /sys/class/infiniband as ttar
+IB_TTAR_ROOT = Path("sys", "class", "infiniband")  # where the tree sits in the archive
+DMESG_ISO = CAPTURES / "kernel-log" / "dmesg-iso-xid.log"  # dmesg --time-format iso
+
+
+def read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
