@@ -131,7 +131,7 @@ _FORMAT_CASES = {
         "# TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER counter",
         _s("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "2"), _s("DCGM_FI_DEV_GPU_UTIL", "7"),
         _s("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "3", g=1), ""]),
-    "no labels, no newline at the end of a whole page": "DCGM_FI_DEV_GPU_TEMP 40\n",
+    "no labels": "DCGM_FI_DEV_GPU_TEMP 40\n",
     "empty": "",
 }
 
