@@ -9,19 +9,25 @@ DCGM_FI_DEV_XID_ERRORS holds the *last* Xid code seen on the GPU (0 before any),
 Xid. It is passed on as an `xid` point carrying that last value; DcgmExporterCollector keeps the
 value between scrapes and turns a change into an event. Used on its own, the parser's `xid`
 points are readings, not events.
+
+The page is read line by line (promtext): a bad line is refused with its line number and costs
+only its own sample, so a page cut in its last sample still gives every sample before it.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from collectors.catalog import Kind, Scope
 from collectors.dcgm.fields import FIELDS, FieldMap
+from collectors.dcgm.promtext import read_samples
+from collectors.frames import Rejection
 from collectors.lineprotocol import FieldValue, Point
+
+log = logging.getLogger(__name__)
 
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 _XID_MEASUREMENT = "xid"
@@ -34,7 +40,7 @@ _PER_INSTANCE = frozenset({"gpu_util"})
 
 
 class ExpositionError(ValueError):
-    """The page is not Prometheus text exposition."""
+    """No line of the page is a sample and some line is not exposition (an HTML error page)."""
 
 
 @dataclass(slots=True)
@@ -50,39 +56,30 @@ _Key = tuple[str, str, str, str | None, str | None]  # measurement, host, gpu, l
 
 def parse_exposition(
     text: str, host: str | None, ts_ns: int, *, stats: ParseStats | None = None,
-    fields: FieldMap = FIELDS,
+    fields: FieldMap = FIELDS, rejected: list[Rejection] | None = None,
 ) -> list[Point]:
     """Points for the DCGM fields the catalog knows. `host` names the node; None takes it from
-    each sample's `Hostname` label. Raises ExpositionError when the page does not parse."""
+    each sample's `Hostname` label. A bad line (a page cut in a sample, a garbled label) is
+    appended to `rejected` with its line number and the samples around it are still read; when
+    no line of the page is a sample and some line is bad, the page is not exposition at all and
+    ExpositionError says why."""
     st = stats if stats is not None else ParseStats()
+    refused: list[Rejection] = []
     points: dict[_Key, Point] = {}
-    try:
-        families = list(text_string_to_metric_families(text))
-    except ValueError as exc:  # the parser reports every syntax error as ValueError
-        raise ExpositionError(f"not Prometheus text exposition: {exc}") from None
-    for fam in families:
-        for sample in fam.samples:
-            name = _field_name(fam.name, fam.type, sample.name)
-            if name is None or not name.startswith(_PREFIX):
-                continue
-            st.samples += 1
-            try:
-                value = float(sample.value)
-            except OverflowError:  # an integer of hundreds of digits: skipped as not finite
-                value = math.inf
-            _one(points, st, fields, name, sample.labels, value, host, ts_ns)
+    read = 0
+    for sample in read_samples(text, refused):
+        read += 1
+        if not sample.name.startswith(_PREFIX):
+            continue
+        st.samples += 1
+        _one(points, st, fields, sample.name, sample.labels, sample.value, host, ts_ns)
+    if refused and not read:
+        raise ExpositionError(f"not Prometheus text exposition: {refused[0]}")
+    if refused:
+        log.debug("%d line(s) of the page refused, the first: %s", len(refused), refused[0])
+    if rejected is not None:
+        rejected += refused
     return list(points.values())
-
-
-def _field_name(family: str, kind: str, sample: str) -> str | None:
-    """The DCGM field a sample carries. prometheus_client renames counter samples to
-    `<family>_total` (OpenMetrics style) although dcgm-exporter writes the bare field name, and
-    adds `_created` samples; undo the first, drop the second."""
-    if sample == family:
-        return family
-    if kind == "counter" and sample == family + "_total":
-        return family
-    return None
 
 
 def _one(points: dict[_Key, Point], st: ParseStats, fields: FieldMap, name: str,

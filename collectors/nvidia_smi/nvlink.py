@@ -15,17 +15,24 @@ Three other answers come per GPU, spelled differently across drivers ("NVLink", 
   are one SKU), else the SKU's known count, else link 0 alone (a GPU that says its links are
   inactive has at least one) with a note that the count is unknown;
 - lines about MIG devices of a GPU in MIG mode, which name no link and are skipped.
+
+A link is up only when its line gives a speed ("26.562 GB/s") and down only when it says
+"<inactive>". Any other status (cut off: "Link 9:", or unreadable) is no reading at all: the link
+is refused with its line number and reported neither up nor down, and the other links are kept.
 """
 
 from __future__ import annotations
 
 import re
 
+from collectors.frames import Entity, Rejection
 from collectors.lineprotocol import Point
 from collectors.nvidia_smi.values import SmiParseError, nvlink_point
 
 _GPU = re.compile(r"^GPU (\d+):\s*(.*)$")
 _LINK = re.compile(r"^\s+Link (\d+):\s*(.*?)\s*$")
+_UP = re.compile(r"\d+(?:\.\d+)?\s*[KMGT]?i?B/s", re.I)  # the link's speed
+_DOWN = re.compile(r"<\s*inactive\s*>", re.I)
 _ALL_INACTIVE = "all links are inactive"
 _NO_NVLINK = re.compile(r"does not have or support nvlink", re.I)
 # Links per GPU of the NVLink SKUs a fleet runs, by the product name nvidia-smi prints.
@@ -37,15 +44,20 @@ _SKU_LINKS: tuple[tuple[re.Pattern[str], int], ...] = (
 
 
 def parse_nvlink_status(text: str, host: str, ts_ns: int, *, links_per_gpu: int | None = None,
-                        notes: list[str] | None = None) -> list[Point]:
+                        notes: list[str] | None = None,
+                        rejected: list[Rejection] | None = None) -> list[Point]:
     """Points for every link of every GPU; what an operator should know besides (a GPU without
-    NVLink, a guessed link count) is appended to `notes` when given."""
+    NVLink, a guessed link count) is appended to `notes` when given. A link line with no
+    readable status is appended to `rejected`; without that list, to `notes`, so that it is
+    said somewhere."""
     links: dict[int, list[tuple[int, float]]] = {}
     names: dict[int, str] = {}
     inactive: list[int] = []
     without: list[int] = []
+    refused: set[int] = set()
+    say = notes.append if notes is not None else (lambda _: None)
     gpu: int | None = None
-    for line in text.splitlines():
+    for n, line in enumerate(text.splitlines(), 1):
         m = _GPU.match(line)
         if m:
             gpu = int(m.group(1))
@@ -59,16 +71,26 @@ def parse_nvlink_status(text: str, host: str, ts_ns: int, *, links_per_gpu: int 
         elif _NO_NVLINK.search(line):
             without.append(gpu)
         elif lm := _LINK.match(line):
-            # An active link prints its speed; a down one "<inactive>".
-            state = 0.0 if "inactive" in lm.group(2).lower() else 1.0
-            links[gpu].append((int(lm.group(1)), state))
+            link, status = int(lm.group(1)), lm.group(2)
+            if _UP.fullmatch(status):
+                links[gpu].append((link, 1.0))
+            elif _DOWN.fullmatch(status):
+                links[gpu].append((link, 0.0))
+            else:  # cut off or unreadable: neither up nor down
+                refused.add(gpu)
+                why = (f"GPU {gpu} link {link}: no readable status "
+                       f"({status[:60]!r}; a speed or <inactive> was expected)")
+                if rejected is not None:
+                    rejected.append(Rejection(why, n, Entity.nvlink(host, gpu, link).key,
+                                              "nvlink_state"))
+                else:
+                    say(f"line {n}: {why}")
     if not links:
         raise SmiParseError("no 'GPU <n>:' line in nvidia-smi nvlink --status output")
-    told = set(inactive) | set(without) | {g for g, v in links.items() if v}
+    told = set(inactive) | set(without) | refused | {g for g, v in links.items() if v}
     if not told:
         raise SmiParseError("no GPU of this output gives a link status (no 'Link <n>:' line, "
                             "no 'all links are inactive'): is it nvidia-smi nvlink --status?")
-    say = notes.append if notes is not None else (lambda _: None)
     for g in without:
         say(f"GPU {g} has no NVLink (nvidia-smi: the device does not have or support NVLink)")
     seen = max((len(v) for v in links.values()), default=0)

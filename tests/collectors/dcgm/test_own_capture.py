@@ -7,6 +7,7 @@ import pytest
 
 from collectors.catalog import Scope
 from collectors.dcgm import DcgmExporterCollector, ExpositionError, ParseStats, parse_exposition
+from collectors.frames import Rejection
 from collectors.schema import SchemaMapper
 from tests.collectors.dcgm.test_collector import page, serve
 from tests.collectors.own_captures import DCGM_PAGE, read
@@ -56,16 +57,80 @@ def _cut_in_a_sample() -> str:
     return text[:text.index('DCGM_FI_DEV_GPU_UTIL{gpu="1"') + 40]
 
 
-def test_page_cut_in_a_sample_is_a_clear_error() -> None:
-    with pytest.raises(ExpositionError, match="not Prometheus text exposition"):
-        parse_exposition(_cut_in_a_sample(), None, TS)
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "parse_exposition hands the whole page to prometheus_client's parser, which raises on the "
-    "first bad line: a page cut in its last sample loses every whole sample before the cut"))
 def test_page_cut_in_a_sample_keeps_the_whole_samples_before_it() -> None:
-    stats = ParseStats()
-    points = parse_exposition(_cut_in_a_sample(), None, TS, stats=stats)
+    text = _cut_in_a_sample()
+    stats, rejected = ParseStats(), []
+    points = parse_exposition(text, None, TS, stats=stats, rejected=rejected)
+    g0, g1 = (p.fields for p in points if p.measurement == "gpu")
+    assert g1["gpu_temp"] == 81.0 and g1["pcie_replay"] == 27 and "gpu_util" not in g1
+    assert g0["gpu_util"] == 88.0  # GPU 0's line came whole
+    [r] = rejected
+    assert r.line == text.count("\n") + 1 and "was cut" in r.reason
+    assert 'DCGM_FI_DEV_GPU_UTIL{gpu="1"' in r.reason
+
+
+def test_page_cut_inside_a_value_refuses_the_value() -> None:
+    # "... 81" cut to "... 8" still reads as a number: a last line without its line feed is
+    # refused whatever it says.
+    text = read(DCGM_PAGE)
+    end = text.index("\n", text.index('DCGM_FI_DEV_GPU_TEMP{gpu="1"')) - 1
+    rejected: list[Rejection] = []
+    points = parse_exposition(text[:end], None, TS, rejected=rejected)
     g1 = next(p.fields for p in points if p.measurement == "gpu" and p.tags["gpu"] == "1")
-    assert g1["gpu_temp"] == 81.0 and "gpu_util" not in g1
+    assert "gpu_temp" not in g1 and g1["mem_temp"] == 71.0
+    assert [r.line for r in rejected] == [text[:end].count("\n") + 1]
+
+
+def test_bad_lines_inside_the_page_are_refused_and_the_rest_is_read() -> None:
+    lines = read(DCGM_PAGE).split("\n")
+    temp1 = next(i for i, x in enumerate(lines) if x.startswith('DCGM_FI_DEV_GPU_TEMP{gpu="1"'))
+    util0 = next(i for i, x in enumerate(lines) if x.startswith('DCGM_FI_DEV_GPU_UTIL{gpu="0"'))
+    lines[temp1] = lines[temp1].replace('UUID="', "UUID=")  # an unquoted label value
+    lines[util0] = lines[util0].rsplit(" ", 1)[0] + " 12,5"  # a value that is not a number
+    lines.insert(3, "<html>")
+    rejected: list[Rejection] = []
+    points = parse_exposition("\n".join(lines), None, TS, rejected=rejected)
+    assert [(r.line, r.reason.split(":")[0]) for r in rejected] == [
+        (4, "not a sample"), (temp1 + 2, "label 2 is not name=\"value\" (cut or malformed)"),
+        (util0 + 2, "sample value or timestamp is not a number")]
+    whole = parse_exposition(read(DCGM_PAGE), None, TS)
+    g0, g1 = ({k: v for k, v in p.fields.items()} for p in points if p.measurement == "gpu")
+    w0, w1 = (p.fields for p in whole if p.measurement == "gpu")
+    assert g0 == {k: v for k, v in w0.items() if k != "gpu_util"}
+    assert g1 == {k: v for k, v in w1.items() if k != "gpu_temp"}
+
+
+@pytest.mark.parametrize("line", [
+    "x" * 20_000 + " 1",  # longer than a line may be
+    "DCGM_FI_" + "X" * 300 + ' {gpu="0"} 1',  # a name past the bound
+    "DCGM_FI_DEV_GPU_TEMP{" + ",".join(f'l{i}="v"' for i in range(65)) + "} 1",
+    'DCGM_FI_DEV_GPU_TEMP{gpu="' + "\\" * 5_000 + "} 1",  # an escape run never closed
+    'DCGM_FI_DEV_GPU_TEMP{gpu="0",gpu="1"} 1',
+    'DCGM_FI_DEV_GPU_TEMP{__name__="x",gpu="0"} 1',
+    'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 1 2 3',
+    "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\"}",
+    "# TYPE DCGM_FI_DEV_GPU_TEMP",
+])
+def test_each_kind_of_bad_line_is_refused_alone(line: str) -> None:
+    good = 'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="h"} 40\n'
+    rejected: list[Rejection] = []
+    points = parse_exposition(good + line + "\n" + good.replace("40", "41"), None, TS,
+                              rejected=rejected)
+    assert [p.fields for p in points] == [{"gpu_temp": 41.0}]
+    assert [r.line for r in rejected] == [2] and len(rejected[0].reason) < 200
+
+
+@pytest.mark.parametrize("text", ["<html>502 Bad Gateway</html>\n", "{}\n\x00\x01\n",
+                                  _cut_in_a_sample().split("\n")[-1]])
+def test_a_page_with_no_sample_and_a_bad_line_is_a_clear_error(text: str) -> None:
+    with pytest.raises(ExpositionError, match="not Prometheus text exposition: line 1: "):
+        parse_exposition(text, None, TS)
+
+
+def test_collector_reads_a_cut_page_up_to_the_cut() -> None:
+    with serve(page(_cut_in_a_sample())) as url:
+        c = DcgmExporterCollector(url, clock=lambda: TS)
+        batch = c.collect()
+        c.close()
+    assert c.status.up
+    assert batch.frames[Scope.GPU].values.shape[0] == 2

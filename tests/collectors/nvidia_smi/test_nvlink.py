@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from collectors.catalog import Scope
+from collectors.frames import Rejection
 from collectors.nvidia_smi import SmiParseError, looks_like_nvlink_status, parse_nvlink_status
 from collectors.schema import SchemaMapper
 from tests.collectors.nvidia_smi.fixtures import (
@@ -123,6 +124,21 @@ def test_bundle_nvlink_sections(path: Path) -> None:
         # inActive"; a GeForce's link count is not known: link 0 stands for them.
         assert states == {(0, 0): 0.0}
         assert "link count is unknown" in notes[0]
+
+
+@pytest.mark.parametrize("path", files(TEXT_DIR, lambda n: is_nvlink(n) or is_bundle(n)))
+def test_no_real_link_line_is_refused(path: Path) -> None:
+    text = path.read_text()
+    if is_bundle(path.name):
+        [text] = [b for cmd, b in bundle_sections(path) if cmd == "nvidia-smi nvlink -s"]
+    rejected: list[Rejection] = []
+    notes: list[str] = []
+    points = parse_nvlink_status(text, "n1", TS, notes=notes, rejected=rejected)
+    assert rejected == []
+    assert not any("no readable status" in n for n in notes)
+    lines = [x for x in text.splitlines() if x.strip().startswith("Link ")]
+    if lines:  # every "Link <n>:" line of the capture is a point of its own
+        assert len(points) == len(lines)
 
 
 def test_garbage_raises() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from collectors.catalog import Scope
+from collectors.frames import Rejection
 from collectors.nvidia_smi import (
     NvidiaSmiCollector,
     SmiParseError,
@@ -108,9 +109,6 @@ def test_nvlink_status_refuses_other_output(text: str, match: str) -> None:
         parse_nvlink_status(text, "n1", TS)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "parse_nvlink_status reports every 'Link <n>:' line that does not say inactive as up, so a "
-    "link whose status was cut off (or is unreadable) is reported up with no note"))
 def test_nvlink_status_cut_after_a_link_label_does_not_report_it_up() -> None:
     text = read(SMI_NVLINK)
     at = text.index("Link 9:", text.index("GPU 1:")) + len("Link 9:")
@@ -121,6 +119,30 @@ def test_nvlink_status_cut_after_a_link_label_does_not_report_it_up() -> None:
     assert states[(1, 8)] == 1.0 and states[(1, 5)] == 0.0  # the whole lines are kept
     assert (1, 9) not in states  # the cut line is no reading ...
     assert any("link 9" in n.lower() for n in notes)  # ... and that is said
+
+
+@pytest.mark.parametrize(("status", "shown"), [
+    ("", "''"), ("garbage", "'garbage'"), ("26.5", "'26.5'"), ("<inact", "'<inact'"),
+    ("Active", "'Active'")])
+def test_nvlink_status_unreadable_link_is_refused_and_the_others_kept(status: str,
+                                                                      shown: str) -> None:
+    text = read(SMI_NVLINK)
+    at = text.index("Link 3:", text.index("GPU 1:"))
+    end = text.index("\n", at)
+    bad = text[:at] + f"Link 3: {status}" + text[end:]
+    rejected: list[Rejection] = []
+    notes: list[str] = []
+    points = parse_nvlink_status(bad, "n1", TS, notes=notes, rejected=rejected)
+    states = {(int(p.tags["gpu"]), int(p.tags["link"])): p.fields["nvlink_state"]
+              for p in points}
+    whole = {(int(p.tags["gpu"]), int(p.tags["link"])): p.fields["nvlink_state"]
+             for p in parse_nvlink_status(text, "n1", TS)}
+    assert states == {k: v for k, v in whole.items() if k != (1, 3)}
+    [r] = rejected
+    assert r.line == bad[:at].count("\n") + 1 and r.entity == "n1:gpu1:nvlink3"
+    assert r.metric == "nvlink_state"
+    assert r.reason.startswith(f"GPU 1 link 3: no readable status ({shown};")
+    assert notes == []  # with a rejected list, refusals go there only
 
 
 def test_collector_merges_our_csv_rows_and_xml() -> None:
