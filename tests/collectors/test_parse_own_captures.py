@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from service.cli import main
+from service.commands.cli import main
 from tests.collectors.own_captures import (
     DCGM_PAGE,
     DMESG_ISO,

@@ -20,7 +20,7 @@ from models.detectors.xid import (
     OTHER_RISK,
     xid_risk,
 )
-from service.windows import WindowConfig
+from service.stages.windows import WindowConfig
 from tests.detectors import view
 
 

@@ -33,8 +33,8 @@ class Tier:
     length: int
 
 
-# The window store's default layout at a 5-s step (service.windows.WindowConfig; a test checks
-# they agree): the rules choose their resolution from it through `recent`.
+# The window store's default layout at a 5-s step (service.stages.windows.WindowConfig; a test
+# checks they agree): the rules choose their resolution from it through `recent`.
 RAW_LENGTH = 120
 TIERS = (Tier("1m", 60.0, 120), Tier("1h", 3600.0, 168))
 NVLINK_RAW_LENGTH = 60
