@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from service.cli import main
+
 from tests.collectors.own_captures import (
     DCGM_PAGE,
     DMESG_ISO,

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from service.windows import WindowConfig
 
 from collectors.catalog import Scope
 from models.detectors.findings import Finding, fired, sustained
@@ -20,7 +21,6 @@ from models.detectors.xid import (
     OTHER_RISK,
     xid_risk,
 )
-from service.windows import WindowConfig
 from tests.detectors import view
 
 
