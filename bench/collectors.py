@@ -414,7 +414,7 @@ def _free_port() -> int:
 def _service(data_dir: Path, clock: Callable[[], float]) -> Iterator[str]:
     import uvicorn
 
-    from service.api import create_app
+    from service.api.app import create_app
     from service.settings import Settings
 
     settings = Settings(storage={"data_dir": data_dir})  # type: ignore[arg-type]

@@ -76,7 +76,8 @@ def _smi_parse(path: Path, host: str, ts_ns: int) -> Parsed:
     if head.startswith("<?xml") or "<nvidia_smi_log" in head:
         out.points = parse_xml(text, host, ts_ns, out.rejected)
     elif looks_like_nvlink_status(text):
-        out.points = parse_nvlink_status(text, host, ts_ns, notes=out.notes)
+        out.points = parse_nvlink_status(text, host, ts_ns, notes=out.notes,
+                                         rejected=out.rejected)
     elif _is_csv(text):
         out.points = parse_query_csv_with_header(text, host, ts_ns, out.rejected)
     else:
@@ -107,11 +108,14 @@ def _dcgm_parse(path: Path, host: str, ts_ns: int) -> Parsed:
     from collectors.dcgm import ParseStats, parse_exposition
 
     st = ParseStats()
-    points = parse_exposition(path.read_text(errors="replace"), host, ts_ns, stats=st)
+    refused: list[Rejection] = []
+    points = parse_exposition(path.read_text(errors="replace"), host, ts_ns, stats=st,
+                              rejected=refused)
     if not st.samples:
         raise ValueError("no DCGM_FI_* sample in the page")
     # Skips are mostly by design (a MIG instance's utilization, NVLink totals); say them all.
-    return Parsed(points, notes=[f"{n} sample(s) skipped: {why}" for why, n in st.skipped.items()])
+    return Parsed(points, rejected=refused,
+                  notes=[f"{n} sample(s) skipped: {why}" for why, n in st.skipped.items()])
 
 
 def _dcgm_build(host: str, cfg: Mapping[str, Any]) -> Collector:

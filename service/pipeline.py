@@ -9,11 +9,8 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
-import numpy.typing as npt
 
 from collectors.catalog import Scope
 from collectors.frames import Batch, Entity
@@ -32,64 +29,12 @@ from service.stages.ingest import EventLog, Ingestor, IngestResult
 from service.stages.scoring import SCOPES, RiskState, Scorer
 from service.stages.sinks import Sink, SQLiteSink
 from service.stages.windows import WindowStore
+from service.tick import Remediation, Stats, TickObserver, TickResult
 
 log = logging.getLogger(__name__)
 SKEW_FORGET_S = 600.0  # a node's fast clock is reported this long after its last such point
 MAX_SKEWED = 10_000  # nodes remembered as fast at once (names come from the wire)
 FORGET_EVERY_S = 60.0  # how often silent entities are looked for (a vectorised check)
-
-
-@dataclass(slots=True)
-class Stats:
-    samples_ingested: int = 0
-    samples_rejected: int = 0
-    rows_late: int = 0  # stored to the sinks, too old or out of order to be scored
-    counter_drops: int = 0  # persistent counters read lower, held out of the window
-    counter_resets: int = 0
-    batches: int = 0
-    ticks: int = 0
-    tick_failures: int = 0  # ticks that raised (the scheduler logs and goes on)
-    last_ingest_s: float = 0.0
-    last_tick_s: float = 0.0
-    notifications_sent: int = 0
-    notifications_failed: int = 0
-
-
-@dataclass(slots=True)
-class TickResult:
-    at: float
-    duration_s: float
-    risk: RiskState
-    transitions: list[Transition] = field(default_factory=list)
-    alerts: list[Alert] = field(default_factory=list)
-    changed: list[tuple[Transition, Alert]] = field(default_factory=list)
-    flags: list[FlagChange] = field(default_factory=list)
-    messages: int = 0  # messages handed to the sender this tick
-    deliveries: list[Sent] = field(default_factory=list)  # finished since the last tick
-    audit: list[AuditEntry] = field(default_factory=list)  # remediation, since the last tick
-    levels: dict[Scope, npt.NDArray[np.int8]] = field(default_factory=dict)
-    # Open node and fleet alerts' levels by entity key (NodeNoData, GpuMissing, FleetStorm).
-    derived: dict[str, int] = field(default_factory=dict)
-
-
-class Remediation(Protocol):
-    """What the pipeline asks of the remediation controller (service.remediation)."""
-
-    def migrate(self, alert: Alert, now: float) -> None: ...
-
-    def trip(self, reason: str, now: float) -> None: ...
-
-    def step(self, now: float) -> None: ...
-
-    def audit(self) -> list[AuditEntry]: ...
-
-    def close(self) -> None: ...
-
-
-class TickObserver(Protocol):
-    """Sees every scoring tick's result after it is complete (the InfluxDB recorder)."""
-
-    def observe(self, tick: TickResult) -> None: ...
 
 
 def default_detectors(settings: Settings) -> list[Detector]:

@@ -22,7 +22,6 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from models.detectors.dynamic import DynamicConfig
 from models.detectors.hard import HardRuleConfig
 from models.predictor.policy import PredictorConfig
-from service.api.auth import ApiSettings
 from service.notify.config import NotifySettings
 from service.remediation.config import RemediationSettings
 from service.stages.alert_machine import AlertPolicy
@@ -91,6 +90,20 @@ class StorageSettings(BaseModel):
     @property
     def sqlite_path(self) -> Path:
         return self.data_dir / self.sqlite_file
+
+
+class ApiSettings(BaseModel):
+    """The `api` section of the settings."""
+
+    # Reads are open by default (an internal network); a token that is sent is still checked.
+    read_requires_token: bool = False
+    rate_limit_per_min: float = Field(default=60.0, gt=0)  # mutating requests per token
+    rate_limit_burst: int = Field(default=20, ge=1)
+    idempotency_ttl_s: float = Field(default=86400.0, gt=0)  # the IETF draft's 24 h
+    # Failed authentications per client address: past the burst, that address is answered
+    # 429 before any token is checked, so guessing tokens costs the guesser, not us.
+    auth_failures_per_min: float = Field(default=10.0, gt=0)
+    auth_failures_burst: int = Field(default=20, ge=1)
 
 
 class IngestSettings(BaseModel):

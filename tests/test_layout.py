@@ -100,3 +100,98 @@ def test_import_scan_resolves_every_form(tmp_path: Path) -> None:
     assert sorted(n for n in names if _is_service(n)) == ["service", "service.api",
                                                           "service.store"]
     assert not _is_service("services")
+
+
+# ---- inside service/ ---------------------------------------------------------------------------
+# The layer order (docs/design.md, "Where things live"): a module imports only from its own
+# layer or a lower one, and no set of modules imports itself round (function-level imports
+# count too: hiding a cycle in a function does not remove it).
+SERVICE_LAYERS: tuple[tuple[str, ...], ...] = (
+    # the parts: the stages of a tick and what they use, the tick's result types, settings
+    ("service.tick", "service.stages", "service.notify", "service.remediation",
+     "service.storage", "service.grafana", "service.settings"),
+    ("service.pipeline",),  # calls the stages in order
+    ("service.runtime", "service.api"),  # run a pipeline in a process; serve it over HTTP
+    ("service.commands",),  # the command line
+)
+
+
+def _service_modules() -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for path in (REPO / "service").rglob("*.py"):
+        parts = list(path.relative_to(REPO).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _service_graph() -> dict[str, set[str]]:
+    modules = _service_modules()
+    return {name: {n for n in _imported_modules(path) if n in modules and n != name}
+            for name, path in modules.items()}
+
+
+def _layer(module: str) -> int:
+    for i, layer in enumerate(SERVICE_LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in layer):
+            return i
+    raise AssertionError(f"{module} is in no layer of SERVICE_LAYERS: add its package")
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Sets of modules that import each other round (Tarjan's strongly connected components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_service_has_no_import_cycle() -> None:
+    assert not _cycles(_service_graph()), "import cycles in service/"
+
+
+def test_service_imports_only_downward() -> None:
+    graph = _service_graph()
+    upward = {f"{a} -> {b}" for a, bs in graph.items() for b in bs
+              if a != "service" and b != "service" and _layer(b) > _layer(a)}
+    assert not upward, f"imports against the layer order: {sorted(upward)}"
+
+
+def test_the_cycle_check_finds_cycles_hidden_in_functions(tmp_path: Path) -> None:
+    # Guards the check itself: a cycle through a function-level import, beside a clean module.
+    (tmp_path / "service").mkdir()
+    (tmp_path / "service" / "a.py").write_text("def f():\n    from service import b\n")
+    (tmp_path / "service" / "b.py").write_text("import service.a\n")
+    (tmp_path / "service" / "c.py").write_text("import service.a\n")
+    graph = {f"service.{p.stem}": {n for n in _imported_modules(p, root=tmp_path)
+                                   if n in ("service.a", "service.b", "service.c")}
+             for p in (tmp_path / "service").glob("*.py")}
+    assert _cycles(graph) == [["service.a", "service.b"]]

@@ -15,7 +15,7 @@ import httpx
 
 from collectors.base import CollectorStatus
 from collectors.dcgm.exposition import ExpositionError, ParseStats, parse_exposition
-from collectors.frames import Batch
+from collectors.frames import Batch, Rejection
 from collectors.lineprotocol import Point
 from collectors.schema import SchemaMapper
 
@@ -83,8 +83,10 @@ class DcgmExporterCollector:
         if text is None:
             return Batch()
         stats = ParseStats()
+        refused: list[Rejection] = []  # bad lines of a cut or broken page; the rest is read
         try:
-            points = parse_exposition(text, self.host, self._clock(), stats=stats)
+            points = parse_exposition(text, self.host, self._clock(), stats=stats,
+                                      rejected=refused)
         except ExpositionError as exc:
             return self._down(f"{self.url}: {exc}")
         self.last_stats = stats
@@ -94,7 +96,7 @@ class DcgmExporterCollector:
         readings = [p for p in points if p.measurement != _XID]
         readings += self._xids.events(p for p in points if p.measurement == _XID)
         self.status.up, self.status.reason = True, ""
-        return self._mapper.to_batch(readings)
+        return self._mapper.to_batch(readings, refused)
 
     def close(self) -> None:
         if self._own_client:

@@ -12,7 +12,8 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from service.api.auth import Reader
-from service.api.idempotency import MUTATING_RESPONSES, IdempotentAdmin, IdempotentOperate
+from service.api.guards import IdempotentAdmin, IdempotentOperate
+from service.api.idempotency import MUTATING_RESPONSES
 from service.api.state import Running, State
 from service.notify.build import Notification
 from service.remediation.controller import ActionConflict, ActionNotFound, RemediationController

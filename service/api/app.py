@@ -15,7 +15,8 @@ from fastapi.exceptions import RequestValidationError
 
 from collectors.base import Collector
 from service.api import alerting, history, read, write
-from service.api.auth import ApiAuth, Scope, require, validation_error
+from service.api.auth import ApiAuth, require, validation_error
+from service.api.principals import Scope
 from service.api.state import Running
 from service.pipeline import Pipeline
 from service.runtime.metrics import ServiceMetrics

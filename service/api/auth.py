@@ -29,22 +29,20 @@ import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from enum import IntEnum
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, Field
 
+from service.api.idempotency import IdempotencyStore
+from service.api.principals import ANONYMOUS, Principal, Scope
+from service.api.ratelimit import RateLimiter
+from service.settings import ApiSettings
 from service.storage.sqlite_db import SqliteStore
-
-if TYPE_CHECKING:  # the stores import this module for Principal; only ApiAuth.open builds them
-    from service.api.idempotency import IdempotencyStore
-    from service.api.ratelimit import RateLimiter
 
 PREFIX = "ghk_"
 _ID_BYTES = 6  # 12 hex digits: unique enough to name a token, and never an underscore
@@ -73,41 +71,6 @@ CREATE TABLE IF NOT EXISTS api_tokens (
 """
 
 
-class Scope(IntEnum):
-    """Ordered: a higher scope includes the lower ones."""
-
-    READ = 1
-    OPERATE = 2
-    ADMIN = 3
-
-    @classmethod
-    def parse(cls, name: str | Scope) -> Scope:
-        if isinstance(name, Scope):
-            return name
-        try:
-            return cls[name.strip().upper()]
-        except KeyError:
-            raise ValueError(f"unknown scope {name!r}: choose from "
-                             f"{', '.join(str(s) for s in cls)}") from None
-
-    def __str__(self) -> str:
-        return self.name.lower()
-
-
-class ApiSettings(BaseModel):
-    """The `api` section of the settings."""
-
-    # Reads are open by default (an internal network); a token that is sent is still checked.
-    read_requires_token: bool = False
-    rate_limit_per_min: float = Field(default=60.0, gt=0)  # mutating requests per token
-    rate_limit_burst: int = Field(default=20, ge=1)
-    idempotency_ttl_s: float = Field(default=86400.0, gt=0)  # the IETF draft's 24 h
-    # Failed authentications per client address: past the burst, that address is answered
-    # 429 before any token is checked, so guessing tokens costs the guesser, not us.
-    auth_failures_per_min: float = Field(default=10.0, gt=0)
-    auth_failures_burst: int = Field(default=20, ge=1)
-
-
 @dataclass(frozen=True, slots=True)
 class Token:
     """A token as stored: everything but its secret."""
@@ -128,21 +91,6 @@ class Token:
                 "created_at": self.created_at, "expires_at": self.expires_at,
                 "revoked_at": self.revoked_at, "last_used_at": self.last_used_at}
 
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who a request acts as."""
-
-    token_id: str
-    name: str
-    scope: Scope
-
-    def allows(self, scope: Scope) -> bool:
-        return self.scope >= scope
-
-
-# Reads without a token, where settings allow them; never passes a scope above read.
-ANONYMOUS = Principal("", "anonymous", Scope.READ)
 
 _COLS = "id, name, scope, created_at, expires_at, revoked_at, last_used_at"
 
@@ -236,9 +184,6 @@ class ApiAuth:
     def open(cls, path: str | Path, settings: ApiSettings | None = None,
              clock: Callable[[], float] = time.time) -> ApiAuth:
         """All three stores on one SQLite file (or ":memory:")."""
-        from service.api.idempotency import IdempotencyStore
-        from service.api.ratelimit import RateLimiter
-
         settings = settings or ApiSettings()
         return cls(TokenStore(path),
                    RateLimiter(settings.rate_limit_per_min, settings.rate_limit_burst, clock),

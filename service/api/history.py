@@ -12,6 +12,7 @@ from collectors.catalog import Scope
 from collectors.frames import Entity
 from service.api.schemas import HistoryOut, SeriesPoints
 from service.api.state import Running, State
+from service.storage.histories import open_history, source_name
 from service.storage.history import (
     MAX_POINTS,
     Agg,
@@ -21,9 +22,7 @@ from service.storage.history import (
     QueryError,
     Source,
     build_query,
-    open_history,
     parse_time,
-    source_name,
     valid_metrics,
 )
 

@@ -25,7 +25,7 @@ key just run. Usage, authentication and the rate limit included in the one depen
 Depends(idempotent(...))]`; `idem.principal` is who sent the request. `run` takes a sync
 callable (run in the thread pool) or an async one; it may return a Response (kept as sent,
 streaming excepted) or anything `jsonable_encoder` takes (sent as JSON with `status_code`).
-`idempotent(scope, required=True)` makes the key mandatory.
+`service.api.guards.idempotent(scope, required=True)` makes the key mandatory.
 """
 
 # No `from __future__ import annotations`: FastAPI resolves string annotations in module
@@ -35,20 +35,18 @@ import hashlib
 import inspect
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from functools import cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, Header, HTTPException, Request, Response
+from fastapi import HTTPException, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 
-from service.api.auth import ApiAuth, Principal, Scope, api_auth
-from service.api.ratelimit import mutating
+from service.api.principals import Principal
 from service.storage.sqlite_db import SqliteStore
 
 HEADER = "Idempotency-Key"
@@ -249,36 +247,3 @@ class Idempotency:
         if inspect.isawaitable(result):  # e.g. a lambda that returns a coroutine
             result = await result
         return _to_response(result, status_code)
-
-
-def idempotent(scope: Scope | str, *,
-               required: bool = False) -> Callable[..., Awaitable[Idempotency]]:
-    """The dependency for a mutating route: authenticated at `scope`, rate-limited, and with
-    the request's Idempotency-Key (see the module docstring)."""
-    return _idempotent(Scope.parse(scope), required)
-
-
-@cache
-def _idempotent(scope: Scope, required: bool) -> Callable[..., Awaitable[Idempotency]]:
-    async def dependency(request: Request,
-                         who: Annotated[Principal, Depends(mutating(scope))],
-                         auth: Annotated[ApiAuth, Depends(api_auth)],
-                         _: Annotated[str | None, Header(alias=HEADER,
-                                                         description=_KEY_DOC)] = None,
-                         ) -> Idempotency:
-        # `_` only documents the header in OpenAPI; parse_key sees every value it was sent.
-        try:
-            key = parse_key(request.headers.getlist(HEADER))
-        except ValueError as exc:
-            raise HTTPException(400, str(exc)) from None
-        if key is None and required:
-            raise HTTPException(400, f"this route needs an {HEADER} header")
-        fp = "" if key is None else fingerprint(request.method, request.url.path,
-                                                request.url.query, await request.body())
-        return Idempotency(who, key, fp, auth.idempotency, auth.clock)
-
-    return dependency
-
-
-IdempotentOperate = Annotated[Idempotency, Depends(idempotent(Scope.OPERATE))]
-IdempotentAdmin = Annotated[Idempotency, Depends(idempotent(Scope.ADMIN))]

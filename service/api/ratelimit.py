@@ -1,29 +1,16 @@
 """Rate limits for mutating routes: a token bucket per principal.
 
 Each token may make `rate_limit_burst` requests at once, then `rate_limit_per_min` a minute
-(settings.api); beyond that the answer is 429 with Retry-After. One dependency gives a route
-authentication and the limit together:
-
-    @router.post("/v1/breaker/reset")
-    async def reset(who: Admin) -> ...    # Admin: Annotated[Principal, Depends(mutating("admin"))]
-
-`mutating(scope)` returns the same callable for the same scope, so a route that also asks for
-service.api.idempotency.idempotent(scope) is charged once.
+(settings.api); beyond that the answer is 429 with Retry-After (service.api.guards.mutating).
+The same buckets limit failed authentications per client address.
 """
 
 # No `from __future__ import annotations`: FastAPI resolves string annotations in module
 # globals, and the dependencies below are closures over their scope.
 
-import math
 import threading
 import time
-from collections.abc import Awaitable, Callable
-from functools import cache
-from typing import Annotated
-
-from fastapi import Depends, HTTPException
-
-from service.api.auth import ApiAuth, Principal, Scope, api_auth, require
+from collections.abc import Callable
 
 
 class RateLimiter:
@@ -68,26 +55,3 @@ class RateLimiter:
                 return 0.0
             self._buckets[key] = (tokens, now)
             return (1.0 - tokens) / self.per_s
-
-
-def mutating(scope: Scope | str) -> Callable[..., Awaitable[Principal]]:
-    """The dependency for a mutating route: authenticated at `scope`, then rate-limited."""
-    return _mutating(Scope.parse(scope))
-
-
-@cache
-def _mutating(scope: Scope) -> Callable[..., Awaitable[Principal]]:
-    async def dependency(who: Annotated[Principal, Depends(require(scope))],
-                         auth: Annotated[ApiAuth, Depends(api_auth)]) -> Principal:
-        wait = auth.limiter.acquire(who.token_id)
-        if wait > 0:
-            retry = max(1, math.ceil(wait))
-            raise HTTPException(429, f"rate limit exceeded for token {who.token_id}: retry in "
-                                     f"{retry} s", headers={"Retry-After": str(retry)})
-        return who
-
-    return dependency
-
-
-Operator = Annotated[Principal, Depends(mutating(Scope.OPERATE))]
-Admin = Annotated[Principal, Depends(mutating(Scope.ADMIN))]

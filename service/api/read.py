@@ -7,7 +7,8 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from fastapi.responses import JSONResponse
 
-from service.api.auth import Scope, require
+from service.api.auth import require
+from service.api.principals import Scope
 from service.api.schemas import (
     AlertDetail,
     AlertList,

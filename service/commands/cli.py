@@ -75,8 +75,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from collectors.trace import TraceReader
-    from service.api import create_app
-    from service.api.app import CollectorFactory
+    from service.api.app import CollectorFactory, create_app
     from service.pipeline import Pipeline
     from service.runtime.replay_progress import resumable_replay
     from service.runtime.scheduler import Clock, DataClock
@@ -163,8 +162,9 @@ def _run_replay(args: argparse.Namespace) -> int:
     from service.commands.progress import Progress
     from service.commands.refusals import RefusalTally
     from service.commands.usage import no_data
-    from service.pipeline import Pipeline, TickResult
+    from service.pipeline import Pipeline
     from service.runtime.runner import run_replay
+    from service.tick import TickResult
 
     if args.speed < 0:
         raise UsageError(f"--speed {args.speed:g}: give 0 (as fast as possible) or more")

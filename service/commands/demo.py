@@ -20,8 +20,9 @@ from service.commands.cli import register
 from service.commands.progress import Progress
 from service.commands.refusals import RefusalTally
 from service.commands.usage import UsageError
-from service.pipeline import Pipeline, TickResult
+from service.pipeline import Pipeline
 from service.settings import Settings
+from service.tick import TickResult
 
 START_PORT = 8080
 
@@ -57,7 +58,7 @@ class _Api:
     def __init__(self, pipeline: Pipeline, port: int) -> None:
         import uvicorn
 
-        from service.api import create_app
+        from service.api.app import create_app
 
         app = create_app(lambda: pipeline, schedule=False)
         cfg = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.pipeline import TickResult
 from service.stages.ingest import IngestResult
+from service.tick import TickResult
 
 # The parts of a reason that differ row by row: a timestamp, a count of undetailed rows.
 _VARIABLE = re.compile(r": (ts=\S+|\d+ more (rows|values))$")

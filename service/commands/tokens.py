@@ -51,7 +51,8 @@ def _iso(ts: float | None, none: str = "-") -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from service.api.auth import Scope, TokenStore
+    from service.api.auth import TokenStore
+    from service.api.principals import Scope
 
     now = time.time()
     scope: Scope | None = None

@@ -19,10 +19,11 @@ from collectors.base import Collector
 from collectors.frames import Batch
 from collectors.replay import ReplaySource
 from collectors.trace import TraceReader
-from service.pipeline import Pipeline, TickResult
+from service.pipeline import Pipeline
 from service.runtime.scheduler import DataClock
 from service.runtime.warm import warm_start
 from service.storage.sqlite_db import SqliteStore
+from service.tick import TickResult
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from collectors.base import Collector
-from service.pipeline import Pipeline, TickResult
+from service.pipeline import Pipeline
 from service.runtime.scheduler import Clock, batch_time
+from service.tick import TickResult
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from collectors.base import Collector, CollectorStatus
 from collectors.frames import Batch
-from service.pipeline import Pipeline, TickResult
+from service.pipeline import Pipeline
 from service.runtime.metrics import ServiceMetrics
+from service.tick import TickResult
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,8 @@
 One verb, `History.series(query)`. A SeriesQuery is built and validated here, once, so InfluxDB
 (service.storage.influx.reader) and SQLite (service.storage.history_sqlite) answer the same
 questions the same way: which metrics a scope has, how each kind is aggregated into a bucket,
-how many buckets a series may have. `open_history` picks the store the settings name.
+how many buckets a series may have. `service.storage.histories` opens the store the settings
+name.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Protocol
 
 from collectors.catalog import CATALOG, Kind, Metric, Scope
 from collectors.frames import Entity
-from service.settings import Settings
 
 # A series longer than this is a mistake (a year at 5 s), not a chart: the caller is told the
 # smallest step that fits instead of InfluxDB being asked for millions of buckets.
@@ -210,20 +210,3 @@ def canonical(e: Entity) -> Entity:
     if e.scope is Scope.IB_PORT:
         return Entity(e.scope, e.node, e.unit, str(int(e.sub)))
     return e
-
-
-# ---- which store ---------------------------------------------------------------------------------
-
-def source_name(settings: Settings) -> str:
-    return "influxdb" if settings.storage.influxdb.url else "sqlite"
-
-
-def open_history(settings: Settings) -> History:
-    """InfluxDB when storage.influxdb.url is set, else the embedded SQLite store."""
-    if settings.storage.influxdb.url:
-        from service.storage.influx.reader import InfluxHistory
-
-        return InfluxHistory.from_settings(settings.storage.influxdb)
-    from service.storage.history_sqlite import SQLiteHistory
-
-    return SQLiteHistory(settings.storage.sqlite_path)

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from service.grafana import DATASOURCE_UID
+from service.grafana.panels import DATASOURCE_UID
 from service.grafana.registry import build_all
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.grafana import all_queries, check_query, expand
-from service.grafana.check import tokenize
+from service.grafana.check import check_query, tokenize
+from service.grafana.inventory import all_queries, expand
 
 GOOD = ('SELECT mean("gpu_temp") AS "t" FROM "gpu" WHERE $timeFilter AND '
         '"host" =~ /^$node$/ GROUP BY time($__interval), "gpu" fill(null)')

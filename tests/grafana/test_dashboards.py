@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
-from service.grafana import DATASOURCE_UID, all_queries, check_query, dashboard_queries
 from service.grafana.__main__ import main as generate
+from service.grafana.check import check_query
 from service.grafana.contract import MEASUREMENTS
+from service.grafana.inventory import all_queries, dashboard_queries
+from service.grafana.panels import DATASOURCE_UID
 from service.grafana.registry import DASHBOARD_DIR, build_all, render
 
 DASHBOARDS = build_all()

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from service.grafana import ALL, all_queries, dashboard_queries, expand
+from service.grafana.inventory import ALL, all_queries, dashboard_queries, expand
 from service.grafana.panels import annotation, dashboard, row, target, timeseries, variable
 
 Q = 'SELECT "x" FROM "gpu" WHERE $timeFilter AND "host" =~ /^$node$/ GROUP BY time($__interval)'

@@ -9,7 +9,7 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from collectors.collector_status import status_line
-from service.api import create_app
+from service.api.app import create_app
 from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 from tests.influx.test_sink import settings

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from collectors.base import CollectorStatus
-from service.grafana import ALL, all_queries, expand
+from service.grafana.inventory import ALL, all_queries, expand
 from service.notify.message import Delivery, Message
 from service.pipeline import Pipeline
 from service.settings import Settings

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.grafana import ALL, all_queries, expand
+from service.grafana.inventory import ALL, all_queries, expand
 from service.pipeline import Pipeline
 from service.settings import Settings
 from service.storage.influx.client import InfluxClient

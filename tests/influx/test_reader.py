@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from collectors.frames import Entity, name_problem
-from service.api import create_app
+from service.api.app import create_app
 from service.pipeline import Pipeline
 from service.settings import Settings
 from service.storage.history import (

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.pipeline import Pipeline, TickResult
+from service.pipeline import Pipeline
 from service.settings import Settings
 from service.storage.influx.record import TickRecorder
+from service.tick import TickResult
 from tests.pipeline.builders import T0, Rounds
 
 DAY = 86400.0

@@ -89,7 +89,7 @@ def test_service_starts_cold_when_influxdb_is_unreachable(tmp_path: Path) -> Non
 def test_warm_start_through_the_app_lifespan(influx_server: InfluxServer, tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from service.api import create_app
+    from service.api.app import create_app
 
     s = settings(influx_server, tmp_path)
     p1 = Pipeline(s, alert_db=str(tmp_path / "alerts.db"))

@@ -11,9 +11,10 @@ import pytest
 
 from collectors.replay import ReplaySource
 from collectors.trace import TraceReader, TraceWriter
-from service.pipeline import Pipeline, TickResult
+from service.pipeline import Pipeline
 from service.runtime.runner import run_replay
 from service.settings import Settings
+from service.tick import TickResult
 from tests.pipeline.builders import T0, Rounds
 
 HOUR = 3600.0

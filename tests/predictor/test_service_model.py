@@ -16,7 +16,7 @@ from models.predictor.detector import PredictorDetector
 from models.predictor.package import Predictor
 from models.predictor.policy import PredictorConfig
 from models.predictor.slot import ModelSlot
-from service.api import create_app
+from service.api.app import create_app
 from service.pipeline import Pipeline
 from service.settings import Settings
 from service.stages.windows import window_config_for

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api import Running, create_app
+from service.api.app import create_app
+from service.api.state import Running
 from service.settings import Settings
 from tests.service.fleet import STEP, T0, Fleet, FleetCollector, ManualClock
 

@@ -13,7 +13,8 @@ from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.api import Running, create_app
+from service.api.app import create_app
+from service.api.state import Running
 from service.settings import Settings
 from tests.service.fleet import STEP, T0, BrokenCollector, Fleet, FleetCollector, ManualClock
 

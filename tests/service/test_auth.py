@@ -12,9 +12,10 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from service.api.auth import ApiAuth, ApiSettings, Principal, Reader, Scope, TokenStore
-from service.api.idempotency import IdempotentOperate
-from service.api.ratelimit import Admin, Operator
+from service.api.auth import ApiAuth, Reader, TokenStore
+from service.api.guards import Admin, IdempotentOperate, Operator
+from service.api.principals import Principal, Scope
+from service.settings import ApiSettings
 from tests.service.fleet import T0, ManualClock
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from service.api import create_app
+from service.api.app import create_app
 from service.api.ratelimit import RateLimiter
 from service.settings import Settings
 from tests.service.fleet import T0, ManualClock

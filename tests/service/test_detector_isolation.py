@@ -16,9 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from models.detectors.findings import Finding
 from models.detectors.view import FleetView
-from service.api import Running, create_app
-from service.pipeline import Pipeline, TickResult, default_detectors
+from service.api.app import create_app
+from service.api.state import Running
+from service.pipeline import Pipeline, default_detectors
 from service.settings import Settings
+from service.tick import TickResult
 from tests.service.fleet import STEP, T0, Fleet, FleetCollector, ManualClock
 
 

@@ -16,7 +16,8 @@ from fastapi.testclient import TestClient
 
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, Frame, name_problem
-from service.api import Running, create_app
+from service.api.app import create_app
+from service.api.state import Running
 from service.pipeline import Pipeline
 from service.settings import Settings
 from service.storage.history import build_query

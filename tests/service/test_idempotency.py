@@ -15,18 +15,18 @@ from fastapi import Depends, FastAPI, Response
 from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 
-from service.api.auth import ApiAuth, ApiSettings
+from service.api.auth import ApiAuth
+from service.api.guards import IdempotentOperate, idempotent
 from service.api.idempotency import (
     REPLAYED,
     Begin,
     Idempotency,
     IdempotencyStore,
-    IdempotentOperate,
     Stored,
     fingerprint,
-    idempotent,
     parse_key,
 )
+from service.settings import ApiSettings
 from tests.service.fleet import T0, ManualClock
 
 TTL = 3600.0

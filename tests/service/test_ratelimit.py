@@ -10,9 +10,10 @@ import pytest
 from fastapi import FastAPI, Response
 from fastapi.testclient import TestClient
 
-from service.api.auth import ApiAuth, ApiSettings
-from service.api.idempotency import IdempotentOperate
-from service.api.ratelimit import Operator, RateLimiter
+from service.api.auth import ApiAuth
+from service.api.guards import IdempotentOperate, Operator
+from service.api.ratelimit import RateLimiter
+from service.settings import ApiSettings
 from tests.service.fleet import T0, ManualClock
 from tests.service.test_auth import bearer, make_app
 

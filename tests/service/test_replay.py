@@ -12,12 +12,13 @@ from fastapi.testclient import TestClient
 
 from collectors.replay import ReplaySource
 from collectors.trace import TraceWriter
-from service.api import create_app
+from service.api.app import create_app
 from service.commands import cli
-from service.pipeline import Pipeline, TickResult
+from service.pipeline import Pipeline
 from service.runtime.runner import run_replay
 from service.runtime.scheduler import DataClock
 from service.settings import ServiceSettings, Settings
+from service.tick import TickResult
 from tests.service.fleet import STEP, T0, Fleet
 
 ROUNDS = 12

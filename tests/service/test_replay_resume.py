@@ -20,8 +20,8 @@ import yaml
 
 from collectors.replay import ReplaySource
 from collectors.trace import TraceReader, TraceWriter
-from service.pipeline import TickResult
 from service.runtime.replay_progress import ReplayProgress
+from service.tick import TickResult
 from tests.notify.receivers.servers import HttpRecorder, Reply, free_port
 from tests.service.fleet import STEP, T0, Fleet
 

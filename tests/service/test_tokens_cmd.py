@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from service.api.auth import Scope, TokenStore
+from service.api.auth import TokenStore
+from service.api.principals import Scope
 from service.api.redact import RedactingFilter
 from service.commands.cli import main
 from service.settings import load

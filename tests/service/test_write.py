@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api import create_app
+from service.api.app import create_app
 from service.settings import IngestSettings, Settings
 from tests.service.fleet import T0, ManualClock
 

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from service.api import create_app
+from service.api.app import create_app
 from service.settings import IngestSettings, Settings
 from tests.service.fleet import T0, ManualClock
 

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from collectors.agent.loop import Agent
 from collectors.agent.spool import Spool
 from collectors.collector_status import status_line
-from service.api import create_app
+from service.api.app import create_app
 from service.api.state import Running
 from service.settings import Settings
 from tests.collectors.agent.test_agent_status import DownCollector

@@ -14,7 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from collectors.agent.push import Outcome, Pusher
-from service.api import create_app, inflate, write
+from service.api import inflate, write
+from service.api.app import create_app
 from service.api.write_auth import Refused
 from service.settings import IngestSettings, Settings
 from tests.service.fleet import T0, ManualClock

@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Entity
-from service.api import create_app
+from service.api.app import create_app
 from service.api.state import Running
 from service.settings import Settings
 from service.stages.sinks import SQLiteSink

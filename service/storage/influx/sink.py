@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping
 
 from collectors.agent.spool import Spool
 from collectors.base import CollectorStatus
-from service.pipeline import TickResult
 from service.settings import Settings
 from service.stages.ingest import IngestResult
 from service.storage.influx.client import InfluxClient, InfluxError
@@ -18,6 +17,7 @@ from service.storage.influx.lines import LineWriter
 from service.storage.influx.record import TickRecorder
 from service.storage.influx.schema import ensure_schema
 from service.storage.influx.spooler import Spooler
+from service.tick import TickResult
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from collectors.agent.push import Outcome, Pusher
 from collectors.agent.spool import Spool
 from collectors.base import CollectorStatus
 from collectors.frames import Batch
-from service.api import create_app
+from service.api.app import create_app
 from service.settings import Settings
 from tests.pipeline.builders import T0, Rounds
 

@@ -19,7 +19,8 @@ from collectors.agent.loop import Agent
 from collectors.agent.spool import Spool
 from collectors.kernel_log import FileFollower, KernelLogCollector
 from collectors.kernel_log.busmap import UNMAPPED_BASE, BusMap, How, Resolved, unmapped_index
-from service.api import Running, create_app
+from service.api.app import create_app
+from service.api.state import Running
 from service.commands.cli import main
 from service.settings import Settings, StorageSettings
 from tests.service.fleet import T0, ManualClock

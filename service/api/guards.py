@@ -1,0 +1,80 @@
+"""The dependencies of mutating routes: authenticated at a permission level, rate-limited per
+token, and, for routes that create or change something, made safe to retry by an
+Idempotency-Key (service.api.idempotency). One dependency gives a route all of it:
+
+    @router.post("/v1/breaker/reset")
+    async def reset(idem: IdempotentAdmin) -> ...
+
+`mutating(scope)` returns the same callable for the same scope, so a route that also asks for
+`idempotent(scope)` is charged once.
+"""
+
+# No `from __future__ import annotations`: FastAPI resolves string annotations in module
+# globals, and the dependencies below are closures over their scope.
+
+import math
+from collections.abc import Awaitable, Callable
+from functools import cache
+from typing import Annotated
+
+from fastapi import Depends, Header, HTTPException, Request
+
+from service.api.auth import ApiAuth, api_auth, require
+from service.api.idempotency import _KEY_DOC, HEADER, Idempotency, fingerprint, parse_key
+from service.api.principals import Principal, Scope
+
+
+def mutating(scope: Scope | str) -> Callable[..., Awaitable[Principal]]:
+    """The dependency for a mutating route: authenticated at `scope`, then rate-limited."""
+    return _mutating(Scope.parse(scope))
+
+
+@cache
+def _mutating(scope: Scope) -> Callable[..., Awaitable[Principal]]:
+    async def dependency(who: Annotated[Principal, Depends(require(scope))],
+                         auth: Annotated[ApiAuth, Depends(api_auth)]) -> Principal:
+        wait = auth.limiter.acquire(who.token_id)
+        if wait > 0:
+            retry = max(1, math.ceil(wait))
+            raise HTTPException(429, f"rate limit exceeded for token {who.token_id}: retry in "
+                                     f"{retry} s", headers={"Retry-After": str(retry)})
+        return who
+
+    return dependency
+
+
+Operator = Annotated[Principal, Depends(mutating(Scope.OPERATE))]
+Admin = Annotated[Principal, Depends(mutating(Scope.ADMIN))]
+
+
+def idempotent(scope: Scope | str, *,
+               required: bool = False) -> Callable[..., Awaitable[Idempotency]]:
+    """The dependency for a mutating route: authenticated at `scope`, rate-limited, and with
+    the request's Idempotency-Key (see the module docstring)."""
+    return _idempotent(Scope.parse(scope), required)
+
+
+@cache
+def _idempotent(scope: Scope, required: bool) -> Callable[..., Awaitable[Idempotency]]:
+    async def dependency(request: Request,
+                         who: Annotated[Principal, Depends(mutating(scope))],
+                         auth: Annotated[ApiAuth, Depends(api_auth)],
+                         _: Annotated[str | None, Header(alias=HEADER,
+                                                         description=_KEY_DOC)] = None,
+                         ) -> Idempotency:
+        # `_` only documents the header in OpenAPI; parse_key sees every value it was sent.
+        try:
+            key = parse_key(request.headers.getlist(HEADER))
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+        if key is None and required:
+            raise HTTPException(400, f"this route needs an {HEADER} header")
+        fp = "" if key is None else fingerprint(request.method, request.url.path,
+                                                request.url.query, await request.body())
+        return Idempotency(who, key, fp, auth.idempotency, auth.clock)
+
+    return dependency
+
+
+IdempotentOperate = Annotated[Idempotency, Depends(idempotent(Scope.OPERATE))]
+IdempotentAdmin = Annotated[Idempotency, Depends(idempotent(Scope.ADMIN))]

@@ -1,0 +1,21 @@
+"""Which history store answers: InfluxDB when one is configured, else the embedded SQLite
+store. Apart from the query contract (service.storage.history) that both implement, so neither
+implementation imports the other's factory."""
+
+from __future__ import annotations
+
+from service.settings import Settings
+from service.storage.history import History
+from service.storage.history_sqlite import SQLiteHistory
+from service.storage.influx.reader import InfluxHistory
+
+
+def source_name(settings: Settings) -> str:
+    return "influxdb" if settings.storage.influxdb.url else "sqlite"
+
+
+def open_history(settings: Settings) -> History:
+    """InfluxDB when storage.influxdb.url is set, else the embedded SQLite store."""
+    if settings.storage.influxdb.url:
+        return InfluxHistory.from_settings(settings.storage.influxdb)
+    return SQLiteHistory(settings.storage.sqlite_path)

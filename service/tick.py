@@ -1,0 +1,71 @@
+"""What one scoring tick leaves behind, and the protocols of what the pipeline hands it to:
+a leaf module, so the stages that read a tick (the InfluxDB recorder, the runtime, commands)
+never import the pipeline that makes it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from collectors.catalog import Scope
+from service.notify.sender import Sent
+from service.remediation.actions import AuditEntry
+from service.stages.alert_machine import FlagChange, Transition
+from service.stages.alert_store import Alert
+from service.stages.scoring import RiskState
+
+
+@dataclass(slots=True)
+class Stats:
+    samples_ingested: int = 0
+    samples_rejected: int = 0
+    rows_late: int = 0  # stored to the sinks, too old or out of order to be scored
+    counter_drops: int = 0  # persistent counters read lower, held out of the window
+    counter_resets: int = 0
+    batches: int = 0
+    ticks: int = 0
+    tick_failures: int = 0  # ticks that raised (the scheduler logs and goes on)
+    last_ingest_s: float = 0.0
+    last_tick_s: float = 0.0
+    notifications_sent: int = 0
+    notifications_failed: int = 0
+
+
+@dataclass(slots=True)
+class TickResult:
+    at: float
+    duration_s: float
+    risk: RiskState
+    transitions: list[Transition] = field(default_factory=list)
+    alerts: list[Alert] = field(default_factory=list)
+    changed: list[tuple[Transition, Alert]] = field(default_factory=list)
+    flags: list[FlagChange] = field(default_factory=list)
+    messages: int = 0  # messages handed to the sender this tick
+    deliveries: list[Sent] = field(default_factory=list)  # finished since the last tick
+    audit: list[AuditEntry] = field(default_factory=list)  # remediation, since the last tick
+    levels: dict[Scope, npt.NDArray[np.int8]] = field(default_factory=dict)
+    # Open node and fleet alerts' levels by entity key (NodeNoData, GpuMissing, FleetStorm).
+    derived: dict[str, int] = field(default_factory=dict)
+
+
+class Remediation(Protocol):
+    """What the pipeline asks of the remediation controller (service.remediation)."""
+
+    def migrate(self, alert: Alert, now: float) -> None: ...
+
+    def trip(self, reason: str, now: float) -> None: ...
+
+    def step(self, now: float) -> None: ...
+
+    def audit(self) -> list[AuditEntry]: ...
+
+    def close(self) -> None: ...
+
+
+class TickObserver(Protocol):
+    """Sees every scoring tick's result after it is complete (the InfluxDB recorder)."""
+
+    def observe(self, tick: TickResult) -> None: ...
