@@ -330,7 +330,8 @@ class RemediationResult:
 
 def bench_remediation(tmp: Path, gpus: int, trials: int, warmup_rounds: int) -> RemediationResult:
     from bench.pipeline import Fleet  # healthy rounds of every catalog metric
-    from service.pipeline import Pipeline
+    from service.assembly import Wiring
+    from service.pipeline import build_pipeline
     from service.remediation.actions import ActionStore
     from service.remediation.controller import MigrationRequest, RemediationController
     from service.settings import Settings
@@ -347,7 +348,8 @@ def bench_remediation(tmp: Path, gpus: int, trials: int, warmup_rounds: int) -> 
     db = str(tmp / "rem.db")
     from service.notify.record import RecordReceiver
 
-    pipe = Pipeline(Settings(), alert_db=db, sinks=[], notifiers=[RecordReceiver(db)])
+    pipe = build_pipeline(Settings(), Wiring.offline(alert_db=db, notifiers=[RecordReceiver(db)],
+                                                     sinks=(), influxdb=False))
     controller: RemediationController
     try:
         from service.remediation.wiring import build_remediation

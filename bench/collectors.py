@@ -470,7 +470,8 @@ def bench_phases(sim_gpus: int, per_request: int, rounds: int, nvlink: bool) -> 
     from collectors.lineprotocol import parse
     from collectors.schema import SchemaMapper
     from service.api.inflate import inflate
-    from service.pipeline import Pipeline
+    from service.assembly import Wiring
+    from service.pipeline import build_pipeline
     from service.settings import Settings
 
     t0 = 1.75e9
@@ -484,7 +485,10 @@ def bench_phases(sim_gpus: int, per_request: int, rounds: int, nvlink: bool) -> 
     times: dict[str, list[float]] = {k: [] for k in ("inflate", "fast", "ref", "ingest", "sink")}
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(storage={"data_dir": Path(tmp)})  # type: ignore[arg-type]
-        with_sink, bare = Pipeline(settings), Pipeline(settings, sinks=[], alert_db=":memory:")
+        with_sink, bare = build_pipeline(settings), build_pipeline(settings,
+                                                                   Wiring.offline(sinks=(),
+                                                                                  influxdb=False,
+                                                                                  notifiers=None))
         for k, requests in enumerate(bodies):
             spent = dict.fromkeys(times, 0.0)
             taken = 0

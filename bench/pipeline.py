@@ -24,7 +24,8 @@ import numpy as np
 from bench.fleet_tables import fleet_tables
 from collectors.catalog import CATALOG, Kind, Scope
 from collectors.frames import Batch, Frame
-from service.pipeline import Pipeline
+from service.assembly import Wiring
+from service.pipeline import build_pipeline
 from service.settings import Settings
 
 BUDGET_S = 5.0
@@ -102,7 +103,7 @@ def rss_mb() -> float:
 
 def run(gpus: int, warmup_min: float, repeats: int) -> Result:
     fleet = Fleet(gpus)
-    pipe = Pipeline(Settings(), alert_db=":memory:", notifiers=[])
+    pipe = build_pipeline(Settings(), Wiring.offline())
     t0 = 1_699_999_200.0  # on a whole hour, so minute boundaries fall at known rounds
     steps = int(warmup_min * 60 / 5)
     for k in range(steps):

@@ -25,3 +25,17 @@ class Collector(Protocol):
     status: CollectorStatus
 
     def collect(self) -> Batch: ...
+
+
+@runtime_checkable
+class Starts(Protocol):
+    """A collector with work to begin before its first collect (a background reader)."""
+
+    def start(self) -> None: ...
+
+
+@runtime_checkable
+class Closes(Protocol):
+    """A collector that holds something to release (a client, a file, a thread)."""
+
+    def close(self) -> None: ...

@@ -8,28 +8,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
 
 import numpy as np
 
 from collectors.catalog import Scope
 from collectors.frames import Batch, Entity
-from models.detectors.dynamic import DynamicThresholds
-from models.detectors.findings import Detector, Signal
-from models.detectors.hard import HardRules
-from service.notify.build import Notification, build_notification
-from service.notify.message import Notifier
+from models.detectors.findings import Signal
+from service.assembly import Parts, Wiring, build_parts
 from service.notify.sender import Sent
 from service.remediation.actions import AuditEntry
 from service.settings import Settings
-from service.stages.alert_machine import AlertMachine, FlagChange, Transition
-from service.stages.alert_store import Alert, AlertStore
-from service.stages.fleet_alerts import FLEET, MISSING, STORM, FleetAlerts
-from service.stages.ingest import EventLog, Ingestor, IngestResult
-from service.stages.scoring import SCOPES, RiskState, Scorer
-from service.stages.sinks import Sink, SQLiteSink
-from service.stages.windows import WindowStore
-from service.tick import Remediation, Stats, TickObserver, TickResult
+from service.stages.alert_machine import FlagChange, Transition
+from service.stages.alert_store import Alert
+from service.stages.fleet_alerts import FLEET, MISSING, STORM
+from service.stages.ingest import IngestResult
+from service.stages.scoring import SCOPES, RiskState
+from service.tick import Closable, Stats, TickResult
 
 log = logging.getLogger(__name__)
 SKEW_FORGET_S = 600.0  # a node's fast clock is reported this long after its last such point
@@ -37,97 +31,35 @@ MAX_SKEWED = 10_000  # nodes remembered as fast at once (names come from the wir
 FORGET_EVERY_S = 60.0  # how often silent entities are looked for (a vectorised check)
 
 
-def default_detectors(settings: Settings) -> list[Detector]:
-    """Rules and thresholds, and the model slot when a model is configured (it holds no model
-    until an artifact is there, and says so)."""
-    found: list[Detector] = [HardRules(settings.detectors.hard),
-                             DynamicThresholds(settings.detectors.dynamic)]
-    slot = model_slot(settings)
-    return [*found, slot] if slot is not None else found
-
-
-def model_slot(settings: Settings) -> Detector | None:
-    m = settings.detectors.model
-    path = m.resolved()
-    if path is None:
-        return None
-    from models.predictor.slot import ModelSlot
-
-    return ModelSlot(path, recheck_s=m.recheck_s, config=m.predictor_config())
-
-
 class Pipeline:
-    def __init__(self, settings: Settings | None = None, *, alert_db: str | None = None,
-                 sinks: Sequence[Sink] | None = None,
-                 notifiers: Sequence[Notifier] | None = None,
-                 detectors: list[Detector] | None = None,
-                 share_store_of: Pipeline | None = None,
-                 observers: Sequence[TickObserver] | None = None,
-                 notify_background: bool = True,
-                 remediation: Remediation | None = None) -> None:
-        """`share_store_of`: read another pipeline's window store and events instead of keeping
-        its own (several detector sets judged on one ingest, as the evaluator does); this
-        pipeline's own ingest is then a no-op, since the owner ingests. `notifiers`: None
-        builds the configured receivers, an empty list turns notification off (evaluation,
-        replays), others replace the configured receivers by name. `notify_background=False`
-        sends inside the tick (timeline tests)."""
-        self.settings = settings or Settings()
-        s = self.settings
-        self.owns_store = share_store_of is None
-        self.store: WindowStore = (
-            share_store_of.store if share_store_of else WindowStore(s.window, s.ingest.limits()))
+    def __init__(self, parts: Parts) -> None:
+        """Orchestrates parts built elsewhere (service.assembly; `build_pipeline` below)."""
+        self.parts = parts
+        self.settings = parts.settings
+        self.db = parts.db
+        self.store = parts.store
+        self.events = parts.events
+        self.owns_store = parts.owns_store
+        self.ingestor = parts.ingestor
+        self.scorer = parts.scorer
+        self.machine = parts.machine
+        self.fleet = parts.fleet
+        self.alerts = parts.alerts
+        self.notification = parts.notification
+        self.remediation = parts.remediation
+        self.controller = parts.controller
+        self.model = parts.model
+        self.sinks = parts.sinks
+        self.observers = parts.observers
         self.generation = self.store.generation  # of the store's forgetting this has followed
         self.forget_every_s = FORGET_EVERY_S
         self._forgot_at = -np.inf
-        self.events: EventLog = share_store_of.events if share_store_of else EventLog()
-        self.ingestor = Ingestor(self.store, self.events, max_future_s=s.ingest.max_future_s,
-                                 max_samples=s.ingest.max_samples_per_batch)
-        self.scorer = Scorer(self.store, self.events, detectors or default_detectors(s))
-        self.machine = AlertMachine(s.alerts)
-        self.fleet = FleetAlerts(s.notify.storm, grace_s=max(
-            s.alerts.stale_after_s, 3 * s.window.step_s))
-        db = alert_db if alert_db is not None else str(s.storage.sqlite_path)
-        self.db = db
-        self.alerts = AlertStore(db)
-        self.notification: Notification | None = None
-        if notifiers is None or list(notifiers):
-            given = None if notifiers is None else {n.name: n for n in notifiers}
-            if given is not None and "record" not in given:
-                from service.notify.record import RecordReceiver
-
-                given["record"] = RecordReceiver(db)
-            self.notification = build_notification(
-                s.notify, self.alerts, db, cluster=s.storage.influxdb.cluster,
-                receivers=given, background=notify_background)
-        if remediation is None and notifiers is None and alert_db is None:
-            from service.remediation.wiring import build_remediation
-
-            # The service itself: the controller the settings ask for (dry_run by default).
-            remediation = build_remediation(s.remediation, self.alerts, db,
-                                            lambda: self.fleet_size)
-        self.remediation = remediation
-        sinks_default = sinks is None
-        if sinks is None:  # the embedded default keeps sample history beside the alerts
-            keep = s.storage.write_samples and alert_db is None
-            sinks = [SQLiteSink(s.storage.sqlite_path)] if keep else []
-        self.sinks = list(sinks)
-        self.observers: list[TickObserver] = list(observers or [])
-        if s.storage.influxdb.url and sinks_default:
-            from service.storage.influx.sink import InfluxSink
-
-            influx = InfluxSink.from_settings(s)
-            self.sinks.append(influx)
-            self.observers.append(influx)
         self.risk: RiskState | None = None
-        self.model = next((d for d in self.scorer.detectors if hasattr(d, "status")), None)
         self.stats = Stats()
         # Why the newest tick failed ("" once one succeeds), and when one last succeeded
         # (monotonic): /readyz is not ready while scoring fails or has stopped.
         self.tick_error = ""
         self.last_tick_ok: float | None = None
-        # Nodes with fresh telemetry at the newest tick: the fleet the breaker and the storm
-        # measure against (with remediation.fleet_size), not every node name ever seen.
-        self.live_nodes = 0
         # node -> (seconds its clock ran ahead, when last seen so): reported, never trusted.
         self.clock_ahead: dict[str, tuple[float, float]] = {}
         # Ingest (collector thread) and tick (scheduler thread) must not interleave.
@@ -179,7 +111,12 @@ class Pipeline:
     @property
     def fleet_size(self) -> int:
         """The larger of the declared fleet and the nodes reporting now (at least 1)."""
-        return max(self.settings.remediation.fleet_size, self.live_nodes, 1)
+        return self.parts.fleet_count.size()
+
+    @property
+    def live_nodes(self) -> int:
+        """Nodes with fresh telemetry at the newest tick."""
+        return self.parts.fleet_count.live
 
     def _note_ahead(self, ahead: dict[str, float], now: float) -> None:
         """Remember nodes whose clocks run fast (exported until SKEW_FORGET_S after their last
@@ -310,7 +247,7 @@ class Pipeline:
             np.maximum.at(node_level, nodes[ok], self.machine.level(scope)[:n][ok])
         raised = {t.node: t.new for t in transitions if t.new >= 2 and t.new > t.old}
         node_stale = (seen_nodes > 0) & (fresh_nodes == 0)
-        self.live_nodes = int(np.count_nonzero(fresh_nodes > 0))
+        self.parts.fleet_count.live = int(np.count_nonzero(fresh_nodes > 0))
         # A GPU silent while other GPUs of its node report: all of a node's GPUs silent is
         # its GPU collector or driver (collector_up, NodeNoData say so), not one GPU.
         gpus = self.store[Scope.GPU]
@@ -366,6 +303,10 @@ class Pipeline:
             self.remediation.close()
         self.alerts.close()
         for s in [*self.sinks, *self.observers]:
-            close = getattr(s, "close", None)
-            if callable(close):
-                close()
+            if isinstance(s, Closable):
+                s.close()
+
+
+def build_pipeline(settings: Settings | None = None, wiring: Wiring | None = None) -> Pipeline:
+    """A pipeline from its settings and wiring; the live service is `build_pipeline(settings)`."""
+    return Pipeline(build_parts(settings, wiring))

@@ -4,18 +4,32 @@ never import the pipeline that makes it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
+from collectors.base import CollectorStatus
 from collectors.catalog import Scope
 from service.notify.sender import Sent
 from service.remediation.actions import AuditEntry
 from service.stages.alert_machine import FlagChange, Transition
 from service.stages.alert_store import Alert
 from service.stages.scoring import RiskState
+
+
+@dataclass(slots=True)
+class FleetCount:
+    """The fleet the breaker and the storm measure against: the larger of the declared size
+    and the nodes reporting at the newest tick (never every node name ever seen)."""
+
+    declared: int = 0
+    live: int = 0
+
+    def size(self) -> int:
+        return max(self.declared, self.live, 1)
 
 
 @dataclass(slots=True)
@@ -65,7 +79,22 @@ class Remediation(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class Closable(Protocol):
+    """A sink, observer or receiver that holds something to release at shutdown."""
+
+    def close(self) -> None: ...
+
+
 class TickObserver(Protocol):
     """Sees every scoring tick's result after it is complete (the InfluxDB recorder)."""
 
     def observe(self, tick: TickResult) -> None: ...
+
+
+@runtime_checkable
+class TracksCollectors(Protocol):
+    """A tick observer that also records the health of the collectors feeding the service."""
+
+    def track_collectors(self, statuses: Callable[[], Mapping[tuple[str, str],
+                                                             CollectorStatus]]) -> None: ...

@@ -110,7 +110,7 @@ SERVICE_LAYERS: tuple[tuple[str, ...], ...] = (
     # the parts: the stages of a tick and what they use, the tick's result types, settings
     ("service.tick", "service.stages", "service.notify", "service.remediation",
      "service.storage", "service.grafana", "service.settings"),
-    ("service.pipeline",),  # calls the stages in order
+    ("service.assembly", "service.pipeline"),  # builds the parts; calls the stages in order
     ("service.runtime", "service.api"),  # run a pipeline in a process; serve it over HTTP
     ("service.commands",),  # the command line
 )

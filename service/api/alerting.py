@@ -5,6 +5,7 @@ reset, admin) token, is rate-limited and accepts an `Idempotency-Key`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
@@ -16,6 +17,7 @@ from service.api.guards import IdempotentAdmin, IdempotentOperate
 from service.api.idempotency import MUTATING_RESPONSES
 from service.api.state import Running, State
 from service.notify.build import Notification
+from service.remediation.actions import Action
 from service.remediation.controller import ActionConflict, ActionNotFound, RemediationController
 
 router = APIRouter()
@@ -45,9 +47,8 @@ def _notification(st: Running) -> Notification:
 
 
 def _controller(st: Running) -> RemediationController:
-    rem = st.pipeline.remediation
-    ctl = getattr(rem, "controller", None)
-    if not isinstance(ctl, RemediationController):
+    ctl = st.pipeline.controller
+    if ctl is None:
         raise HTTPException(503, "remediation is off (remediation.mode: off)")
     return ctl
 
@@ -143,10 +144,15 @@ def get_action(st: State, who: Reader, action_id: str) -> dict[str, Any]:
     return {**a.as_dict(), "audit": [e.as_dict() for e in ctl.store.audit(action_id=action_id)]}
 
 
-def _act(st: Running, fn: str, target: str, actor: str) -> dict[str, Any]:
+_VERBS: dict[str, Callable[[RemediationController, str, str, float], Action]] = {
+    "approve": RemediationController.approve, "abort": RemediationController.abort,
+    "release": RemediationController.release}
+
+
+def _act(st: Running, verb: str, target: str, actor: str) -> dict[str, Any]:
     ctl = _controller(st)
     try:
-        a = getattr(ctl, fn)(target, actor, st.clock())
+        a = _VERBS[verb](ctl, target, actor, st.clock())
     except ActionNotFound as e:
         raise HTTPException(404, str(e)) from None
     except ActionConflict as e:

@@ -7,18 +7,17 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 
-from collectors.base import Collector
+from collectors.base import Closes, Collector, Starts
 from service.api import alerting, history, read, write
 from service.api.auth import ApiAuth, require, validation_error
 from service.api.principals import Scope
 from service.api.state import Running
-from service.pipeline import Pipeline
+from service.pipeline import Pipeline, build_pipeline
 from service.runtime.metrics import ServiceMetrics
 from service.runtime.scheduler import Clock, TickScheduler
 from service.runtime.warm import warm_start_from_settings
@@ -49,7 +48,7 @@ def create_app(
         settings = source or Settings()
 
         def factory() -> Pipeline:
-            return Pipeline(settings)
+            return build_pipeline(settings)
     else:
         factory = source
 
@@ -69,7 +68,8 @@ def create_app(
                                       score_interval_s=svc.score_interval_s)
             metrics.track_collectors(scheduler.statuses)
             for c in found:
-                _call_optional(c, "start")
+                if isinstance(c, Starts):
+                    _guarded(c, c.start)
             # Tokens, idempotency keys and rate limits live beside the alerts.
             app.state.gpuhealth_auth = ApiAuth.open(pipeline.db, pipeline.settings.api,
                                                      wall_clock)
@@ -93,7 +93,8 @@ def create_app(
                 # Shutdown waits for a running tick: keep the event loop free meanwhile.
                 await run_in_threadpool(scheduler.shutdown)
             for c in found:
-                _call_optional(c, "close")
+                if isinstance(c, Closes):
+                    _guarded(c, c.close)
             pipeline.close()
 
     app = FastAPI(title="gpuhealth", version="0.1.0", lifespan=lifespan,
@@ -107,11 +108,9 @@ def create_app(
     return app
 
 
-def _call_optional(obj: object, name: str) -> None:
-    """Collectors may have start()/close() beyond the protocol's collect()."""
-    method: Any = getattr(obj, name, None)
-    if callable(method):
-        try:
-            method()
-        except Exception:
-            log.exception("%s.%s() failed", type(obj).__name__, name)
+def _guarded(obj: object, method: Callable[[], None]) -> None:
+    """A collector's start or close that fails is logged; the service goes on."""
+    try:
+        method()
+    except Exception:
+        log.exception("%s.%s() failed", type(obj).__name__, method.__name__)

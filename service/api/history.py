@@ -25,6 +25,7 @@ from service.storage.history import (
     parse_time,
     valid_metrics,
 )
+from service.tick import Closable
 
 router = APIRouter(tags=["history"])
 _build_lock = threading.Lock()
@@ -61,9 +62,8 @@ def close_history(app: FastAPI) -> None:
 
 
 def _close(h: History) -> None:
-    close: Any = getattr(h, "close", None)
-    if callable(close):
-        close()
+    if isinstance(h, Closable):
+        h.close()
 
 
 HistoryDep = Annotated[History, Depends(_history)]

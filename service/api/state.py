@@ -17,6 +17,7 @@ from service.runtime.metrics import ServiceMetrics
 from service.runtime.remote_collectors import STALE_AFTER_ROUNDS, RemoteCollectors, RemoteStatus
 from service.runtime.scheduler import Clock, TickScheduler
 from service.settings import Settings
+from service.tick import TracksCollectors
 
 
 @dataclass(slots=True)
@@ -42,9 +43,8 @@ class Running:
             STALE_AFTER_ROUNDS * self.settings.service.collect_interval_s)
         self.metrics.track_remote(self.remote_statuses)
         for obs in self.pipeline.observers:
-            track = getattr(obs, "track_collectors", None)
-            if callable(track):  # the InfluxDB sink records collector health every tick
-                track(self.collector_statuses)
+            if isinstance(obs, TracksCollectors):  # the InfluxDB sink records their health
+                obs.track_collectors(self.collector_statuses)
 
     @property
     def settings(self) -> Settings:

@@ -186,8 +186,7 @@ def gpu_detail(p: Pipeline, key: str) -> GpuDetail | str:
 
 
 def _prediction(p: Pipeline, scope: Scope, slot: int) -> PredictionOut | None:
-    slot_ = p.model
-    detector = getattr(slot_, "detector", None)
+    detector = p.model.detector if p.model is not None else None
     if detector is None:
         return None
     probs: dict[str, float] | None = detector.probabilities(scope, slot)
@@ -198,9 +197,9 @@ def _prediction(p: Pipeline, scope: Scope, slot: int) -> PredictionOut | None:
 
 
 def model_out(p: Pipeline) -> ModelOut | None:
-    status = getattr(p.model, "status", None)
-    if status is None:
+    if p.model is None:
         return None
+    status = p.model.status
     return ModelOut(loaded=status.loaded, path=status.path, version=status.version,
                     reason=status.reason)
 

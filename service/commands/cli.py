@@ -159,10 +159,11 @@ def _configure_replay(p: argparse.ArgumentParser) -> None:
 def _run_replay(args: argparse.Namespace) -> int:
     from collectors.replay import ReplaySource
     from collectors.trace import TraceReader
+    from service.assembly import Wiring
     from service.commands.progress import Progress
     from service.commands.refusals import RefusalTally
     from service.commands.usage import no_data
-    from service.pipeline import Pipeline
+    from service.pipeline import build_pipeline
     from service.runtime.runner import run_replay
     from service.tick import TickResult
 
@@ -174,7 +175,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     except FileNotFoundError as exc:
         raise trace_missing(exc) from None
     # The replay prints its alerts itself; nothing is sent to the notification channels.
-    pipeline = Pipeline(settings, alert_db=args.db, notifiers=[])
+    pipeline = build_pipeline(settings, Wiring.offline(alert_db=args.db))
     refused = RefusalTally()
     pipeline.sinks.append(refused)
     pipeline.observers.append(refused)

@@ -16,11 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from service.assembly import Wiring
 from service.commands.cli import register
 from service.commands.progress import Progress
 from service.commands.refusals import RefusalTally
 from service.commands.usage import UsageError
-from service.pipeline import Pipeline
+from service.pipeline import Pipeline, build_pipeline
 from service.settings import Settings
 from service.tick import TickResult
 
@@ -116,7 +117,7 @@ def run_demo(args: argparse.Namespace, out: Any = sys.stdout,
     settings = Settings(storage={"data_dir": args.data_dir})  # type: ignore[arg-type]
     _clear_database(settings)
     # No sample history: at 600x the demo's 16M samples would make SQLite the bottleneck.
-    pipeline = Pipeline(settings, sinks=[])
+    pipeline = build_pipeline(settings, Wiring(sinks=(), sample_history=False, influxdb=False))
     refused = RefusalTally()  # says what the `rejected` count was
     pipeline.sinks.append(refused)
     pipeline.observers.append(refused)

@@ -38,10 +38,11 @@ from models.evaluation.riskscore import DailyMax
 from models.evaluation.rounds import Round, feed_rounds
 from models.evaluation.score import EvalConfig, Exposure, RunData, score_run
 from models.evaluation.sources import Source, scenario_config, simulator_source, trace_source
+from service.assembly import Wiring
 from service.commands.cli import register
 from service.commands.progress import Progress
 from service.commands.usage import UsageError, no_data, out_dir, scenario_errors, trace_missing
-from service.pipeline import Pipeline
+from service.pipeline import Pipeline, build_pipeline
 from service.settings import ModelSettings, Settings
 from service.stages.windows import window_config_for
 
@@ -144,9 +145,9 @@ class Evaluator:
         for name in sets:
             first = next(iter(self.pipes.values()), None)
             # Ingest once: the other sets read the first set's window store.
-            self.pipes[name] = Pipeline(settings, alert_db=":memory:", notifiers=[],
-                                        detectors=DETECTOR_SETS[name](settings, seed),
-                                        share_store_of=first)
+            shared = (first.store, first.events) if first is not None else None
+            self.pipes[name] = build_pipeline(settings, Wiring.offline(
+                detectors=DETECTOR_SETS[name](settings, seed), shared=shared))
         self.data = {name: RunData(daily=DailyMax(start)) for name in sets}
         self.rounds = 0
         self.last: float | None = None

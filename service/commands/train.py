@@ -52,13 +52,14 @@ def record_source(src: Any) -> tuple[dict[Any, Any], list[Any]]:
     from models.evaluation.events import truth_from_labels
     from models.evaluation.rounds import feed_rounds
     from models.predictor.dataset import HourlyRecorder
-    from service.pipeline import Pipeline
+    from service.assembly import Wiring
+    from service.pipeline import build_pipeline
     from service.settings import Settings
     from service.stages.windows import window_config_for
 
     settings = Settings(window=window_config_for(src.step_s),
                         detectors={"model": {"path": "none"}})  # type: ignore[arg-type]
-    pipe = Pipeline(settings, alert_db=":memory:", notifiers=[])
+    pipe = build_pipeline(settings, Wiring.offline())
     rec = HourlyRecorder()
     rounds = 0
     try:

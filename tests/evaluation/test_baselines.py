@@ -15,7 +15,8 @@ from models.detectors.baselines import (
     StaticThresholds,
 )
 from models.detectors.findings import Detector
-from service.pipeline import Pipeline
+from service.assembly import Wiring
+from service.pipeline import build_pipeline
 from service.settings import Settings
 from tests.pipeline.builders import T0, Rounds
 
@@ -24,7 +25,7 @@ Change = Callable[[int, Rounds], None]
 
 def replay(detector: Detector, seconds: float, change: Change | None = None, step: float = 5.0,
            rounds: Rounds | None = None) -> list[tuple[float, str, int]]:
-    pipe = Pipeline(Settings(), alert_db=":memory:", notifiers=[], detectors=[detector])
+    pipe = build_pipeline(Settings(), Wiring.offline(detectors=[detector]))
     r = rounds or Rounds()
     fired = []
     for k in range(int(seconds / step)):

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from collectors.base import CollectorStatus
+from service.assembly import Wiring
 from service.grafana.inventory import ALL, all_queries, expand
 from service.notify.message import Delivery, Message
-from service.pipeline import Pipeline
+from service.pipeline import build_pipeline
 from service.settings import Settings
 from service.storage.influx.client import InfluxClient
 from service.storage.influx.sink import InfluxSink
@@ -47,8 +48,8 @@ def filled(influx_server: InfluxServer, tmp_path_factory: pytest.TempPathFactory
                 "receivers": [{"name": "pager", "type": "webhook",
                                "config": {"url": "http://127.0.0.1:9/never-used"}}]})
     # A pager that is down, so the failed-delivery panels have something to show.
-    p = Pipeline(s, alert_db=str(tmp / "alerts.db"),
-                 notifiers=[DownPager()], notify_background=False)
+    p = build_pipeline(s, Wiring.offline(alert_db=str(tmp / "alerts.db"), notifiers=[DownPager()],
+                                         notify_background=False))
     (sink,) = [x for x in p.sinks if isinstance(x, InfluxSink)]
     sink.track_collectors(lambda: {("n0", "nvml"): CollectorStatus(),
                                    ("n1", "infiniband"): CollectorStatus(False, "sysfs gone")})

@@ -18,8 +18,9 @@ from collectors.frames import Batch, Entity, EntityTable
 from collectors.labels import load_labels
 from collectors.lineprotocol import parse
 from collectors.trace import TraceReader
+from service.assembly import Wiring
 from service.commands.cli import main
-from service.pipeline import Pipeline
+from service.pipeline import build_pipeline
 from service.settings import Settings
 from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
@@ -54,7 +55,7 @@ def feed(s: Settings, nodes: int, prefix: str) -> tuple[dict[Cell, float],
                                      for e in t.entities]) for sc, t in r.tables.items()}
     expected: dict[Cell, float] = {}
     events: list[tuple[str, int, str, float]] = []
-    p = Pipeline(s, alert_db=":memory:")
+    p = build_pipeline(s, Wiring.offline(notifiers=None))
     try:
         for k in range(ROUNDS):
             ts = T0 + 5 * k + 0.25  # off the second: sub-second timestamps survive

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from collectors.agent.spool import Spool
-from service.pipeline import Pipeline
+from service.assembly import Wiring
+from service.pipeline import build_pipeline
 from service.settings import InfluxSettings, Settings
 from service.storage.influx.client import InfluxClient
 from service.storage.influx.sink import InfluxSink
@@ -33,7 +34,8 @@ def test_influxdb_down_mid_replay_loses_and_doubles_nothing(own_influx: InfluxSe
                                                             tmp_path: Path) -> None:
     sink = sink_for(own_influx, tmp_path)
     db = sink.client.cfg.database
-    p = Pipeline(Settings(), alert_db=":memory:", sinks=[sink], observers=[sink])
+    p = build_pipeline(Settings(), Wiring.offline(observers=[sink], sinks=[sink], influxdb=False,
+                                                  notifiers=None))
     r = Rounds(nodes=2, gpus=4, links=2, ports=1)
     rounds = 60
     try:
@@ -70,7 +72,7 @@ def test_spool_full_drops_the_oldest_segments_and_says_so(
     own_influx.stop()  # away from the start
     sink = sink_for(own_influx, tmp_path, max_bytes=6_000, batch_lines=1_000)
     db = sink.client.cfg.database
-    p = Pipeline(Settings(), alert_db=":memory:", sinks=[sink])
+    p = build_pipeline(Settings(), Wiring.offline(sinks=[sink], influxdb=False, notifiers=None))
     r = Rounds(nodes=2, gpus=4, links=2, ports=1)
     rounds = 40
     try:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from service.assembly import Wiring
 from service.grafana.inventory import ALL, all_queries, expand
-from service.pipeline import Pipeline
+from service.pipeline import build_pipeline
 from service.settings import Settings
 from service.storage.influx.client import InfluxClient
 from service.storage.influx.sink import InfluxSink
@@ -44,7 +45,7 @@ def test_open_counts_follow_node_alerts_and_resolves(influx_server: InfluxServer
         "raw_retention": "INF"}},  # the trace is in 2023: keep it
         alerts={"resolve_for_s": 20, "dwell_s": (0, 0, 0)},  # type: ignore[arg-type]
         detectors={"model": {"path": "none"}})  # type: ignore[arg-type]
-    p = Pipeline(s, alert_db=str(tmp_path / "alerts.db"), notifiers=[])
+    p = build_pipeline(s, Wiring.offline(alert_db=str(tmp_path / "alerts.db")))
     (sink,) = [x for x in p.sinks if isinstance(x, InfluxSink)]
     r = Rounds(nodes=3, gpus=4, links=2, ports=1)
     silent = tuple(e.key for t in r.tables.values() for e in t.entities if e.node == "n2")

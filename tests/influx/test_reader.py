@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from collectors.frames import Entity, name_problem
 from service.api.app import create_app
-from service.pipeline import Pipeline
+from service.pipeline import build_pipeline
 from service.settings import Settings
 from service.storage.history import (
     Agg,
@@ -45,7 +45,7 @@ def settings(srv: InfluxServer, tmp: Path, **influx: object) -> Settings:
 
 def write(s: Settings, *feeds: object) -> None:
     """Through the real pipeline into InfluxDB (and, beside it, the SQLite store)."""
-    p = Pipeline(s)
+    p = build_pipeline(s)
     try:
         for f in feeds:
             f(p)  # type: ignore[operator]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.pipeline import Pipeline
+from service.assembly import Wiring
+from service.pipeline import build_pipeline
 from service.settings import Settings
 from service.storage.influx.record import TickRecorder
 from service.tick import TickResult
@@ -28,8 +29,8 @@ def _points(rec: TickRecorder, tick: TickResult) -> dict[str, str]:
 def test_a_forgotten_entity_at_risk_gets_its_closing_point(tmp_path: Path) -> None:
     s = Settings(storage={"data_dir": tmp_path},  # type: ignore[arg-type]
                  detectors={"model": {"path": "none"}})  # type: ignore[arg-type]
-    p, r, rec = Pipeline(s, notifiers=[]), Rounds(nodes=3, gpus=2, links=1, ports=1), \
-        TickRecorder("c")
+    p = build_pipeline(s, Wiring(notifiers=(), remediate=False))
+    r, rec = Rounds(nodes=3, gpus=2, links=1, ports=1), TickRecorder("c")
     r.set("n0:gpu0", "ecc_dbe_volatile", 1.0)
     r.set("n2:gpu1", "ecc_dbe_volatile", 1.0)
     for k in range(4):

@@ -8,7 +8,8 @@ import httpx
 import pytest
 
 from collectors.frames import Entity
-from service.pipeline import Pipeline
+from service.assembly import Wiring
+from service.pipeline import build_pipeline
 from service.settings import Settings
 from service.storage.history import Agg, SeriesOut, build_query
 from service.storage.influx.client import InfluxClient
@@ -27,7 +28,7 @@ GONE = T0 + 1800  # where a day of raw retention ends, by the readers' clock
 def stored(influx_server: InfluxServer, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     tmp = tmp_path_factory.mktemp("rollups")
     s = settings(influx_server, tmp, rollup_retention="INF")  # the trace is dated 2023
-    p = Pipeline(s, alert_db=str(tmp / "alerts.db"))
+    p = build_pipeline(s, Wiring.offline(alert_db=str(tmp / "alerts.db"), notifiers=None))
     r = Rounds(nodes=1, gpus=2, links=1, ports=1)
     try:
         for k in range(int(HOUR / 5)):

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from service.pipeline import Pipeline
+from service.assembly import Wiring
+from service.pipeline import Pipeline, build_pipeline
 from service.settings import Settings
 from service.storage.influx.client import InfluxClient
 from service.storage.influx.sink import InfluxSink
@@ -27,7 +28,8 @@ def settings(srv: InfluxServer, tmp: Path, **influx: object) -> Settings:
 
 
 def pipeline(s: Settings, tmp: Path) -> tuple[Pipeline, InfluxSink]:
-    p = Pipeline(s, alert_db=str(tmp / "alerts.db"), notify_background=False)
+    p = build_pipeline(s, Wiring.offline(alert_db=str(tmp / "alerts.db"), notify_background=False,
+                                         notifiers=None))
     (sink,) = [x for x in p.sinks if isinstance(x, InfluxSink)]
     return p, sink
 

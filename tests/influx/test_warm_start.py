@@ -7,7 +7,8 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from service.pipeline import Pipeline
+from service.assembly import Wiring
+from service.pipeline import Pipeline, build_pipeline
 from service.runtime.warm import warm_start
 from service.settings import Settings
 from service.storage.influx.client import InfluxClient
@@ -45,7 +46,8 @@ def fires_at(p: Pipeline, r: Rounds, start: float, end: float) -> float | None:
 def test_sustained_rule_fires_on_time_after_a_restart(influx_server: InfluxServer,
                                                       tmp_path: Path) -> None:
     # Reference: one run that never stops.
-    ref = Pipeline(settings(influx_server, tmp_path / "ref"), alert_db=":memory:", sinks=[])
+    ref = build_pipeline(settings(influx_server, tmp_path / "ref"),
+                                  Wiring.offline(sinks=(), influxdb=False, notifiers=None))
     expected = fires_at(ref, Rounds(nodes=1, gpus=2, links=1, ports=1), T0, END)
     ref.close()
     assert expected == HOT_FROM + HOLD_S
@@ -53,14 +55,14 @@ def test_sustained_rule_fires_on_time_after_a_restart(influx_server: InfluxServe
     s = settings(influx_server, tmp_path / "run")
     restart_at = T0 + 600  # 300 s into the hot period: the timer has run half its hold
     r = Rounds(nodes=1, gpus=2, links=1, ports=1)
-    p1 = Pipeline(s, alert_db=str(tmp_path / "alerts.db"))
+    p1 = build_pipeline(s, Wiring.offline(alert_db=str(tmp_path / "alerts.db"), notifiers=None))
     assert fires_at(p1, r, T0, restart_at) is None
     (sink,) = [x for x in p1.sinks if isinstance(x, InfluxSink)]
     assert sink.flush(30)
     p1.close()
 
     # Restarted: warm start from InfluxDB, then carry on with live rounds.
-    p2 = Pipeline(s, alert_db=str(tmp_path / "alerts.db"))
+    p2 = build_pipeline(s, Wiring.offline(alert_db=str(tmp_path / "alerts.db"), notifiers=None))
     history = InfluxRounds(InfluxClient(s.storage.influxdb), s.storage.influxdb.cluster)
     st = warm_start(p2, history, restart_at, lookback_s=4 * 3600, tick_s=5.0)
     assert st.rounds == 120 and st.rejected == 0 and st.first == T0
@@ -68,7 +70,7 @@ def test_sustained_rule_fires_on_time_after_a_restart(influx_server: InfluxServe
     p2.close()
 
     # Without the warm start the timer starts again at the restart: the rule fires late.
-    p3 = Pipeline(s, alert_db=":memory:", sinks=[])
+    p3 = build_pipeline(s, Wiring.offline(sinks=(), influxdb=False, notifiers=None))
     assert fires_at(p3, r, restart_at, END) == restart_at + HOLD_S
     p3.close()
 
@@ -79,7 +81,7 @@ def test_service_starts_cold_when_influxdb_is_unreachable(tmp_path: Path) -> Non
 
     s = Settings(storage={"data_dir": tmp_path, "influxdb": {  # type: ignore[arg-type]
         "url": f"http://127.0.0.1:{free_port()}", "timeout_s": 1.0}})
-    p = Pipeline(s, alert_db=":memory:", sinks=[])
+    p = build_pipeline(s, Wiring.offline(sinks=(), influxdb=False, notifiers=None))
     try:
         assert warm_start_from_settings(p, T0) is None
     finally:
@@ -92,7 +94,7 @@ def test_warm_start_through_the_app_lifespan(influx_server: InfluxServer, tmp_pa
     from service.api.app import create_app
 
     s = settings(influx_server, tmp_path)
-    p1 = Pipeline(s, alert_db=str(tmp_path / "alerts.db"))
+    p1 = build_pipeline(s, Wiring.offline(alert_db=str(tmp_path / "alerts.db"), notifiers=None))
     r = Rounds(nodes=1, gpus=2, links=1, ports=1)
     fires_at(p1, r, T0, T0 + 600)
     (sink,) = [x for x in p1.sinks if isinstance(x, InfluxSink)]

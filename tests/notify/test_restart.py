@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from service.assembly import Wiring
 from service.notify.message import Delivery
-from service.pipeline import Pipeline
+from service.pipeline import build_pipeline
 from service.settings import DetectorSettings, ModelSettings, Settings, StorageSettings
 from service.stages.alert_machine import AlertPolicy
 from tests.notify.timeline import Flaky, Recorder, Seen, Timeline, notify_settings, seen
@@ -118,8 +119,9 @@ class Service:
                      detectors=DetectorSettings(model=ModelSettings(path="none")),
                      notify=notify_settings(routes=PAGER, receivers={"pager": True}))
         self.record, self.pager = Recorder("record"), Recorder("pager")
-        self.pipeline = Pipeline(s, alert_db=str(tmp / "alerts.db"),
-                                 notifiers=[self.record, self.pager], notify_background=False)
+        self.pipeline = build_pipeline(s, Wiring.offline(alert_db=str(tmp / "alerts.db"),
+                                                         notifiers=[self.record, self.pager],
+                                                         notify_background=False))
         self.rounds = Rounds(nodes=2, gpus=2, links=1, ports=1)
         self.levels: list[tuple[float, str, int, int]] = []
 

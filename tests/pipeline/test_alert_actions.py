@@ -11,7 +11,8 @@ import numpy as np
 from collectors.catalog import Scope
 from models.detectors.findings import Finding
 from models.detectors.view import FleetView
-from service.pipeline import Pipeline
+from service.assembly import Wiring
+from service.pipeline import Pipeline, build_pipeline
 from service.remediation.config import RemediationSettings
 from service.remediation.wiring import Remediator, build_remediation
 from service.settings import Settings
@@ -40,7 +41,8 @@ def _pipeline(tmp: Path, nodes: int = 2, **rem: object) -> tuple[Pipeline, Path]
         "mode": "auto", "hook": "command", "breaker_max_fraction": 1.0,
         "hook_config": {"drain": [str(script), "drain", "{node}", "{reason}"],
                         "release": [str(script), "release", "{node}"]}, **rem})
-    pipe = Pipeline(settings, alert_db=str(tmp / "a.db"), notify_background=False)
+    pipe = build_pipeline(settings, Wiring.offline(alert_db=str(tmp / "a.db"),
+                                                   notify_background=False, notifiers=None))
     pipe.remediation = build_remediation(cfg, pipe.alerts, str(tmp / "a.db"),
                                          lambda: len(pipe.store.registry.nodes), now=T0)
     return pipe, log
@@ -135,8 +137,9 @@ class SoftRisk:
 def test_an_uncorroborated_page_does_not_migrate(tmp_path: Path) -> None:
     script, log = _script(tmp_path)
     settings = _settings(tmp_path)
-    pipe = Pipeline(settings, alert_db=str(tmp_path / "a.db"), notify_background=False,
-                    detectors=[SoftRisk()])
+    pipe = build_pipeline(settings, Wiring.offline(alert_db=str(tmp_path / "a.db"),
+                                                   notify_background=False, detectors=[SoftRisk()],
+                                                   notifiers=None))
     cfg = RemediationSettings(mode="auto", hook="command", breaker_max_fraction=1.0,
                               hook_config={"drain": [str(script), "{node}"],
                                            "release": [str(script), "{node}"]})

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from models.detectors.findings import sustained
-from service.pipeline import Pipeline
+from service.assembly import Wiring
+from service.pipeline import Pipeline, build_pipeline
 from service.settings import Settings
 from tests.pipeline.builders import T0, Rounds
 
@@ -31,7 +32,7 @@ def test_sustained_reads_the_reports_that_came() -> None:
 def _pipeline(tmp: Path) -> Pipeline:
     s = Settings(storage={"data_dir": tmp},  # type: ignore[arg-type]
                  detectors={"model": {"path": "none"}})  # type: ignore[arg-type]
-    return Pipeline(s, notifiers=[])
+    return build_pipeline(s, Wiring(notifiers=(), remediate=False))
 
 
 def test_an_ib_port_down_through_a_drifting_cadence_pages(tmp_path: Path) -> None:

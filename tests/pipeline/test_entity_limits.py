@@ -13,7 +13,8 @@ import pytest
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
 from models.detectors.dynamic import DynamicThresholds
-from service.pipeline import Pipeline
+from service.assembly import Wiring
+from service.pipeline import Pipeline, build_pipeline
 from service.settings import Settings
 from service.stages.alert_store import Alert
 from service.stages.ingest import EventLog, Ingestor
@@ -169,7 +170,7 @@ def test_under_pressure_one_line_names_are_forgotten_after_the_raw_window() -> N
 def _pipeline(tmp: Path) -> Pipeline:
     s = Settings(storage={"data_dir": tmp},  # type: ignore[arg-type]
                  detectors={"model": {"path": "none"}})  # type: ignore[arg-type]
-    return Pipeline(s, notifiers=[])
+    return build_pipeline(s, Wiring(notifiers=(), remediate=False))
 
 
 def _open(p: Pipeline) -> dict[str, Alert]:
@@ -215,8 +216,8 @@ SCOPES_ = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
 
 def test_a_pipeline_sharing_the_store_follows_its_forgetting(tmp_path: Path) -> None:
     owner = _pipeline(tmp_path / "a")
-    reader = Pipeline(owner.settings.model_copy(), alert_db=str(tmp_path / "b.db"),
-                      notifiers=[], share_store_of=owner)
+    reader = build_pipeline(owner.settings.model_copy(), Wiring.offline(
+        alert_db=str(tmp_path / "b.db"), shared=(owner.store, owner.events)))
     r = Rounds(nodes=2, gpus=1, links=1, ports=1)
     r.set("n1:gpu0", "ecc_dbe_volatile", 1.0)
     for k in range(4):

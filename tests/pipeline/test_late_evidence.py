@@ -9,7 +9,8 @@ from pathlib import Path
 
 from collectors.catalog import Scope
 from collectors.frames import Batch
-from service.pipeline import Pipeline
+from service.assembly import Wiring
+from service.pipeline import Pipeline, build_pipeline
 from service.remediation.wiring import AlertRecheck
 from service.settings import Settings
 from service.stages.alert_machine import Transition
@@ -24,7 +25,7 @@ GONE = ("n1:gpu3", "n1:gpu3:nvlink0", "n1:gpu3:nvlink1")
 def _pipeline(tmp: Path) -> Pipeline:
     s = Settings(storage={"data_dir": tmp},  # type: ignore[arg-type]
                  detectors={"model": {"path": "none"}})  # type: ignore[arg-type]
-    return Pipeline(s, notifiers=[])
+    return build_pipeline(s, Wiring(notifiers=(), remediate=False))
 
 
 def _open(p: Pipeline) -> dict[tuple[str, str], int]:

@@ -10,7 +10,8 @@ import numpy as np
 
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, Frame
-from service.pipeline import Pipeline
+from service.assembly import Wiring
+from service.pipeline import Pipeline, build_pipeline
 from service.settings import Settings
 from service.stages.fleet_alerts import STORM
 from tests.pipeline.builders import T0, Rounds
@@ -31,7 +32,7 @@ def _pipeline(tmp: Path, **remediation: object) -> Pipeline:
     s = Settings(storage={"data_dir": tmp},  # type: ignore[arg-type]
                  detectors={"model": {"path": "none"}},  # type: ignore[arg-type]
                  remediation={"mode": "dry_run", **remediation})  # type: ignore[arg-type]
-    return Pipeline(s, notifiers=[])
+    return build_pipeline(s, Wiring(notifiers=(), remediate=False))
 
 
 def test_a_thousand_phantoms_hide_no_storm(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from collectors.replay import ReplaySource
 from collectors.trace import TraceReader, TraceWriter
-from service.pipeline import Pipeline
+from service.pipeline import Pipeline, build_pipeline
 from service.runtime.runner import run_replay
 from service.settings import Settings
 from service.tick import TickResult
@@ -28,7 +28,7 @@ def _replay(tmp_path: Path, rounds: Rounds, seconds: float,
             now = T0 + k * step
             missing = change(k, now - T0, rounds) if change else ()
             w.write(rounds.batch(now, missing=missing))
-    pipe = Pipeline(Settings(storage={"data_dir": tmp_path}))  # type: ignore[arg-type]
+    pipe = build_pipeline(Settings(storage={"data_dir": tmp_path}))  # type: ignore[arg-type]
     fired: list[tuple[float, str, int]] = []
 
     def record(res: TickResult) -> None:

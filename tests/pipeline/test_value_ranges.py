@@ -15,7 +15,8 @@ from collectors.frames import Batch, Entity, EntityTable, Frame
 from collectors.schema import SchemaMapper
 from models.simulator import Simulator
 from models.simulator.hardware import GENERATIONS
-from service.pipeline import Pipeline
+from service.assembly import Wiring
+from service.pipeline import Pipeline, build_pipeline
 from service.settings import Settings
 from service.stages.ingest import MAX_DETAILED_REJECTIONS, EventLog, Ingestor
 from service.stages.windows import WindowStore
@@ -85,8 +86,8 @@ def test_ranges_at_and_past_their_edges(metric: str, inside: tuple[float, ...],
 
 
 def _pipeline(tmp_path: Path) -> Pipeline:
-    return Pipeline(Settings(storage={"data_dir": tmp_path}),  # type: ignore[arg-type]
-                    notifiers=[])
+    return build_pipeline(Settings(storage={"data_dir": tmp_path}),
+                                   Wiring(notifiers=(), remediate=False))
 
 
 def test_out_of_range_values_fire_no_hard_rule_and_are_each_refused(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ import numpy as np
 from collectors.catalog import Scope
 from models.detectors.findings import Finding
 from models.detectors.fusion import fuse
-from service.pipeline import Pipeline
+from service.assembly import Wiring
+from service.pipeline import Pipeline, build_pipeline
 from service.settings import Settings
 from service.stages.windows import window_config_for
 from tests.pipeline.builders import T0, Rounds
@@ -22,7 +23,7 @@ STEP = 300.0
 def _pipeline(tmp: Path, model: str) -> Pipeline:
     s = Settings(window=window_config_for(STEP), storage={"data_dir": tmp},  # type: ignore[arg-type]
                  detectors={"model": {"path": model}})  # type: ignore[arg-type]
-    return Pipeline(s, notifiers=[])
+    return build_pipeline(s, Wiring(notifiers=(), remediate=False))
 
 
 def _run(p: Pipeline, r: Rounds, start: float, steps: int) -> float:

@@ -17,7 +17,8 @@ from models.predictor.package import Predictor
 from models.predictor.policy import PredictorConfig
 from models.predictor.slot import ModelSlot
 from service.api.app import create_app
-from service.pipeline import Pipeline
+from service.assembly import Wiring
+from service.pipeline import Pipeline, build_pipeline
 from service.settings import Settings
 from service.stages.windows import window_config_for
 from tests.pipeline.builders import T0, Rounds
@@ -78,7 +79,7 @@ def test_with_a_model_the_gpu_shows_probabilities(tmp_path: Path, tiny_model: Pa
 
 def test_model_explanations_name_metric_groups(recorded: object, tiny_model: Path,
                                                tmp_path: Path) -> None:
-    p = Pipeline(_settings(tmp_path, "none"), alert_db=":memory:", notifiers=[])
+    p = build_pipeline(_settings(tmp_path, "none"), Wiring.offline())
     try:
         _feed(p, 8)
         det = PredictorDetector(Predictor.load(tiny_model),

@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 
 from collectors.frames import Rejection
+from service.assembly import Wiring
 from service.commands.demo import run_demo
 from service.commands.refusals import RefusalTally, reason_kind
-from service.pipeline import Pipeline
+from service.pipeline import Pipeline, build_pipeline
 from service.settings import Settings
 from service.stages.ingest import IngestResult
 from tests.service.fleet import STEP, T0, Fleet
@@ -23,7 +24,7 @@ def _clock(t: float) -> str:
 
 
 def _refusing_pipeline(settings: Settings) -> tuple[Pipeline, RefusalTally]:
-    pipe = Pipeline(settings, alert_db=":memory:", notifiers=[], sinks=[])
+    pipe = build_pipeline(settings, Wiring.offline(sinks=(), influxdb=False))
     tally = RefusalTally()
     pipe.sinks.append(tally)
     pipe.observers.append(tally)

@@ -18,7 +18,8 @@ from models.detectors.findings import Finding
 from models.detectors.view import FleetView
 from service.api.app import create_app
 from service.api.state import Running
-from service.pipeline import Pipeline, default_detectors
+from service.assembly import Wiring, default_detectors
+from service.pipeline import build_pipeline
 from service.settings import Settings
 from service.tick import TickResult
 from tests.service.fleet import STEP, T0, Fleet, FleetCollector, ManualClock
@@ -52,7 +53,8 @@ def test_a_failing_detector_loses_only_its_own_findings(settings: Settings,
     bad = Exploding()
     fleet = Fleet({"n001": 8, "n002": 8})
     clock = ManualClock(T0)
-    app = create_app(lambda: Pipeline(settings, detectors=[*default_detectors(settings), bad]),
+    app = create_app(lambda: build_pipeline(settings,
+                                            Wiring(detectors=[*default_detectors(settings), bad])),
                      clock=clock, schedule=False, collectors=[FleetCollector(fleet, clock)])
     with TestClient(app) as c, caplog.at_level(logging.DEBUG, "service.stages.scoring"):
         st = app.state.gpuhealth
@@ -97,7 +99,8 @@ def _scored_once(settings: Settings, *, schedule: bool = False,
     """A one-node service that has collected and scored once."""
     fleet = Fleet({"n001": 8})
     clock = ManualClock(T0)
-    app = create_app(lambda: Pipeline(settings, observers=[observer] if observer else None),
+    app = create_app(lambda: build_pipeline(settings,
+                                            Wiring(observers=[observer] if observer else ())),
                      clock=clock, schedule=schedule, collectors=[FleetCollector(fleet, clock)])
     with TestClient(app) as c:
         st = app.state.gpuhealth

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from collectors.frames import Entity
-from service.pipeline import Pipeline
+from service.pipeline import Pipeline, build_pipeline
 from service.settings import Settings
 from service.storage.history import (
     MAX_POINTS,
@@ -62,7 +62,7 @@ def points(out: list[SeriesOut]) -> dict[str, list[tuple[float, float]]]:
 
 @pytest.fixture
 def sqlite(settings: Settings) -> SQLiteHistory:
-    p = Pipeline(settings)
+    p = build_pipeline(settings)
     try:
         feed(p)
     finally:

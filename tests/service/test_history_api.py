@@ -18,7 +18,7 @@ from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, Frame, name_problem
 from service.api.app import create_app
 from service.api.state import Running
-from service.pipeline import Pipeline
+from service.pipeline import build_pipeline
 from service.settings import Settings
 from service.storage.history import build_query
 from service.storage.history_sqlite import SQLiteHistory
@@ -188,7 +188,7 @@ def test_odd_host_names_are_stored_and_found_exactly(settings: Settings) -> None
             with pytest.raises(ValueError, match="not a valid gpu entity"):
                 Entity.gpu(evil, 0)
     hosts = ["_", "a_b", "a-b", "a.b", "ab", "n001.rack-1.cluster_x", "A" * 63]
-    p = Pipeline(settings)
+    p = build_pipeline(settings)
     try:
         p.ingest(_batch(hosts, T0), T0)
     finally:

@@ -13,8 +13,9 @@ from fastapi.testclient import TestClient
 from collectors.replay import ReplaySource
 from collectors.trace import TraceWriter
 from service.api.app import create_app
+from service.assembly import Wiring
 from service.commands import cli
-from service.pipeline import Pipeline
+from service.pipeline import build_pipeline
 from service.runtime.runner import run_replay
 from service.runtime.scheduler import DataClock
 from service.settings import ServiceSettings, Settings
@@ -39,7 +40,7 @@ def trace(tmp_path: Path) -> Path:
 
 
 def test_run_replay(settings: Settings, trace: Path) -> None:
-    pipeline = Pipeline(settings, alert_db=":memory:", notifiers=[])
+    pipeline = build_pipeline(settings, Wiring.offline())
     ticks: list[TickResult] = []
     try:
         summary = run_replay(pipeline, ReplaySource(trace, speed=0), on_tick=ticks.append)
@@ -54,7 +55,7 @@ def test_run_replay(settings: Settings, trace: Path) -> None:
 
 
 def test_run_replay_stops_when_asked(settings: Settings, trace: Path) -> None:
-    pipeline = Pipeline(settings, alert_db=":memory:", notifiers=[])
+    pipeline = build_pipeline(settings, Wiring.offline())
     try:
         summary = run_replay(pipeline, ReplaySource(trace, speed=0),
                              stop=lambda: pipeline.stats.ticks >= 3)

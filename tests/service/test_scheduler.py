@@ -12,7 +12,8 @@ import pytest
 from collectors.catalog import Scope
 from models.detectors.findings import Finding
 from models.detectors.view import FleetView
-from service.pipeline import Pipeline, default_detectors
+from service.assembly import Wiring, default_detectors
+from service.pipeline import build_pipeline
 from service.runtime.scheduler import DataClock, TickScheduler, batch_time
 from service.settings import Settings
 from tests.service.fleet import STEP, T0, BrokenCollector, Fleet, FleetCollector, ManualClock
@@ -47,7 +48,7 @@ class SlowDetector:
 
 def test_slow_ticks_neither_overlap_nor_queue(settings: Settings) -> None:
     slow = SlowDetector()
-    pipeline = Pipeline(settings, detectors=[*default_detectors(settings), slow])
+    pipeline = build_pipeline(settings, Wiring(detectors=[*default_detectors(settings), slow]))
     sched = TickScheduler(pipeline, score_interval_s=INTERVAL, clock=ManualClock())
     try:
         sched.start()
@@ -76,7 +77,7 @@ def test_slow_ticks_neither_overlap_nor_queue(settings: Settings) -> None:
 def test_a_raising_collector_is_marked_down_and_the_rest_go_on(settings: Settings) -> None:
     fleet, clock = Fleet({"n001": 8}), ManualClock()
     broken = BrokenCollector()
-    pipeline = Pipeline(settings)
+    pipeline = build_pipeline(settings)
     sched = TickScheduler(pipeline, [FleetCollector(fleet, clock), broken],
                           collect_interval_s=INTERVAL, score_interval_s=INTERVAL, clock=clock)
     try:
@@ -99,7 +100,7 @@ def test_a_raising_collector_is_marked_down_and_the_rest_go_on(settings: Setting
 
 def test_ticks_run_at_the_injected_clock(settings: Settings) -> None:
     fleet, clock = Fleet({"n001": 8}), ManualClock(T0 + 42)
-    pipeline = Pipeline(settings)
+    pipeline = build_pipeline(settings)
     try:
         sched = TickScheduler(pipeline, [FleetCollector(fleet, clock)], clock=clock)
         assert sched.collect_once("fleet") > 0
@@ -112,7 +113,7 @@ def test_ticks_run_at_the_injected_clock(settings: Settings) -> None:
 
 def test_a_data_clock_follows_the_replayed_data(settings: Settings) -> None:
     fleet, wall = Fleet({"n001": 8}), ManualClock(T0 + 100)
-    pipeline = Pipeline(settings)
+    pipeline = build_pipeline(settings)
     data = DataClock()
     try:
         sched = TickScheduler(pipeline, [FleetCollector(fleet, wall)], clock=data)
@@ -127,7 +128,7 @@ def test_a_data_clock_follows_the_replayed_data(settings: Settings) -> None:
 
 
 def test_collector_names_must_be_unique(settings: Settings) -> None:
-    pipeline = Pipeline(settings)
+    pipeline = build_pipeline(settings)
     try:
         with pytest.raises(ValueError, match="unique"):
             TickScheduler(pipeline, [BrokenCollector("x"), BrokenCollector("x")])
