@@ -1,5 +1,5 @@
 """The remediation controller: turns level-3 alerts into migrations through a Hook, separate
-from notification (DESIGN.md decision 8). It decides whether and when; the hook acts. Every
+from notification (docs/design.md, "Remediation"). It decides whether and when; the hook acts. Every
 side effect and every refusal is audited; hook calls run on worker threads so the scoring
 tick never waits on a scheduler; a restart reconciles instead of replaying (NVSentinel #1280,
 #1808). Time is always passed in (`now`), so tests drive it with plain floats."""

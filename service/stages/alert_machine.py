@@ -1,7 +1,8 @@
 """The alert state machine: three levels with for-durations, separate enter/exit thresholds,
 minimum dwell, flap detection, a long window for pages, and a no-data state.
 
-Level 1 records, level 2 emails, level 3 pages and may migrate jobs (DESIGN.md decision 8).
+Level 1 records, level 2 emails, level 3 pages and may migrate jobs (docs/design.md, "Alert state
+machine").
 
 - A level is entered once risk has stayed at or above its enter threshold for its for-duration
   (pending meanwhile). Level 3 also needs the long window to agree: the risk's exponentially
