@@ -59,7 +59,7 @@ from collectors.frames import Entity
 from service.notify.build import build_notification
 from service.notify.config import NotifySettings, ReceiverSettings, RouteSettings
 from service.notify.dispatcher import Dispatcher
-from service.notify.nflog import NotificationLog
+from service.notify.notification_log import NotificationLog
 from service.notify.silences import SilenceStore
 from service.remediation.config import RemediationSettings
 from service.remediation.hooks.base import ActionRequest, HookResult, NodeState, Step

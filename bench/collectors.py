@@ -15,7 +15,7 @@ ingest endpoint at fleet scale.
    one 5-s round of a 10,000-GPU fleet, with and without per-link NVLink lines. Then the same
    rounds in-process, phase by phase (inflate, parse and map onto the catalog, window-store
    ingest, SQLite sink), with the reference point-by-point parse path beside the columnar fast
-   path a mapper takes for layouts it has met (collectors.lpbulk).
+   path a mapper takes for layouts it has met (collectors.schema_fastpath).
 
 Goals (reported, never asserted): one 8-GPU node scrape under 50 ms of CPU with the narrow
 query; the endpoint takes a 10,000-GPU 5-s round in under 1 s of CPU.

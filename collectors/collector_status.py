@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from collectors.lineprotocol import FieldValue, Point
-from collectors.lpformat import format_line
+from collectors.lineprotocol_format import format_line
 
 MEASUREMENT = "gpuhealth_collector"
 TAGS = ("host", "collector")

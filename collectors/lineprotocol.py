@@ -1,4 +1,4 @@
-"""InfluxDB line protocol: a strict parser (collectors.lpformat has the formatter).
+"""InfluxDB line protocol: a strict parser (collectors.lineprotocol_format has the formatter).
 
     measurement[,tag=value...] field=value[,field=value...] [timestamp]
 

@@ -12,8 +12,9 @@ Node agents' `gpuhealth_collector` status points (collectors.collector_status) a
 the mapper keeps them aside for `take_reports`.
 
 Bad values are rejected field by field, so one bad field never costs the rest of its line.
-`parse` sends the lines whose layout it has met before through collectors.lpbulk, which fills
-the columns without a Python step per field; the rest take the point-by-point path below.
+`parse` sends the lines whose layout it has met before through collectors.schema_fastpath,
+which fills the columns without a Python step per field; the rest take the point-by-point path
+below.
 """
 
 from __future__ import annotations
@@ -49,9 +50,9 @@ from collectors.lineprotocol import (
     parse_numbered,
     precision_ns,
 )
-from collectors.lpbulk import FastPath
-from collectors.lpformat import escape_key, format_number
-from collectors.lpframe import Cells, Chunk, assemble
+from collectors.lineprotocol_format import escape_key, format_number
+from collectors.schema_fastpath import FastPath
+from collectors.schema_frames import Cells, Chunk, assemble
 from collectors.telegraf_prom import translate
 
 # The tags that name an entity, in Entity order (node, unit, sub), and which must be integers.

@@ -1,4 +1,4 @@
-"""Package layout rules from DESIGN.md.
+"""Package layout rules (docs/design.md, "Where things live").
 
 Top-level names like `models` are generic, so packages are listed by hand in pyproject.toml
 rather than discovered: a package missing from the list installs without its files. And the

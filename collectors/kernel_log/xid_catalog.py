@@ -1,9 +1,10 @@
 """NVIDIA's Xid catalog as data: meaning, NVIDIA resolution buckets, GPUd's action, our severity.
 
-Sources (shared/reference/anchors-systems.md section 1): mnemonic, description and the
+Sources: mnemonic, description and the
 Immediate / Investigatory resolution buckets come from NVIDIA's Xid catalog
 (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, as GPUd's catalog_generated.go
-mirrors it); `gpud_action`, `fatal` and `escalates` are GPUd's xid.go classification.
+mirrors it); `gpud_action`, `fatal` and `escalates` are GPUd's classification
+(github.com/leptonai/gpud, components/accelerator/nvidia/xid/xid.go).
 `severity` is ours and must agree with models/detectors/xid.py (a test checks it):
 
 - critical: the repair is a reboot that escalates to hardware inspection, or inspection outright;

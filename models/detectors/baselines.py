@@ -1,5 +1,5 @@
-"""The baselines literature §7.1 requires, as Detectors, so they run through the same pipeline
-and alert machine as ours and are scored the same way.
+"""The baselines docs/evaluation.md compares with, as Detectors, so they run through the same
+pipeline and alert machine as ours and are scored the same way.
 
 - StaticThresholds: vendor / GCM defaults, each a binary health check that fails at full
   certainty (a hard rule: it pages at once).
@@ -29,10 +29,10 @@ NVLINK_ERRORS = ("nvlink_crc_flit", "nvlink_crc_data", "nvlink_replay", "nvlink_
 
 @dataclass(frozen=True, slots=True)
 class StaticConfig:
-    retired_pages: float = 10.0  # GCM / NVIDIA default: more than 10 retired pages (§7.1)
-    ber_limit: float = 1e-12  # ibdiagnet's BER threshold (§2.3)
+    retired_pages: float = 10.0  # Meta GCM health checks: more than 10 retired pages
+    ber_limit: float = 1e-12  # NVIDIA ibdiagnet's default BER threshold
     ber_window_s: float = 300.0  # BER over 5 min: one 5-s sample holds too few bits to judge
-    ib_down_s: float = 30.0  # NVIDIA health validation: an outage of 30 s fails (§7.1)
+    ib_down_s: float = 30.0  # NVIDIA health validation: an RDMA link outage of 30 s fails
     xid_hold_s: float = 3600.0
 
 

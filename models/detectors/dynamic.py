@@ -31,7 +31,7 @@ class DynamicConfig:
     hbm_temp_c: float = 85.0
     hbm_temp_hold_s: float = 3 * HOUR
     hbm_temp_risk: float = 0.25
-    # Correctable ECC: bursts that recur and grow (literature.md 6.3, M1).
+    # Correctable ECC: bursts that recur and grow (docs/simulator.md, `failures.shapes`, M1).
     sbe_min_count: float = 20.0
     sbe_factor: float = 10.0
     sbe_recur_hours: int = 4  # of the last 6 h with errors: warning
@@ -228,7 +228,8 @@ class DynamicThresholds:
         since[cool] = np.nan
         held = now - since
         # Below every alert level on its own: HBM temperature is a weak failure predictor
-        # (literature §2.4); it shows in the risk and explanation and adds to other signals.
+        # (Schroeder et al., DRAM Errors in the Wild, SIGMETRICS 2009); it shows in the risk
+        # and explanation and adds to other signals.
         risk = np.where(held >= c.hbm_temp_hold_s, np.float32(c.hbm_temp_risk), np.float32(0))
         return Finding("hbm_temp_sustained", Scope.GPU, risk.astype(np.float32), held / HOUR,
                        c.hbm_temp_hold_s / HOUR,
@@ -258,8 +259,8 @@ class DynamicThresholds:
         return [
             Finding("sbe_growth", Scope.GPU, risk.astype(np.float32), short,
                     c.sbe_factor, "correctable ECC errors in the last hour (vs x baseline)"),
-            # A second remap is evidence beyond one benign remap (literature §6.4), whose
-            # pending flag already shows in the hard rules.
+            # A second remap is evidence beyond one benign remap (docs/simulator.md, `benign`),
+            # whose pending flag already shows in the hard rules.
             Finding("remap_step", Scope.GPU,
                     np.where(remaps >= c.remap_min, np.float32(c.watch_risk), np.float32(0)),
                     remaps, c.remap_min,

@@ -20,8 +20,8 @@ class HardRuleConfig:
     xid_hold_s: float = 3600.0  # an Xid keeps its risk this long after it was logged
     ib_down_s: float = 30.0  # NVIDIA health validation: an RDMA outage of 30 s fails
     # A pending remap or retirement needs a GPU reset, not an evacuation, and single benign
-    # remaps are common (literature §6.4): below every alert level on its own, it shows in the
-    # risk and explanation and adds to other memory signals.
+    # remaps are common (docs/simulator.md, `benign`): below every alert level on its own,
+    # it shows in the risk and explanation and adds to other memory signals.
     pending_risk: float = 0.25
     retired_soft: float = 15.0  # DCGM dcgm_gpu_hardware_limits.h soft limit
     retired_hard: float = 63.0  # DCGM retired-pages limit

@@ -1,8 +1,8 @@
-"""Risk per Xid code, from NVIDIA's Xid catalog as classified by GPUd (see
-shared/reference/anchors-systems.md section 1): codes whose repair is a reboot or hardware
-inspection are critical; application errors (13, 31, 43) and "high SBE rate" notices (45, 92)
-say nothing about the hardware; 63 (row remap recorded) is left to the remap rules, as GPUd
-does, because a pending remap may clear itself after a reset."""
+"""Risk per Xid code, from NVIDIA's Xid catalog as classified by GPUd (github.com/leptonai/gpud,
+components/accelerator/nvidia/xid/xid.go): codes whose repair is a reboot or hardware inspection
+are critical; application errors (13, 31, 43) and "high SBE rate" notices (45, 92) say nothing
+about the hardware; 63 (row remap recorded) is left to the remap rules, as GPUd does, because a
+pending remap may clear itself after a reset."""
 
 from __future__ import annotations
 

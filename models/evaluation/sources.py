@@ -1,6 +1,6 @@
 """Where an evaluation's data comes from: the simulator (a scenario preset or YAML, one seed)
-or a recorded trace with its labels. A Source is chunks in time order, the labels, the step and
-the span the run covers."""
+or a recorded trace with its labels. An EvaluationInput is chunks in time order, the labels, the
+step and the span the run covers."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ Labels = list[dict[str, Any]]
 
 
 @dataclass(slots=True)
-class Source:
+class EvaluationInput:
     """One run's data: chunks in time order, its labels and what it covers."""
 
     name: str
@@ -30,24 +30,25 @@ class Source:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def simulator_source(config: SimConfig) -> Source:
+def simulator_source(config: SimConfig) -> EvaluationInput:
     from models.simulator.simulator import Simulator
 
     sim = Simulator(config)
     t = config.time
-    return Source(config.name, float(t.step_s), sim.labels, sim.run(), float(t.start_s),
+    return EvaluationInput(config.name, float(t.step_s), sim.labels, sim.run(), float(t.start_s),
                   float(t.end_s), {"nodes": config.fleet.nodes, "gpus": config.fleet.gpus,
                                    "days": t.days, "seed": config.seed})
 
 
-def trace_source(trace: Path, labels: Path | None = None, step_s: float | None = None) -> Source:
+def trace_source(trace: Path, labels: Path | None = None,
+                 step_s: float | None = None) -> EvaluationInput:
     from collectors.trace import LABELS_FILE, TraceReader
 
     step = step_s if step_s is not None else infer_step(trace)
     reader = TraceReader(trace, step_s=step)
     path = labels if labels is not None else (trace / LABELS_FILE if trace.is_dir() else None)
     rows = read_labels(path) if path is not None and path.exists() else []
-    return Source(trace.name, step, rows, (r.batch for r in reader.rounds()))
+    return EvaluationInput(trace.name, step, rows, (r.batch for r in reader.rounds()))
 
 
 def read_labels(path: Path) -> Labels:

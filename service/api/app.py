@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from collectors.base import Closes, Collector, Starts
 from service.api import alerting, history, read, write
 from service.api.auth import ApiAuth, require, validation_error
-from service.api.principals import Scope
+from service.api.principals import Permission
 from service.api.state import Running
 from service.pipeline import Pipeline, build_pipeline
 from service.runtime.metrics import ServiceMetrics
@@ -103,7 +103,7 @@ def create_app(
     app.add_exception_handler(RequestValidationError, validation_error)
     app.include_router(read.router)
     app.include_router(write.router)
-    app.include_router(history.router, dependencies=[Depends(require(Scope.READ))])
+    app.include_router(history.router, dependencies=[Depends(require(Permission.READ))])
     app.include_router(alerting.router)
     return app
 

@@ -4,8 +4,8 @@ Tokens read `ghk_<id>_<secret>`. The id is not secret (lists, logs and audit nam
 it); the secret is 32 random bytes, stored only as its SHA-256 (a fast hash is enough for a
 high-entropy secret, unlike a password) and compared in constant time.
 
-Scopes are levels, read < operate < admin: a token passes a route that needs its own scope or
-a lower one. A route asks for a principal with one dependency:
+A token's scope is a `Permission`, a level, read < operate < admin: a token passes a route
+that needs its own permission or a lower one. A route asks for a principal with one dependency:
 
     @router.get("/v1/alerts")
     async def alerts(who: Reader) -> ...    # Reader: Annotated[Principal, Depends(require("read"))]
@@ -39,7 +39,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.api.idempotency import IdempotencyStore
-from service.api.principals import ANONYMOUS, Principal, Scope
+from service.api.principals import ANONYMOUS, Permission, Principal
 from service.api.ratelimit import RateLimiter
 from service.settings import ApiSettings
 from service.storage.sqlite_db import SqliteStore
@@ -77,7 +77,7 @@ class Token:
 
     id: str
     name: str
-    scope: Scope
+    scope: Permission
     created_at: float
     expires_at: float | None
     revoked_at: float | None
@@ -96,7 +96,7 @@ _COLS = "id, name, scope, created_at, expires_at, revoked_at, last_used_at"
 
 
 def _row(r: tuple[Any, ...]) -> Token:
-    return Token(r[0], r[1], Scope.parse(r[2]), r[3], r[4], r[5], r[6])
+    return Token(r[0], r[1], Permission.parse(r[2]), r[3], r[4], r[5], r[6])
 
 
 def _digest(secret: str) -> str:
@@ -107,10 +107,10 @@ class TokenStore(SqliteStore):
     def __init__(self, path: str | Path = ":memory:") -> None:
         super().__init__(path, _SCHEMA)  # requests authenticate from worker threads
 
-    def create(self, name: str, scope: Scope | str, now: float,
+    def create(self, name: str, scope: Permission | str, now: float,
                expires_at: float | None = None) -> tuple[Token, str]:
         """A new token and its plaintext, which is not kept: show it once."""
-        scope = Scope.parse(scope)
+        scope = Permission.parse(scope)
         if not name.strip():
             raise ValueError("a token needs a name")
         if expires_at is not None and expires_at <= now:
@@ -220,8 +220,8 @@ def _presented(request: Request) -> str | None:
     return m.group(1)
 
 
-def authenticate(request: Request, auth: ApiAuth, scope: Scope) -> Principal:
-    """The request's principal if it may act at `scope`; 401 or 403 if not. Messages never
+def authenticate(request: Request, auth: ApiAuth, permission: Permission) -> Principal:
+    """The request's principal if it may act at `permission`; 401 or 403 if not. Messages never
     repeat what was sent."""
     client = request.client.host if request.client else "?"
     if auth.failures is not None:
@@ -234,19 +234,19 @@ def authenticate(request: Request, auth: ApiAuth, scope: Scope) -> Principal:
         _failed(auth, client)
         raise
     if token is None:
-        if scope == Scope.READ and not auth.settings.read_requires_token:
+        if permission == Permission.READ and not auth.settings.read_requires_token:
             return ANONYMOUS
         raise _unauthorized("authorization required: send 'Authorization: Bearer <token>'")
     who = auth.tokens.authenticate(token, auth.clock())
     if who is None:
         _failed(auth, client)
         raise _unauthorized("invalid, expired or revoked token", "invalid_token")
-    if not who.allows(scope):
+    if not who.allows(permission):
         raise HTTPException(403, f"token {who.token_id} has scope {who.scope}; this needs "
-                                 f"{scope}",
+                                 f"{permission}",
                             headers={"WWW-Authenticate": f'Bearer realm="gpuhealth", '
                                                          f'error="insufficient_scope", '
-                                                         f'scope="{scope}"'})
+                                                         f'scope="{permission}"'})
     return who
 
 
@@ -261,24 +261,24 @@ def _too_many_failures(wait: float) -> HTTPException:
                               f"{retry} s", headers={"Retry-After": str(retry)})
 
 
-def require(scope: Scope | str) -> Callable[..., Awaitable[Principal]]:
-    """The dependency that authenticates a request at `scope` (one callable per scope, so
-    FastAPI runs it once per request however many dependencies ask for it)."""
-    return _require(Scope.parse(scope))
+def require(permission: Permission | str) -> Callable[..., Awaitable[Principal]]:
+    """The dependency that authenticates a request at `permission` (one callable per
+    permission, so FastAPI runs it once per request however many dependencies ask for it)."""
+    return _require(Permission.parse(permission))
 
 
 @cache
-def _require(scope: Scope) -> Callable[..., Awaitable[Principal]]:
+def _require(permission: Permission) -> Callable[..., Awaitable[Principal]]:
     async def dependency(
             request: Request, auth: Annotated[ApiAuth, Depends(api_auth)],
             _: Annotated[HTTPAuthorizationCredentials | None, Depends(_SCHEME)]) -> Principal:
         # SQLite may wait on another writer of the same file: keep the event loop free.
-        return await run_in_threadpool(authenticate, request, auth, scope)
+        return await run_in_threadpool(authenticate, request, auth, permission)
 
     return dependency
 
 
-Reader = Annotated[Principal, Depends(require(Scope.READ))]
+Reader = Annotated[Principal, Depends(require(Permission.READ))]
 
 
 async def validation_error(request: Request, exc: Exception) -> Response:
@@ -295,7 +295,7 @@ async def validation_error(request: Request, exc: Exception) -> Response:
     api_route = request.url.path.startswith("/v1/") and request.url.path != "/v1/write"
     if auth is not None and api_route and request.method not in ("GET", "HEAD", "OPTIONS"):
         try:
-            await run_in_threadpool(authenticate, request, auth, Scope.OPERATE)
+            await run_in_threadpool(authenticate, request, auth, Permission.OPERATE)
         except HTTPException as denied:
             if denied.status_code in (401, 429):
                 return JSONResponse({"detail": denied.detail}, status_code=denied.status_code,

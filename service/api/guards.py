@@ -5,12 +5,12 @@ Idempotency-Key (service.api.idempotency). One dependency gives a route all of i
     @router.post("/v1/breaker/reset")
     async def reset(idem: IdempotentAdmin) -> ...
 
-`mutating(scope)` returns the same callable for the same scope, so a route that also asks for
-`idempotent(scope)` is charged once.
+`mutating(permission)` returns the same callable for the same permission, so a route that also
+asks for `idempotent(permission)` is charged once.
 """
 
 # No `from __future__ import annotations`: FastAPI resolves string annotations in module
-# globals, and the dependencies below are closures over their scope.
+# globals, and the dependencies below are closures over their permission.
 
 import math
 from collections.abc import Awaitable, Callable
@@ -21,17 +21,17 @@ from fastapi import Depends, Header, HTTPException, Request
 
 from service.api.auth import ApiAuth, api_auth, require
 from service.api.idempotency import _KEY_DOC, HEADER, Idempotency, fingerprint, parse_key
-from service.api.principals import Principal, Scope
+from service.api.principals import Permission, Principal
 
 
-def mutating(scope: Scope | str) -> Callable[..., Awaitable[Principal]]:
-    """The dependency for a mutating route: authenticated at `scope`, then rate-limited."""
-    return _mutating(Scope.parse(scope))
+def mutating(permission: Permission | str) -> Callable[..., Awaitable[Principal]]:
+    """The dependency for a mutating route: authenticated at `permission`, then rate-limited."""
+    return _mutating(Permission.parse(permission))
 
 
 @cache
-def _mutating(scope: Scope) -> Callable[..., Awaitable[Principal]]:
-    async def dependency(who: Annotated[Principal, Depends(require(scope))],
+def _mutating(permission: Permission) -> Callable[..., Awaitable[Principal]]:
+    async def dependency(who: Annotated[Principal, Depends(require(permission))],
                          auth: Annotated[ApiAuth, Depends(api_auth)]) -> Principal:
         wait = auth.limiter.acquire(who.token_id)
         if wait > 0:
@@ -43,21 +43,22 @@ def _mutating(scope: Scope) -> Callable[..., Awaitable[Principal]]:
     return dependency
 
 
-Operator = Annotated[Principal, Depends(mutating(Scope.OPERATE))]
-Admin = Annotated[Principal, Depends(mutating(Scope.ADMIN))]
+Operator = Annotated[Principal, Depends(mutating(Permission.OPERATE))]
+Admin = Annotated[Principal, Depends(mutating(Permission.ADMIN))]
 
 
-def idempotent(scope: Scope | str, *,
+def idempotent(permission: Permission | str, *,
                required: bool = False) -> Callable[..., Awaitable[Idempotency]]:
-    """The dependency for a mutating route: authenticated at `scope`, rate-limited, and with
-    the request's Idempotency-Key (see the module docstring)."""
-    return _idempotent(Scope.parse(scope), required)
+    """The dependency for a mutating route: authenticated at `permission`, rate-limited, and
+    with the request's Idempotency-Key (see the module docstring)."""
+    return _idempotent(Permission.parse(permission), required)
 
 
 @cache
-def _idempotent(scope: Scope, required: bool) -> Callable[..., Awaitable[Idempotency]]:
+def _idempotent(permission: Permission,
+                required: bool) -> Callable[..., Awaitable[Idempotency]]:
     async def dependency(request: Request,
-                         who: Annotated[Principal, Depends(mutating(scope))],
+                         who: Annotated[Principal, Depends(mutating(permission))],
                          auth: Annotated[ApiAuth, Depends(api_auth)],
                          _: Annotated[str | None, Header(alias=HEADER,
                                                          description=_KEY_DOC)] = None,
@@ -76,5 +77,5 @@ def _idempotent(scope: Scope, required: bool) -> Callable[..., Awaitable[Idempot
     return dependency
 
 
-IdempotentOperate = Annotated[Idempotency, Depends(idempotent(Scope.OPERATE))]
-IdempotentAdmin = Annotated[Idempotency, Depends(idempotent(Scope.ADMIN))]
+IdempotentOperate = Annotated[Idempotency, Depends(idempotent(Permission.OPERATE))]
+IdempotentAdmin = Annotated[Idempotency, Depends(idempotent(Permission.ADMIN))]

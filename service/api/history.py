@@ -20,7 +20,7 @@ from service.storage.history import (
     HistoryUnavailable,
     NotStored,
     QueryError,
-    Source,
+    ValueOrigin,
     build_query,
     parse_time,
     valid_metrics,
@@ -95,7 +95,7 @@ def _answer(st: Running, history: History, scope: Scope, key: str, metrics: list
     except HistoryUnavailable as exc:
         raise HTTPException(502, str(exc)) from None
     series = [SeriesPoints(metric=s.metric.name, unit=s.metric.unit, kind=s.metric.kind,
-                           rate=s.metric.source is Source.RATE, agg=s.metric.agg.value,
+                           rate=s.metric.origin is ValueOrigin.RATE, agg=s.metric.agg.value,
                            times=s.times, values=s.values) for s in found]
     return HistoryOut(entity=q.entity.key, scope=scope.value, start=q.start, end=q.end,
                       step=q.step, source=source_name(st.settings), series=series)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from fastapi.responses import JSONResponse
 
 from service.api.auth import require
-from service.api.principals import Scope
+from service.api.principals import Permission
 from service.api.schemas import (
     AlertDetail,
     AlertList,
@@ -25,7 +25,7 @@ from service.api.views import alert_out, gpu_detail, model_out, node_detail, nod
 
 router = APIRouter()
 # Fleet and alert reads need a read token when `api.read_requires_token` is set; probes never.
-READ = [Depends(require(Scope.READ))]
+READ = [Depends(require(Permission.READ))]
 
 
 # ---- probes and metrics -------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from collectors.agent.loop import Agent
 from collectors.agent.push import Pusher
 from collectors.agent.spool import Spool
 from collectors.base import Collector
-from collectors.lpformat import format_points
+from collectors.lineprotocol_format import format_points
 from collectors.replay import ReplaySource
 from collectors.trace import TraceReader
 from service.commands.cli import register

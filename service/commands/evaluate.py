@@ -37,7 +37,12 @@ from models.evaluation.metrics import truth_summary
 from models.evaluation.riskscore import DailyMax
 from models.evaluation.rounds import Round, feed_rounds
 from models.evaluation.score import EvalConfig, Exposure, RunData, score_run
-from models.evaluation.sources import Source, scenario_config, simulator_source, trace_source
+from models.evaluation.sources import (
+    EvaluationInput,
+    scenario_config,
+    simulator_source,
+    trace_source,
+)
 from service.assembly import Wiring
 from service.commands.cli import register
 from service.commands.progress import Progress
@@ -47,9 +52,20 @@ from service.settings import ModelSettings, Settings
 from service.stages.windows import window_config_for
 
 log = logging.getLogger(__name__)
-__all__ = ["DETECTOR_SETS", "Evaluator", "Source", "alert_records", "configure_parser",
-           "evaluate_scenario", "evaluate_source", "regenerate_docs", "run", "simulator_source",
-           "summarize_demo", "trace_source"]
+__all__ = [
+    "DETECTOR_SETS",
+    "EvaluationInput",
+    "Evaluator",
+    "alert_records",
+    "configure_parser",
+    "evaluate_scenario",
+    "evaluate_source",
+    "regenerate_docs",
+    "run",
+    "simulator_source",
+    "summarize_demo",
+    "trace_source",
+]
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "evaluation.md"
 
 
@@ -201,7 +217,7 @@ class NoData(ValueError):
     """The source gave no round to score (a file that is not line protocol)."""
 
 
-def evaluate_source(src: Source, sets: Sequence[str], seed: int = 0,
+def evaluate_source(src: EvaluationInput, sets: Sequence[str], seed: int = 0,
                     cfg: EvalConfig | None = None,
                     progress: Callable[[float], None] | None = None,
                     model: str = "default") -> dict[str, Any]:
@@ -267,7 +283,7 @@ class _SourceProgress(Progress):
     """Progress through a source in data time: simulated hours of a scenario, or (a trace,
     whose end is not known before it is read) rounds and the data time reached."""
 
-    def __init__(self, src: Source, desc: str) -> None:
+    def __init__(self, src: EvaluationInput, desc: str) -> None:
         self.start, self.rounds = src.start, 0
         span = (src.end - src.start) / 3600 if src.start is not None and src.end else None
         super().__init__(desc, span, "h" if span else "rounds")
@@ -280,7 +296,7 @@ class _SourceProgress(Progress):
             self.update(self.rounds, f"at {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime(now))}")
 
 
-def _progress(src: Source, desc: str) -> _SourceProgress:
+def _progress(src: EvaluationInput, desc: str) -> _SourceProgress:
     return _SourceProgress(src, desc)
 
 
@@ -353,7 +369,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _trace(args: argparse.Namespace) -> Source:
+def _trace(args: argparse.Namespace) -> EvaluationInput:
     """The --trace source, its labels checked first: a labels file named but missing, or with
     bad lines, is refused rather than scored as a trace without failures."""
     from collectors.labels import LabelError, load_labels

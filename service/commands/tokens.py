@@ -52,14 +52,14 @@ def _iso(ts: float | None, none: str = "-") -> str:
 
 def _run(args: argparse.Namespace) -> int:
     from service.api.auth import TokenStore
-    from service.api.principals import Scope
+    from service.api.principals import Permission
 
     now = time.time()
-    scope: Scope | None = None
+    scope: Permission | None = None
     expires_at: float | None = None
     if args.action == "create":  # refuse bad input before opening anything
         try:
-            scope = Scope.parse(args.scope)
+            scope = Permission.parse(args.scope)
         except ValueError as exc:
             return _fail(str(exc))
         if not args.name.strip():

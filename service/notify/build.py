@@ -10,7 +10,7 @@ from pathlib import Path
 from service.notify.config import NotifySettings
 from service.notify.dispatcher import Dispatcher
 from service.notify.message import Notifier
-from service.notify.nflog import NotificationLog
+from service.notify.notification_log import NotificationLog
 from service.notify.record import RecordReceiver
 from service.notify.sender import Sender
 from service.notify.silences import SilenceStore
@@ -21,7 +21,7 @@ from service.stages.alert_store import AlertStore
 class Notification:
     dispatcher: Dispatcher
     sender: Sender
-    nflog: NotificationLog
+    notification_log: NotificationLog
     silences: SilenceStore
 
     def flush(self, now: float) -> int:
@@ -32,7 +32,7 @@ class Notification:
 
     def close(self) -> None:
         self.sender.close()
-        self.nflog.close()
+        self.notification_log.close()
         self.silences.close()
 
 
@@ -52,12 +52,12 @@ def build_notification(settings: NotifySettings, alerts: AlertStore, db: str | P
     """`receivers` replaces the configured ones (tests, benchmarks); `background=False` sends
     inline, inside flush, which timeline tests rely on."""
     rcv = dict(receivers) if receivers is not None else build_receivers(settings, db)
-    nflog = NotificationLog(db)
+    notification_log = NotificationLog(db)
     silences = SilenceStore(db, max_s=settings.silence_max_s)
     resolved = {r.name: r.send_resolved for r in settings.receivers}
-    dispatcher = Dispatcher(settings, alerts, nflog, silences, cluster=cluster,
+    dispatcher = Dispatcher(settings, alerts, notification_log, silences, cluster=cluster,
                             send_resolved=resolved)
     sender = Sender(rcv, dispatcher, retry_initial_s=settings.retry_initial_s,
                     retry_max_s=settings.retry_max_s, timeout_s=settings.send_timeout_s,
                     background=background)
-    return Notification(dispatcher, sender, nflog, silences)
+    return Notification(dispatcher, sender, notification_log, silences)

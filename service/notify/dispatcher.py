@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from service.notify.config import InhibitRule, NotifySettings
 from service.notify.matchers import Matcher, match_all, parse_all
 from service.notify.message import AlertRef, Message
-from service.notify.nflog import Entry, NotificationLog, needs_update
+from service.notify.notification_log import Entry, NotificationLog, needs_update
 from service.notify.ratelimit import Bucket
 from service.notify.refs import labels_of, ref_of
 from service.notify.routing import Route
@@ -88,13 +88,13 @@ class _Inhibitor:
 
 
 class Dispatcher:
-    def __init__(self, settings: NotifySettings, alerts: AlertStore, nflog: NotificationLog,
-                 silences: SilenceStore, *, cluster: str = "default",
-                 send_resolved: Mapping[str, bool] | None = None) -> None:
+    def __init__(self, settings: NotifySettings, alerts: AlertStore,
+                 notification_log: NotificationLog, silences: SilenceStore, *,
+                 cluster: str = "default", send_resolved: Mapping[str, bool] | None = None) -> None:
         self.settings = settings
         self.route = Route.build(settings.route)
         self.alerts = alerts
-        self.nflog = nflog
+        self.notification_log = notification_log
         self.silences = silences
         self.cluster = cluster
         self.send_resolved = dict(send_resolved or {})
@@ -104,7 +104,7 @@ class Dispatcher:
         self._held: dict[str, dict[str, Outgoing]] = {}  # receiver -> group key -> latest
         self.inflight: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
-        self._revisit = set(nflog.open_groups())  # groups a restart must look at again
+        self._revisit = set(notification_log.open_groups())  # groups a restart must look at again
         self._dirty = True
         self._cache: dict[int, _Routed] = {}
 
@@ -194,7 +194,7 @@ class Dispatcher:
 
     def _flush_group(self, receiver: str, g: Group, by_fp: Mapping[str, Alert],
                      now: float) -> Outgoing | None:
-        entry = self.nflog.get(receiver, g.key)
+        entry = self.notification_log.get(receiver, g.key)
         firing = {fp: (r.level, r.alert_id) for fp, r in g.alerts.items()}
         resolved_refs: list[AlertRef] = []
         for fp, (lv, alert_id) in (entry.firing.items() if entry else ()):
@@ -217,7 +217,7 @@ class Dispatcher:
         if not firing and not send_resolved:
             # All resolved, and the receiver wants no resolves: only the log learns, so a
             # re-fire is news again (Alertmanager marks it notified without sending).
-            self.nflog.put(receiver, g.key, Entry({}, frozenset(), now))
+            self.notification_log.put(receiver, g.key, Entry({}, frozenset(), now))
             return None
         reason = _reason(entry, firing, resolved_refs if send_resolved else [])
         shown = tuple(sorted(g.alerts.values(), key=lambda r: (-r.level, -r.risk)))
@@ -265,7 +265,7 @@ class Dispatcher:
                     self.inflight.discard((receiver, key))
                     if ok:
                         entries.append((receiver, key, entry))
-            self.nflog.put_many(entries)
+            self.notification_log.put_many(entries)
 
     def held(self) -> dict[str, int]:
         with self._lock:

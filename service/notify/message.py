@@ -1,7 +1,7 @@
 """What the notification pipeline hands a receiver: one message per aggregation group, shaped
 like Alertmanager's (labels identify an alert, annotations describe it), plus our level, risk
-and explanation. Receivers say whether a failed delivery is worth retrying instead of raising
-(DESIGN.md decision 9)."""
+and explanation. Receivers say whether a failed delivery is worth retrying instead of raising:
+a failure at the edge is data (docs/design.md, "The seams")."""
 
 from __future__ import annotations
 

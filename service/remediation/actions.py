@@ -22,7 +22,7 @@ from service.storage.sqlite_db import SqliteStore
 Kind = Literal["migrate", "release"]
 
 
-class State(StrEnum):
+class ActionState(StrEnum):
     PLANNED = "planned"
     AWAITING_APPROVAL = "awaiting_approval"
     EXECUTING = "executing"
@@ -33,13 +33,13 @@ class State(StrEnum):
     DRY_RUN = "dry_run"  # what dry-run would have done; terminal
 
 
-INITIAL = frozenset({State.PLANNED, State.AWAITING_APPROVAL, State.DRY_RUN})
-_NEXT: dict[State, frozenset[State]] = {
-    State.PLANNED: frozenset({State.EXECUTING, State.EXPIRED, State.ABORTED}),
-    State.AWAITING_APPROVAL: frozenset({State.PLANNED, State.EXPIRED, State.ABORTED}),
+_S = ActionState
+INITIAL = frozenset({_S.PLANNED, _S.AWAITING_APPROVAL, _S.DRY_RUN})
+_NEXT: dict[ActionState, frozenset[ActionState]] = {
+    _S.PLANNED: frozenset({_S.EXECUTING, _S.EXPIRED, _S.ABORTED}),
+    _S.AWAITING_APPROVAL: frozenset({_S.PLANNED, _S.EXPIRED, _S.ABORTED}),
     # back to PLANNED: a transient failure to retry, or a restart that reconciled it
-    State.EXECUTING: frozenset({State.SUCCEEDED, State.FAILED, State.ABORTED, State.EXPIRED,
-                                State.PLANNED}),
+    _S.EXECUTING: frozenset({_S.SUCCEEDED, _S.FAILED, _S.ABORTED, _S.EXPIRED, _S.PLANNED}),
 }
 OPEN = frozenset(_NEXT)  # states that still move
 
@@ -67,7 +67,7 @@ class Action:
     fingerprint: str
     summary: str
     mode: str
-    state: State
+    state: ActionState
     requested_at: float
     deadline: float | None  # must start by (planned/awaiting) or finish by (executing)
     level: int = 0
@@ -142,7 +142,7 @@ def _encode(name: str, v: Any) -> Any:
         return None if v is None else json.dumps(v)
     if name in _BOOL:
         return int(v)
-    return str(v) if isinstance(v, State) else v
+    return str(v) if isinstance(v, ActionState) else v
 
 
 def _action(r: sqlite3.Row) -> Action:
@@ -151,7 +151,7 @@ def _action(r: sqlite3.Row) -> Action:
         d[c] = None if d[c] is None else json.loads(d[c])
     for c in _BOOL:
         d[c] = bool(d[c])
-    d["state"] = State(d["state"])
+    d["state"] = ActionState(d["state"])
     return Action(**d)
 
 
@@ -215,7 +215,7 @@ class ActionStore(SqliteStore):
             if cur is None:
                 raise ActionNotFound(action_id)
             if "state" in changes:
-                changes["state"] = new = State(changes["state"])
+                changes["state"] = new = ActionState(changes["state"])
                 if new != cur.state and new not in _NEXT.get(cur.state, frozenset()):
                     raise ValueError(f"illegal transition {cur.state} -> {new} of {action_id}")
             if changes:
@@ -239,9 +239,9 @@ class ActionStore(SqliteStore):
         with self._lock:
             return self._get(self._db, action_id)
 
-    def find(self, *, state: State | str | None = None, node: str | None = None,
+    def find(self, *, state: ActionState | str | None = None, node: str | None = None,
              kind: str | None = None, mode: str | None = None,
-             states: frozenset[State] | None = None, limit: int = 100,
+             states: frozenset[ActionState] | None = None, limit: int = 100,
              offset: int = 0) -> list[Action]:
         """Newest first."""
         where: list[str] = []
@@ -268,7 +268,7 @@ class ActionStore(SqliteStore):
         with self._lock:
             rows = self._db.execute("SELECT state, COUNT(*) FROM actions GROUP BY state")
             got = {r[0]: int(r[1]) for r in rows}
-        return {str(s): got.get(str(s), 0) for s in State}
+        return {str(s): got.get(str(s), 0) for s in ActionState}
 
     def drains(self, node: str) -> list[Action]:
         """Migrations whose drain of `node` is in place (not released since), newest first."""

@@ -1,7 +1,8 @@
 """Settings of the remediation controller (the `remediation` section of the settings tree).
 Safe by default: migration is dry-run, resuming a node we drained needs a human's approval,
-and a blast-radius breaker with NVSentinel-like limits (section 4.3 of the reference notes,
-tightened to 10 % / 5 nodes / 30 min) guards whatever an operator switches on."""
+and a blast-radius breaker after NVIDIA NVSentinel's fault-quarantine circuit breaker
+(github.com/NVIDIA/NVSentinel, docs/configuration/fault-quarantine.md: 50 % of nodes in 5 min,
+and `maxNodes`), tightened to 10 % / 5 nodes / 30 min, guards whatever an operator switches on."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The remediation controller: turns level-3 alerts into migrations through a Hook, separate
-from notification (DESIGN.md decision 8). It decides whether and when; the hook acts. Every
+from notification (docs/design.md, "Remediation"). It decides whether and when; the hook acts. Every
 side effect and every refusal is audited; hook calls run on worker threads so the scoring
 tick never waits on a scheduler; a restart reconciles instead of replaying (NVSentinel #1280,
 #1808). Time is always passed in (`now`), so tests drive it with plain floats."""
@@ -15,7 +15,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from service.remediation import guards
-from service.remediation.actions import OPEN, Action, ActionStore, AuditEntry, State, action_id
+from service.remediation.actions import (
+    OPEN,
+    Action,
+    ActionState,
+    ActionStore,
+    AuditEntry,
+    action_id,
+)
 from service.remediation.actions import ActionConflict as ActionConflict
 from service.remediation.actions import ActionNotFound as ActionNotFound
 from service.remediation.breaker import SYSTEM, CircuitBreaker
@@ -100,7 +107,7 @@ class RemediationController:
                                                  req.summary, req.at))
             a = Action(id=aid, kind="migrate", episode=str(req.alert_id), node=req.node,
                        alert_id=req.alert_id, fingerprint=req.fingerprint, summary=req.summary,
-                       mode=mode, state=State.PLANNED, requested_at=req.at, deadline=None,
+                       mode=mode, state=ActionState.PLANNED, requested_at=req.at, deadline=None,
                        level=req.level, risk=req.risk, plan=plan)
             return self._admit(a, now, err)
 
@@ -117,27 +124,27 @@ class RemediationController:
         if a.mode == "dry_run":  # the guards look (the breaker does not trip) but nothing acts
             why = plan_error or str(self._refusal(a, now, dry_run=True) or "")
             event, note = "dry_run", f"would be refused: {why}" if why else "would execute"
-            a = replace(a, state=State.DRY_RUN, finished_at=now,
+            a = replace(a, state=ActionState.DRY_RUN, finished_at=now,
                         result={"would_execute": not why, "detail": note})
         elif a.mode == "approve":
-            a = replace(a, state=State.AWAITING_APPROVAL,
+            a = replace(a, state=ActionState.AWAITING_APPROVAL,
                         deadline=a.requested_at + self._settings.approval_ttl_s)
         else:
             a = replace(a, deadline=a.requested_at + self._settings.event_ttl_s)
         a, created = self._store.insert(a, self._audit(a, event, now, note, steps=a.plan))
-        return self._advance(a, now) if created and a.state == State.PLANNED else a
+        return self._advance(a, now) if created and a.state == ActionState.PLANNED else a
 
     def approve(self, action_id: str, actor: str, now: float) -> Action:
         with self._lock:
             a = self._get(action_id)
-            if a.state != State.AWAITING_APPROVAL:
+            if a.state != ActionState.AWAITING_APPROVAL:
                 raise ActionConflict(f"{action_id} is {a.state}, not awaiting approval")
             why = self._lapsed(a, now)
             if why is not None:
                 self._expire(a, now, why)
                 raise ActionConflict(f"{action_id} expired: {why}")
             a = self._store.update(a.id, self._audit(a, "approved", now, actor=actor),
-                                   state=State.PLANNED, approved_at=now, actor=actor,
+                                   state=ActionState.PLANNED, approved_at=now, actor=actor,
                                    deadline=now + self._settings.event_ttl_s)
             return self._advance(a, now)
 
@@ -146,11 +153,11 @@ class RemediationController:
         call cannot be interrupted safely) and is never retried."""
         with self._lock:
             a = self._get(action_id)
-            if a.state in (State.PLANNED, State.AWAITING_APPROVAL) or (
-                    a.state == State.EXECUTING and a.id not in self._running):
+            if a.state in (ActionState.PLANNED, ActionState.AWAITING_APPROVAL) or (
+                    a.state == ActionState.EXECUTING and a.id not in self._running):
                 return self._store.update(a.id, self._audit(a, "aborted", now, actor=actor),
-                                          state=State.ABORTED, finished_at=now, actor=actor)
-            if a.state == State.EXECUTING:
+                                          state=ActionState.ABORTED, finished_at=now, actor=actor)
+            if a.state == ActionState.EXECUTING:
                 return self._store.update(
                     a.id, self._audit(a, "abort_requested", now, "stops when the hook returns",
                                       actor=actor), abort_requested=True, actor=actor)
@@ -164,7 +171,7 @@ class RemediationController:
                 raise ActionConflict(f"{node} is not drained by gpuhealth; not releasing")
             d, tries = drains[0], self._store.find(node=node, kind="release", limit=10_000)
             # One release per drain at a time; a new one only after the last one ended badly.
-            live = {*OPEN, State.DRY_RUN}
+            live = {*OPEN, ActionState.DRY_RUN}
             for t in tries:
                 if t.episode.startswith(d.id) and t.state in live:
                     return t
@@ -172,8 +179,8 @@ class RemediationController:
             a = Action(id=action_id(node, d.fingerprint, "release", episode), kind="release",
                        episode=episode, node=node, alert_id=d.alert_id, fingerprint=d.fingerprint,
                        summary=f"release {node} (drained by {d.id})",
-                       mode=self._settings.release_mode, state=State.PLANNED, requested_at=now,
-                       deadline=None, actor=actor,
+                       mode=self._settings.release_mode, state=ActionState.PLANNED,
+                       requested_at=now, deadline=None, actor=actor,
                        plan=[Step(f"{self._hook.name}: release {node}").as_dict()])
             if a.mode == "off":
                 self._store.append_audit(self._audit(a, "release_refused", now,
@@ -194,13 +201,13 @@ class RemediationController:
         with self._lock:
             self._collect(now)
             for a in self._store.open_actions():
-                if a.state == State.EXECUTING:
+                if a.state == ActionState.EXECUTING:
                     if a.deadline is not None and now > a.deadline:
                         late = f"timed out after {self._settings.action_timeout_s:g} s"
                         self._store.update(a.id, self._audit(a, "timed_out", now, late),
-                                           state=State.FAILED, finished_at=now,
+                                           state=ActionState.FAILED, finished_at=now,
                                            result={"ok": False, "detail": late})
-                elif a.state == State.AWAITING_APPROVAL:
+                elif a.state == ActionState.AWAITING_APPROVAL:
                     why = self._lapsed(a, now)
                     if why is not None:
                         self._expire(a, now, why)
@@ -215,13 +222,13 @@ class RemediationController:
 
     def _expire(self, a: Action, now: float, why: str) -> Action:
         return self._store.update(a.id, self._audit(a, "expired", now, why),
-                                  state=State.EXPIRED, finished_at=now,
+                                  state=ActionState.EXPIRED, finished_at=now,
                                   result={"ok": False, "detail": why, "refusals": a.refusals})
 
     def _refusal(self, a: Action, now: float, *, dry_run: bool = False) -> guards.Refusal | None:
         # Migrations in flight: those the store says are executing plus hung ones that timed
         # out but still hold a worker (and may still touch their node).
-        running = {x.id for x in self._store.find(state=State.EXECUTING, kind="migrate",
+        running = {x.id for x in self._store.find(state=ActionState.EXECUTING, kind="migrate",
                                                   limit=100_000)}
         running |= {aid for aid, f in self._running.items() if f.kind == "migrate"}
         return guards.refusal(a, store=self._store, breaker=self._breaker,
@@ -250,7 +257,7 @@ class RemediationController:
             self._breaker.record(a.node, a.id, now)
         a = self._store.update(
             a.id, self._audit(a, "started", now, f"attempt {a.attempts + 1}", steps=a.plan),
-            state=State.EXECUTING, attempts=a.attempts + 1, started_at=now, next_try_at=None,
+            state=ActionState.EXECUTING, attempts=a.attempts + 1, started_at=now, next_try_at=None,
             deadline=now + self._settings.action_timeout_s)
         fn, arg = ((self._hook.execute, ActionRequest(
             a.id, a.node, a.alert_id, a.fingerprint, a.summary, a.requested_at))
@@ -282,22 +289,22 @@ class RemediationController:
             return self._audit(a, event, now, note, steps=_steps(res.steps),
                                duration_s=duration_s)
 
-        if a.state != State.EXECUTING:  # it timed out earlier; record what finally happened
+        if a.state != ActionState.EXECUTING:  # it timed out earlier; record what finally happened
             self._store.update(a.id, audit("late_result"), drained=drained)
         elif a.abort_requested:
-            self._store.update(a.id, audit("aborted"), state=State.ABORTED, finished_at=now,
+            self._store.update(a.id, audit("aborted"), state=ActionState.ABORTED, finished_at=now,
                                result=result, drained=drained)
         elif ok:
-            self._store.update(a.id, audit("succeeded"), state=State.SUCCEEDED,
+            self._store.update(a.id, audit("succeeded"), state=ActionState.SUCCEEDED,
                                finished_at=now, result=result, drained=drained)
         elif res.retry and a.attempts <= self._settings.max_retries:
             at = now + self._settings.retry_backoff_s * 2 ** (a.attempts - 1)
             self._store.update(a.id, audit("retry_scheduled", f"{res.detail}; retry at {at:.0f}"),
-                               state=State.PLANNED, next_try_at=at, result=result,
+                               state=ActionState.PLANNED, next_try_at=at, result=result,
                                deadline=at + self._settings.event_ttl_s)
             return
         else:
-            self._store.update(a.id, audit("failed"), state=State.FAILED, finished_at=now,
+            self._store.update(a.id, audit("failed"), state=ActionState.FAILED, finished_at=now,
                                result=result, drained=drained)
         if ok and a.kind == "release":  # late or aborted, the node is resumed all the same
             self._undrained(a.node, a, now)
@@ -320,7 +327,7 @@ class RemediationController:
         them blindly (NVSentinel #1280). Returns the actions it changed."""
         with self._lock:
             done = [self._reconcile_one(a, now) for a in self._store.find(
-                state=State.EXECUTING, limit=100_000) if a.id not in self._running]
+                state=ActionState.EXECUTING, limit=100_000) if a.id not in self._running]
         return [a for a in done if a is not None]
 
     def _reconcile_one(self, a: Action, now: float) -> Action | None:
@@ -337,10 +344,10 @@ class RemediationController:
         if not (done or a.abort_requested or not ns.exists):
             if now - basis > self._settings.event_ttl_s:
                 return self._expire(a, now, f"{note}; event too old to re-plan")
-            return self._store.update(a.id, audit, state=State.PLANNED, next_try_at=None,
+            return self._store.update(a.id, audit, state=ActionState.PLANNED, next_try_at=None,
                                       deadline=basis + self._settings.event_ttl_s)
-        state = (State.ABORTED if a.abort_requested else State.SUCCEEDED if done
-                 else State.FAILED)  # FAILED: the node is gone
+        state = (ActionState.ABORTED if a.abort_requested else ActionState.SUCCEEDED if done
+                 else ActionState.FAILED)  # FAILED: the node is gone
         if done and a.kind == "release":
             self._undrained(a.node, a, now)
         return self._store.update(a.id, audit, state=state, finished_at=now,

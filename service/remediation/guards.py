@@ -1,4 +1,4 @@
-"""Guards checked immediately before a hook is called (reference notes, section 10 item 14).
+"""Guards checked immediately before a hook is called (docs/design.md, "Remediation").
 Each returns why not, or None. Two kinds: `expired` reasons end an action for good (a stale
 event must never be acted on late); `refusal` reasons make it wait, and the action expires if
 they outlast its deadline. A refusal is named by its guard, so the controller audits each

@@ -1,7 +1,8 @@
 """The alert state machine: three levels with for-durations, separate enter/exit thresholds,
 minimum dwell, flap detection, a long window for pages, and a no-data state.
 
-Level 1 records, level 2 emails, level 3 pages and may migrate jobs (DESIGN.md decision 8).
+Level 1 records, level 2 emails, level 3 pages and may migrate jobs (docs/design.md, "Alert state
+machine").
 
 - A level is entered once risk has stayed at or above its enter threshold for its for-duration
   (pending meanwhile). Level 3 also needs the long window to agree: the risk's exponentially
@@ -40,7 +41,7 @@ LEVELS = (1, 2, 3)
 LEVEL_NAMES = {0: "ok", 1: "record", 2: "email", 3: "page"}
 
 
-class State(IntEnum):
+class AlertState(IntEnum):
     INACTIVE = 0
     PENDING = 1  # risk over a level's enter threshold, its for-duration still running
     FIRING = 2
@@ -48,7 +49,7 @@ class State(IntEnum):
     NODATA = 4  # telemetry stale: level frozen, no action
 
 
-STATE_NAMES = {s: s.name.lower() for s in State}
+STATE_NAMES = {s: s.name.lower() for s in AlertState}
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,12 +190,12 @@ class AlertMachine:
         return self._scope(scope).level
 
     def states(self, scope: Scope) -> npt.NDArray[np.int8]:
-        """State per slot (State values), derived from the timers."""
+        """The state per slot (AlertState values), derived from the timers."""
         st = self._scope(scope)
-        out = np.where(st.level > 0, State.FIRING, State.INACTIVE).astype(np.int8)
-        out[(st.level == 0) & ~np.isnan(st.above[:, 0])] = State.PENDING
-        out[(st.level > 0) & ~np.isnan(st.below)] = State.RECOVERING
-        out[st.stale] = State.NODATA
+        out = np.where(st.level > 0, AlertState.FIRING, AlertState.INACTIVE).astype(np.int8)
+        out[(st.level == 0) & ~np.isnan(st.above[:, 0])] = AlertState.PENDING
+        out[(st.level > 0) & ~np.isnan(st.below)] = AlertState.RECOVERING
+        out[st.stale] = AlertState.NODATA
         return out
 
     def flapping(self, scope: Scope) -> B:

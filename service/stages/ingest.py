@@ -1,7 +1,7 @@
 """Ingest: validate a columnar Batch, normalise it and write it into the window store.
 
-Every bad item is refused with a reason and every valid sample beside it is kept (DESIGN.md
-decision 9). Every value is checked against its metric's valid range (collectors/catalog.py)
+Every bad item is refused with a reason and every valid sample beside it is kept (docs/design.md,
+"The seams"). Every value is checked against its metric's valid range (collectors/catalog.py)
 at one point, `Ingestor._in_range`, which every source passes through. Counters become
 per-step increases with reset detection: a volatile counter that drops was reset (driver
 reload, GPU reset, reboot) and its increase is the new value, as Prometheus treats resets; a
@@ -136,7 +136,7 @@ class Ingestor:
         frames = list(batch.frames.values())
         # Advance the clock once to the newest acceptable step so every scope ages together,
         # never past the service's own clock: a sender whose clock runs ahead (within
-        # max_future_s) must not age every other entity's data (DESIGN.md, "the seams").
+        # max_future_s) must not age every other entity's data (docs/design.md, "The seams").
         now_k = self._step(now)
         newest = -1
         for f in frames:

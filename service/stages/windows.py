@@ -1,10 +1,10 @@
 """The window store: per scope, per metric ring buffers indexed [time, entity slot].
 
-Three resolutions (DESIGN.md decision 2): raw samples at the base step for the last minutes, and
-rollup tiers (1 min, 1 h by default) for hours to days. Counters are stored as the increase over
-each step (reset-corrected by ingest), gauges as values, states as values. A rollup bucket holds
-`agg` (gauge mean, counter sum, state max) plus `hi`/`lo` (max/min) for every column. Missing
-data stays NaN all the way up.
+Three resolutions (docs/design.md, "Columnar hot path"): raw samples at the base step for the last
+minutes, and rollup tiers (1 min, 1 h by default) for hours to days. Counters are stored as the
+increase over each step (reset-corrected by ingest), gauges as values, states as values. A rollup
+bucket holds `agg` (gauge mean, counter sum, state max) plus `hi`/`lo` (max/min) for every column.
+Missing data stays NaN all the way up.
 
 Layout is [metric, time, slot] so a detector's read of one metric over a window is a gather of a
 few contiguous rows, vectorised over every entity at once.

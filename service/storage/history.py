@@ -39,7 +39,9 @@ class Agg(StrEnum):
     COUNT = "count"  # events only: how many fell in the bucket
 
 
-class Source(StrEnum):
+class ValueOrigin(StrEnum):
+    """What a series' bucket values are computed from."""
+
     SAMPLE = "sample"  # raw values as ingested (counters cumulative)
     RATE = "rate"  # per-second rate of a counter, reset-aware
     EVENT = "event"  # discrete events (Xid), counted
@@ -63,7 +65,7 @@ class Wanted:
     """One requested metric and how its samples become one value per bucket."""
 
     name: str
-    source: Source
+    origin: ValueOrigin
     agg: Agg
     unit: str
     kind: str
@@ -133,7 +135,7 @@ def default_metrics(scope: Scope) -> list[str]:
 
 def _wanted(scope: Scope, name: str, rate: bool, agg: Agg | None) -> Wanted:
     if name in RISK_FIELDS:
-        return Wanted(name, Source.RISK, agg or Agg.MAX, RISK_FIELDS[name], "risk")
+        return Wanted(name, ValueOrigin.RISK, agg or Agg.MAX, RISK_FIELDS[name], "risk")
     if name not in CATALOG:
         raise QueryError(f"unknown metric {name!r}; {scope} metrics are: "
                          + ", ".join(valid_metrics(scope)))
@@ -142,14 +144,14 @@ def _wanted(scope: Scope, name: str, rate: bool, agg: Agg | None) -> Wanted:
         raise QueryError(f"{name!r} is a metric of {m.scope}, not of {scope}; {scope} metrics "
                          "are: " + ", ".join(valid_metrics(scope)))
     if m.derived:
-        return Wanted(name, Source.SAMPLE, agg or Agg.MEAN, m.unit, m.kind.value, derived=True)
+        return Wanted(name, ValueOrigin.SAMPLE, agg or Agg.MEAN, m.unit, m.kind.value, derived=True)
     if m.kind is Kind.EVENT:
-        return Wanted(name, Source.EVENT, Agg.COUNT, "events", m.kind.value)
+        return Wanted(name, ValueOrigin.EVENT, Agg.COUNT, "events", m.kind.value)
     if rate and m.kind is Kind.COUNTER:
-        return Wanted(name, Source.RATE, agg or Agg.MEAN, m.unit + "/s", m.kind.value,
+        return Wanted(name, ValueOrigin.RATE, agg or Agg.MEAN, m.unit + "/s", m.kind.value,
                       m.resets)
     default = {Kind.GAUGE: Agg.MEAN, Kind.COUNTER: Agg.MAX}.get(m.kind, Agg.MAX)
-    return Wanted(name, Source.SAMPLE, agg or default, m.unit, m.kind.value, m.resets)
+    return Wanted(name, ValueOrigin.SAMPLE, agg or default, m.unit, m.kind.value, m.resets)
 
 
 def buckets(start: float, end: float, step: int) -> int:
@@ -188,7 +190,7 @@ def build_query(entity: Entity, metrics: Sequence[str], *, start: float | None =
         raise QueryError(f"from ({start:g}) must be before to ({end:g})")
     names = list(dict.fromkeys(metrics)) or default_metrics(entity.scope)
     wanted = tuple(_wanted(entity.scope, n, rate, agg) for n in names)
-    if rate and not any(w.source is Source.RATE for w in wanted):
+    if rate and not any(w.origin is ValueOrigin.RATE for w in wanted):
         raise QueryError("rate=true applies to counters, and none of "
                          + ", ".join(names) + " is a counter")
     if step is None:

@@ -11,7 +11,7 @@ import sqlite3
 from pathlib import Path
 
 from collectors.catalog import Scope
-from service.storage.history import Agg, NotStored, SeriesOut, SeriesQuery, Source, Wanted
+from service.storage.history import Agg, NotStored, SeriesOut, SeriesQuery, ValueOrigin, Wanted
 
 _SQL_AGG = {Agg.MEAN: "AVG", Agg.MAX: "MAX", Agg.MIN: "MIN", Agg.COUNT: "COUNT"}
 _SAMPLED = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
@@ -68,7 +68,7 @@ class SQLiteHistory:
         return sqlite3.connect(self.path.resolve().as_uri() + "?mode=ro", uri=True)
 
     def series(self, query: SeriesQuery) -> list[SeriesOut]:
-        if any(w.source is Source.RISK for w in query.metrics) or query.scope not in _SAMPLED:
+        if any(w.origin is ValueOrigin.RISK for w in query.metrics) or query.scope not in _SAMPLED:
             raise NotStored("risk history (and node-level metrics) are kept only in InfluxDB: "
                             "set storage.influxdb.url; the embedded SQLite store keeps samples "
                             "and events")
@@ -99,12 +99,12 @@ class SQLiteHistory:
     @staticmethod
     def _rows(db: sqlite3.Connection, q: SeriesQuery, w: Wanted) -> list[tuple[int, float]]:
         key, table = q.entity.key, f"{q.scope.value}_samples"
-        if w.source is Source.EVENT:
+        if w.origin is ValueOrigin.EVENT:
             sql = ("SELECT CAST(ts / ? AS INTEGER) AS b, COUNT(*) FROM events WHERE entity = ? "
                    "AND metric = ? AND ts >= ? AND ts < ? GROUP BY b ORDER BY b")
             return db.execute(sql, (q.step, key, w.name, q.start, q.end)).fetchall()
         col = _col(w.name)
-        if w.source is Source.RATE:
+        if w.origin is ValueOrigin.RATE:
             return db.execute(_rate_sql(table, col, w.agg, w.resets),
                               (key, q.start, q.end, q.step)).fetchall()
         return db.execute(_bucketed(table, col, w.agg),

@@ -8,7 +8,7 @@ import pytest
 
 from collectors.frames import Rejection
 from collectors.lineprotocol import FieldValue, Point, UInt, parse, timestamp_ns
-from collectors.lpformat import format_line, format_point, format_value
+from collectors.lineprotocol_format import format_line, format_point, format_value
 
 TS = 1_700_000_000_000_000_000
 

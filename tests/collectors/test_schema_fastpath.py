@@ -1,4 +1,4 @@
-"""SchemaMapper.parse's columnar fast path (collectors.lpbulk) against the reference path
+"""SchemaMapper.parse's columnar fast path (collectors.schema_fastpath) against the reference path
 (lineprotocol.parse, then SchemaMapper.to_batch): on every body, both must give the same frames,
 events, rejections and collector reports, and the fast path must actually be taken."""
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from collectors.trace import TraceWriter
-from models.evaluation.sources import Source, simulator_source
+from models.evaluation.sources import EvaluationInput, simulator_source
 from models.evaluation.summary import summarize, write_outputs
 from models.simulator.config import SimConfig
 from models.simulator.scenarios import load_scenario
@@ -79,7 +79,7 @@ def test_trace_with_labels_through_the_cli(tmp_path: Path, capsys: object) -> No
 
 def test_demo_summary_rows() -> None:
     sim = Simulator(tiny(days=1.0))
-    src = Source("tiny", 300.0, sim.labels, sim.run(), sim.config.time.start_s,
+    src = EvaluationInput("tiny", 300.0, sim.labels, sim.run(), sim.config.time.start_s,
                  sim.config.time.end_s)
     from models.evaluation.rounds import feed_rounds
     from service.commands.evaluate import Evaluator

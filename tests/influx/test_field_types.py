@@ -21,7 +21,7 @@ from collectors.catalog import CATALOG, EVENT_FIELD, FieldType, Kind, Scope
 from collectors.frames import Batch
 from collectors.kernel_log import parse_kernel_log
 from collectors.lineprotocol import Point
-from collectors.lpformat import format_points
+from collectors.lineprotocol_format import format_points
 from collectors.schema import SchemaMapper, batch_to_lines
 from models.simulator.scenarios import load_scenario
 from models.simulator.simulator import Simulator
@@ -212,7 +212,7 @@ def test_every_writer_gives_each_field_the_catalog_type(influx_server: InfluxSer
     ts_ns = T0 * NS
     mapper = SchemaMapper(strict=False)
     everything: list[str] = []
-    # Each source as `gpuhealth parse` prints it (Points through lpformat)...
+    # Each source as `gpuhealth parse` prints it (Points through lineprotocol_format)...
     for i, (source, path) in enumerate(_captures(tmp_path)):
         parsed = registry.get(source).parse(path, f"n{i % 3}", ts_ns + i)
         lines = list(format_points(parsed.points))

@@ -21,7 +21,7 @@ from collectors.frames import Entity
 from service.notify.build import Notification, build_notification
 from service.notify.config import NotifySettings
 from service.notify.message import Delivery, Message, Notifier
-from service.notify.nflog import Entry
+from service.notify.notification_log import Entry
 from service.notify.sender import Sender, Sent
 from service.stages.alert_machine import AlertMachine, Transition
 from service.stages.alert_store import ALERTNAMES, Alert, AlertStore
@@ -223,7 +223,7 @@ class Timeline:
         return seen(self.messages(receiver), self.t0)
 
     def entry(self, receiver: str, group_key: str) -> Entry | None:
-        return self.notification.nflog.get(receiver, group_key)
+        return self.notification.notification_log.get(receiver, group_key)
 
     def close(self) -> None:
         self.notification.close()

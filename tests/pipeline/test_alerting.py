@@ -122,7 +122,7 @@ def test_flapping_caps_the_level_below_a_page_and_clears() -> None:
 
 
 def test_stale_telemetry_freezes_the_level_and_is_its_own_state() -> None:
-    from service.stages.alert_machine import State
+    from service.stages.alert_machine import AlertState
 
     m = AlertMachine(AlertPolicy(for_s=(0, 0, 0), resolve_for_s=0, dwell_s=(0, 0, 0),
                                  long_window_s=0, stale_after_s=15))
@@ -132,7 +132,7 @@ def test_stale_telemetry_freezes_the_level_and_is_its_own_state() -> None:
                                   last_seen=seen)] == [3]
     # Risk falls, but the data is 20 s old: no resolve.
     assert m.step(Scope.GPU, np.array([0.0], np.float32), one, 20.0, ENTS, last_seen=seen) == []
-    assert m.states(Scope.GPU)[0] == State.NODATA
+    assert m.states(Scope.GPU)[0] == AlertState.NODATA
     assert [f.stale for f in m.flag_changes] == [True]
     ts = m.step(Scope.GPU, np.array([0.0], np.float32), one, 25.0, ENTS,
                 last_seen=np.array([25.0]))

@@ -9,16 +9,16 @@ from pydantic import ValidationError
 from service.remediation.actions import (
     Action,
     ActionNotFound,
+    ActionState,
     ActionStore,
     AuditEntry,
-    State,
     action_id,
 )
 from service.remediation.config import RemediationSettings
 from tests.remediation_controller.conftest import T0
 
 
-def _action(state: State = State.PLANNED, episode: str = "7") -> Action:
+def _action(state: ActionState = ActionState.PLANNED, episode: str = "7") -> Action:
     return Action(id=action_id("n1", "fp", "migrate", episode), kind="migrate", episode=episode,
                   node="n1", alert_id=int(episode), fingerprint="fp", summary="ecc",
                   mode="auto", state=state, requested_at=T0, deadline=T0 + 300,
@@ -75,24 +75,24 @@ def test_insert_is_idempotent_and_round_trips() -> None:
 
 def test_illegal_transitions_raise() -> None:
     store = ActionStore()
-    a, _ = store.insert(_action(State.DRY_RUN), _audit())
+    a, _ = store.insert(_action(ActionState.DRY_RUN), _audit())
     with pytest.raises(ValueError, match="illegal transition dry_run -> executing"):
-        store.update(a.id, state=State.EXECUTING)
+        store.update(a.id, state=ActionState.EXECUTING)
     b, _ = store.insert(_action(episode="8"), _audit())
-    store.update(b.id, state=State.EXECUTING)
-    store.update(b.id, state=State.SUCCEEDED)
+    store.update(b.id, state=ActionState.EXECUTING)
+    store.update(b.id, state=ActionState.SUCCEEDED)
     with pytest.raises(ValueError, match="illegal"):
-        store.update(b.id, state=State.PLANNED)
+        store.update(b.id, state=ActionState.PLANNED)
     with pytest.raises(ValueError, match="cannot start"):
-        store.insert(_action(State.EXECUTING, episode="9"), _audit())
+        store.insert(_action(ActionState.EXECUTING, episode="9"), _audit())
     with pytest.raises(ActionNotFound):
-        store.update("act-nope", state=State.ABORTED)
+        store.update("act-nope", state=ActionState.ABORTED)
 
 
 def test_find_filters() -> None:
     store = ActionStore()
-    store.insert(_action(State.DRY_RUN, "1"), _audit())
-    store.insert(_action(State.PLANNED, "2"), _audit())
+    store.insert(_action(ActionState.DRY_RUN, "1"), _audit())
+    store.insert(_action(ActionState.PLANNED, "2"), _audit())
     assert [a.episode for a in store.find(state="planned")] == ["2"]
     assert len(store.find(node="n1")) == 2
     assert store.find(node="n2") == []

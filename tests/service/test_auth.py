@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from service.api.auth import ApiAuth, Reader, TokenStore
 from service.api.guards import Admin, IdempotentOperate, Operator
-from service.api.principals import Principal, Scope
+from service.api.principals import Permission, Principal
 from service.settings import ApiSettings
 from tests.service.fleet import T0, ManualClock
 
@@ -75,10 +75,10 @@ def client(auth: ApiAuth) -> Iterator[TestClient]:
 
 
 def test_scopes_are_ordered_levels() -> None:
-    assert Scope.READ < Scope.OPERATE < Scope.ADMIN
-    assert Scope.parse("Operate") is Scope.OPERATE and str(Scope.ADMIN) == "admin"
+    assert Permission.READ < Permission.OPERATE < Permission.ADMIN
+    assert Permission.parse("Operate") is Permission.OPERATE and str(Permission.ADMIN) == "admin"
     with pytest.raises(ValueError, match="unknown scope 'root'"):
-        Scope.parse("root")
+        Permission.parse("root")
 
 
 def test_a_mutating_route_refuses_a_request_without_a_token(client: TestClient) -> None:
@@ -112,8 +112,8 @@ def test_unknown_and_wrong_tokens_are_refused_without_echoing_them(
 
 
 def test_a_token_of_a_lower_scope_is_forbidden(client: TestClient, auth: ApiAuth) -> None:
-    _, read = auth.tokens.create("dashboard", Scope.READ, T0)
-    _, operate = auth.tokens.create("oncall", Scope.OPERATE, T0)
+    _, read = auth.tokens.create("dashboard", Permission.READ, T0)
+    _, operate = auth.tokens.create("oncall", Permission.OPERATE, T0)
     for path, secret, needs in (("/operate", read, "operate"), ("/admin", read, "admin"),
                                 ("/admin", operate, "admin"), ("/items", read, "operate")):
         r = client.post(path, headers=bearer(secret), json={})
@@ -124,8 +124,8 @@ def test_a_token_of_a_lower_scope_is_forbidden(client: TestClient, auth: ApiAuth
 
 def test_each_scope_passes_its_routes_and_the_lower_ones(client: TestClient,
                                                          auth: ApiAuth) -> None:
-    secrets = {s: auth.tokens.create(f"{s}-token", s, T0)[1] for s in Scope}
-    allowed = {"/read": Scope.READ, "/operate": Scope.OPERATE, "/admin": Scope.ADMIN}
+    secrets = {s: auth.tokens.create(f"{s}-token", s, T0)[1] for s in Permission}
+    allowed = {"/read": Permission.READ, "/operate": Permission.OPERATE, "/admin": Permission.ADMIN}
     for path, needs in allowed.items():
         for scope, secret in secrets.items():
             method = client.get if path == "/read" else client.post
@@ -206,7 +206,7 @@ def test_list_shows_no_secrets_and_tracks_last_use() -> None:
     token, secret = store.create("ci", "operate", T0)
     assert store.list() == [token] and token.last_used_at is None
     assert "secret" not in " ".join(token.as_dict())
-    assert store.authenticate(secret, T0 + 5) == Principal(token.id, "ci", Scope.OPERATE)
+    assert store.authenticate(secret, T0 + 5) == Principal(token.id, "ci", Permission.OPERATE)
     assert store.list()[0].last_used_at == T0 + 5
     store.authenticate(secret, T0 + 10)  # within the resolution: not rewritten
     assert store.list()[0].last_used_at == T0 + 5

@@ -170,12 +170,12 @@ def test_defaults_the_last_hour_and_an_auto_step() -> None:
 def test_aggregation_by_kind() -> None:
     got = build_query(GPU, ["gpu_temp", "ecc_sbe_volatile", "throttle_thermal", "xid", "risk"],
                       now=T0)
-    assert [(w.name, w.agg, w.source.value) for w in got.metrics] == [
+    assert [(w.name, w.agg, w.origin.value) for w in got.metrics] == [
         ("gpu_temp", Agg.MEAN, "sample"), ("ecc_sbe_volatile", Agg.MAX, "sample"),
         ("throttle_thermal", Agg.MAX, "sample"), ("xid", Agg.COUNT, "event"),
         ("risk", Agg.MAX, "risk")]
     ber = build_query(Entity.parse("n0:mlx5_0:1"), ["ib_ber"], now=T0)
-    assert [(w.agg, w.source.value, w.derived) for w in ber.metrics] == [
+    assert [(w.agg, w.origin.value, w.derived) for w in ber.metrics] == [
         (Agg.MEAN, "sample", True)]
     rate = build_query(GPU, ["ecc_sbe_volatile", "ecc_sbe_volatile"], rate=True, now=T0)
     assert [(w.agg, w.unit, w.resets) for w in rate.metrics] == [(Agg.MEAN, "errors/s", True)]

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from service.api.auth import TokenStore
-from service.api.principals import Scope
+from service.api.principals import Permission
 from service.api.redact import RedactingFilter
 from service.commands.cli import main
 from service.settings import load
@@ -51,7 +51,7 @@ def test_create_list_revoke_round_trip(config: Path, capsys: pytest.CaptureFixtu
     store = TokenStore(db(config))
     who = store.authenticate(secret, time.time())
     assert who is not None and (who.token_id, who.name, who.scope) == (token_id, "oncall",
-                                                                        Scope.OPERATE)
+                                                                        Permission.OPERATE)
     store.close()
 
     assert main(["token", "list", "--config", str(config)]) == 0
@@ -84,7 +84,7 @@ def test_a_token_may_expire(config: Path, capsys: pytest.CaptureFixture[str]) ->
     secret = capsys.readouterr().out.strip()
     store = TokenStore(db(config))
     (token,) = store.list()
-    assert token.scope is Scope.ADMIN and token.expires_at is not None
+    assert token.scope is Permission.ADMIN and token.expires_at is not None
     assert before + 2 * 86400 <= token.expires_at <= time.time() + 2 * 86400
     assert store.authenticate(secret, token.expires_at) is None
     store.close()

@@ -1,7 +1,8 @@
-"""InfluxDB over its v1-compatible HTTP API: gzip line protocol to `/write`, InfluxQL to
-`/query`. InfluxDB 1.x, 2.x (v1 compatibility with a DBRP mapping) and 3.x all serve these
-two endpoints (DESIGN.md decision 6), so one client reaches all three; only authentication
-differs (`auth`: none, basic user/password, or a token)."""
+"""InfluxDB over its v1-compatible HTTP API: gzip line protocol to `/write`, InfluxQL to `/query`.
+InfluxDB 1.x, 2.x (v1 compatibility with a DBRP mapping) and 3.x all serve these two endpoints
+(https://docs.influxdata.com/influxdb/v1/tools/api/, and the v1 compatibility APIs of 2.x and 3.x),
+so one client reaches all three; only authentication differs (`auth`: none, basic user/password, or
+a token)."""
 
 from __future__ import annotations
 

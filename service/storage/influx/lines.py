@@ -1,7 +1,8 @@
 """Line protocol of what the service stores in InfluxDB (docs/influxdb.md): samples, derived
 rates and events, each point tagged with the cluster. Field types are the catalog's
-(collectors.lpformat.format_number: counters and states integers, gauges floats) and every rate
-a float, so InfluxDB never refuses a type change, whichever source the sample came from."""
+(collectors.lineprotocol_format.format_number: counters and states integers, gauges floats)
+and every rate a float, so InfluxDB never refuses a type change, whichever source the sample
+came from."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from collectors.catalog import CATALOG, FieldType, Scope
 from collectors.catalog import EVENT_FIELD as EVENT_FIELD  # re-exported for writers
 from collectors.frames import Batch, Entity, Frame
-from collectors.lpformat import escape_key, format_number
+from collectors.lineprotocol_format import escape_key, format_number
 from service.stages.ingest import Derived
 
 # The tags naming an entity of each scope, in Entity order (node, unit, sub).

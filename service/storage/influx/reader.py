@@ -23,7 +23,7 @@ from service.storage.history import (
     QueryError,
     SeriesOut,
     SeriesQuery,
-    Source,
+    ValueOrigin,
     Wanted,
 )
 from service.storage.influx.client import InfluxClient, InfluxError, Series
@@ -119,11 +119,11 @@ class InfluxHistory:
 
     @staticmethod
     def _measurement(scope: Scope, w: Wanted) -> str:
-        if w.source is Source.RISK:
+        if w.origin is ValueOrigin.RISK:
             return RISK_MEASUREMENT
-        if w.source is Source.EVENT:
+        if w.origin is ValueOrigin.EVENT:
             return w.name
-        return scope.value + (RATE_SUFFIX if w.source is Source.RATE else "")
+        return scope.value + (RATE_SUFFIX if w.origin is ValueOrigin.RATE else "")
 
     def _select(self, q: SeriesQuery, measurement: str, metrics: Sequence[Wanted],
                 rollup: bool = False) -> str:
@@ -147,14 +147,14 @@ class InfluxHistory:
 
 
 def _expr(w: Wanted) -> str:
-    if w.source is Source.EVENT:
+    if w.origin is ValueOrigin.EVENT:
         return f"count({ident(EVENT_FIELD)})"
     return f"{w.agg.value}({ident(w.name)})"  # Agg values are InfluxQL function names
 
 
 def _rolled(scope: Scope, w: Wanted) -> bool:
     """Whether the rollups keep this aggregation of this metric (mean and max, not events)."""
-    return (w.agg in (Agg.MEAN, Agg.MAX) and w.source is not Source.EVENT
+    return (w.agg in (Agg.MEAN, Agg.MAX) and w.origin is not ValueOrigin.EVENT
             and InfluxHistory._measurement(scope, w) in ROLLED_UP)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from collectors.base import CollectorStatus
 from collectors.catalog import Scope
 from collectors.frames import Entity
-from collectors.lpformat import format_value
+from collectors.lineprotocol_format import format_value
 from models.detectors.findings import Signal
 from service.notify.sender import Sent
 from service.remediation.actions import AuditEntry

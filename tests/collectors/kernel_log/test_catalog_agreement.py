@@ -53,7 +53,8 @@ def test_every_code_scores_consistently_with_its_severity() -> None:
 
 
 def test_gpud_classification_facts() -> None:
-    # Rows of GPUd's xid.go table (shared/reference/anchors-systems.md section 1).
+    # Rows of GPUd's classification table (github.com/leptonai/gpud,
+    # components/accelerator/nvidia/xid/xid.go).
     assert {c for c, e in XID_CATALOG.items() if e.gpud_action is GpudAction.HARDWARE_INSPECTION} \
         == {81, 143}
     assert {c for c, e in XID_CATALOG.items()

@@ -121,7 +121,7 @@ def test_truncated_capture_raises() -> None:
 
 def test_mig_instances_are_tags_of_the_physical_gpu() -> None:
     from collectors.lineprotocol import parse
-    from collectors.lpformat import format_point
+    from collectors.lineprotocol_format import format_point
 
     points = parse_xml(need(XML_DIR / "telegraf-a100-sxm4-v12.xml").read_text(), "n1", TS)
     (p,) = points

@@ -27,7 +27,7 @@ import numpy.typing as npt
 from collectors.catalog import CATALOG, FieldType, Kind, Scope
 from collectors.ignored import IgnoredNames
 from collectors.lineprotocol import MAX_NUMBER_CHARS, FieldValue, UInt, timestamp_ns
-from collectors.lpframe import I64, Chunk
+from collectors.schema_frames import I64, Chunk
 
 MAX_HEADS = 1_000_000  # distinct key texts remembered; relearned from scratch past this
 MAX_TEMPLATES = 4  # field layouts kept per measurement and field count (one per source)

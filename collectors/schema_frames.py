@@ -1,6 +1,6 @@
 """Frames from both parse paths of SchemaMapper.parse: the cells the point-by-point path
-gathered and the column blocks the fast path (collectors.lpbulk) converted become one frame per
-scope, exactly as the point-by-point path alone would have built it."""
+gathered and the column blocks the fast path (collectors.schema_fastpath) converted become one
+frame per scope, exactly as the point-by-point path alone would have built it."""
 
 from __future__ import annotations
 
