@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
@@ -16,9 +16,10 @@ from service.api.auth import Reader
 from service.api.guards import IdempotentAdmin, IdempotentOperate
 from service.api.idempotency import MUTATING_RESPONSES
 from service.api.state import Running, State
+from service.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
 from service.notify.build import Notification
 from service.remediation.actions import Action
-from service.remediation.controller import ActionConflict, ActionNotFound, RemediationController
+from service.remediation.controller import RemediationController
 
 router = APIRouter()
 
@@ -42,14 +43,14 @@ class ActorIn(BaseModel):
 def _notification(st: Running) -> Notification:
     n = st.pipeline.notification
     if n is None:
-        raise HTTPException(503, "notification is off in this service")
+        raise ServiceUnavailable("notification is off in this service")
     return n
 
 
 def _controller(st: Running) -> RemediationController:
     ctl = st.pipeline.controller
     if ctl is None:
-        raise HTTPException(503, "remediation is off (remediation.mode: off)")
+        raise ServiceUnavailable("remediation is off (remediation.mode: off)")
     return ctl
 
 
@@ -71,9 +72,9 @@ async def ack_alert(st: State, alert_id: int, body: AckIn, idem: IdempotentOpera
         try:
             a = st.pipeline.alerts.ack(alert_id, idem.principal.name, body.comment, st.clock())
         except KeyError:
-            raise HTTPException(404, f"alert {alert_id} does not exist") from None
-        except ValueError as e:
-            raise HTTPException(409, str(e)) from None
+            raise NotFound(f"alert {alert_id} does not exist") from None
+        except ValueError as e:  # not firing
+            raise Conflict(str(e)) from None
         if st.pipeline.notification is not None:
             st.pipeline.notification.dispatcher.mark()
         return a.as_dict()
@@ -96,13 +97,13 @@ async def create_silence(st: State, body: SilenceIn, idem: IdempotentOperate) ->
         now = st.clock()
         start = body.starts_at if body.starts_at is not None else now
         if (body.ends_at is None) == (body.duration_s is None):
-            raise HTTPException(422, "give exactly one of ends_at and duration_s")
+            raise Unprocessable("give exactly one of ends_at and duration_s")
         ends = body.ends_at if body.ends_at is not None else start + (body.duration_s or 0)
         try:
             s = n.silences.create(body.matchers, idem.principal.name, body.comment, now,
                                   ends_at=ends, starts_at=start)
-        except ValueError as e:
-            raise HTTPException(422, str(e)) from None
+        except ValueError as e:  # a bad matcher, or a silence that ends before it starts
+            raise Unprocessable(str(e)) from None
         n.dispatcher.mark()
         return s.as_dict(now)
 
@@ -119,7 +120,7 @@ async def expire_silence(st: State, silence_id: str, idem: IdempotentOperate) ->
         try:
             s = n.silences.expire(silence_id, idem.principal.name, now)
         except KeyError:
-            raise HTTPException(404, f"silence {silence_id} does not exist") from None
+            raise NotFound(f"silence {silence_id} does not exist") from None
         n.dispatcher.mark()
         return s.as_dict(now)
 
@@ -140,7 +141,7 @@ def get_action(st: State, who: Reader, action_id: str) -> dict[str, Any]:
     ctl = _controller(st)
     a = ctl.store.get(action_id)
     if a is None:
-        raise HTTPException(404, f"action {action_id} does not exist")
+        raise NotFound(f"action {action_id} does not exist")
     return {**a.as_dict(), "audit": [e.as_dict() for e in ctl.store.audit(action_id=action_id)]}
 
 
@@ -151,12 +152,8 @@ _VERBS: dict[str, Callable[[RemediationController, str, str, float], Action]] = 
 
 def _act(st: Running, verb: str, target: str, actor: str) -> dict[str, Any]:
     ctl = _controller(st)
-    try:
-        a = _VERBS[verb](ctl, target, actor, st.clock())
-    except ActionNotFound as e:
-        raise HTTPException(404, str(e)) from None
-    except ActionConflict as e:
-        raise HTTPException(409, str(e)) from None
+    # ActionNotFound (404) and ActionConflict (409) answer for themselves.
+    a = _VERBS[verb](ctl, target, actor, st.clock())
     out: dict[str, Any] = a.as_dict()
     return out
 

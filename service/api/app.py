@@ -10,11 +10,10 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
-from fastapi.exceptions import RequestValidationError
 
 from collectors.base import Closes, Collector, Starts
-from service.api import alerting, history, read, write
-from service.api.auth import ApiAuth, require, validation_error
+from service.api import alerting, history, problems, read, write
+from service.api.auth import ApiAuth, require
 from service.api.principals import Permission
 from service.api.state import Running
 from service.pipeline import Pipeline, build_pipeline
@@ -99,8 +98,8 @@ def create_app(
 
     app = FastAPI(title="gpuhealth", version="0.1.0", lifespan=lifespan,
                   description="Predictive health monitoring for GPU training clusters")
-    # Authentication before body validation on mutating routes (auth.validation_error).
-    app.add_exception_handler(RequestValidationError, validation_error)
+    # Every error as a problem detail (RFC 9457); the InfluxDB endpoints InfluxDB's way.
+    problems.install(app, influxdb_paths=write.INFLUXDB_PATHS)
     app.include_router(read.router)
     app.include_router(write.router)
     app.include_router(history.router, dependencies=[Depends(require(Permission.READ))])

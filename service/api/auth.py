@@ -33,14 +33,14 @@ from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException, Request, Response
+from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.api.idempotency import IdempotencyStore
 from service.api.principals import ANONYMOUS, Permission, Principal
 from service.api.ratelimit import RateLimiter
+from service.errors import Forbidden, ServiceUnavailable, TooManyRequests, Unauthorized
 from service.settings import ApiSettings
 from service.storage.sqlite_db import SqliteStore
 
@@ -199,13 +199,13 @@ class ApiAuth:
 def api_auth(request: Request) -> ApiAuth:
     auth: ApiAuth | None = getattr(request.app.state, "gpuhealth_auth", None)
     if auth is None:
-        raise HTTPException(503, "authentication is not configured yet")
+        raise ServiceUnavailable("authentication is not configured yet")
     return auth
 
 
-def _unauthorized(message: str, error: str | None = None) -> HTTPException:
+def _unauthorized(message: str, error: str | None = None) -> Unauthorized:
     challenge = 'Bearer realm="gpuhealth"' + (f', error="{error}"' if error else "")
-    return HTTPException(401, message, headers={"WWW-Authenticate": challenge})
+    return Unauthorized(message, challenge=challenge)
 
 
 def _presented(request: Request) -> str | None:
@@ -230,7 +230,7 @@ def authenticate(request: Request, auth: ApiAuth, permission: Permission) -> Pri
             raise _too_many_failures(wait)
     try:
         token = _presented(request)
-    except HTTPException:
+    except Unauthorized:
         _failed(auth, client)
         raise
     if token is None:
@@ -242,11 +242,10 @@ def authenticate(request: Request, auth: ApiAuth, permission: Permission) -> Pri
         _failed(auth, client)
         raise _unauthorized("invalid, expired or revoked token", "invalid_token")
     if not who.allows(permission):
-        raise HTTPException(403, f"token {who.token_id} has scope {who.scope}; this needs "
-                                 f"{permission}",
-                            headers={"WWW-Authenticate": f'Bearer realm="gpuhealth", '
-                                                         f'error="insufficient_scope", '
-                                                         f'scope="{permission}"'})
+        raise Forbidden(f"token {who.token_id} has scope {who.scope}; this needs {permission}",
+                        headers={"WWW-Authenticate": f'Bearer realm="gpuhealth", '
+                                                     f'error="insufficient_scope", '
+                                                     f'scope="{permission}"'})
     return who
 
 
@@ -255,10 +254,10 @@ def _failed(auth: ApiAuth, client: str) -> None:
         auth.failures.acquire(client)
 
 
-def _too_many_failures(wait: float) -> HTTPException:
+def _too_many_failures(wait: float) -> TooManyRequests:
     retry = max(1, math.ceil(wait))
-    return HTTPException(429, f"too many failed authentications from this address: retry in "
-                              f"{retry} s", headers={"Retry-After": str(retry)})
+    return TooManyRequests(f"too many failed authentications from this address: retry in "
+                           f"{retry} s", retry_after=retry)
 
 
 def require(permission: Permission | str) -> Callable[..., Awaitable[Principal]]:
@@ -279,25 +278,3 @@ def _require(permission: Permission) -> Callable[..., Awaitable[Principal]]:
 
 
 Reader = Annotated[Principal, Depends(require(Permission.READ))]
-
-
-async def validation_error(request: Request, exc: Exception) -> Response:
-    """A request FastAPI could not read (malformed JSON, a wrong field) on a route that needs a
-    token: authentication is answered first, so a caller without a valid token learns nothing
-    of a route's body schema. Reads without a token stay as they are (422)."""
-    from fastapi.exception_handlers import request_validation_exception_handler
-    from fastapi.exceptions import RequestValidationError
-
-    assert isinstance(exc, RequestValidationError)
-    auth: ApiAuth | None = getattr(request.app.state, "gpuhealth_auth", None)
-    # The API's mutating routes (/v1/..., API tokens); writes have their own tokens and
-    # answer a bad query parameter as InfluxDB does.
-    api_route = request.url.path.startswith("/v1/") and request.url.path != "/v1/write"
-    if auth is not None and api_route and request.method not in ("GET", "HEAD", "OPTIONS"):
-        try:
-            await run_in_threadpool(authenticate, request, auth, Permission.OPERATE)
-        except HTTPException as denied:
-            if denied.status_code in (401, 429):
-                return JSONResponse({"detail": denied.detail}, status_code=denied.status_code,
-                                    headers=denied.headers)
-    return await request_validation_exception_handler(request, exc)

@@ -17,11 +17,19 @@ from collections.abc import Awaitable, Callable
 from functools import cache
 from typing import Annotated
 
-from fastapi import Depends, Header, HTTPException, Request
+from fastapi import Depends, Header, Request
 
 from service.api.auth import ApiAuth, api_auth, require
-from service.api.idempotency import _KEY_DOC, HEADER, Idempotency, fingerprint, parse_key
+from service.api.idempotency import (
+    _KEY_DOC,
+    HEADER,
+    Idempotency,
+    KeyMissing,
+    fingerprint,
+    parse_key,
+)
 from service.api.principals import Permission, Principal
+from service.errors import TooManyRequests
 
 
 def mutating(permission: Permission | str) -> Callable[..., Awaitable[Principal]]:
@@ -36,8 +44,8 @@ def _mutating(permission: Permission) -> Callable[..., Awaitable[Principal]]:
         wait = auth.limiter.acquire(who.token_id)
         if wait > 0:
             retry = max(1, math.ceil(wait))
-            raise HTTPException(429, f"rate limit exceeded for token {who.token_id}: retry in "
-                                     f"{retry} s", headers={"Retry-After": str(retry)})
+            raise TooManyRequests(f"rate limit exceeded for token {who.token_id}: retry in "
+                                  f"{retry} s", retry_after=retry)
         return who
 
     return dependency
@@ -64,12 +72,9 @@ def _idempotent(permission: Permission,
                                                          description=_KEY_DOC)] = None,
                          ) -> Idempotency:
         # `_` only documents the header in OpenAPI; parse_key sees every value it was sent.
-        try:
-            key = parse_key(request.headers.getlist(HEADER))
-        except ValueError as exc:
-            raise HTTPException(400, str(exc)) from None
+        key = parse_key(request.headers.getlist(HEADER))  # KeyInvalid (400) if malformed
         if key is None and required:
-            raise HTTPException(400, f"this route needs an {HEADER} header")
+            raise KeyMissing(f"this route needs an {HEADER} header")
         fp = "" if key is None else fingerprint(request.method, request.url.path,
                                                 request.url.query, await request.body())
         return Idempotency(who, key, fp, auth.idempotency, auth.clock)

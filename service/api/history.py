@@ -6,20 +6,18 @@ from __future__ import annotations
 import threading
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 
 from collectors.catalog import Scope
 from collectors.frames import Entity
 from service.api.schemas import HistoryOut, SeriesPoints
 from service.api.state import Running, State
+from service.errors import NotFound
 from service.storage.histories import open_history, source_name
 from service.storage.history import (
     MAX_POINTS,
     Agg,
     History,
-    HistoryUnavailable,
-    NotStored,
-    QueryError,
     ValueOrigin,
     build_query,
     parse_time,
@@ -83,17 +81,11 @@ def _answer(st: Running, history: History, scope: Scope, key: str, metrics: list
             start: str | None, end: str | None, step: int | None, rate: bool,
             agg: Agg | None) -> HistoryOut:
     entity = _entity(scope, key)
-    try:
-        q = build_query(entity, metrics, start=None if start is None else parse_time(start),
-                        end=None if end is None else parse_time(end), step=step, rate=rate,
-                        agg=agg, now=st.clock())
-        found = history.series(q)
-    except QueryError as exc:
-        raise HTTPException(400, str(exc)) from None
-    except NotStored as exc:
-        raise HTTPException(501, str(exc)) from None
-    except HistoryUnavailable as exc:
-        raise HTTPException(502, str(exc)) from None
+    # QueryError (400), NotStored (501) and HistoryUnavailable (502) answer for themselves.
+    q = build_query(entity, metrics, start=None if start is None else parse_time(start),
+                    end=None if end is None else parse_time(end), step=step, rate=rate,
+                    agg=agg, now=st.clock())
+    found = history.series(q)
     series = [SeriesPoints(metric=s.metric.name, unit=s.metric.unit, kind=s.metric.kind,
                            rate=s.metric.origin is ValueOrigin.RATE, agg=s.metric.agg.value,
                            times=s.times, values=s.values) for s in found]
@@ -112,7 +104,7 @@ def _entity(scope: Scope, key: str) -> Entity:
     except ValueError:
         e = None
     if e is None or e.scope is not scope:
-        raise HTTPException(404, f"{key!r} is not {noun} key (like {example})")
+        raise NotFound(f"{key!r} is not {noun} key (like {example})")
     return e
 
 

@@ -41,12 +41,13 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from fastapi import HTTPException, Response
+from fastapi import Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 
 from service.api.principals import Principal
+from service.errors import BadRequest, Conflict, Unprocessable
 from service.storage.sqlite_db import SqliteStore
 
 HEADER = "Idempotency-Key"
@@ -79,6 +80,24 @@ CREATE TABLE IF NOT EXISTS api_idempotency (
 );
 CREATE INDEX IF NOT EXISTS api_idempotency_created ON api_idempotency (created_at);
 """
+
+
+class KeyInvalid(BadRequest, ValueError):
+    slug = "idempotency-key-invalid"
+
+
+class KeyMissing(BadRequest):
+    slug = "idempotency-key-missing"
+
+
+class KeyInProgress(Conflict):
+    slug = "idempotency-key-in-progress"
+
+
+class KeyReused(Unprocessable):
+    """The key came back with a different request (the draft's 422)."""
+
+    slug = "idempotency-key-reused"
 
 
 class Begin(Enum):
@@ -168,16 +187,16 @@ def _canonical(body: bytes) -> bytes:
 
 
 def parse_key(values: list[str]) -> str | None:
-    """The key from the header's values (None without one); ValueError if malformed."""
+    """The key from the header's values (None without one); KeyInvalid if malformed."""
     if not values:
         return None
     if len(values) > 1:
-        raise ValueError(f"send one {HEADER} header, not {len(values)}")
+        raise KeyInvalid(f"send one {HEADER} header, not {len(values)}")
     key = values[0].strip()
     if len(key) >= 2 and key[0] == key[-1] == '"':  # the draft's sf-string form
         key = _ESCAPE.sub(r"\1", key[1:-1])
     if not key or len(key) > MAX_KEY or not _PRINTABLE.fullmatch(key):
-        raise ValueError(f"{HEADER} must be 1 to {MAX_KEY} printable ASCII characters")
+        raise KeyInvalid(f"{HEADER} must be 1 to {MAX_KEY} printable ASCII characters")
     return key
 
 
@@ -225,9 +244,9 @@ class Idempotency:
         if isinstance(begun, Stored):
             return _replay(begun)
         if begun is Begin.IN_PROGRESS:
-            raise HTTPException(409, f"a request with this {HEADER} is still in progress")
+            raise KeyInProgress(f"a request with this {HEADER} is still in progress")
         if begun is Begin.MISMATCH:
-            raise HTTPException(422, f"this {HEADER} was used for a different request")
+            raise KeyReused(f"this {HEADER} was used for a different request")
         try:
             response = await self._call(handler, status_code)
             if response.status_code >= 500:  # likely transient: let a retry run again

@@ -15,7 +15,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-from service.api.write_auth import Refused
+from service.errors import BadRequest, PayloadTooLarge
 
 MAX_MEMBERS = 1000  # concatenated gzip members per body; senders use one
 MAX_RATIO = 100  # inflated bytes per compressed byte, past the floor below
@@ -33,7 +33,7 @@ class Inflated:
 def inflate(body: bytes, *, limit: int, max_members: int = MAX_MEMBERS,
             max_ratio: int = MAX_RATIO, ratio_floor: int = RATIO_FLOOR) -> Inflated:
     """Inflate a gzip body to at most `limit` bytes and `max_ratio` times its size (or
-    `ratio_floor`, whichever is larger). Refused (413) past those, or past `max_members`;
+    `ratio_floor`, whichever is larger). PayloadTooLarge (413) past those, or past `max_members`;
     refused (400) when it is not gzip."""
     ratio_cap = max(ratio_floor, max_ratio * len(body))
     budget = min(limit, ratio_cap)
@@ -42,7 +42,7 @@ def inflate(body: bytes, *, limit: int, max_members: int = MAX_MEMBERS,
     pos = members = 0
     while pos < len(body):
         if members == max_members:
-            raise Refused(413, f"gzip body holds more than {max_members} members")
+            raise PayloadTooLarge(f"gzip body holds more than {max_members} members")
         d = zlib.decompressobj(_GZIP)
         while not d.eof and pos < len(body):
             piece = view[pos:pos + _SLICE]
@@ -50,7 +50,7 @@ def inflate(body: bytes, *, limit: int, max_members: int = MAX_MEMBERS,
                 # max_length one past the budget: reaching it means over the budget.
                 out += d.decompress(piece, budget + 1 - len(out))
             except zlib.error as exc:
-                raise Refused(400, f"body is not valid gzip: {exc}") from None
+                raise BadRequest(f"body is not valid gzip: {exc}") from None
             if len(out) > budget:
                 raise _over(limit, ratio_cap, max_ratio, len(body))
             # What this call left: the next member's bytes after an end, else nothing (the
@@ -63,11 +63,11 @@ def inflate(body: bytes, *, limit: int, max_members: int = MAX_MEMBERS,
     return Inflated(bytes(out))
 
 
-def _over(limit: int, ratio_cap: int, max_ratio: int, size: int) -> Refused:
+def _over(limit: int, ratio_cap: int, max_ratio: int, size: int) -> PayloadTooLarge:
     if ratio_cap < limit:
-        return Refused(413, f"gzip body inflates to more than {max_ratio} times its "
-                            f"{size} bytes (a compression bomb?)")
-    return Refused(413, f"decompressed body exceeds the limit of {limit} bytes")
+        return PayloadTooLarge(f"gzip body inflates to more than {max_ratio} times its "
+                           f"{size} bytes (a compression bomb?)")
+    return PayloadTooLarge(f"decompressed body exceeds the limit of {limit} bytes")
 
 
 def _cut(out: bytearray, reason: str) -> Inflated:

@@ -7,16 +7,18 @@ the /v1 API, or from InfluxDB itself)."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from service.api.state import State
-from service.api.write_auth import Refused, authorize
+from service.api.write_auth import authorize
+from service.errors import BadRequest, GpuhealthError, PayloadTooLarge
 
 router = APIRouter()
+PATHS = ("/ping", "/query")
 
 # What InfluxDB 1.x reports; clients that check it want to see the v1 API.
 INFLUX_VERSION = "1.8-gpuhealth"
@@ -47,14 +49,15 @@ async def query(
     try:
         if q is None:  # Telegraf posts the statement as a form body
             q = await _form_q(request)
-        authorize(request, st, u, p)
-    except Refused as r:
-        return _error(r.status, r.message)
-    if not q:
-        return _error(400, "missing required parameter \"q\"")
-    if _CREATE_DB.fullmatch(q) is None:
-        return _error(400, "only CREATE DATABASE is served on /query (every write lands in "
-                           "one store); read through the /v1 API or from InfluxDB")
+        authorize(request, st, u, p, challenge='Basic realm="gpuhealth"')
+        if not q:
+            raise BadRequest("missing required parameter \"q\"")
+        if _CREATE_DB.fullmatch(q) is None:
+            raise BadRequest("only CREATE DATABASE is served on /query (every write lands in "
+                             "one store); read through the /v1 API or from InfluxDB")
+    except GpuhealthError as refused:  # answered by service.api.problems, as InfluxDB's
+        refused.headers.update(_HEADERS)
+        raise
     return JSONResponse({"results": [{"statement_id": 0}]}, headers=_HEADERS)
 
 
@@ -63,16 +66,10 @@ async def _form_q(request: Request) -> str | None:
     async for chunk in request.stream():
         body += chunk
         if len(body) > _MAX_FORM_BYTES:
-            raise Refused(413, f"query body exceeds {_MAX_FORM_BYTES} bytes")
+            raise PayloadTooLarge(f"query body exceeds {_MAX_FORM_BYTES} bytes")
     try:
         form = parse_qs(body.decode(), max_num_fields=16)
     except (UnicodeDecodeError, ValueError) as exc:
-        raise Refused(400, f"query body is not a form: {exc}") from None
+        raise BadRequest(f"query body is not a form: {exc}") from None
     return form.get("q", [None])[0]
 
-
-def _error(status: int, message: str) -> Response:
-    headers: dict[str, Any] = dict(_HEADERS)
-    if status == 401:
-        headers["WWW-Authenticate"] = 'Basic realm="gpuhealth"'
-    return JSONResponse({"error": message}, status_code=status, headers=headers)

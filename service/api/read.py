@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import JSONResponse
 
 from service.api.auth import require
@@ -22,6 +22,7 @@ from service.api.schemas import (
 )
 from service.api.state import Running, State
 from service.api.views import alert_out, gpu_detail, model_out, node_detail, node_list
+from service.errors import NotFound
 
 router = APIRouter()
 # Fleet and alert reads need a read token when `api.read_requires_token` is set; probes never.
@@ -92,7 +93,7 @@ def list_nodes(
 def get_node(st: State, node: str) -> NodeDetail:
     detail = node_detail(st.pipeline, node)
     if detail is None:
-        raise HTTPException(404, f"node {node!r} is not known: no sample has named it")
+        raise NotFound(f"node {node!r} is not known: no sample has named it")
     return detail
 
 
@@ -102,7 +103,7 @@ def get_node(st: State, node: str) -> NodeDetail:
 def get_gpu(st: State, gpu: str) -> GpuDetail:
     detail = gpu_detail(st.pipeline, gpu)
     if isinstance(detail, str):
-        raise HTTPException(404, detail)
+        raise NotFound(detail)
     return detail
 
 
@@ -131,7 +132,7 @@ def list_alerts(
 def get_alert(st: State, alert_id: int) -> AlertDetail:
     alert = st.pipeline.alerts.get(alert_id)
     if alert is None:
-        raise HTTPException(404, f"alert {alert_id} does not exist")
+        raise NotFound(f"alert {alert_id} does not exist")
     history = [LevelChange(at=h["at"], old_level=int(h["old_level"]),
                            new_level=int(h["new_level"]), risk=h["risk"])
                for h in st.pipeline.alerts.history(alert_id)]

@@ -154,8 +154,22 @@ class RejectionOut(BaseModel):
     metric: str | None
 
 
-class WriteError(BaseModel):
-    error: str  # InfluxDB's error key, which Telegraf logs
+class Problem(BaseModel):
+    """Every error body (RFC 9457 problem details, `application/problem+json`); extension
+    members such as `retry_after` or `errors` go beside these."""
+
+    type: str  # a relative URI, /problems/<slug>, or about:blank for a bare HTTP status
+    title: str  # the same for every problem of a type
+    status: int
+    detail: str  # this occurrence
+    instance: str  # the request's path
+
+
+class WriteError(Problem):
+    """The write endpoints' errors: InfluxDB's `error` key (which Telegraf logs) beside the
+    problem members, as `application/json`."""
+
+    error: str
     accepted: int = 0
     rejected: int = 0
     rejections: list[RejectionOut] = []

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from threading import Lock
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, Request
 
 from collectors.base import Collector, CollectorStatus
 from collectors.schema import SchemaMapper
+from service.errors import ServiceUnavailable
 from service.pipeline import Pipeline
 from service.runtime.metrics import ServiceMetrics
 from service.runtime.remote_collectors import STALE_AFTER_ROUNDS, RemoteCollectors, RemoteStatus
@@ -81,7 +82,7 @@ class Running:
 def _running(request: Request) -> Running:
     st: Running | None = getattr(request.app.state, "gpuhealth", None)
     if st is None:
-        raise HTTPException(503, "the service is starting or stopping")
+        raise ServiceUnavailable("the service is starting or stopping")
     return st
 
 

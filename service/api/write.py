@@ -13,7 +13,6 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
 from collectors.frames import Rejection
@@ -21,13 +20,25 @@ from service.api import influx_compat
 from service.api.inflate import inflate
 from service.api.schemas import RejectionOut, WriteError
 from service.api.state import Running, State
-from service.api.write_auth import Refused, authorize
+from service.api.write_auth import authorize
+from service.errors import BadRequest, GpuhealthError, PayloadTooLarge, UnsupportedMediaType
 from service.stages.ingest import IngestResult
 
 Precision = Literal["ns", "n", "us", "u", "ms", "s", "m", "h"]  # InfluxDB v1 and v2 spellings
 log = logging.getLogger(__name__)
 router = APIRouter()
 router.include_router(influx_compat.router)
+# Where errors answer InfluxDB's way (service.api.problems): these and influx_compat's.
+INFLUXDB_PATHS = ("/api/v2/write", "/write", "/v1/write", *influx_compat.PATHS)
+# What a refused write's body says beside the problem members: nothing was written.
+_NOTHING_WRITTEN = {"accepted": 0, "rejected": 0, "rejections": [], "truncated": False}
+
+
+class PartialWrite(BadRequest):
+    """Some lines were refused, every valid one kept (InfluxDB's `partial write`)."""
+
+    slug = "partial-write"
+    title = "Partial write"
 
 
 _WRITE_DOC = """Line protocol, plain or `Content-Encoding: gzip`: our own schema (`gpu`, `nvlink`,
@@ -41,7 +52,8 @@ invalid host or device name, a timestamp out of range, a number over 64 characte
 cut short: its whole lines before the cut are kept) while every valid sample is kept; 413 when
 the body, or what it inflates to, is over the limit, when gzip inflates to over 100 times its
 size (past 1 MiB), or holds over 1,000 members. `strict=true` refuses unknown
-measurements and fields instead (for checking a sender's output)."""
+measurements and fields instead (for checking a sender's output). Errors are InfluxDB's
+`{"error": ...}` with the problem-detail members (RFC 9457) beside it, as `application/json`."""
 _WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": WriteError}, 401: {"model": WriteError}, 413: {"model": WriteError},
     415: {"model": WriteError}}
@@ -91,19 +103,18 @@ async def write(
         # Inflating, parsing and ingest are CPU work (ingest under locks): off the event loop,
         # so health probes and reads are answered while a large write is worked through.
         res, cut = await run_in_threadpool(_write_body, st, body, gz, precision, strict)
-    except Refused as r:
-        st.metrics.write_requests.labels(str(r.status)).inc()
-        headers = {"WWW-Authenticate": 'Token realm="gpuhealth"'} if r.status == 401 else None
-        return JSONResponse(WriteError(error=r.message).model_dump(), status_code=r.status,
-                            headers=headers)
+    except GpuhealthError as refused:  # answered by service.api.problems
+        st.metrics.write_requests.labels(str(refused.status)).inc()
+        for name, value in _NOTHING_WRITTEN.items():
+            refused.extensions.setdefault(name, value)
+        raise
     if not res.rejected:
         st.metrics.write_requests.labels("204").inc()
         return Response(status_code=204)
     st.metrics.write_requests.labels("400").inc()
-    err = WriteError(error=partial_write_message(res), accepted=res.accepted,
-                     rejected=res.rejected, rejections=[_rejection(r) for r in res.rejections],
-                     truncated=cut)
-    return JSONResponse(err.model_dump(), status_code=400)
+    raise PartialWrite(partial_write_message(res), accepted=res.accepted, rejected=res.rejected,
+                       rejections=[_rejection(r).model_dump() for r in res.rejections],
+                       truncated=cut)
 
 
 def partial_write_message(res: IngestResult, shown: int = 5) -> str:
@@ -118,7 +129,7 @@ def partial_write_message(res: IngestResult, shown: int = 5) -> str:
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
-    too_big = Refused(413, f"request body exceeds the limit of {limit} bytes")
+    too_big = PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise too_big  # refused before reading a byte of it
@@ -135,7 +146,7 @@ def _gzip(encoding: str) -> bool:
     if encoding in ("", "identity"):
         return False
     if encoding != "gzip":
-        raise Refused(415, f"unsupported Content-Encoding {encoding!r}; send gzip or none")
+        raise UnsupportedMediaType(f"unsupported Content-Encoding {encoding!r}; send gzip or none")
     return True
 
 

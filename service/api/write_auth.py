@@ -12,20 +12,16 @@ import hmac
 from fastapi import Request
 
 from service.api.state import Running
+from service.errors import Unauthorized
+
+TOKEN_CHALLENGE = 'Token realm="gpuhealth"'
 
 
-class Refused(Exception):
-    """A request answered before its body is parsed: `status` and what to say."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-def authorize(request: Request, st: Running, u: str | None, p: str | None) -> None:
-    """Raise Refused(401) unless the request carries a configured write token (any is
-    fine when none is configured); `u` and `p` are the v1 query parameters."""
+def authorize(request: Request, st: Running, u: str | None, p: str | None,
+              challenge: str = TOKEN_CHALLENGE) -> None:
+    """Raise Unauthorized (401, `challenge` as its WWW-Authenticate) unless the request carries
+    a configured write token (any is fine when none is configured); `u` and `p` are the v1
+    query parameters."""
     tokens = [t.get_secret_value().encode() for t in st.settings.ingest.tokens]
     if not tokens:
         return
@@ -38,11 +34,13 @@ def authorize(request: Request, st: Running, u: str | None, p: str | None) -> No
         try:
             given = base64.b64decode(cred.strip(), validate=True).decode().partition(":")[2]
         except (binascii.Error, UnicodeDecodeError):
-            raise Refused(401, "malformed Basic authorization header") from None
+            raise Unauthorized("malformed Basic authorization header",
+                               challenge=challenge) from None
     elif p is not None:
         given = p
     if not given:
-        raise Refused(401, "authorization required: send 'Authorization: Token <token>'")
+        raise Unauthorized("authorization required: send 'Authorization: Token <token>'",
+                           challenge=challenge)
     # Constant-time comparison against every token, so timing tells nothing.
     if not any(hmac.compare_digest(given.encode(), t) for t in tokens):
-        raise Refused(401, "invalid token")
+        raise Unauthorized("invalid token", challenge=challenge)

@@ -17,6 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
+from service.errors import Conflict, NotFound
 from service.storage.sqlite_db import SqliteStore
 
 Kind = Literal["migrate", "release"]
@@ -44,12 +45,16 @@ _NEXT: dict[ActionState, frozenset[ActionState]] = {
 OPEN = frozenset(_NEXT)  # states that still move
 
 
-class ActionNotFound(LookupError):
-    pass
+class ActionNotFound(NotFound, LookupError):
+    """No such action (the API answers 404)."""
+
+    slug = "action-not-found"
 
 
-class ActionConflict(RuntimeError):
+class ActionConflict(Conflict, RuntimeError):
     """The request does not fit the action's state (the API answers 409)."""
+
+    slug = "action-conflict"
 
 
 def action_id(node: str, fingerprint: str, kind: Kind, episode: str) -> str:

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from collectors.catalog import CATALOG, Kind, Metric, Scope
 from collectors.frames import Entity
+from service.errors import BadRequest, GpuhealthError
 
 # A series longer than this is a mistake (a year at 5 s), not a chart: the caller is told the
 # smallest step that fits instead of InfluxDB being asked for millions of buckets.
@@ -48,16 +49,22 @@ class ValueOrigin(StrEnum):
     RISK = "risk"  # the scoring tick's risk and level
 
 
-class QueryError(ValueError):
+class QueryError(BadRequest, ValueError):
     """A question the caller got wrong (HTTP 400); the message says how to ask it."""
 
+    slug = "bad-history-query"
 
-class NotStored(Exception):
+
+class NotStored(GpuhealthError):
     """History this store does not keep (HTTP 501), e.g. risk in the embedded SQLite store."""
 
+    status, slug, title = 501, "not-stored", "Not kept by this store"
 
-class HistoryUnavailable(Exception):
+
+class HistoryUnavailable(GpuhealthError):
     """The store could not answer (HTTP 502): unreachable, or it refused the query."""
+
+    status, slug, title = 502, "history-unavailable", "History store did not answer"
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from service.api import problems
 from service.api.auth import ApiAuth, Reader, TokenStore
 from service.api.guards import Admin, IdempotentOperate, Operator
 from service.api.principals import Permission, Principal
@@ -23,6 +24,7 @@ def make_app(auth: ApiAuth | None) -> FastAPI:
     """A read route, an operate and an admin route, and an idempotent operate route that
     counts its runs (app.state.runs)."""
     app = FastAPI()
+    problems.install(app)  # errors as problem details, as create_app does
     app.state.gpuhealth_auth = auth
     app.state.runs = 0
 

@@ -15,6 +15,7 @@ from fastapi import Depends, FastAPI, Response
 from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 
+from service.api import problems
 from service.api.auth import ApiAuth
 from service.api.guards import IdempotentOperate, idempotent
 from service.api.idempotency import (
@@ -53,6 +54,7 @@ class Handler:
 
 def make_app(auth: ApiAuth, h: Handler) -> FastAPI:
     app = FastAPI()
+    problems.install(app)  # errors as problem details, as create_app does
     app.state.gpuhealth_auth = auth
 
     @app.post("/silences", status_code=201)

@@ -10,6 +10,7 @@ import pytest
 from fastapi import FastAPI, Response
 from fastapi.testclient import TestClient
 
+from service.api import problems
 from service.api.auth import ApiAuth
 from service.api.guards import IdempotentOperate, Operator
 from service.api.ratelimit import RateLimiter
@@ -82,6 +83,7 @@ def test_refused_requests_are_not_charged(client: TestClient, auth: ApiAuth) -> 
 
 def test_auth_rate_limit_and_idempotency_charge_a_request_once(auth: ApiAuth) -> None:
     app = FastAPI()
+    problems.install(app)  # errors as problem details, as create_app does
     app.state.gpuhealth_auth = auth
 
     @app.post("/both")

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from collectors.agent.push import Outcome, Pusher
 from service.api import inflate, write
 from service.api.app import create_app
-from service.api.write_auth import Refused
+from service.errors import GpuhealthError
 from service.settings import IngestSettings, Settings
 from tests.service.fleet import T0, ManualClock
 
@@ -105,14 +105,14 @@ def test_a_compression_bomb_is_refused_by_its_ratio(client: TestClient) -> None:
 def test_inflate_bounds_output_ratio_and_members() -> None:
     data = b"".join(f"{_line(g, 50.0)}\n".encode() for g in range(100))
     assert inflate.inflate(gzip.compress(data), limit=len(data)).data == data
-    with pytest.raises(Refused, match="exceeds the limit of 100 bytes") as e:
+    with pytest.raises(GpuhealthError, match="exceeds the limit of 100 bytes") as e:
         inflate.inflate(gzip.compress(data), limit=100)
     assert e.value.status == 413
-    with pytest.raises(Refused, match="more than 2 times"):
+    with pytest.raises(GpuhealthError, match="more than 2 times"):
         inflate.inflate(gzip.compress(data), limit=10**6, max_ratio=2, ratio_floor=10)
-    with pytest.raises(Refused, match="more than 3 members"):
+    with pytest.raises(GpuhealthError, match="more than 3 members"):
         inflate.inflate(gzip.compress(b"a\n") * 4, limit=100, max_members=3)
-    with pytest.raises(Refused, match="not valid gzip") as e:
+    with pytest.raises(GpuhealthError, match="not valid gzip") as e:
         inflate.inflate(gzip.compress(b"a\n") + b"trailing junk", limit=100)
     assert e.value.status == 400
 
