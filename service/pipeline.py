@@ -1,7 +1,7 @@
-"""The one place that wires the stages in order (DESIGN.md): ingest -> sinks and window store
--> detectors -> fused risk -> alert state machine -> alert store -> notification pipeline and
-remediation controller. No stage calls the next; the API reads the state each stage leaves
-behind."""
+"""The one place that wires the stages in order (docs/design.md, "Where things live"): ingest
+-> sinks and window store -> detectors -> fused risk -> alert state machine -> alert store ->
+notification pipeline and remediation controller. No stage calls the next; the API reads the
+state each stage leaves behind."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Results over several generator seeds: mean and a 95 % Student-t interval of every figure
-(literature §4.1: confidence intervals over at least 5 seeds), leaf by leaf over the nested
-score dicts. A figure that is None for a seed (nothing to divide by) is left out of that
-figure's interval, and `n` says how many seeds it had."""
+(docs/evaluation.md, Metrics: confidence intervals over at least 5 seeds), leaf by leaf over
+the nested score dicts. A figure that is None for a seed (nothing to divide by) is left out of
+that figure's interval, and `n` says how many seeds it had."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ Scope rules (which alert can speak for which failure):
 
 - an alert predicts a failure of its own entity;
 - an alert on an NVLink link also predicts a failure of the GPU that owns the link (a dying GPU
-  shows errors on its links, literature §6.3 M2), never the other way round: an NVLink failure
+  shows errors on its links, docs/simulator.md M2), never the other way round: an NVLink failure
   (M3) needs an alert on that link or on its far end (the label's `peer`, which shows mirror
   counts: 42% inter-GPU propagation on A100, Delta);
 - an alert on any GPU, link or port of a node predicts a node-scope failure (M7);

@@ -1,4 +1,5 @@
-"""Operational value of prediction: the job model of literature §5.
+"""Operational value of prediction: a job model on the Young/Daly checkpoint interval
+(docs/evaluation.md, Metrics).
 
 Every failure interrupts one data-parallel job of `n_gpu` GPUs that checkpoints every τ
 (Young/Daly: τ* = sqrt(2 δ MTTF), MTTF of the job = 1 / (failure rate per GPU x n_gpu)). An
@@ -8,13 +9,15 @@ correct alert at `act_level` or above, early enough for a just-in-time checkpoin
 costs one unneeded migration (R_planned on the whole job) plus the drained node standing idle
 for its diagnostics.
 
-Defaults (documented choices, §5):
-- n_gpu = 1,024: the §5 worked example;
-- δ = 36 s to write a checkpoint: the §5 reading-notes assumption;
+Defaults (documented choices, docs/evaluation.md):
+- n_gpu = 1,024: the job size whose MTTF (7.9 h) Kokolis et al. measured (HPCA 2025);
+- δ = 36 s to write a checkpoint: an assumption, not a published value;
 - R = 10 min: middle of the 3-15 min restart figures (FT-HSDP, MegaScale);
 - R_planned = 2 min: JIT checkpointing and warm standby bring it to seconds or minutes;
-- min lead 1 h: a JIT checkpoint plus drain (§7.1 item 2);
-- act at level 2 (warning: "take a checkpoint now; drain at the next job boundary", §7.3);
+- min lead 1 h: a JIT checkpoint plus drain (Gupta et al., Just-In-Time Checkpointing,
+  EuroSys 2024);
+- act at level 2 (warning: "take a checkpoint now; drain at the next job boundary";
+  docs/evaluation.md);
 - 1 h of diagnostics per falsely drained node (design choice).
 """
 

@@ -1,4 +1,4 @@
-"""Event-level matching of alerts to failures (literature §4.1, §7.1, §7.3).
+"""Event-level matching of alerts to failures (docs/evaluation.md, "Matching alerts to failures").
 
 An alert that crossed level L is a true positive for a failure when it is on an entity that can
 predict it (events.match_keys) and the failure happens inside the view's lead window:
@@ -12,8 +12,9 @@ classified, in this order:
   repair time): detections of the failure, not predictions;
 - false alarm: anything else, including alerts more than max_lead before a failure.
 
-Views follow §7.3: watch (level >= 1) [5 min, 7 d], warning (>= 2) [5 min, 24 h], critical (3)
-[0, 1 h], and an "any" view (level >= 1) [0, 7 d] that also credits last-moment calls.
+Views (docs/evaluation.md): watch (level >= 1) [5 min, 7 d], warning (>= 2) [5 min, 24 h],
+critical (3) [0, 1 h], and an "any" view (level >= 1) [0, 7 d] that also credits last-moment
+calls.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collectors.catalog import Scope
 from models.evaluation.events import AlertRecord, Failure, Trap, family, match_keys
 
 MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
-MIN_WARNING_S = 5 * MINUTE  # §7.1: time needed to act (drain at the next checkpoint)
+MIN_WARNING_S = 5 * MINUTE  # Salfner et al.'s Δt_w: time to act (drain at the next checkpoint)
 GRACE_S = DAY  # post-failure grace, extended to the repair when that is later
 
 

@@ -1,13 +1,13 @@
-"""Event-level scores from matched alerts (literature §7.1): precision, recall three ways, F1,
-lead time, false alarms per 1,000 node-days, benign-trap alert shares and detection delay, per
-view (alert level) and per failure mode. Results are plain dicts of numbers so they go to JSON
-as they are; None marks a ratio with nothing to divide by.
+"""Event-level scores from matched alerts (docs/evaluation.md, Metrics): precision, recall
+three ways, F1, lead time, false alarms per 1,000 node-days, benign-trap alert shares and
+detection delay, per view (alert level) and per failure mode. Results are plain dicts of
+numbers so they go to JSON as they are; None marks a ratio with nothing to divide by.
 
 Definitions:
 - precision = detected failures / (detected failures + false alarms): events, not alerts, so
-  ten alerts before one failure are one hit (§4.1);
+  ten alerts before one failure are one hit (event-level scoring, as Falcon, arXiv 2609.34473);
 - recall over precursor-bearing failures (the headline), over observable failures (M1-M6) and
-  over all failures (M7 included); their ratios are the §7.1 recall ceilings;
+  over all failures (M7 included); their ratios are the recall ceilings (docs/evaluation.md);
 - F1 from precision and the headline recall;
 - per scope, precision counts detected failures of that label scope against false alarms raised
   on entities of that scope; per mode, precision and F1 use the mode's scope (an approximation:
@@ -40,7 +40,8 @@ def f1(precision: float | None, recall: float | None) -> float | None:
 
 def lead_stats(leads_s: Sequence[float]) -> Scores:
     """Median and 10th percentile in hours, and the shares of hits with lead >= 1 h (time for
-    a just-in-time checkpoint and drain) and >= 24 h (time for planned maintenance), §7.1."""
+    a just-in-time checkpoint and drain) and >= 24 h (time for planned maintenance); see
+    docs/evaluation.md, Metrics."""
     a = np.asarray(leads_s, dtype=np.float64)
     if len(a) == 0:
         return {"n": 0, "median_h": None, "p10_h": None, "share_ge_1h": None,
@@ -130,7 +131,7 @@ def trap_shares(traps: Sequence[Trap], hits: Sequence[bool],
 
 def delay_stats(failures: Sequence[Failure], delays: dict[int, float],
                 span: tuple[float, float] | None = None) -> Scores:
-    """Detection delay of abrupt observable faults (no precursor, not M7), §7.1 item 4."""
+    """Detection delay of abrupt observable faults (no precursor, not M7): docs/evaluation.md."""
     idx = [i for i, f in enumerate(failures)
            if not f.precursor and f.observable and _in(f.time, span)]
     got = np.array([delays[i] for i in idx if i in delays], dtype=np.float64)

@@ -62,7 +62,7 @@ def lead_histogram(leads_h: Mapping[str, Sequence[float]], path: Path) -> str:
 def false_alarm_bars(rates: Mapping[str, Sequence[float]], levels: Sequence[str],
                      targets: Sequence[float], path: Path) -> str:
     """rates: detector -> false alarms per 1,000 node-days per level; targets per level
-    (literature §7.2) are drawn as markers."""
+    (docs/evaluation.md, Metrics) are drawn as markers."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4.5))
     width = 0.8 / max(len(rates), 1)
@@ -70,7 +70,7 @@ def false_alarm_bars(rates: Mapping[str, Sequence[float]], levels: Sequence[str]
     for i, (name, r) in enumerate(rates.items()):
         ax.bar(x + i * width, np.nan_to_num(np.asarray(r, dtype=np.float64)), width, label=name)
     ax.scatter(x + 0.4 - width / 2, targets, marker="_", s=400, color="black",
-               label="target (§7.2)", zorder=3)
+               label="target", zorder=3)
     ax.set_xticks(x + 0.4 - width / 2, levels)
     ax.set(yscale="symlog", ylabel="false alarms per 1,000 node-days",
            title="False alarms per level")

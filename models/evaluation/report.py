@@ -1,4 +1,4 @@
-"""The Markdown report of an evaluation: one table per question literature §7.1 asks, every
+"""The Markdown report of an evaluation: one table per metric of docs/evaluation.md, every
 figure as the mean over seeds with its 95 % interval when there are several seeds.
 
 `render(result)` takes the JSON-able result of service.commands.evaluate (the "results" tree holds
@@ -122,7 +122,7 @@ def render(result: Scores, plots: Mapping[str, str] | None = None, title: str = 
                                cell(get(res[d], "pr_auc", "observable", "pr_auc"), 3),
                                cell(get(res[d], "pr_auc", "observable", "prevalence"), 5)]
               + [cell(get(res[d], "pr_auc", "by_mode", m, "pr_auc"), 3) for m in modes[:6]])))
-    lines += section("Operational value (job model, literature §5)", table(
+    lines += section("Operational value (Young/Daly job model)", table(
         ["Detector", "failures", "avoided", "false alarms", "saved GPU-h", "FA cost GPU-h",
          "net share of lost GPU-h"],
         _rows(dets, lambda d: [cell(get(res[d], "operational", k), n) for k, n in (

@@ -1,5 +1,5 @@
-"""PR-AUC of the fused risk score (literature §4.1, §7.1 item 5: PR-AUC, not ROC-AUC, because
-failures are rare).
+"""PR-AUC of the fused risk score (docs/evaluation.md, Metrics: PR-AUC, not ROC-AUC, because
+failures are rare; Saito and Rehmsmeier, PLOS ONE 2015).
 
 A sample is (entity, day): its score is the entity's maximum fused risk during that UTC day of
 the run, its label says whether the entity fails within `horizon_s` after the day ends, as a

@@ -1,9 +1,9 @@
 """Score one run of one detector set: every view, the two halves of the run, benign traps,
 detection delay, PR-AUC of the risk and the job model's operational value.
 
-The halves are a time-based split (literature §4.1: splits over time, never shuffled): a model
-that is later fitted on the first half can be judged honestly on the second, and a detector
-without learning should score the same on both.
+The halves are a time-based split (over time, never shuffled: GPU-failure models drift over
+time, Liu et al., SYSTOR 2023): a model that is later fitted on the first half can be judged
+honestly on the second, and a detector without learning should score the same on both.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ from models.evaluation.riskscore import Samples, pr_auc_table
 
 Scores = dict[str, Any]
 LEVEL_VIEWS = ("watch", "warning", "critical")
-# Literature §7.2 false-alarm targets per 1,000 node-days: watch 2, warning 0.5, critical 0.1.
+# The project's false-alarm targets per 1,000 node-days (docs/evaluation.md, Metrics): watch 2,
+# warning 0.5, critical 0.1.
 FA_TARGETS = (2.0, 0.5, 0.1)
 MAX_CURVE_POINTS = 2000
 

@@ -207,9 +207,10 @@ def split(runs: Sequence[RunFeatures], tgts: Sequence[Targets], *, seed: int,
           fractions: tuple[float, float] = (0.6, 0.2), held_out_share: float = 0.1,
           neg_keep: float = 0.05) -> Splits:
     """Time-based train / validation / test (the earliest 60 % of each run's hours, the next
-    20 %, the last 20 %; literature §4.1), with a share of nodes held out of training and
-    validation altogether. Training negatives are subsampled to `neg_keep` (all positives
-    kept); validation and test keep the natural class balance, which calibration needs."""
+    20 %, the last 20 %: models drift over time, Liu et al., SYSTOR 2023), with a share of
+    nodes held out of training and validation altogether. Training negatives are subsampled to
+    `neg_keep` (all positives kept); validation and test keep the natural class balance, which
+    calibration needs."""
     rng = np.random.default_rng(seed)
     all_nodes = sorted({n for r in runs for n in r.nodes})
     n_out = max(1, round(held_out_share * len(all_nodes))) if len(all_nodes) > 2 else 0

@@ -2,11 +2,12 @@
 
 One function per scope turns the last T finished hours of every entity into [entity, T, F]:
 per-hour values (gauge means and peaks, counter increases on a log scale, states), values
-relative to the entity's peers on the same node in the same hour (literature §3.5: the wins
-came from peer-relative and missingness-aware features), missingness flags, and per-group
-"hours since the last error" within the window. Each hour's features depend only on that hour
-and the hours before it, so the dataset builder (one hour at a time while a trace replays) and
-the live detector (T hours at once) compute the same numbers from the same store.
+relative to the entity's peers on the same node in the same hour (Falcon, arXiv 2609.34473;
+Liu et al., SYSTOR 2023: the wins came from peer-relative and missingness-aware features),
+missingness flags, and per-group "hours since the last error" within the window. Each hour's
+features depend only on that hour and the hours before it, so the dataset builder (one hour at
+a time while a trace replays) and the live detector (T hours at once) compute the same numbers
+from the same store.
 
 A GPU's features include its NVLink links (worst link per hour): NVLink failures are predicted
 on the GPU and then placed on its worst link.

@@ -2,10 +2,10 @@
 horizon) head.
 
 The last hour's inputs skip past the LSTM into the heads: a burst of errors in the newest hour
-matters directly, and the recurrent state adds the trend before it (literature §3.5: plain
-LSTMs on raw telemetry lost to trees; the inputs here are already peer-relative and
-missingness-aware). Inputs are standardised and NaN-free by the time they get here
-(`Scaler`); the scaler's parameters travel with the weights in the artifact.
+matters directly, and the recurrent state adds the trend before it (plain LSTMs on raw
+telemetry lost to trees: Liu et al., SYSTOR 2023; Falcon, arXiv 2609.34473; the inputs here
+are already peer-relative and missingness-aware). Inputs are standardised and NaN-free by the
+time they get here (`Scaler`); the scaler's parameters travel with the weights in the artifact.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Fleet simulator: synthetic GPU-cluster telemetry with labelled failures and benign traps,
-following the grounded failure model of literature.md §6. See docs/simulator.md."""
+following a failure model grounded in published field studies; docs/simulator.md gives every
+source."""
 
 from models.simulator.config import SimConfig
 from models.simulator.modes import Mode

@@ -1,4 +1,4 @@
-"""Benign-trap planning: how many of each trap, where and when (literature §6.4).
+"""Benign-trap planning: how many of each trap, where and when (docs/simulator.md, `benign`).
 
 Each trap kind draws from its own random stream, so changing one rate never moves another
 trap. Scripted traps (demo scenarios) go through the same placing functions.

@@ -1,5 +1,5 @@
-"""Benign traps on single devices (literature §6.4): signals that look like precursors but are
-followed by no failure. Each function places one trap and its label."""
+"""Benign traps on single devices (docs/simulator.md, `benign`): signals that look like
+precursors but are followed by no failure. Each function places one trap and its label."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from models.simulator.context import Ctx, poisson_times
 from models.simulator.plan import LOAD, Op
 
 _G = Scope.GPU
-# Xids that user code provokes (Delta excluded 13 and 43 as software, §1.3): design-choice mix.
+# Xids that user code provokes (Delta, Cui et al., SC'25, excluded 13 and 43 as software):
+# design-choice mix.
 SOFTWARE_XIDS = (13, 31, 43)
 SOFTWARE_XID_WEIGHTS = (0.5, 0.3, 0.2)
 HISTORY_SBE_MEDIAN = 200.0  # design choice: lifetime SBEs of GPUs that had some before the trace
@@ -38,7 +39,8 @@ def history(ctx: Ctx, rng: np.random.Generator, gpu: int) -> None:
 
 
 def benign_remap(ctx: Ctx, gpu: int, t: float, reset_at: float) -> None:
-    """One correctable-cause remap, pending until an operator resets the GPU (NVML, §6.4)."""
+    """One correctable-cause remap, pending until an operator resets the GPU (NVML
+    nvmlDeviceGetRemappedRows)."""
     ctx.b.step(t, _G, gpu, "remapped_rows_correctable", 1.0)
     ctx.b.flag(_G, gpu, "remapped_rows_pending", t)
     ctx.b.xid(t, gpu, 63)
@@ -49,7 +51,7 @@ def benign_remap(ctx: Ctx, gpu: int, t: float, reset_at: float) -> None:
 
 
 def nvlink_blip(ctx: Ctx, rng: np.random.Generator, link: int, t: float) -> None:
-    """A few CRC errors survived by replay, no trend (Delta, §6.4)."""
+    """A few CRC errors survived by replay, no trend (Delta, Cui et al., SC'25)."""
     mx = ctx.cfg.benign.nvlink_blip_max
     n = float(rng.integers(1, mx + 1))
     ctx.b.step(t, Scope.NVLINK, link, "nvlink_crc_flit", n)
@@ -58,7 +60,8 @@ def nvlink_blip(ctx: Ctx, rng: np.random.Generator, link: int, t: float) -> None
 
 
 def ib_corruption(ctx: Ctx, rng: np.random.Generator, port: int, t0: float, t1: float) -> None:
-    """A stable low symbol-error rate for months, never failing (CorrOpt, §2.3)."""
+    """A stable low symbol-error rate for months, never failing (CorrOpt, Zhuo et al.,
+    SIGCOMM 2017)."""
     b = ctx.cfg.benign
     ber = 10 ** rng.uniform(np.log10(b.ib_corrupt_ber_min), np.log10(b.ib_corrupt_ber_max))
     ctx.b.segment(Scope.IB_PORT, port, "ib_symbol_error", t0, t1,
@@ -74,7 +77,8 @@ def software_xid(ctx: Ctx, rng: np.random.Generator, gpu: int, t: float) -> None
 
 def straggler_compute(ctx: Ctx, rng: np.random.Generator, gpu: int, t0: float,
                       t1: float) -> None:
-    """A slow GPU with no hardware fault: lower utilization and power (Falcon, §6.4)."""
+    """A slow GPU with no hardware fault: lower utilization and power (Falcon,
+    Wu et al., arXiv 2410.12588)."""
     b = ctx.cfg.benign
     scale = rng.uniform(b.straggler_scale_min, b.straggler_scale_max)
     ctx.b.interval(_G, LOAD, (gpu, gpu + 1), t0, t1, Op.SCALE, scale)

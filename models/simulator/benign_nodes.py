@@ -1,4 +1,4 @@
-"""Benign traps on whole nodes (literature §6.4): resets, maintenance, telemetry faults,
+"""Benign traps on whole nodes (docs/simulator.md, `benign`): resets, maintenance, telemetry faults,
 communication stragglers and lemon nodes."""
 
 from __future__ import annotations
@@ -37,13 +37,15 @@ def telemetry_gap(ctx: Ctx, node: int, t: float, dur: float) -> None:
 
 
 def clock_skew(ctx: Ctx, node: int, t: float, dur: float, offset: float) -> None:
-    """The node's clock runs a sample ahead or behind: its timestamps shift (§6.4)."""
+    """The node's clock runs a sample ahead or behind: its timestamps shift (design
+    choice, docs/simulator.md)."""
     ctx.b.skews.append((node, t, t + dur, offset))
     ctx.benign_label(Trap.CLOCK_SKEW, _N, node, t, t + dur)
 
 
 def straggler_comm(ctx: Ctx, rng: np.random.Generator, node: int, t0: float, t1: float) -> None:
-    """A node whose GPUs all wait on the network for a while (GREYHOUND, §1.6)."""
+    """A node whose GPUs all wait on the network for a while (GREYHOUND, Wu et al.,
+    ATC 2025)."""
     b = ctx.cfg.benign
     scale = rng.uniform(b.straggler_scale_min, b.straggler_scale_max)
     ctx.b.interval(Scope.GPU, LOAD, ctx.topo.node_slice(Scope.GPU, node), t0, t1, Op.SCALE, scale)

@@ -15,7 +15,7 @@ from models.simulator.config_shapes import Shapes
 from models.simulator.hardware import GENERATIONS, GenerationName, GenerationSpec
 from models.simulator.modes import Mode, ModeFractions, ModeLeadTimes, ModeRates
 
-SECONDS_PER_YEAR = 8766 * 3600  # literature §0: a GPU-year is 8,766 h
+SECONDS_PER_YEAR = 8766 * 3600  # a GPU-year is 8,766 h (365.25 days)
 BASE_STEP_S = 5  # the service's sampling period; coarser steps are multiples of it
 
 
@@ -77,12 +77,14 @@ class FailureConfig(_Cfg):
     rates: ModeRates = ModeRates()
     precursor_fraction: ModeFractions = ModeFractions()
     lead_time: ModeLeadTimes = ModeLeadTimes()
-    # Reliability grade: scale all rates so they sum to this (§6.1: 0.11 RSC-2 .. 0.30 RSC-1).
+    # Reliability grade: scale all rates so they sum to this (Kokolis et al., HPCA 2025: 0.11
+    # RSC-2 .. 0.30 RSC-1).
     total_per_gpu_year: float | None = Field(default=None, ge=0.11, le=0.30)
     # Multiplies every failure rate (never benign ones) to get enough events in a short or small
-    # scenario; per-GPU-year results are reported at base rates by dividing by it (§6.2).
+    # scenario; per-GPU-year results are reported at base rates by dividing by it
+    # (docs/simulator.md).
     rate_multiplier: float = Field(default=1.0, gt=0)
-    generation_shift: bool = False  # apply the generation's §6.5 shift scenario to M1 / M3
+    generation_shift: bool = False  # apply the generation's shift scenario (hardware.py) to M1 / M3
     shapes: Shapes = Shapes()
 
     def effective_rates(self, spec: GenerationSpec) -> dict[Mode, float]:

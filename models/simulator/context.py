@@ -103,7 +103,8 @@ class Ctx:
 def growing_times(rng: np.random.Generator, onset: float, end: float, mean_n: float,
                   doublings: float) -> F64:
     """Burst times: one at onset (the first visible sign), the rest a Poisson process whose
-    rate doubles `doublings` times between onset and end (§6.3: rate rises toward the event)."""
+    rate doubles `doublings` times between onset and end (rate rises toward the event;
+    design choice, docs/simulator.md)."""
     span = end - onset
     n = int(rng.poisson(max(mean_n - 1.0, 0.0)))
     u = rng.random(n)

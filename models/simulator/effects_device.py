@@ -1,4 +1,5 @@
-"""M2 (GPU hard fault), M5 (thermal path) and M7 (unobservable): literature §6.3."""
+"""M2 (GPU hard fault), M5 (thermal path) and M7 (unobservable): docs/simulator.md,
+`failures.shapes`, gives the sources."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ def gpu_hard(ctx: Ctx, fail: Failure, rng: np.random.Generator) -> None:
                     ctx.b.step(te, _NVL, link, "nvlink_replay", float(rng.integers(1, 6)))
                     ctx.b.step(te, _NVL, link, "nvlink_recovery", 1.0)
     elif rng.random() < sh.pcie_prob:
-        # Co-occurring PCIe errors (Meta RSC, §1.7) seconds before the loss: not a precursor.
+        # Co-occurring PCIe errors (Meta RSC, Kokolis et al., HPCA 2025) seconds before the loss:
+        # not a precursor.
         ctx.b.step(t - float(rng.integers(0, 5)), _G, gpu, "pcie_replay",
                    float(ctx.burst_sizes(rng, 1, sh.pcie_burst_median, 1.0)[0]))
     if rng.random() < sh.stale_prob:
@@ -61,7 +63,7 @@ def gpu_hard(ctx: Ctx, fail: Failure, rng: np.random.Generator) -> None:
     if xid == 79:
         back = ctx.gpu_reset(fail.repair, gpu, replace=True)
         ctx.repair_label(back, _G, gpu, "gpu_replace", fail.mode.value)
-    else:  # GSP errors need a node reboot (Delta, §1.3)
+    else:  # GSP errors need a node reboot (Delta, Cui et al., SC'25)
         back = ctx.node_reboot(fail.repair, fail.node)
         ctx.node_missing(fail.node, back - REBOOT_GAP_S, back)
         ctx.repair_label(back, Scope.NODE, fail.node, "node_reboot", fail.mode.value)

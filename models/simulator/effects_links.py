@@ -1,4 +1,5 @@
-"""M3 (NVLink) and M4 (InfiniBand / optics): literature §6.3, §2.3."""
+"""M3 (NVLink) and M4 (InfiniBand / optics): docs/simulator.md, `failures.shapes`, gives the
+sources."""
 
 from __future__ import annotations
 
@@ -84,7 +85,8 @@ def ib_link(ctx: Ctx, fail: Failure, rng: np.random.Generator) -> None:
             ctx.b.step(tf, _IB, port, "ib_local_link_integrity_errors", 1.0)
             ctx.b.interval(_IB, "ib_state", (port, port + 1), tf,
                            tf + rng.uniform(sh.flap_s_min, sh.flap_s_max), Op.SET, IB_INIT)
-    # The terminal outage lasts until the cable or transceiver is replaced (>= 30 s, §6.2).
+    # The terminal outage lasts until the cable or transceiver is replaced (>= 30 s: NVIDIA Health
+    # Validation fails an RDMA link outage of 30 s).
     ctx.b.step(t, _IB, port, "ib_link_error_recovery", 1.0)
     ctx.b.step(t, _IB, port, "ib_link_downed", 1.0)
     ctx.b.interval(_IB, "ib_state", (port, port + 1), t, fail.repair, Op.SET, IB_DOWN)

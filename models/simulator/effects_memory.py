@@ -1,6 +1,7 @@
-"""M1 (HBM) and M6 (SRAM): what their precursors and terminal events write (literature §6.3).
+"""M1 (HBM) and M6 (SRAM): what their precursors and terminal events write (docs/simulator.md,
+`failures.shapes`).
 
-Xid codes follow NVML semantics (§2.1): 48 DBE, 63 row remap recorded, 64 remap failed,
+Xid codes follow the NVIDIA Xid catalog: 48 DBE, 63 row remap recorded, 64 remap failed,
 94 contained, 95 uncontained. Xids of one incident are a few milliseconds apart.
 """
 

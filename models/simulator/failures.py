@@ -1,9 +1,10 @@
-"""Failure planning: when, where and whether with a precursor (literature §6.2, §6.3).
+"""Failure planning: when, where and whether with a precursor (docs/simulator.md, `failures`).
 
 Counts per mode are Poisson(rate x GPU-years); times are uniform over the trace. Devices are
-drawn uniformly except that lemon nodes weigh 3-5x for M1-M3 (§6.4), so the fleet-wide rate stays
-the configured one. A failure may not land on a node that is down for another failure; such a
-draw is moved to another device (time, precursor and lead are kept, so their laws stay exact).
+drawn uniformly except that lemon nodes weigh 3-5x for M1-M3 (docs/simulator.md, `benign`), so
+the fleet-wide rate stays the configured one. A failure may not land on a node that is down for
+another failure; such a draw is moved to another device (time, precursor and lead are kept, so
+their laws stay exact).
 """
 
 from __future__ import annotations

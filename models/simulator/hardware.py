@@ -1,11 +1,11 @@
 """Hardware generations: the per-SKU constants a simulated fleet is built from.
 
-Thresholds are per-SKU driver values (literature §2.4 says read them from `nvidia-smi -q` on the
-target); the A100 values are the ones in the shared A100-SXM4 captures, the H100 ones follow
+Thresholds are per-SKU driver values (`nvidia-smi -q` reports them under Temperature: read them on
+the target); the A100 values are the ones in the shared A100-SXM4 captures, the H100 ones follow
 from the H100-SXM capture's T.Limit offsets (slowdown -2 °C, shutdown -8 °C around an 87 °C
 limit). Power, clocks and link rates are public spec-sheet figures. Temperature rises are design
 choices tuned so fleet means land near Delta's 40 °C (A100) and 37 °C (H100) at 40-50 %
-utilization (literature §1.3).
+utilization (Delta, Cui et al., SC'25).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class GenerationSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: GenerationName
-    memory_gb: int  # informational: the per-GB view of memory errors (§1.3)
+    memory_gb: int  # informational: the per-GB view of memory errors (Delta)
     nvlinks_per_gpu: int  # NVLink3: 12 links, NVLink4: 18 links
     nvlink_gbytes_per_s: float  # per link, both directions (600 / 12, 900 / 18)
     ib_rate_gbps: float  # HDR 200, NDR 400
@@ -36,11 +36,12 @@ class GenerationSpec(BaseModel):
     idle_rise_c: float  # GPU core above inlet when idle
     load_rise_c: float  # further GPU core rise at full power
     hbm_idle_rise_c: float  # HBM above inlet when idle
-    hbm_load_rise_c: float  # further HBM rise at full power (HBM3's worse thermal path, §1.3)
+    hbm_load_rise_c: float  # further HBM rise at full power (HBM3's worse thermal path, Delta)
     # Background NVLink blip rate relative to the configured one: Delta logged 1,922 Xid 74 on
-    # A100 and none on H100 (§1.3), so H100 links are quieter.
+    # A100 and none on H100 (Cui et al., SC'25), so H100 links are quieter.
     nvlink_blip_scale: float = Field(default=1.0, ge=0)
-    # §6.5 shift scenario, applied only when failures.generation_shift is set.
+    # Shift scenario, applied only when failures.generation_shift is set: M1 at Delta's per-GPU
+    # uncorrectable-memory rate, M3 at an end of the NVLink range (docs/simulator.md).
     rate_shift: dict[str, float] = Field(default_factory=dict)
 
 

@@ -1,4 +1,5 @@
-"""Workload: jobs that hold whole nodes, and the load they put on them (literature §6.4).
+"""Workload: jobs that hold whole nodes, and the load they put on them (docs/simulator.md,
+`workload`).
 
 A job's load is piecewise constant: a warm-up at reduced load, then its level, with synchronized
 checkpoint dips every period. Its integral has a closed form, so the mean load over any sample

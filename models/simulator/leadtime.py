@@ -1,10 +1,12 @@
-"""Lead-time distributions: time from precursor onset to the terminal event (literature §6.3).
+"""Lead-time distributions: time from precursor onset to the terminal event (docs/simulator.md,
+`failures`).
 
 Each distribution samples hours and gives its CDF, so tests can check a generated sample
 against the configured law. The lognormal is parameterised by its median and 10th/90th
-percentiles exactly as §6.3 states them; since those three numbers are not consistent with one
-lognormal (2 h-24 h-120 h is not symmetric in log space), it is a split lognormal: one sigma
-below the median fitted to p10, another above it fitted to p90. All three quantiles are exact.
+percentiles exactly as docs/simulator.md states them; since those three numbers are not
+consistent with one lognormal (2 h-24 h-120 h is not symmetric in log space), it is a split
+lognormal: one sigma below the median fitted to p10, another above it fitted to p90. All three
+quantiles are exact.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The seven failure modes of literature §6.2 and their per-mode parameters (§6.2, §6.3, §6.5)."""
+"""The seven failure modes (grouped from the interruption causes of Llama 3, arXiv 2407.21783,
+Table 5) and their per-mode parameters (docs/simulator.md, `failures`)."""
 
 from __future__ import annotations
 
@@ -26,11 +27,12 @@ MODE_SCOPE: dict[Mode, Scope] = {
     Mode.M7_UNOBSERVABLE: Scope.NODE,
 }
 
-# Lemon nodes multiply these modes only (literature §6.4: "3-5x higher M1-M3 rate").
+# Lemon nodes multiply these modes only ("3-5x higher M1-M3 rate": docs/simulator.md, `benign`).
 LEMON_MODES = (Mode.M1_HBM, Mode.M2_GPU_HARD, Mode.M3_NVLINK)
 
 class ModeRates(BaseModel):
-    """Terminal events per GPU-year (§6.2 defaults; M4 is per GPU-equivalent)."""
+    """Terminal events per GPU-year (Llama 3 Table 5 counts, docs/simulator.md; M4 is per
+    GPU-equivalent)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -51,7 +53,8 @@ class ModeRates(BaseModel):
 
 
 class ModeFractions(BaseModel):
-    """Share of terminal events that show a precursor in our metrics (§6.3)."""
+    """Share of terminal events that show a precursor in our metrics (design choices,
+    docs/simulator.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -68,7 +71,7 @@ class ModeFractions(BaseModel):
 
 
 class ModeLeadTimes(BaseModel):
-    """Precursor onset to terminal event (§6.3 table, §6.5 sketch)."""
+    """Precursor onset to terminal event (docs/simulator.md, `failures`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -77,7 +80,7 @@ class ModeLeadTimes(BaseModel):
     M3_nvlink: LeadTime = LogNormalLead(median_h=12, p10_h=1, p90_h=72)
     M4_ib_link: LeadTime = UniformLead(min_h=24, max_h=168)
     M5_thermal: LeadTime = UniformLead(min_h=6, max_h=72)
-    # §6.3 gives no law for SRAM; design choice: the M1 law (both are on-die ECC signals).
+    # No source gives a law for SRAM; design choice: the M1 law (both are on-die ECC signals).
     M6_sram: LeadTime = LogNormalLead(median_h=24, p10_h=2, p90_h=120)
     # Never drawn (fraction 0); present so every mode has an entry.
     M7_unobservable: LeadTime = UniformLead(min_h=1, max_h=2)

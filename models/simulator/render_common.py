@@ -143,7 +143,7 @@ def segment_counters(buf3: F64, segs: list[Segment], col_of: dict[str, int], see
 
 
 def drop_random(buf3: F64, frac: float, rng: np.random.Generator) -> None:
-    """Telemetry loss: a random share of samples (entity x time) is missing (§6.4)."""
+    """Telemetry loss: a random share of samples (entity x time) is missing (docs/simulator.md)."""
     if frac <= 0:
         return
     _, t, e = buf3.shape

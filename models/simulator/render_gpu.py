@@ -65,7 +65,8 @@ class GpuRenderer:
         rng = rng_for(cfg.seed, STREAM_STATIC, 2)
         self.util_f = 1.0 + s.util_factor_sd * rng.standard_normal(e)
         self.power_f = 1.0 + s.power_factor_sd * rng.standard_normal(e)
-        # Position in the node's airflow (Summit, §2.4): two rows of GPUs, downstream warmer.
+        # Position in the node's airflow (Summit, Oles et al., ICS 2024): two rows of GPUs,
+        # downstream warmer.
         slot = (np.arange(e) % g) % 4 / 3.0 if g >= 4 else np.zeros(e)
         self.temp_off = s.gpu_offset_sd_c * rng.standard_normal(e) + s.slot_gradient_c * slot
         self.hbm_off = s.hbm_offset_sd_c * rng.standard_normal(e)

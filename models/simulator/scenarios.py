@@ -5,7 +5,7 @@
 - ci: 64 nodes (512 GPUs), 28 days at 300 s, failure rates x30 (about 190 failures, 45 with a
   precursor), for an end-to-end evaluation that runs in a couple of minutes.
 - fleet-year: 512 nodes (4,096 GPUs), 365 days at 300 s, base rates (about 720 failures, 175 with
-  a precursor; literature §6.2), 4 NVLinks per GPU to keep the render within minutes.
+  a precursor; docs/simulator.md), 4 NVLinks per GPU to keep the render within minutes.
 """
 
 from __future__ import annotations

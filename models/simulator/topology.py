@@ -91,7 +91,8 @@ class Topology:
 
     def peer_link(self, gpu_index: int, link: int) -> tuple[int, int] | None:
         """The GPU and link on the other end. Real NVSwitch systems end a link on a switch port;
-        pairing GPUs is a design choice that lets errors mirror onto a peer GPU (Delta, §6.3).
+        pairing GPUs is a design choice that lets errors mirror onto a peer GPU (Delta, Cui et
+        al., SC'25).
         For a power-of-two node, XOR with 1..G-1 is a perfect matching per link index."""
         g_count = self.gpus_per_node
         if g_count < 2:

@@ -1,4 +1,4 @@
-"""Write a simulated trace: line-protocol files plus labels.jsonl (DESIGN.md decision 5).
+"""Write a simulated trace: line-protocol files plus labels.jsonl (docs/trace-format.md).
 
 The line protocol and the label format belong to collectors.trace; this only feeds it.
 """

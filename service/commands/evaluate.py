@@ -396,7 +396,7 @@ def _trace(args: argparse.Namespace) -> EvaluationInput:
 
 # ---- docs -------------------------------------------------------------------------------------
 
-# (scenario, seeds, step override): ci over five seeds (literature §4.1), fleet-year over one.
+# (scenario, seeds, step override): ci over five seeds (docs/evaluation.md), fleet-year over one.
 DocRun = tuple[str, Sequence[int], int | None, float | None]  # name, seeds, step, days
 _SCENARIOS = Path(__file__).resolve().parents[2] / "bench" / "scenarios"
 # Robustness runs beside the two presets: a hardware generation the model never trained on, and

@@ -6,7 +6,7 @@ the process stalled are folded into one, so ticks never pile up or overlap. Each
 its own job so a slow source cannot starve the others or the scoring tick; the pipeline's lock
 serialises ingest against scoring.
 
-A collector that raises breaks its protocol (failures are data, DESIGN.md decision 9): the
+A collector that raises breaks its protocol (failures are data, docs/design.md, "The seams"): the
 error is logged, the collector is reported down with the reason, and the scheduler goes on.
 """
 

@@ -1,4 +1,4 @@
-"""The §5 job model and the seed aggregation."""
+"""The Young/Daly job model (docs/evaluation.md) and the seed aggregation."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _failures(n: int) -> list[Failure]:
 
 
 def test_young_daly_interval_and_lost_work() -> None:
-    m = JobModel(mttf_h=7.9)  # the §5 worked example: 1,024 GPUs, MTTF 7.9 h, δ = 36 s
+    m = JobModel(mttf_h=7.9)  # 1,024 GPUs, MTTF 7.9 h (Kokolis et al., HPCA 2025), δ = 36 s
     out = operational(m, [], _failures(3), gpu_hours=1e6)
     assert out["checkpoint_interval_h"] == pytest.approx(math.sqrt(2 * 0.01 * 7.9))  # ~24 min
     assert out["lost_gpu_h_per_failure"] == pytest.approx(1024 * (0.397 / 2 + 10 / 60), rel=0.01)

@@ -1,4 +1,4 @@
-"""The planned events follow the configured laws (literature §6.2-6.4), checked on big fleets
+"""The planned events follow the configured laws (docs/simulator.md), checked on big fleets
 planned without rendering a single sample."""
 
 from __future__ import annotations
@@ -83,9 +83,9 @@ def test_lognormal_lead_hits_the_stated_quantiles() -> None:
 def test_defaults_give_the_literature_totals() -> None:
     cfg = small(failures={"rate_multiplier": 1.0})
     rates = cfg.failures.effective_rates(cfg.fleet.spec)
-    assert sum(rates.values()) == pytest.approx(0.1755)  # §6.2: about 0.175
+    assert sum(rates.values()) == pytest.approx(0.1755)  # docs/simulator.md: about 0.175
     with_pre = sum(r * cfg.failures.precursor_fraction.of(m) for m, r in rates.items())
-    assert with_pre == pytest.approx(0.043, abs=0.001)  # §7.1: 0.043 per GPU-year
+    assert with_pre == pytest.approx(0.043, abs=0.001)  # docs/simulator.md: 0.043 per GPU-year
     graded = small(failures={"rate_multiplier": 2.0, "total_per_gpu_year": 0.30})
     assert sum(graded.failures.effective_rates(cfg.fleet.spec).values()) == pytest.approx(0.60)
 
@@ -119,7 +119,7 @@ def test_fleet_year_has_enough_precursor_events() -> None:
     from models.simulator import load_scenario
     fails = failure_times(load_scenario("fleet-year"))
     assert len(fails) > 600
-    assert sum(f.onset is not None for f in fails) >= 150  # literature §6.2: about 175
+    assert sum(f.onset is not None for f in fails) >= 150  # docs/simulator.md: about 175
 
 
 def test_sbe_carriers_are_about_five_percent_of_gpus() -> None:
