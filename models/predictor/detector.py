@@ -131,6 +131,11 @@ class PredictorDetector:
         if latest is not None:
             p, heads = latest
             self.latest[scope] = (kept(p, keep), heads)
+        # The persistence window's past hours are per slot too: an entity must be held to its
+        # own past risk, never to the one that had its slot before.
+        for (sc, mode), hist in self._history.items():
+            if sc is scope:
+                self._history[sc, mode] = [kept(h, keep) for h in hist]
 
     def _placed_on_links(self, view: FleetView, f: Finding) -> Finding:
         n_links = len(view.scope(Scope.NVLINK))
