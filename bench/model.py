@@ -196,7 +196,8 @@ def infer(gpus: int, repeats: int, threads: list[int]) -> dict[str, Any]:
     hours = max(HOURS, predictor.window_h)
     fleet = HourlyFleet(gpus, links, hours)
     fill = 0.0
-    for k in range(hours):
+    steady_rounds = repeats + 1  # kept back: one new hour per steady run (below)
+    for k in range(hours - steady_rounds):
         batch = fleet.round(k)
         t0 = time.perf_counter()
         ingestor.ingest(batch, T0 + STEP * k)
@@ -204,7 +205,7 @@ def infer(gpus: int, repeats: int, threads: list[int]) -> dict[str, Any]:
     del batch
     gc.collect()
     view = StoreView(store, events)
-    now = T0 + STEP * (hours - 1)
+    now = T0 + STEP * (hours - 1 - steady_rounds)
     rss_filled = rss_mb()
 
     per_threads: list[dict[str, Any]] = []
@@ -231,6 +232,19 @@ def infer(gpus: int, repeats: int, threads: list[int]) -> dict[str, Any]:
             det.detect(view, now)  # the same hour: the findings of the run above
             cached.append(1e3 * (time.perf_counter() - t0))
         per_threads.append(_split(n_threads, rows, cached))
+    # Steady state, as the live service runs: the same detector, one new hour each run (its
+    # per-hour inputs extended by that hour, models/predictor/hour_cache.py). Measured on the
+    # last thread count, after the fresh runs above; the hours kept back feed it.
+    steady: list[float] = []
+    for k in range(hours - steady_rounds, hours):
+        ingestor.ingest(fleet.round(k), T0 + STEP * k)
+        gc.collect()
+        t0 = time.perf_counter()
+        findings = det.detect(view, T0 + STEP * k)
+        if k > hours - steady_rounds:  # the first primes the cache after the fresh runs
+            steady.append(1e3 * (time.perf_counter() - t0))
+    per_threads[-1]["steady_run_ms"] = statistics.median(steady)
+    per_threads[-1]["steady_features_ms"] = 1e3 * det.timing.get("features", 0.0)
     return {
         "gpus": gpus, "links_per_gpu": links, "nvlinks": len(fleet.tables[Scope.NVLINK]),
         "ib_ports": len(fleet.tables[Scope.IB_PORT]), "hours": hours,
@@ -382,10 +396,16 @@ def _print(report: dict[str, Any]) -> None:
           "average at start-end\n  (above the core count: other work shared the CPUs and the "
           "figures are pessimistic)")
     for r in report["inference"]:
+        t = r["by_threads"][-1]
+        print(f"  steady, {r['gpus']:,} GPUs, torch threads {t['threads']}: the same detector one "
+              f"new hour later: hourly run {t['steady_run_ms']:.0f} ms (features "
+              f"{t['steady_features_ms']:.0f} ms; fresh {t['hourly_run_ms']:.0f} ms, ratio "
+              f"{t['steady_run_ms'] / t['hourly_run_ms']:.2f})")
+    for r in report["inference"]:
         if r["gpus"] != INFER_GOAL_GPUS:
             continue
         for t in r["by_threads"]:
-            run, tick = t["hourly_run_ms"], t["cached_tick_ms"]
+            run, tick = t.get("steady_run_ms", t["hourly_run_ms"]), t["cached_tick_ms"]
             print(f"  goal: {INFER_GOAL_GPUS:,} GPUs under {INFER_GOAL_MS:.0f} ms, torch threads "
                   f"{t['threads']}: hourly run {run:.0f} ms ({_met(run < INFER_GOAL_MS)}), "
                   f"cached tick {tick * 1e3:.0f} us ({_met(tick < INFER_GOAL_MS)})")

@@ -38,6 +38,7 @@ from models.predictor.features import (
     observed,
     sequences,
 )
+from models.predictor.hour_cache import HourCache
 from models.predictor.policy import PredictorConfig
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class PredictorDetector:
         self.latest: dict[Scope, tuple[F32, list[str]]] = {}
         self._unavailable: set[Scope] = set()
         self._history: dict[tuple[Scope, str], list[F32]] = {}
+        self._hours = HourCache()  # per-hour inputs of the window, extended hour by hour
         self.last_run_s = 0.0
         # Seconds of the last hourly run per phase, summed over scopes (bench.model reads it).
         self.timing: dict[str, float] = {}
@@ -121,6 +123,7 @@ class PredictorDetector:
         return out
 
     def forget(self, scope: Scope, keep: npt.NDArray[np.intp]) -> None:
+        self._hours.drop(scope)
         cached = self._cache.get(scope)
         if cached is not None:
             found = [f.kept(keep) for f in cached[2]]
@@ -158,7 +161,9 @@ class PredictorDetector:
     def _score(self, view: FleetView, scope: Scope, rt: Runtime, kept: int) -> list[Finding]:
         t0 = time.perf_counter()
         torch.set_num_threads(self.config.threads)
-        hourly = HOURLY[scope](view, min(self.predictor.window_h, kept))
+        last = hours_of(view.scope(scope)).last
+        hourly = self._hours.window(view, scope, last, min(self.predictor.window_h, kept),
+                                    HOURLY[scope])
         x = sequences(scope, hourly)
         t1 = time.perf_counter()
         p = rt.probabilities(x)
