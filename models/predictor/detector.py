@@ -40,14 +40,12 @@ from models.predictor.features import (
 )
 from models.predictor.hour_cache import HourCache
 from models.predictor.policy import PredictorConfig
+from models.predictor.window import MODE_TEXT, predicted_window
 
 log = logging.getLogger(__name__)
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 
-MODE_TEXT = {"M1_hbm": "HBM failure", "M2_gpu_hard": "GPU hard failure",
-             "M3_nvlink": "NVLink link failure", "M4_ib_link": "InfiniBand link failure",
-             "M5_thermal": "thermal failure", "M6_sram": "SRAM failure"}
 
 
 class Runtime(Protocol):
@@ -140,6 +138,14 @@ class PredictorDetector:
             if sc is scope:
                 self._history[sc, mode] = [kept(h, keep) for h in hist]
 
+    @staticmethod
+    def _when(rt: Runtime, p: F32, mode: str) -> list[str]:
+        """The mode's predicted window as words for the explanation (and so the alert's
+        message), when the mode is more likely than not within a horizon."""
+        heads = {h: float(p[j]) for j, h in enumerate(rt.heads) if h.startswith(mode + "@")}
+        found = predicted_window(heads)
+        return [found.text()] if found is not None else []
+
     def _placed_on_links(self, view: FleetView, f: Finding) -> Finding:
         n_links = len(view.scope(Scope.NVLINK))
         placed = self._placed
@@ -205,7 +211,8 @@ class PredictorDetector:
             self.explained += len(details)
             signal = f"model: probability of {MODE_TEXT.get(mode, mode)} within 24 h"
             f = Finding(f"{self.name}_{mode}", scope, risk, value, float("nan"), signal,
-                        details={i: f"{signal}; {d}" for i, d in details.items()},
+                        details={i: "; ".join([signal, *self._when(rt, p[i], mode), d])
+                                 for i, d in details.items()},
                         source="model")
             findings.append(f)  # M3 stays per GPU here; detect() places it on a link
         self.last_run_s = time.perf_counter() - t0

@@ -45,6 +45,7 @@ class EntityOut(BaseModel):
     risk: float | None
     level: int
     explanation: list[SignalOut]  # empty while risk is zero
+    window: WindowOut | None = None  # the model's predicted failure window, where it has one
 
 
 class AlertOut(BaseModel):
@@ -107,10 +108,21 @@ class ModelOut(BaseModel):
     reason: str
 
 
+class WindowOut(BaseModel):
+    """When a failure is more likely than not (models/predictor/window.py)."""
+
+    mode: str
+    after_h: float  # expected after this many hours (0: from now) ...
+    within_h: float  # ... and within this many
+    probability: float  # of failing within `within_h`
+    text: str  # e.g. "HBM failure likely in 24 h to 7 days (80%)"
+
+
 class PredictionOut(BaseModel):
     model: str  # the model version
     # Calibrated probability of failure per "<mode>@<horizon>h" head, e.g. M1_hbm@24h.
     probabilities: dict[str, float]
+    window: WindowOut | None = None  # None while no mode is more likely than not
 
 
 class GpuDetail(BaseModel):

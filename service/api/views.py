@@ -10,6 +10,7 @@ import numpy as np
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Entity
 from models.detectors.findings import Signal
+from models.predictor.window import predicted_window
 from service.api.schemas import (
     AlertOut,
     EntityOut,
@@ -22,6 +23,7 @@ from service.api.schemas import (
     PredictionOut,
     SignalOut,
     TopSignal,
+    WindowOut,
 )
 from service.pipeline import Pipeline
 from service.stages.alert_store import Alert
@@ -145,7 +147,8 @@ def node_detail(p: Pipeline, node: str) -> NodeDetail | None:
         for scope in SCOPES:
             w = p.store[scope]
             slots = np.flatnonzero(w.node_of[: len(w)] == node_slot)
-            lists[scope] = [_entity(risk, scope, w.entities[i], i, levels)
+            lists[scope] = [_with_window(p, scope, _entity(risk, scope, w.entities[i], i,
+                                                           levels), i)
                             for i in map(int, slots)]
     return NodeDetail(node=node, risk=None if risk is None else risk.node(node),
                       level=max(levels.values(), default=0), gpus=lists[Scope.GPU],
@@ -193,7 +196,24 @@ def _prediction(p: Pipeline, scope: Scope, slot: int) -> PredictionOut | None:
     if probs is None:
         return None
     return PredictionOut(model=detector.predictor.version,
-                         probabilities={k: round(v, 6) for k, v in probs.items()})
+                         probabilities={k: round(v, 6) for k, v in probs.items()},
+                         window=_window(probs))
+
+
+def _window(probs: dict[str, float] | None) -> WindowOut | None:
+    found = predicted_window(probs) if probs is not None else None
+    if found is None:
+        return None
+    return WindowOut(mode=found.mode, after_h=found.after_h, within_h=found.within_h,
+                     probability=round(found.probability, 6), text=found.text())
+
+
+def _with_window(p: Pipeline, scope: Scope, out: EntityOut, slot: int) -> EntityOut:
+    """The entity with the model's predicted window, where the model predicts its scope."""
+    detector = p.model.detector if p.model is not None else None
+    if detector is not None:
+        out.window = _window(detector.probabilities(scope, slot))
+    return out
 
 
 def model_out(p: Pipeline) -> ModelOut | None:

@@ -12,10 +12,12 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from collectors.catalog import Scope
+from collectors.frames import Entity
 from models.predictor.detector import PredictorDetector
 from models.predictor.package import Predictor
 from models.predictor.policy import PredictorConfig
 from models.predictor.slot import ModelSlot
+from models.predictor.window import predicted_window
 from service.api.app import create_app
 from service.assembly import Wiring
 from service.pipeline import Pipeline, build_pipeline
@@ -75,6 +77,29 @@ def test_with_a_model_the_gpu_shows_probabilities(tmp_path: Path, tiny_model: Pa
         heads = pred["probabilities"]
         assert len(heads) == 15 and "M1_hbm@24h" in heads
         assert all(0.0 <= v <= 1.0 for v in heads.values())
+        # The predicted window is the first horizon a mode is more likely than not within,
+        # the same on the GPU's page and on its node's.
+        want = predicted_window(heads)
+        window = pred["window"]
+        if want is None:
+            assert window is None
+        else:
+            assert (window["mode"], window["within_h"], window["text"]) == (
+                want.mode, want.within_h, want.text())
+        node = c.get("/v1/nodes/n1").json()
+        [mine] = [g for g in node["gpus"] if g["entity"] == "n1:gpu2"]
+        assert mine["window"] == window
+        # The tiny model is never that sure: give its newest hour a likely thermal failure.
+        det = p.model.detector
+        probs, names = det.latest[Scope.GPU]
+        slot = p.store[Scope.GPU].slot(Entity.gpu("n1", 2))
+        probs[slot, names.index("M5_thermal@24h")] = 0.7
+        window = c.get("/v1/gpus/n1:gpu2").json()["prediction"]["window"]
+        assert window == {"mode": "M5_thermal", "after_h": 1.0, "within_h": 24.0,
+                          "probability": 0.7, "text": "thermal failure likely in 1 h to 24 h "
+                                                      "(70%)"}
+        node = c.get("/v1/nodes/n1").json()
+        assert [g["window"] for g in node["gpus"] if g["entity"] == "n1:gpu2"] == [window]
 
 
 def test_model_explanations_name_metric_groups(recorded: object, tiny_model: Path,
