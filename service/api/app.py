@@ -95,6 +95,9 @@ def create_app(
                 if isinstance(c, Closes):
                     _guarded(c, c.close)
             pipeline.close()
+            # What was frozen at start may be garbage now (a process that serves again, as
+            # tests do, would otherwise keep every earlier service's cycles).
+            gc.unfreeze()
 
     app = FastAPI(title="gpuhealth", version="0.1.0", lifespan=lifespan,
                   description="Predictive health monitoring for GPU training clusters")
