@@ -73,11 +73,12 @@ def infer_step(trace: Path, rounds: int = 8) -> float:
 
 def scenario_config(scenario: str | Path, seed: int, days: float | None = None,
                     step_s: int | None = None) -> SimConfig:
-    """A preset or YAML scenario at `seed`, optionally shortened or at another step (validated
-    again, so a step that is not a multiple of 5 s is refused)."""
+    """A preset, family or YAML scenario at `seed` (a family draws its tree from it),
+    optionally shortened or at another step (validated again, so a step that is not a multiple
+    of 5 s is refused)."""
     from models.simulator.scenarios import scenario_tree
 
-    tree = scenario_tree(scenario)
+    tree = scenario_tree(scenario, seed=seed)
     tree["seed"] = seed
     time = dict(tree.get("time", {}))
     if days is not None:

@@ -57,16 +57,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m models.simulator", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("command", choices=("write", "summary", "bench"))
-    p.add_argument("scenario", help="preset name (demo, ci, fleet-year) or YAML file")
+    p.add_argument("scenario", help="preset (demo, ci, fleet-year), family or YAML file")
     p.add_argument("out_dir", nargs="?", help="trace directory (write)")
     p.add_argument("--overrides", help="YAML file merged over the scenario")
     p.add_argument("--seed", type=int)
     p.add_argument("--days", type=float, default=3.0, help="days to render (bench)")
     p.add_argument("--no-gzip", action="store_true")
     a = p.parse_args(argv)
-    cfg = load_scenario(a.scenario, a.overrides)
-    if a.seed is not None:
-        cfg = cfg.model_copy(update={"seed": a.seed})
+    cfg = load_scenario(a.scenario, a.overrides, seed=a.seed)
     if a.command == "summary":
         print(_summary(cfg))
     elif a.command == "bench":

@@ -7,9 +7,11 @@ byte-identical trace.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from collectors.catalog import CATALOG, Scope
 from models.simulator.config_background import BenignConfig, SignalConfig, WorkloadConfig
 from models.simulator.config_shapes import Shapes
 from models.simulator.hardware import GENERATIONS, GenerationName, GenerationSpec
@@ -34,6 +36,24 @@ class FleetConfig(_Cfg):
     # as not supported, so those columns are NaN. Set this to report them (remaps then also
     # retire pages and set the pending flag, pre-Ampere style).
     page_retirement: bool = False
+    # Columns this fleet never reports (NaN throughout): a generation or driver without the
+    # field, e.g. no HBM temperature (docs/simulator.md, `fleet`).
+    missing_fields: tuple[str, ...] = ()
+    # Error counters that stop at ("stick") or wrap past ("wrap") this value; None: 64-bit
+    # counters that never get there. IB PortCounters error fields are 16 bits or fewer and
+    # saturate (InfiniBand Architecture Specification, PortCounters); IB data counters are
+    # left alone.
+    counter_max: float | None = Field(default=None, ge=1)
+    counter_overflow: Literal["stick", "wrap"] = "stick"
+
+    @model_validator(mode="after")
+    def _known_fields(self) -> FleetConfig:
+        known = {m.name for s in (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
+                 for m in CATALOG.columns(s)}
+        bad = sorted(set(self.missing_fields) - known)
+        if bad:
+            raise ValueError(f"missing_fields: unknown columns {bad}")
+        return self
 
     @property
     def spec(self) -> GenerationSpec:

@@ -7,7 +7,16 @@ lists them all with their sources.
 
 from __future__ import annotations
 
+from typing import Literal
+
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# How a precursor grows from onset to the terminal event (docs/simulator.md, "Growth shapes"):
+# "native" is each mode's own shape (the default), the others override it where the mode
+# has a choice.
+Growth = Literal["native", "linear", "exponential", "step", "burst"]
+GROWTHS: tuple[Growth, ...] = ("native", "linear", "exponential", "step", "burst")
 
 
 class _Shape(BaseModel):
@@ -102,6 +111,10 @@ class ThermalShape(_Shape):
     excursion_mean: float = Field(default=3.0, ge=0)  # design choice: 1 + Poisson(mean) excursions
     excursion_min_s: float = Field(default=120.0, gt=0)  # design choice
     excursion_max_s: float = Field(default=600.0, gt=0)
+    # False: the precursor is the temperature rise alone, with no reduced power or clock and no
+    # throttling excursions (a failing thermal interface on a GPU whose load is steady; design
+    # choice, docs/simulator.md). The terminal shutdown ramp is unchanged.
+    power_signature: bool = True
 
 
 class SramShape(_Shape):
@@ -120,6 +133,33 @@ class RepairShape(_Shape):
     restart_max_s: float = Field(default=1800.0, gt=0)
 
 
+class GrowthMix(_Shape):
+    """Weights of the precursor growth shapes; each precursor-bearing failure draws one
+    (docs/simulator.md, "Growth shapes"). The default keeps every mode's native shape."""
+
+    native: float = Field(default=1.0, ge=0)
+    linear: float = Field(default=0.0, ge=0)
+    exponential: float = Field(default=0.0, ge=0)
+    step: float = Field(default=0.0, ge=0)
+    burst: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _some(self) -> GrowthMix:
+        if sum(self.weights) <= 0:
+            raise ValueError("growth weights must not all be 0")
+        return self
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        return tuple(float(getattr(self, g)) for g in GROWTHS)
+
+    def draw(self, rng: np.random.Generator) -> Growth:
+        w = np.asarray(self.weights)
+        if np.count_nonzero(w) == 1:  # one shape: no draw, so the default moves no stream
+            return GROWTHS[int(np.flatnonzero(w)[0])]
+        return GROWTHS[int(rng.choice(len(w), p=w / w.sum()))]
+
+
 class Shapes(_Shape):
     hbm: HbmShape = HbmShape()
     bursts: BurstSizes = BurstSizes()
@@ -129,6 +169,7 @@ class Shapes(_Shape):
     thermal: ThermalShape = ThermalShape()
     sram: SramShape = SramShape()
     repair: RepairShape = RepairShape()
+    growth: GrowthMix = GrowthMix()
 
     @model_validator(mode="after")
     def _ranges(self) -> Shapes:

@@ -10,12 +10,14 @@ import numpy.typing as npt
 
 from collectors.catalog import Scope
 from models.simulator.config import SimConfig
+from models.simulator.config_shapes import Growth
 from models.simulator.hardware import GenerationSpec
 from models.simulator.plan import ROW, Op, PlanBuilder
 from models.simulator.topology import Topology
 
 F64 = npt.NDArray[np.float64]
 REBOOT_GAP_S = 180.0  # design choice: a rebooting node reports nothing for 3 min
+_CLUSTER_S = 600.0  # design choice: mean spread of a "burst" growth cluster (10 min)
 
 
 @dataclass
@@ -110,6 +112,27 @@ def growing_times(rng: np.random.Generator, onset: float, end: float, mean_n: fl
     u = rng.random(n)
     k = doublings * math.log(2.0) / span if span > 0 else 0.0
     x = np.log1p(u * math.expm1(k * span)) / k if k > 0 else u * span
+    return np.sort(np.concatenate(([onset], onset + np.minimum(x, span * (1 - 1e-9)))))
+
+
+def precursor_times(rng: np.random.Generator, onset: float, end: float, mean_n: float,
+                    doublings: float, growth: Growth) -> F64:
+    """Burst times of a counter precursor, one at onset and the rest shaped by `growth`
+    (docs/simulator.md, "Growth shapes"): "native" and "exponential" are `growing_times`;
+    "linear" a rate rising linearly from 0; "step" a constant rate from onset on; "burst" a
+    few tight clusters (minutes wide) at random points of the lead."""
+    if growth in ("native", "exponential"):
+        return growing_times(rng, onset, end, mean_n, doublings)
+    span = end - onset
+    n = int(rng.poisson(max(mean_n - 1.0, 0.0)))
+    u = rng.random(n)
+    if growth == "linear":  # density proportional to the time since onset
+        x = span * np.sqrt(u)
+    elif growth == "step":
+        x = span * u
+    else:  # burst: 1 + Poisson(1) cluster centres, the first at onset
+        centres = np.concatenate(([0.0], span * rng.random(int(rng.poisson(1.0)))))
+        x = centres[rng.integers(0, len(centres), n)] + rng.exponential(_CLUSTER_S, n)
     return np.sort(np.concatenate(([onset], onset + np.minimum(x, span * (1 - 1e-9)))))
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from collectors.catalog import Scope
-from models.simulator.context import REBOOT_GAP_S, Ctx, growing_times
+from models.simulator.config_shapes import Growth
+from models.simulator.context import REBOOT_GAP_S, Ctx, precursor_times
 from models.simulator.failures import Failure
 from models.simulator.plan import Op
 
@@ -30,7 +31,8 @@ def gpu_hard(ctx: Ctx, fail: Failure, rng: np.random.Generator) -> None:
         if not (pcie or gaps or nvl):
             pcie = True  # a precursor-bearing event shows at least one sign
         if pcie:
-            times = growing_times(rng, fail.onset, t, 3 + lead / 7200, rng.uniform(2, 6))
+            times = precursor_times(rng, fail.onset, t, 3 + lead / 7200, rng.uniform(2, 6),
+                                    fail.growth)
             for tb, n in zip(times, ctx.burst_sizes(rng, len(times), sh.pcie_burst_median, 1.0),
                              strict=True):
                 ctx.b.step(float(np.round(tb)), _G, gpu, "pcie_replay", float(n))
@@ -81,7 +83,10 @@ def thermal(ctx: Ctx, fail: Failure, rng: np.random.Generator) -> None:
         lead = t - fail.onset
         drift = rng.uniform(sh.drift_min_c, sh.drift_max_c)
         for col in cols:
-            ctx.b.interval(_G, col, ents, fail.onset, t, Op.RAMP, 0.0, drift)
+            _drift(ctx, col, ents, fail.onset, t, drift, fail.growth, rng)
+        if not sh.power_signature:
+            _shutdown(ctx, fail, gpu)
+            return
         half = fail.onset + lead / 2
         for col in ("power_draw", "sm_clock"):
             ctx.b.interval(_G, col, ents, half, t, Op.SCALE, sh.power_scale)
@@ -91,6 +96,12 @@ def thermal(ctx: Ctx, fail: Failure, rng: np.random.Generator) -> None:
             for col in cols:
                 ctx.b.interval(_G, col, ents, float(np.round(te)), float(np.round(te + dur)),
                                Op.ADD, _EXCURSION_C)
+    _shutdown(ctx, fail, gpu)
+
+
+def _shutdown(ctx: Ctx, fail: Failure, gpu: int) -> None:
+    """The last 90 s to the shutdown level, then the GPU is lost until the node reboots."""
+    t, ents = fail.time, (gpu, gpu + 1)
     for col in ("gpu_temp", "mem_temp"):
         ctx.b.interval(_G, col, ents, t - _SHUTDOWN_RAMP_S, t, Op.RAMP, 0.0, _SHUTDOWN_RAMP_C)
     ctx.gpu_missing(gpu, t, fail.repair)
@@ -98,6 +109,27 @@ def thermal(ctx: Ctx, fail: Failure, rng: np.random.Generator) -> None:
     back = ctx.node_reboot(fail.repair, fail.node)
     ctx.node_missing(fail.node, back - REBOOT_GAP_S, back)
     ctx.repair_label(back, Scope.NODE, fail.node, "node_reboot", fail.mode.value)
+
+
+def _drift(ctx: Ctx, col: str, ents: tuple[int, int], onset: float, t: float, drift: float,
+           growth: Growth, rng: np.random.Generator) -> None:
+    """The temperature rise over the lead, shaped by `growth` (native and linear: a straight
+    ramp; exponential: a quarter of the rise over the first two thirds, the rest after; step:
+    the whole rise from onset; burst: the rise in 1-3 episodes of 10-60 min)."""
+    if growth in ("native", "linear"):
+        ctx.b.interval(_G, col, ents, onset, t, Op.RAMP, 0.0, drift)
+    elif growth == "exponential":
+        knee = onset + 2 * (t - onset) / 3
+        ctx.b.interval(_G, col, ents, onset, knee, Op.RAMP, 0.0, drift / 4)
+        ctx.b.interval(_G, col, ents, knee, t, Op.RAMP, drift / 4, drift)
+    elif growth == "step":
+        ctx.b.interval(_G, col, ents, onset, t, Op.ADD, drift)
+    else:
+        starts = np.concatenate(([onset], rng.uniform(onset, t, int(rng.integers(0, 3)))))
+        for a in starts:
+            a = float(np.round(a))
+            ctx.b.interval(_G, col, ents, a, min(t, a + float(rng.uniform(600, 3600))),
+                           Op.ADD, drift)
 
 
 def unobservable(ctx: Ctx, fail: Failure, rng: np.random.Generator) -> None:

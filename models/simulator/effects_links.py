@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from collectors.catalog import Scope
-from models.simulator.context import REBOOT_GAP_S, Ctx, growing_times
+from models.simulator.context import REBOOT_GAP_S, Ctx, precursor_times
 from models.simulator.failures import Failure
 from models.simulator.plan import Op
 
@@ -36,8 +36,9 @@ def nvlink(ctx: Ctx, fail: Failure, rng: np.random.Generator) -> None:
     peer_link = topo.nvlink(*peer) if peer is not None else -1
     if fail.onset is not None:
         lead = t - fail.onset
-        times = growing_times(rng, fail.onset, t, sh.bursts_base + sh.bursts_per_h * lead / 3600,
-                              rng.uniform(2.0, 6.0))
+        times = precursor_times(rng, fail.onset, t,
+                                sh.bursts_base + sh.bursts_per_h * lead / 3600,
+                                rng.uniform(2.0, 6.0), fail.growth)
         sizes = ctx.burst_sizes(rng, len(times), sh.crc_burst_median, 1.0)
         for tb, n in zip(times, sizes, strict=True):
             tb = float(np.round(tb))
@@ -72,14 +73,15 @@ def ib_link(ctx: Ctx, fail: Failure, rng: np.random.Generator) -> None:
     if fail.onset is not None:
         lead = t - fail.onset
         ber = 10 ** rng.uniform(np.log10(sh.plateau_ber_min), np.log10(sh.plateau_ber_max))
-        rise = t - sh.rise_frac * lead
+        # A "step" precursor keeps its plateau to the end; every other shape climbs.
+        rise = t if fail.growth == "step" else t - sh.rise_frac * lead
         # Symbol errors step to a stable plateau (CorrOpt), then climb past 1e-12 (ibdiagnet).
         ctx.b.segment(_IB, port, "ib_symbol_error", fail.onset, t, ber * bps, rise,
                       sh.final_ber * bps)
         ctx.b.segment(_IB, port, "ib_port_rcv_errors", fail.onset, t,
                       ber * bps * sh.rcv_error_ratio, rise, sh.final_ber * bps * sh.rcv_error_ratio)
         n = int(rng.integers(sh.flaps_min, sh.flaps_max + 1))
-        for tf in np.sort(rng.uniform(rise, t - 60.0, n)):
+        for tf in np.sort(rng.uniform(min(rise, t - sh.rise_frac * lead), t - 60.0, n)):
             tf = float(np.round(tf))
             ctx.b.step(tf, _IB, port, "ib_link_error_recovery", 1.0)
             ctx.b.step(tf, _IB, port, "ib_local_link_integrity_errors", 1.0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from collectors.catalog import Scope
-from models.simulator.context import Ctx, growing_times
+from models.simulator.context import Ctx, precursor_times
 from models.simulator.failures import Failure
 
 _G = Scope.GPU
@@ -43,8 +43,9 @@ def hbm(ctx: Ctx, fail: Failure, rng: np.random.Generator) -> None:
     t = fail.time
     if fail.onset is not None:
         lead = t - fail.onset
-        times = growing_times(rng, fail.onset, t, sh.bursts_base + sh.bursts_per_h * lead / 3600,
-                              rng.uniform(sh.doublings_min, sh.doublings_max))
+        times = precursor_times(rng, fail.onset, t,
+                                sh.bursts_base + sh.bursts_per_h * lead / 3600,
+                                rng.uniform(sh.doublings_min, sh.doublings_max), fail.growth)
         sizes = ctx.burst_sizes(rng, len(times))
         remaps = rng.random(len(times)) < sh.remap_prob_per_burst
         rows = rng.integers(1, sh.remap_rows_max + 1, len(times))

@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from collectors.catalog import Scope
 from models.simulator.config import SECONDS_PER_YEAR, ScriptedFailure, SimConfig
+from models.simulator.config_shapes import Growth
 from models.simulator.modes import LEMON_MODES, MODE_SCOPE, Mode
 from models.simulator.topology import Topology, rng_for
 
@@ -35,6 +36,7 @@ class Failure:
     link: int  # NVLink index for M3
     onset: float | None  # precursor onset, None when the event is sudden
     repair: float  # when the device is back
+    growth: Growth = "native"  # how the precursor grows (failures.shapes.growth)
 
     def entity(self, topo: Topology) -> int:
         scope = MODE_SCOPE[self.mode]

@@ -16,6 +16,7 @@ from models.simulator.plan import Plan, PlanBuilder, finalize
 from models.simulator.topology import Topology, rng_for
 
 STREAM_DETAIL = 150
+STREAM_GROWTH = 160  # its own stream: drawing a growth shape never moves a failure's details
 
 Effect = Callable[[Ctx, Failure, np.random.Generator], None]
 EFFECTS: dict[Mode, Effect] = {
@@ -39,7 +40,10 @@ def build_plan(cfg: SimConfig, topo: Topology) -> tuple[Plan, list[Failure]]:
     b = PlanBuilder(topo)
     ctx = Ctx(cfg, topo, b)
     fails = plan_failures(cfg, topo)
+    growth = cfg.failures.shapes.growth
     for i, f in enumerate(fails):
+        if f.onset is not None:
+            f.growth = growth.draw(rng_for(cfg.seed, STREAM_GROWTH, i))
         EFFECTS[f.mode](ctx, f, rng_for(cfg.seed, STREAM_DETAIL, i))
         ctx.failure_label(f.time, MODE_SCOPE[f.mode], f.entity(topo), f.mode.value, f.onset)
     plan_benign(ctx)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from models.simulator.config import FleetConfig
 from models.simulator.plan import Intervals, Op, ScopePlan
 from models.simulator.segments import Segment
 
@@ -151,3 +152,20 @@ def drop_random(buf3: F64, frac: float, rng: np.random.Generator) -> None:
     if n:
         flat = buf3.reshape(buf3.shape[0], t * e)
         flat[:, rng.integers(0, t * e, n)] = np.nan
+
+
+def fleet_limits(buf3: F64, fleet: FleetConfig, col_of: dict[str, int],
+                 error_cols: list[int]) -> None:
+    """What the hardware cannot report: error counters that stick at or wrap past
+    `fleet.counter_max`, and columns the fleet never reports (`fleet.missing_fields`)."""
+    top = fleet.counter_max
+    if top is not None:
+        for j in error_cols:
+            view = buf3[j]
+            if fleet.counter_overflow == "stick":
+                np.minimum(view, top, out=view)
+            else:  # a wrapping counter reads its count modulo max + 1
+                np.mod(view, top + 1.0, out=view)
+    for name in fleet.missing_fields:
+        if name in col_of:
+            buf3[col_of[name]] = np.nan

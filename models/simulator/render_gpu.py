@@ -21,6 +21,7 @@ from models.simulator.render_common import (
     Window,
     apply_intervals,
     drop_random,
+    fleet_limits,
     row_nan,
     stepped_counters,
 )
@@ -145,6 +146,7 @@ class GpuRenderer:
         if not cfg.fleet.page_retirement:
             for name in ("retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending"):
                 buf3[COL[name]] = np.nan
+        fleet_limits(buf3, cfg.fleet, COL, COUNTERS)
         row_nan(buf3, ivs.get(ROW), win)
         drop_random(buf3, cfg.benign.missing_sample_frac if cfg.benign.enabled else 0.0, rng)
 

@@ -20,6 +20,7 @@ from models.simulator.render_common import (
     Window,
     apply_intervals,
     drop_random,
+    fleet_limits,
     row_nan,
     segment_counters,
     stepped_counters,
@@ -53,6 +54,7 @@ class NvlinkRenderer:
         st = buf3[self.COL["nvlink_state"]]
         st[:] = 1.0
         apply_intervals(st, self.sp.intervals.get("nvlink_state"), win)
+        fleet_limits(buf3, self.cfg.fleet, self.COL, self.COUNTERS)
         row_nan(buf3, self.sp.intervals.get(ROW), win)
         b = self.cfg.benign
         drop_random(buf3, b.missing_sample_frac if b.enabled else 0.0, rng)
@@ -90,6 +92,7 @@ class IbRenderer:
         # or a dead far end leaves it.
         buf3[self.COL["ib_phys_state"]] = np.where(st == IB_ACTIVE, IB_LINK_UP, IB_POLLING)
         buf3[self.COL["ib_rate"]] = self.cfg.fleet.spec.ib_rate_gbps
+        fleet_limits(buf3, self.cfg.fleet, self.COL, self.stepped)
         row_nan(buf3, self.sp.intervals.get(ROW), win)
         b = self.cfg.benign
         drop_random(buf3, b.missing_sample_frac if b.enabled else 0.0, rng)

@@ -6,6 +6,9 @@
   precursor), for an end-to-end evaluation that runs in a couple of minutes.
 - fleet-year: 512 nodes (4,096 GPUs), 365 days at 300 s, base rates (about 720 failures, 175 with
   a precursor; docs/simulator.md), 4 NVLinks per GPU to keep the render within minutes.
+
+Families (families.py: `train-family`, `shifted-family`) are named like presets but draw a
+randomized tree from a seed.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 import yaml
 
 from models.simulator.config import SimConfig
+from models.simulator.families import FAMILIES
 
 Tree = dict[str, Any]
 
@@ -98,16 +102,25 @@ def _yaml(path: str | Path) -> Tree:
     return data
 
 
-def scenario_tree(name_or_path: str | Path, overrides_yaml: str | Path | None = None) -> Tree:
-    if str(name_or_path) in PRESETS:
-        tree = PRESETS[str(name_or_path)]()
+def _named(name: str, seed: int) -> Tree:
+    """A preset's tree, or the tree a family draws at `seed` (families.py)."""
+    return FAMILIES[name](seed) if name in FAMILIES else PRESETS[name]()
+
+
+def scenario_tree(name_or_path: str | Path, overrides_yaml: str | Path | None = None, *,
+                  seed: int = 0) -> Tree:
+    """The tree of a preset, a family (drawn at `seed`) or a YAML file (`preset:` may name
+    either, the family then drawn at the file's `seed` or this one)."""
+    if str(name_or_path) in PRESETS or str(name_or_path) in FAMILIES:
+        tree = _named(str(name_or_path), seed)
     else:
         tree = _yaml(name_or_path)
         preset = tree.pop("preset", None)
         if preset is not None:
-            if preset not in PRESETS:
-                raise ValueError(f"unknown preset {preset!r}; known: {sorted(PRESETS)}")
-            tree = merge(PRESETS[preset](), tree)
+            if preset not in PRESETS and preset not in FAMILIES:
+                raise ValueError(f"unknown preset {preset!r}; known: "
+                                 f"{sorted(PRESETS) + sorted(FAMILIES)}")
+            tree = merge(_named(preset, int(tree.get("seed", seed))), tree)
     if overrides_yaml is not None:
         over = _yaml(overrides_yaml)
         over.pop("preset", None)
@@ -115,7 +128,13 @@ def scenario_tree(name_or_path: str | Path, overrides_yaml: str | Path | None = 
     return tree
 
 
-def load_scenario(name_or_path: str | Path, overrides_yaml: str | Path | None = None) -> SimConfig:
-    """A preset name ("demo", "ci", "fleet-year") or a YAML file (a whole config, or `preset:`
-    plus overrides), with an optional YAML file of overrides merged over it."""
-    return SimConfig.model_validate(scenario_tree(name_or_path, overrides_yaml))
+def load_scenario(name_or_path: str | Path, overrides_yaml: str | Path | None = None, *,
+                  seed: int | None = None) -> SimConfig:
+    """A preset name ("demo", "ci", "fleet-year"), a family name ("train-family",
+    "shifted-family", drawn at `seed`) or a YAML file (a whole config, or `preset:` plus
+    overrides), with an optional YAML file of overrides merged over it. `seed`, when given,
+    is the run's seed too; a family without one is drawn at 0."""
+    tree = scenario_tree(name_or_path, overrides_yaml, seed=seed or 0)
+    if seed is not None:
+        tree["seed"] = seed
+    return SimConfig.model_validate(tree)

@@ -15,7 +15,8 @@ from service.commands.usage import UsageError, scenario_errors
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("scenario", help="preset (demo, ci, fleet-year) or a scenario YAML file")
+    p.add_argument("scenario", help="preset (demo, ci, fleet-year), family (train-family, "
+                   "shifted-family) or a scenario YAML file")
     p.add_argument("out", type=Path, help="trace directory to write")
     p.add_argument("--overrides", type=Path, help="YAML merged over the scenario")
     p.add_argument("--seed", type=int, help="override the scenario's seed")
@@ -29,7 +30,8 @@ def _run(args: argparse.Namespace) -> int:
     from models.simulator.scenarios import scenario_tree
 
     with scenario_errors(args.scenario, args.overrides):
-        tree = scenario_tree(args.scenario, args.overrides)
+        seed = 0 if args.seed is None else args.seed  # a family draws its tree from it
+        tree = scenario_tree(args.scenario, args.overrides, seed=seed)
         if args.seed is not None:
             tree["seed"] = args.seed
         if args.days is not None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from service.settings import Settings
 
-PRESETS = "demo, ci, fleet-year"
+PRESETS = "demo, ci, fleet-year; families train-family, shifted-family"
 TRACE_FORMAT = "a directory of *.lp / *.lp.gz line-protocol files or one such file"
 
 
