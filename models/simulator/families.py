@@ -18,7 +18,7 @@ they draw:
 | per-GPU temperature offset sd | 1-3 °C | **3.5-5 °C** |
 | missing samples | 0.1-2 % | **3-8 %** |
 | telemetry gaps per node-day | 0.05-0.3 | **0.5-1.0** |
-| fields never reported | mem_temp (p 0.2) | **ecc_sbe_volatile, pcie_replay, nvlink_crc_data** (1) |
+| missing fields | mem_temp (p 0.2) | **ecc_sbe_volatile, pcie_replay, nvlink_crc_data** (1) |
 | page retirement reported | p 0.5 | p 0.5 |
 | error counters at 65,535 | none (p 0.5) or stick | **wrap** |
 | thermal precursor | temperature, power x0.85-0.95, excursions (2) | **temperature only** |
