@@ -29,7 +29,8 @@ DEFAULT_SEEDS = (1000, 1001)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scenario", default="ci", help="preset (demo, ci, fleet-year) or YAML file")
+    p.add_argument("--scenario", default="ci", help="preset (demo, ci, fleet-year), family "
+                   "(train-family, shifted-family) or YAML file")
     p.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS),
                    help="simulator seeds to train on (default 1000 1001; evaluation uses 0-4)")
     p.add_argument("--days", type=float, help="shorten (or lengthen) the scenario")
