@@ -385,7 +385,7 @@ def _print(report: dict[str, Any]) -> None:
                   f"{t['other_ms']:>5.0f}ms {t['hourly_run_ms']:>7.0f}ms "
                   f"{t['cached_tick_ms'] * 1e3:>6.0f}us {tail}")
     print("  hourly = one PredictorDetector.detect right after a new hour (fresh detector), "
-          "timed inside the run:\n    features (gpu_hours + port_hours + sequences), fwd+cal "
+          "timed inside the run:\n    features (gpu_hours + port_hours), fwd+cal "
           "(scaler, LSTM, calibration), explain (occlusion),\n    other (findings, worst link); "
           "cached = detect again within the hour (every other tick);\n  thr = torch threads "
           "(PredictorConfig.threads: 2 = the cores, 1 = the detector's default);\n"

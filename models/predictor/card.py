@@ -23,9 +23,13 @@ def model_card(art: ModelArtifact, digest: str) -> str:
              "LSTM failure predictor for gpuhealth (models/predictor). Reproduce with:", "",
              "```", str(card.get("command", "")), "```", "",
              f"Weights sha256 `{digest}`. Architecture {cfg['architecture']}: LSTM "
-             f"(hidden {cfg['hidden']}, dropout {cfg['dropout']}) over {cfg['window_h']} hours "
-             "of hourly features, the last hour also fed to the heads directly; one sigmoid "
-             "per failure mode and horizon, calibrated per head on the validation split.", "",
+             f"(hidden {cfg['hidden']}, dropout {cfg['dropout']}) over the last "
+             f"{int(cfg['window_h']) + 1} to {2 * int(cfg['window_h'])} hours of hourly "
+             "features (two chunk states restarted every "
+             f"{2 * int(cfg['window_h'])} h, {cfg['window_h']} h apart, carried hour by hour; "
+             "models/predictor/chunks.py), the last hour also fed to the heads directly; one "
+             "sigmoid per failure mode and horizon, calibrated per head on the validation "
+             "split.", "",
              "## Data", "",
              "| Source | Seed | Nodes | GPUs | Days | Step s | Failures |",
              "|---|---|---|---|---|---|---|"]
@@ -49,8 +53,10 @@ def model_card(art: ModelArtifact, digest: str) -> str:
         lines.append("")
     lines += ["Per hour from the window store's hour buckets: gauge means and peaks, counter "
               "increases as log1p, states as the hour's maximum, values relative to the median "
-              "of the same node's peers, missing-data shares, and hours since each error group "
-              "was last active within the window.", "", "## Results (test split)", ""]
+              "of the same node's peers, NVLink as the worst link and shares of links, "
+              "missing-data shares, and the entity against its own last 5 days from the daily "
+              "buckets (usual error rates, remaps, temperature offset, days reported, days "
+              "since each error group was active).", "", "## Results (test split)", ""]
     for scope_name, m in card.get("metrics", {}).items():
         lines += [f"### {scope_name}", "",
                   f"Samples: {m['samples']}. Best epoch {m.get('best_epoch')}.", "",

@@ -25,6 +25,7 @@ import numpy.typing as npt
 from collectors.catalog import Scope
 from models.detectors.view import FleetView
 from models.evaluation.events import Failure
+from models.predictor.chunks import window_start
 from models.predictor.features import (
     FEATURES,
     HOURLY,
@@ -33,7 +34,6 @@ from models.predictor.features import (
     hours_of,
     n_hourly,
     observed,
-    sequences,
 )
 
 F32 = npt.NDArray[np.float32]
@@ -73,6 +73,7 @@ class RunFeatures:
     t_pred: F64  # [hour] data time at which the hour's features became available
     keys: list[str]
     nodes: list[str]
+    hour_index: I64  # [hour] the absolute hour (the store's bucket index) of each row
 
     @property
     def hours(self) -> int:
@@ -84,9 +85,14 @@ class RunFeatures:
         offs = np.arange(-length + 1, 1)
         rows = hours[:, None] + offs[None, :]
         valid = rows >= 0
-        x = self.x[np.clip(rows, 0, None), ents[:, None]]
+        x: F32 = self.x[np.clip(rows, 0, None), ents[:, None]]
         x[~valid] = np.nan
-        return sequences(self.scope, x)
+        return x
+
+    def starts(self, hours: I64, length: int, period: int) -> I64:
+        """Where each sample's model memory begins within its window (models/predictor/
+        chunks.py)."""
+        return window_start(self.hour_index[hours], length, period)
 
 
 class HourlyRecorder:
@@ -97,6 +103,7 @@ class HourlyRecorder:
         self._last = {s: -1 for s in self.scopes}
         self._rows: dict[Scope, list[F32]] = {s: [] for s in self.scopes}
         self._t: dict[Scope, list[float]] = {s: [] for s in self.scopes}
+        self._hour: dict[Scope, list[int]] = {s: [] for s in self.scopes}
         self._fleet: FleetView | None = None
 
     def observe(self, fleet: FleetView, now: float) -> None:
@@ -113,6 +120,7 @@ class HourlyRecorder:
             for j in range(new):
                 self._rows[scope].append(x[:, j, :])
                 self._t[scope].append(now)
+                self._hour[scope].append(h.last - new + 1 + j)
             self._last[scope] = h.last
 
     def runs(self) -> dict[Scope, RunFeatures]:
@@ -128,7 +136,8 @@ class HourlyRecorder:
             for i, r in enumerate(rows):  # entities only ever join: pad earlier hours
                 x[i, : r.shape[0]] = r
             out[scope] = RunFeatures(scope, x, np.asarray(self._t[scope], np.float64),
-                                     [e.key for e in ents], [e.node for e in ents])
+                                     [e.key for e in ents], [e.node for e in ents],
+                                     np.asarray(self._hour[scope], np.int64))
         return out
 
 
@@ -234,14 +243,18 @@ def split(runs: Sequence[RunFeatures], tgts: Sequence[Targets], *, seed: int,
 
 
 def gather(runs: Sequence[RunFeatures], tgts: Sequence[Targets], s: Split, idx: I64,
-           length: int) -> tuple[F32, F32]:
-    """Inputs [n, length, F] and targets [n, heads] of samples `idx` of a split."""
+           length: int, period: int | None = None) -> tuple[F32, F32, I64]:
+    """Inputs [n, length, F], targets [n, heads] and where each sample's model memory begins
+    (models/predictor/chunks.py; 0 without a `period`) of samples `idx` of a split."""
     n_feat = len(FEATURES[runs[0].scope])
     x = np.empty((len(idx), length, n_feat), np.float32)
     y = np.empty((len(idx), len(tgts[0].heads)), np.float32)
+    start = np.zeros(len(idx), np.int64)
     for r in np.unique(s.run[idx]).tolist():
         where = np.flatnonzero(s.run[idx] == r)
         sel = idx[where]
         x[where] = runs[r].windows(s.hour[sel], s.ent[sel], length)
         y[where] = tgts[r].y[s.hour[sel], s.ent[sel]]
-    return x, y
+        if period is not None:
+            start[where] = runs[r].starts(s.hour[sel], length, period)
+    return x, y, start

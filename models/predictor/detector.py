@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import numpy as np
@@ -28,6 +28,7 @@ import torch
 from collectors.catalog import Scope
 from models.detectors.findings import Finding, kept
 from models.detectors.view import FleetView
+from models.predictor.chunks import window_start
 from models.predictor.dataset import MODES
 from models.predictor.features import (
     FEATURES,
@@ -36,10 +37,11 @@ from models.predictor.features import (
     HourlyUnavailable,
     hours_of,
     observed,
-    sequences,
 )
 from models.predictor.hour_cache import HourCache
+from models.predictor.model import predict
 from models.predictor.policy import PredictorConfig
+from models.predictor.stateful import ChunkStates, Stateful
 from models.predictor.window import MODE_TEXT, predicted_window
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,14 @@ class Model(Protocol):
     def scopes(self) -> Mapping[Scope, Runtime]: ...
 
 
+def _windowed(rt: Stateful, start: int) -> Callable[[F32], F32]:
+    """The LSTM's calibrated probabilities for windows whose memory begins at `start`: what the
+    carried states give, for the few entities an explanation re-scores."""
+    def score(x: F32) -> F32:
+        return rt.calibrate(predict(rt.model, rt.scaler.apply(x), np.full(len(x), start)))
+    return score
+
+
 class PredictorDetector:
     name = "lstm"
 
@@ -91,6 +101,7 @@ class PredictorDetector:
         self._unavailable: set[Scope] = set()
         self._history: dict[tuple[Scope, str], list[F32]] = {}
         self._hours = HourCache()  # per-hour inputs of the window, extended hour by hour
+        self._states = ChunkStates()  # the LSTM's memory, hour by hour
         self.last_run_s = 0.0
         # Seconds of the last hourly run per phase, summed over scopes (bench.model reads it).
         self.timing: dict[str, float] = {}
@@ -122,6 +133,7 @@ class PredictorDetector:
 
     def forget(self, scope: Scope, keep: npt.NDArray[np.intp]) -> None:
         self._hours.drop(scope)
+        self._states.drop(scope)
         cached = self._cache.get(scope)
         if cached is not None:
             found = [f.kept(keep) for f in cached[2]]
@@ -168,16 +180,27 @@ class PredictorDetector:
         t0 = time.perf_counter()
         torch.set_num_threads(self.config.threads)
         last = hours_of(view.scope(scope)).last
-        hourly = self._hours.window(view, scope, last, min(self.predictor.window_h, kept),
-                                    HOURLY[scope])
-        x = sequences(scope, hourly)
+        period = self.predictor.window_h
+        # The LSTM reads the hours since its older chunk state restarted (P + 1 to 2P of them),
+        # carried hour by hour; other runtimes (the trees baseline) read the last P hours.
+        chunked = isinstance(rt, Stateful)
+        hourly = self._hours.window(view, scope, last, min(2 * period if chunked else period,
+                                                           kept), HOURLY[scope])
         t1 = time.perf_counter()
-        p = rt.probabilities(x)
+        if isinstance(rt, Stateful):
+            shape = (hourly.shape[1], len(view.scope(scope)),
+                     len(view.scope(Scope.NVLINK)) if scope is Scope.GPU else 0)
+            p = rt.calibrate(self._states.raw(rt, scope, hourly, last, period, shape))
+            start = int(window_start(np.array([last]), hourly.shape[1], period)[0])
+            score = _windowed(rt, start)
+        else:
+            p = rt.probabilities(hourly)
+            score = rt.probabilities
         t2 = time.perf_counter()
         explain_s = 0.0
         # Too little history (a new GPU, a fresh start without warm start, a long outage): no
         # prediction at all, rather than one from inputs unlike any the model trained on.
-        blind = observed(scope, hourly).sum(axis=1) < MIN_OBSERVED_H
+        blind = observed(scope, hourly[:, -period:]).sum(axis=1) < MIN_OBSERVED_H
         p[blind] = np.nan
         self.latest[scope] = (p, rt.heads)
         horizons = self.predictor.horizons_h
@@ -206,7 +229,7 @@ class PredictorDetector:
             day = cols[horizons.index(24)] if 24 in horizons else cols[0]
             value = p[:, day].astype(np.float64)
             t3 = time.perf_counter()
-            details = self._explain(rt, x, p[:, day], risk, day)
+            details = self._explain(rt.scope, score, hourly, p[:, day], risk, day)
             explain_s += time.perf_counter() - t3
             self.explained += len(details)
             signal = f"model: probability of {MODE_TEXT.get(mode, mode)} within 24 h"
@@ -221,13 +244,14 @@ class PredictorDetector:
             self.timing[phase] = self.timing.get(phase, 0.0) + secs
         return findings
 
-    def _explain(self, rt: Runtime, x: F32, p: F32, risk: F32, head: int) -> dict[int, str]:
+    def _explain(self, scope: Scope, score: Callable[[F32], F32], x: F32, p: F32, risk: F32,
+                 head: int) -> dict[int, str]:
         idx = np.flatnonzero(risk >= self.config.explain_from)
         if not len(idx):
             return {}
         idx = idx[np.argsort(-risk[idx], kind="stable")][: self.config.explain_max]
         groups: dict[str, list[int]] = {}
-        for j, f in enumerate(FEATURES[rt.scope]):
+        for j, f in enumerate(FEATURES[scope]):
             if f.group != "missing":
                 groups.setdefault(f.group, []).append(j)
         sub = x[idx]
@@ -238,7 +262,7 @@ class PredictorDetector:
             # the trees as missing; either way "as if this group said nothing".
             occluded = sub.copy()
             occluded[:, :, cols] = np.nan
-            drops[:, g] = base - rt.probabilities(occluded)[:, head]
+            drops[:, g] = base - score(occluded)[:, head]
         names = list(groups)
         out: dict[int, str] = {}
         for k, slot in enumerate(idx.tolist()):

@@ -4,12 +4,14 @@ One function per scope turns the last T finished hours of every entity into [ent
 per-hour values (gauge means and peaks, counter increases on a log scale, states), values
 relative to the entity's peers on the same node in the same hour (Falcon, arXiv 2609.34473;
 Liu et al., SYSTOR 2023: the wins came from peer-relative and missingness-aware features),
-missingness flags, and per-group "hours since the last error" within the window. Each hour's
-features depend only on that hour and the hours before it, so the dataset builder (one hour at
-a time while a trace replays) and the live detector (T hours at once) compute the same numbers
+missingness flags, and the entity against its own last days (long_memory.py: its usual error
+rate, remaps, temperature offset, days since each error group was active). Each hour's features
+depend only on that hour and what had finished before it, so the dataset builder (one hour at a
+time while a trace replays) and the live detector (T hours at once) compute the same numbers
 from the same store.
 
-A GPU's features include its NVLink links (worst link per hour): NVLink failures are predicted
+A GPU's features include its NVLink links (the worst link per hour, and the shares of its links
+down and with errors, so that 4 and 18 links per GPU read alike): NVLink failures are predicted
 on the GPU and then placed on its worst link.
 """
 
@@ -24,6 +26,7 @@ import numpy.typing as npt
 
 from collectors.catalog import Scope
 from models.detectors.view import FleetView, ScopeView
+from models.predictor.long_memory import DailyHistory, usual_log_rate
 
 F32 = npt.NDArray[np.float32]
 I32 = npt.NDArray[np.int32]
@@ -59,9 +62,14 @@ IB_COUNTERS = {
     "IB link", "ib_port_rcv_errors": "IB errors", "ib_local_link_integrity_errors": "IB errors",
     "ib_excessive_buffer_overrun_errors": "IB errors", "ib_link_flaps": "IB link",
 }
-# Groups whose "hours since last non-zero" is a feature of its own.
-GPU_RECENCY = ("ECC", "HBM remap", "NVLink", "PCIe")
+# Groups whose "days since last active" (within the long memory) is a feature of its own.
+GPU_RECENCY = ("ECC", "HBM remap", "PCIe")
 IB_RECENCY = ("IB errors", "IB link")
+
+
+def _recency(groups: tuple[str, ...]) -> list[Feature]:
+    return [Feature(f"days_since_{g.lower().replace(' ', '_')}", g) for g in groups]
+
 
 GPU_FEATURES: tuple[Feature, ...] = tuple(
     _f("thermal", "gpu_temp", "gpu_temp_peak", "gpu_temp_vs_peers", "mem_temp",
@@ -69,10 +77,16 @@ GPU_FEATURES: tuple[Feature, ...] = tuple(
     + _f("power", "power_draw_vs_peers", "sm_clock_vs_peers", "gpu_util")
     + [Feature(n, g, True) for n, g in GPU_COUNTERS.items()]
     + [Feature(n, g, g == "HBM remap") for n, g in GPU_STATES.items()]
+    # Per link, whatever the generation's link count: the worst link, and shares of links.
     + _f("NVLink", "nvlink_errors_worst", "nvlink_replay_worst", "nvlink_recovery_worst",
-         "nvlink_down_links", activity=True)
+         "nvlink_down_share", "nvlink_error_share", activity=True)
     + _f("missing", "missing_gpu", "missing_nvlink")
-    + [Feature(f"hours_since_{g.lower().replace(' ', '_')}", g) for g in GPU_RECENCY]
+    # Long memory (models/predictor/long_memory.py): the GPU against its own usual.
+    + _f("ECC", "ecc_sbe_usual", "ecc_sbe_vs_usual")
+    + _f("HBM remap", "remaps_recent")
+    + _f("thermal", "gpu_temp_vs_usual", "mem_temp_vs_usual")
+    + _f("history", "days_known")
+    + _recency(GPU_RECENCY)
 )
 IB_FEATURES: tuple[Feature, ...] = tuple(
     [Feature(n, g, True) for n, g in IB_COUNTERS.items()]
@@ -80,12 +94,12 @@ IB_FEATURES: tuple[Feature, ...] = tuple(
     + _f("IB link", "ib_state_low", "ib_rate_vs_peers")
     + _f("load", "ib_traffic")
     + _f("missing", "missing_ib")
-    + [Feature(f"hours_since_{g.lower().replace(' ', '_')}", g) for g in IB_RECENCY]
+    + _f("IB errors", "ib_symbol_usual", "ib_symbol_vs_usual", "ib_ber_vs_usual")
+    + _f("history", "days_known")
+    + _recency(IB_RECENCY)
 )
 FEATURES: dict[Scope, tuple[Feature, ...]] = {Scope.GPU: GPU_FEATURES,
                                                Scope.IB_PORT: IB_FEATURES}
-# Everything before the recency block is per hour; recency is computed over the window.
-_RECENCY: dict[Scope, tuple[str, ...]] = {Scope.GPU: GPU_RECENCY, Scope.IB_PORT: IB_RECENCY}
 
 
 class HourlyUnavailable(ValueError):
@@ -167,18 +181,8 @@ def _missing(cols: Sequence[F32]) -> F32:
     return out
 
 
-def _hours_since(active: npt.NDArray[np.bool_], cap: float) -> F32:
-    """Per [entity, hour]: hours since the group was last active (0 in an active hour), capped
-    at `cap` (never active within the window)."""
-    t = active.shape[1]
-    idx = np.where(active, np.arange(t)[None, :], -1)
-    last = np.maximum.accumulate(idx, axis=1)
-    out = np.where(last >= 0, np.arange(t)[None, :] - last, cap).astype(np.float32)
-    return np.minimum(out, cap)
-
-
 def gpu_hours(fleet: FleetView, n: int) -> F32:
-    """[gpu, n, per-hour GPU features] (the recency block is added by `sequences`)."""
+    """[gpu, n, per-hour GPU features]."""
     v = fleet.scope(Scope.GPU)
     h = hours_of(v)
     g = len(v)
@@ -211,16 +215,46 @@ def gpu_hours(fleet: FleetView, n: int) -> F32:
                      links.reduce(np.fmax, _log_count(nw("nvlink_replay")), np.nan),
                      links.reduce(np.fmax, _log_count(nw("nvlink_recovery")), np.nan)]
         state = nw("nvlink_state")
-        with np.errstate(invalid="ignore"):
-            link_cols.append(links.reduce(np.add, (state < 1).astype(np.float32), 0.0))
         present = links.reduce(np.add, (~np.isnan(state)).astype(np.float32), 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            down = links.reduce(np.add, (state < 1).astype(np.float32), 0.0)
+            erring = (crc > 0) | (nw("nvlink_replay") > 0) | (nw("nvlink_recovery") > 0)
+            errs = links.reduce(np.add, erring.astype(np.float32), 0.0)
+            link_cols += [np.where(present > 0, down / present, np.nan).astype(np.float32),
+                          np.where(present > 0, errs / present, np.nan).astype(np.float32)]
         miss_nv = np.where(present > 0, 0.0, 1.0).astype(np.float32)
     else:
-        link_cols = [np.full((g, n), np.nan, np.float32) for _ in range(4)]
+        link_cols = [np.full((g, n), np.nan, np.float32) for _ in range(5)]
         miss_nv = np.zeros((g, n), np.float32)  # a GPU without NVLink misses nothing
     # Metrics every reporting GPU has (page retirement, say, is absent on row-remapping HBM).
     miss_gpu = _missing([temp, mem, power, w("ecc_sbe_volatile")])
-    return np.stack([*cols, *counters, *states, *link_cols, miss_gpu, miss_nv], axis=2)
+    memory = _gpu_memory(v, h.last, n, node_of, counters[0], cols[2], cols[5])
+    return np.stack([*cols, *counters, *states, *link_cols, miss_gpu, miss_nv, *memory], axis=2)
+
+
+def _gpu_memory(v: ScopeView, last: int, n: int, node_of: I32, sbe: F32, temp_vs_peers: F32,
+                mem_vs_peers: F32) -> list[F32]:
+    """The GPU against its own last days (models/predictor/long_memory.py)."""
+    d = DailyHistory(v, last, n)
+    sbe_day = d.read("ecc_sbe_volatile")
+    usual_sbe = usual_log_rate(sbe_day, d)
+    remap_metrics = ("retired_pages_sbe", "retired_pages_dbe", "remapped_rows_correctable",
+                     "remapped_rows_uncorrectable")
+    remap_days = [d.read(m) for m in remap_metrics]
+    remaps = np.nansum(np.stack(remap_days), axis=0) if d.available else remap_days[0]
+    remaps = np.where(np.isnan(np.stack(remap_days)).all(axis=0), np.nan, remaps)
+    temp_day, mem_day = d.read("gpu_temp"), d.read("mem_temp")
+    activity = {
+        "ECC": np.nan_to_num(sbe_day) + np.nan_to_num(d.read("ecc_dbe_volatile")) > 0,
+        "HBM remap": np.nan_to_num(remaps) + sum(np.nan_to_num(d.read(m)) for m in (
+            "retired_pages_pending", "remapped_rows_pending", "remapped_rows_failure")) > 0,
+        "PCIe": np.nan_to_num(d.read("pcie_replay")) > 0,
+    }
+    out = [usual_sbe, sbe - usual_sbe, _log_count(d.total(remaps.astype(np.float32))),
+           temp_vs_peers - d.mean(_peer_delta(temp_day, node_of)),
+           mem_vs_peers - d.mean(_peer_delta(mem_day, node_of)), d.known(temp_day)]
+    out += [d.days_since(activity[g]) for g in GPU_RECENCY]
+    return out if d.available else [np.full((len(v), n), np.nan, np.float32) for _ in out]
 
 
 def port_hours(fleet: FleetView, n: int) -> F32:
@@ -242,25 +276,27 @@ def port_hours(fleet: FleetView, n: int) -> F32:
     cols: list[F32] = [*counters, ber, _peer_delta(sym, node_of), state / 4.0,
             _peer_delta(rate, node_of) / 100.0, traffic,
             _missing([state, rate, w("ib_symbol_error")])]
-    return np.stack(cols, axis=2)
+    return np.stack([*cols, *_port_memory(v, h.last, n, sym, ber)], axis=2)
+
+
+def _port_memory(v: ScopeView, last: int, n: int, sym: F32, ber: F32) -> list[F32]:
+    """The port against its own last days."""
+    d = DailyHistory(v, last, n)
+    sym_day = d.read("ib_symbol_error")
+    usual_sym = usual_log_rate(sym_day, d)
+    ber_day = d.read("ib_ber")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        usual_ber = (np.log10(np.clip(d.mean(ber_day), 1e-18, None)) + 18.0).astype(np.float32)
+    errors = sum(np.nan_to_num(d.read(m)) for m, g in IB_COUNTERS.items() if g == "IB errors")
+    link = sum(np.nan_to_num(d.read(m)) for m, g in IB_COUNTERS.items() if g == "IB link")
+    state = d.read("ib_state")
+    activity = {"IB errors": np.asarray(errors > 0), "IB link": np.asarray(link > 0)}
+    out = [usual_sym, sym - usual_sym, ber - usual_ber, d.known(state)]
+    out += [d.days_since(activity[g]) for g in IB_RECENCY]
+    return out if d.available else [np.full((len(v), n), np.nan, np.float32) for _ in out]
 
 
 HOURLY = {Scope.GPU: gpu_hours, Scope.IB_PORT: port_hours}
-
-
-def sequences(scope: Scope, x: F32) -> F32:
-    """Per-hour features [entity, T, F0] -> model inputs [entity, T, F]: the recency block
-    appended (hours since each error group was last non-zero, within the window)."""
-    feats = FEATURES[scope]
-    base = feats[: x.shape[2]]
-    t = x.shape[1]
-    extra = []
-    for group in _RECENCY[scope]:
-        idx = [i for i, f in enumerate(base) if f.group == group and f.activity]
-        sub: F32 = np.nan_to_num(x[:, :, idx])
-        active: npt.NDArray[np.bool_] = np.asarray((sub > 0).any(axis=2))
-        extra.append(_hours_since(active, float(t)) / float(t))
-    return np.concatenate([x, np.stack(extra, axis=2)], axis=2).astype(np.float32)
 
 
 MISSING: dict[Scope, str] = {Scope.GPU: "missing_gpu", Scope.IB_PORT: "missing_ib"}
@@ -275,4 +311,4 @@ def observed(scope: Scope, x: F32) -> npt.NDArray[np.bool_]:
 
 
 def n_hourly(scope: Scope) -> int:
-    return len(FEATURES[scope]) - len(_RECENCY[scope])
+    return len(FEATURES[scope])

@@ -31,11 +31,22 @@ class FailureLSTM(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.head = nn.Linear(hidden + n_features, n_heads)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out, _ = self.lstm(x)
-        z = torch.cat([out[:, -1, :], x[:, -1, :]], dim=1)
-        logits: torch.Tensor = self.head(self.drop(z))
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Logits [n, heads] for windows [n, T, F] whose memory begins at index `start`
+        (models/predictor/chunks.py: the hours before it are not read)."""
+        out, _ = self.lstm(x[:, start:])
+        return self.readout(out[:, -1, :], x[:, -1, :])
+
+    def readout(self, h: torch.Tensor, x_last: torch.Tensor) -> torch.Tensor:
+        """The heads from a hidden state and the newest hour's inputs."""
+        logits: torch.Tensor = self.head(self.drop(torch.cat([h, x_last], dim=1)))
         return logits
+
+    def step(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Carry the state (h, c), each [n, hidden], over the hours x [n, k, F]."""
+        _, (h, c) = self.lstm(x, (state[0][None], state[1][None]))
+        return h[0], c[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +77,17 @@ class Scaler:
         return out.astype(np.float32)
 
 
-def predict(model: FailureLSTM, x: F32, batch: int = 8192) -> F32:
-    """Sigmoid outputs [n, heads] for scaled inputs [n, T, F], in batches, no gradients."""
+def predict(model: FailureLSTM, x: F32, start: npt.NDArray[np.int64] | None = None,
+            batch: int = 8192) -> F32:
+    """Sigmoid outputs [n, heads] for scaled inputs [n, T, F] whose memory begins at
+    `start` (per sample; 0 when None), in batches of one start each, no gradients."""
     model.eval()
-    outs = []
+    out = np.zeros((len(x), model.head.out_features), np.float32)
+    starts = np.zeros(len(x), np.int64) if start is None else start
     with torch.inference_mode():
-        for i in range(0, len(x), batch):
-            outs.append(torch.sigmoid(model(torch.from_numpy(x[i:i + batch]))).numpy())
-    if not outs:
-        return np.zeros((0, model.head.out_features), np.float32)
-    return np.concatenate(outs).astype(np.float32)
+        for s in np.unique(starts).tolist():
+            rows = np.flatnonzero(starts == s)
+            for i in range(0, len(rows), batch):
+                sel = rows[i:i + batch]
+                out[sel] = torch.sigmoid(model(torch.from_numpy(x[sel]), int(s))).numpy()
+    return out

@@ -20,7 +20,9 @@ from models.predictor.model import FailureLSTM, Scaler, predict
 from models.predictor.train import ScopeResult, TrainConfig
 
 F32 = npt.NDArray[np.float32]
-ARCHITECTURE = "FailureLSTM/1"
+# /2: features with long memory, and the LSTM's memory in chunks carried hour by hour
+# (models/predictor/chunks.py); /1 read a 24-h window from a fresh state every hour.
+ARCHITECTURE = "FailureLSTM/2"
 
 
 def to_artifact(results: Sequence[ScopeResult], cfg: TrainConfig, meta: dict[str, Any],
@@ -49,15 +51,16 @@ class ScopeRuntime:
     calibrators: list[Calibrator]
     heads: list[str]
 
-    def raw(self, x: F32) -> F32:
-        """Uncalibrated outputs [entity, head] for model inputs [entity, T, F]."""
-        return predict(self.model, self.scaler.apply(x))
+    def raw(self, x: F32, start: int = 0) -> F32:
+        """Uncalibrated outputs [entity, head] for model inputs [entity, T, F] whose memory
+        begins at index `start`."""
+        return predict(self.model, self.scaler.apply(x), np.full(len(x), start, np.int64))
 
     def calibrate(self, raw: F32) -> F32:
         return calibrate_heads(self.calibrators, raw)
 
-    def probabilities(self, x: F32) -> F32:
-        return self.calibrate(self.raw(x))
+    def probabilities(self, x: F32, start: int = 0) -> F32:
+        return self.calibrate(self.raw(x, start))
 
 
 @dataclass(slots=True)

@@ -37,7 +37,9 @@ Progress = Callable[[str, dict[str, float]], None]
 
 @dataclass(frozen=True, slots=True)
 class TrainConfig:
-    window_h: int = 24  # hours; with hidden 24, 10,000 GPUs score in about 0.15 s
+    # The memory's period P (models/predictor/chunks.py): the model reads the last P + 1 to 2P
+    # hours, carried forward hour by hour at run time.
+    window_h: int = 24
     hidden: int = 24
     dropout: float = 0.1
     epochs: int = 20
@@ -90,19 +92,36 @@ def _mean_ap(p: F32, y: F32, w: F32 | None = None, min_pos: int = 20) -> float:
 
 
 def _score(runs: Sequence[RunFeatures], tgts: Sequence[Targets], s: Split, model: FailureLSTM,
-           scaler: Scaler, length: int, idx: I64 | None = None,
+           scaler: Scaler, period: int, idx: I64 | None = None,
            chunk: int = 8192) -> tuple[F32, F32]:
     """Raw model outputs and targets over (a subset of) a split, in chunks."""
     idx = np.arange(len(s), dtype=np.int64) if idx is None else idx
     ps, ys = [], []
     for i in range(0, len(idx), chunk):
-        x, y = gather(runs, tgts, s, idx[i:i + chunk], length)
-        ps.append(predict(model, scaler.apply(x)))
+        x, y, start = gather(runs, tgts, s, idx[i:i + chunk], 2 * period, period)
+        ps.append(predict(model, scaler.apply(x), start))
         ys.append(y)
     heads = len(tgts[0].heads)
     if not ps:
         return np.zeros((0, heads), np.float32), np.zeros((0, heads), np.float32)
     return np.concatenate(ps), np.concatenate(ys)
+
+
+def _batches(runs: Sequence[RunFeatures], s: Split, period: int, size: int,
+             rng: np.random.Generator) -> list[I64]:
+    """The split's samples in shuffled batches, each of one memory start (so a batch is one
+    LSTM call over windows of one length), the batches in shuffled order."""
+    order = rng.permutation(len(s)).astype(np.int64)
+    start = np.empty(len(s), np.int64)
+    for r in np.unique(s.run).tolist():
+        rows = np.flatnonzero(s.run == r)
+        start[rows] = runs[r].starts(s.hour[rows], 2 * period, period)
+    order = order[np.argsort(start[order], kind="stable")]
+    bounds = np.flatnonzero(np.diff(start[order])) + 1
+    out: list[I64] = []
+    for group in np.split(order, bounds):
+        out.extend(group[i:i + size] for i in range(0, len(group), size))
+    return [out[i] for i in rng.permutation(len(out)).tolist()]
 
 
 def train_scope(scope: Scope, runs: Sequence[RunFeatures], tgts: Sequence[Targets],
@@ -114,7 +133,8 @@ def train_scope(scope: Scope, runs: Sequence[RunFeatures], tgts: Sequence[Target
     if len(parts.train) == 0:
         raise ValueError(f"{scope}: no training samples (is the trace shorter than a few hours?)")
     probe = rng.choice(len(parts.train), size=min(len(parts.train), 4096), replace=False)
-    x_probe, _ = gather(runs, tgts, parts.train, np.sort(probe).astype(np.int64), cfg.window_h)
+    period, length = cfg.window_h, 2 * cfg.window_h
+    x_probe, _, _ = gather(runs, tgts, parts.train, np.sort(probe).astype(np.int64), length)
     scaler = Scaler.fit(x_probe)
     y_train = np.concatenate([tgts[r].y[parts.train.hour[parts.train.run == r],
                                         parts.train.ent[parts.train.run == r]]
@@ -135,11 +155,10 @@ def train_scope(scope: Scope, runs: Sequence[RunFeatures], tgts: Sequence[Target
     history: list[dict[str, float]] = []
     for epoch in range(cfg.epochs):
         model.train()
-        order = rng.permutation(len(parts.train)).astype(np.int64)
         total, n = 0.0, 0
-        for i in range(0, len(order), cfg.batch):
-            x, y = gather(runs, tgts, parts.train, order[i:i + cfg.batch], cfg.window_h)
-            logits = model(torch.from_numpy(scaler.apply(x)))
+        for batch in _batches(runs, parts.train, period, cfg.batch, rng):
+            x, y, start = gather(runs, tgts, parts.train, batch, length, period)
+            logits = model(torch.from_numpy(scaler.apply(x)), int(start[0]))
             loss = loss_fn(logits, torch.from_numpy(y))
             opt.zero_grad()
             loss.backward()
@@ -147,7 +166,7 @@ def train_scope(scope: Scope, runs: Sequence[RunFeatures], tgts: Sequence[Target
             opt.step()
             total += loss.item() * len(y)
             n += len(y)
-        p_val, y_val = _score(runs, tgts, parts.val, model, scaler, cfg.window_h, val_idx)
+        p_val, y_val = _score(runs, tgts, parts.val, model, scaler, period, val_idx)
         ap = _mean_ap(p_val, y_val, val_w)
         row = {"epoch": float(epoch + 1), "train_loss": total / max(n, 1), "val_ap": ap}
         history.append(row)
@@ -163,7 +182,7 @@ def train_scope(scope: Scope, runs: Sequence[RunFeatures], tgts: Sequence[Target
     assert best is not None
     model.load_state_dict(best[1])
     model.eval()
-    p_val, y_val = _score(runs, tgts, parts.val, model, scaler, cfg.window_h)
+    p_val, y_val = _score(runs, tgts, parts.val, model, scaler, period)
     cals = [fit_calibrator(p_val[:, j], y_val[:, j]) for j in range(len(heads))]
     metrics: dict[str, Any] = {
         "samples": {"train": len(parts.train), "val": len(parts.val), "test": len(parts.test),
@@ -173,7 +192,7 @@ def train_scope(scope: Scope, runs: Sequence[RunFeatures], tgts: Sequence[Target
                               if not math.isnan(r["val_ap"]) else -1)["epoch"]),
     }
     for name, part in (("val", parts.val), ("test", parts.test), ("held_out", parts.held_out)):
-        p, y = _score(runs, tgts, part, model, scaler, cfg.window_h)
+        p, y = _score(runs, tgts, part, model, scaler, period)
         metrics[name] = evaluate_heads(p, y, cals, heads)
     return ScopeResult(scope, model, scaler, cals, heads, history, metrics)
 

@@ -168,7 +168,7 @@ def _summarised(runs: Sequence[RunFeatures], tgts: Sequence[Targets], s: Split,
     xs = [np.zeros((0, len(summary_names(scope))), np.float32)]
     ys = [np.zeros((0, len(tgts[0].heads)), np.float32)]
     for i in range(0, len(s), cfg.chunk):
-        x, y = gather(runs, tgts, s, np.arange(i, min(i + cfg.chunk, len(s)), dtype=np.int64),
+        x, y, _ = gather(runs, tgts, s, np.arange(i, min(i + cfg.chunk, len(s)), dtype=np.int64),
                       cfg.window_h)
         xs.append(summarize(x, scope))
         ys.append(y)

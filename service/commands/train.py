@@ -40,7 +40,11 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True, help="artifact directory to write")
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--hidden", type=int, default=24, help="LSTM hidden size")
-    p.add_argument("--window", type=int, default=24, help="hours of history per sample")
+    p.add_argument("--window", type=int, default=24,
+                   help="the memory's period P in hours: the model reads the last P + 1 to 2P")
+    p.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate")
+    p.add_argument("--patience", type=int, default=4,
+                   help="epochs without a better validation score before stopping")
     p.add_argument("--seed", type=int, default=0, help="training seed (weights, sampling)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -106,14 +110,16 @@ def run(args: argparse.Namespace) -> int:
     from models.predictor.package import to_artifact
     from models.predictor.train import TrainConfig, train_scope
 
-    for flag in ("epochs", "hidden", "window", "threads"):  # refused before hours of work
+    for flag in ("epochs", "hidden", "window", "threads", "patience"):  # before hours of work
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag} {getattr(args, flag)}: give 1 or more")
     out_dir(args.out)
     if args.days is not None and args.days <= 0:
         raise UsageError(f"--days {args.days:g}: give a positive number of days")
+    if not 0 < args.lr < 1:
+        raise UsageError(f"--lr {args.lr:g}: give a learning rate between 0 and 1")
     cfg = TrainConfig(window_h=args.window, hidden=args.hidden, epochs=args.epochs,
-                      seed=args.seed, threads=args.threads)
+                      seed=args.seed, threads=args.threads, lr=args.lr, patience=args.patience)
     started = time.perf_counter()
     runs: dict[Scope, list[Any]] = {}
     failures: list[list[Any]] = []
@@ -167,6 +173,7 @@ def _reconstruct(args: argparse.Namespace) -> str:
         if args.days is not None:
             parts.append(f"--days {args.days:g}")
     parts += [f"--epochs {args.epochs}", f"--hidden {args.hidden}", f"--window {args.window}",
+              f"--lr {args.lr:g}", f"--patience {args.patience}",
               f"--seed {args.seed}", f"--threads {args.threads}", f"--out {args.out}"]
     return " ".join(parts)
 

@@ -38,7 +38,10 @@ class TierSpec:
 class WindowConfig:
     step_s: float = 5.0
     raw_length: int = 120  # 10 min of 5-s samples: reactive rules and hysteresis
-    tiers: tuple[TierSpec, ...] = (TierSpec("1m", 60.0, 120), TierSpec("1h", 3600.0, 168))
+    # Days: the predictor's long memory reads each entity's last 5 finished days before the
+    # hour's day from a window of 48 hours (models/predictor/long_memory.py).
+    tiers: tuple[TierSpec, ...] = (TierSpec("1m", 60.0, 120), TierSpec("1h", 3600.0, 168),
+                                   TierSpec("1d", 86400.0, 7))
     # NVLink has 12-18 links per GPU, so its windows are kept shorter to hold memory per GPU
     # under budget; link rules look at minutes to a day.
     nvlink_raw_length: int = 60

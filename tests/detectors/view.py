@@ -36,7 +36,7 @@ class Tier:
 # The window store's default layout at a 5-s step (service.stages.windows.WindowConfig; a test
 # checks they agree): the rules choose their resolution from it through `recent`.
 RAW_LENGTH = 120
-TIERS = (Tier("1m", 60.0, 120), Tier("1h", 3600.0, 168))
+TIERS = (Tier("1m", 60.0, 120), Tier("1h", 3600.0, 168), Tier("1d", 86400.0, 7))
 NVLINK_RAW_LENGTH = 60
 NVLINK_TIERS = (Tier("1m", 60.0, 60), Tier("1h", 3600.0, 72))
 

@@ -16,7 +16,6 @@ from models.predictor.features import (
     HourlyUnavailable,
     hours_of,
     n_hourly,
-    sequences,
 )
 from service.stages.ingest import EventLog, Ingestor
 from service.stages.scoring import StoreView
@@ -59,7 +58,10 @@ def test_recorded_hours_equal_the_live_window(step: float) -> None:
         # The model's inputs: the same through RunFeatures.windows and the live path.
         ents = np.arange(run.x.shape[1], dtype=np.int64)
         hrs = np.full(len(ents), run.hours - 1, np.int64)
-        np.testing.assert_array_equal(run.windows(hrs, ents, 12), sequences(scope, live))
+        np.testing.assert_array_equal(run.windows(hrs, ents, 12), live)
+        # Rows carry their absolute hour: consecutive, ending at the store's newest hour.
+        assert run.hour_index[-1] == hours_of(fleet.view.scope(scope)).last
+        assert np.all(np.diff(run.hour_index) == 1)
     assert np.all(np.diff(runs[Scope.GPU].t_pred) > 0)
 
 
@@ -83,10 +85,11 @@ def test_peer_relative_nvlink_and_missing() -> None:
     assert run.x[-1, gone, miss] == 1.0
     assert np.isnan(run.x[-1, gone, col(Scope.GPU, "gpu_temp")])
     assert run.x[-2, gone, miss] == 0.0 and not np.isnan(run.x[-2, gone, 0])
-    seq = sequences(Scope.GPU, run.x.transpose(1, 0, 2))
-    since = col(Scope.GPU, "hours_since_nvlink")
-    assert seq[keys.index("n2:gpu1"), -1, since] == 0.0  # active this hour
-    assert seq[keys.index("n2:gpu0"), -1, since] == 1.0  # never within the window
+    # Shares of links, so 2 links and 18 read alike: one of n2:gpu1's two links has errors.
+    share = col(Scope.GPU, "nvlink_error_share")
+    assert last[keys.index("n2:gpu1"), share] == 0.5
+    assert last[keys.index("n2:gpu0"), share] == 0.0
+    assert last[keys.index("n2:gpu1"), col(Scope.GPU, "nvlink_down_share")] == 0.0
 
 
 def test_no_hour_buckets_is_said() -> None:

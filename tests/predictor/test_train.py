@@ -80,7 +80,7 @@ def _synthetic(seed: int, hours: int = 480, ports: int = 64) -> tuple[RunFeature
     f = n_hourly(Scope.IB_PORT)
     x = rng.normal(0, 0.3, (hours, ports, f)).astype(np.float32)
     x[:, :, : f - 1] = np.abs(x[:, :, : f - 1]) * (rng.random((hours, ports, f - 1)) < 0.05)
-    x[:, :, -1] = 0.0  # missing share
+    x[:, :, [f.name for f in FEATURES[Scope.IB_PORT]].index("missing_ib")] = 0.0
     keys = [f"n{p // 8}:mlx5_{p % 8}:1" for p in range(ports)]
     nodes = [k.split(":")[0] for k in keys]
     t = 1.7e9 + HOUR * np.arange(1, hours + 1)
@@ -92,7 +92,8 @@ def _synthetic(seed: int, hours: int = 480, ports: int = 64) -> tuple[RunFeature
             for k in range(24):
                 if rng.random() < 0.7:  # a noisy precursor: 70 % of its hours show errors
                     x[h - k, p, 0] = 2.0 + rng.normal(0, 0.3)
-    return RunFeatures(Scope.IB_PORT, x, t, keys, nodes), fails
+    return RunFeatures(Scope.IB_PORT, x, t, keys, nodes,
+                       (t // HOUR).astype(np.int64) - 1), fails
 
 
 def test_calibration_holds_on_held_out_data() -> None:

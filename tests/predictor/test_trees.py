@@ -15,7 +15,7 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 from collectors.catalog import Scope
 from models.evaluation.events import Failure
 from models.predictor.dataset import HOUR, RunFeatures, targets
-from models.predictor.features import FEATURES, n_hourly, sequences
+from models.predictor.features import FEATURES, n_hourly
 from models.predictor.trees import (
     Bins,
     TreeConfig,
@@ -54,7 +54,7 @@ def synthetic_run(seed: int) -> tuple[RunFeatures, list[Failure]]:
         x[ramp[-1] + 1:, e, 0] = 0.0  # the port is replaced: quiet afterwards
         fails.append(Failure(t_fail, keys[e], SCOPE, nodes[e], "M4_ib_link", onset=t_fail -
                              24 * HOUR))
-    return RunFeatures(SCOPE, x, t_pred, keys, nodes), fails
+    return RunFeatures(SCOPE, x, t_pred, keys, nodes, np.arange(HOURS, dtype=np.int64)), fails
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_probabilities_shape_range_and_determinism(
     runs, fails = data
     rt = fitted.scopes[SCOPE]
     # What the detector passes: the last window_h hours of every entity.
-    x = sequences(SCOPE, np.ascontiguousarray(runs[0].x[-fitted.window_h:].transpose(1, 0, 2)))
+    x = np.ascontiguousarray(runs[0].x[-fitted.window_h:].transpose(1, 0, 2))
     p = rt.probabilities(x)
     assert p.shape == (len(runs[0].keys), len(rt.heads)) and p.dtype == np.float32
     assert np.isfinite(p).all() and p.min() >= 0.0 and p.max() <= 1.0
@@ -125,7 +125,7 @@ def test_head_without_positives_predicts_a_constant_rate(
     assert time.perf_counter() - t0 < 10
     assert rt.models == [None] * len(rt.heads)
     assert all(h["trees"] == 0 for h in rt.metrics["heads"].values())
-    x = sequences(SCOPE, runs[1].x[-48:].transpose(1, 0, 2).copy())
+    x = runs[1].x[-48:].transpose(1, 0, 2).copy()
     p = rt.probabilities(x)
     n_val = rt.metrics["samples"]["val"]
     assert np.allclose(p, 1.0 / (n_val + 2))  # Laplace: no failure seen in n_val samples
