@@ -31,12 +31,14 @@ from models.detectors.dynamic import DynamicThresholds
 from models.detectors.findings import Detector
 from models.detectors.hard import HardRules
 from models.evaluation.demo import alert_records, summarize_demo
-from models.evaluation.events import AlertRecord, truth_from_labels
+from models.evaluation.events import AlertRecord, Failure, truth_from_labels
 from models.evaluation.matching import DAY
 from models.evaluation.metrics import truth_summary
+from models.evaluation.reliability import Reliability
 from models.evaluation.riskscore import DailyMax
 from models.evaluation.rounds import Round, feed_rounds
 from models.evaluation.score import EvalConfig, Exposure, RunData, score_run
+from models.evaluation.shared import SharedModel
 from models.evaluation.sources import (
     EvaluationInput,
     scenario_config,
@@ -150,20 +152,52 @@ DETECTOR_SETS: dict[str, Callable[[Settings, int], list[Detector]]] = {
 
 # ---- feeding ----------------------------------------------------------------------------------
 
+def share_models(per_set: dict[str, list[Detector]], share: bool = True
+                 ) -> dict[str, SharedModel]:
+    """Put each set's model detector behind a SharedModel handle, in place; with `share`, the
+    sets that hold the same model (same artifact, settings and name: lstm and fused) get one
+    SharedModel, so its hourly forward runs once per hour for all of them. Returns the shared
+    models by the first set that holds each."""
+    from models.predictor.detector import PredictorDetector
+
+    groups: dict[tuple[Any, ...], SharedModel] = {}
+    out: dict[str, SharedModel] = {}
+    for name, dets in per_set.items():
+        for i, d in enumerate(dets):
+            if not isinstance(d, PredictorDetector):
+                continue
+            key = (id(d.predictor), repr(d.config), d.name) if share else (name, i)
+            found = groups.get(key)
+            if found is None:
+                found = groups[key] = out[name] = SharedModel(d)
+            dets[i] = found.handle()
+    return out
+
+
 class Evaluator:
-    """One Pipeline per detector set over one shared window store."""
+    """One Pipeline per detector set over one shared window store; the sets that hold the same
+    model share its hourly computation (`share_models`)."""
 
     def __init__(self, step_s: float, start: float, sets: Sequence[str], seed: int = 0,
-                 model: str = "default") -> None:
+                 model: str = "default", share: bool = True,
+                 failures: Sequence[Failure] | None = None) -> None:
         settings = Settings(window=window_config_for(step_s),
                             detectors={"model": {"path": model}})  # type: ignore[arg-type]
+        per_set = {name: DETECTOR_SETS[name](settings, seed) for name in sets}
+        self.models = share_models(per_set, share) if set(sets) & set(MODEL_SETS) else {}
+        # The reliability of each model's probabilities against the labels, per head.
+        self.reliability: dict[str, Reliability] = {}
+        if failures is not None:
+            for name, m in self.models.items():
+                self.reliability[name] = Reliability(failures)
+                m.listeners.append(self.reliability[name])
         self.pipes: dict[str, Pipeline] = {}
         for name in sets:
             first = next(iter(self.pipes.values()), None)
             # Ingest once: the other sets read the first set's window store.
             shared = (first.store, first.events) if first is not None else None
             self.pipes[name] = build_pipeline(settings, Wiring.offline(
-                detectors=DETECTOR_SETS[name](settings, seed), shared=shared))
+                detectors=per_set[name], shared=shared))
         self.data = {name: RunData(daily=DailyMax(start)) for name in sets}
         self.rounds = 0
         self.last: float | None = None
@@ -220,10 +254,13 @@ class NoData(ValueError):
 def evaluate_source(src: EvaluationInput, sets: Sequence[str], seed: int = 0,
                     cfg: EvalConfig | None = None,
                     progress: Callable[[float], None] | None = None,
-                    model: str = "default") -> dict[str, Any]:
+                    model: str = "default", share: bool = True) -> dict[str, Any]:
     """Feed one source to every detector set and score them. Returns the per-set scores, the
-    pooled PR samples and watch-level leads (for plots) and the timing."""
+    pooled PR samples and watch-level leads (for plots), the model's reliability bins and the
+    timing. `share`: the sets holding the same model share its hourly run (False only to
+    check that sharing changes nothing)."""
     started = time.perf_counter()
+    truth = truth_from_labels(src.labels)  # known before the run: reliability is scored online
     start = src.start if src.start is not None else None
     ev: Evaluator | None = None
     skipped = 0
@@ -233,7 +270,7 @@ def evaluate_source(src: EvaluationInput, sets: Sequence[str], seed: int = 0,
             continue
         if ev is None:
             start = start if start is not None else (r.now // DAY) * DAY
-            ev = Evaluator(src.step_s, start, sets, seed, model)
+            ev = Evaluator(src.step_s, start, sets, seed, model, share, truth.failures)
         ev.feed(r)
         if progress is not None:
             progress(r.now)
@@ -243,7 +280,6 @@ def evaluate_source(src: EvaluationInput, sets: Sequence[str], seed: int = 0,
     end = src.end if src.end is not None else (ev.last or start) + src.step_s
     exp = Exposure(start, end, int(src.meta.get("nodes", ev.nodes)),
                    int(src.meta.get("gpus", ev.gpus)))
-    truth = truth_from_labels(src.labels)
     scored = {name: score_run(truth, ev.data[name], exp, cfg) for name in sets}
     return {
         "exposure": {"start": exp.start, "end": exp.end, "days": exp.days, "nodes": exp.nodes,
@@ -253,9 +289,14 @@ def evaluate_source(src: EvaluationInput, sets: Sequence[str], seed: int = 0,
         "samples": {name: s.samples for name, s in scored.items()},
         "leads_h": {name: s.leads_h for name, s in scored.items()},
         "alerts": {name: len(ev.data[name].alerts) for name in sets},
+        "reliability": {name: r.to_dict() for name, r in ev.reliability.items()},
         "timing": {"rounds": ev.rounds, "rounds_before_start": skipped,
                    "wall_s": time.perf_counter() - started, "ingest_s": ev.ingest_s,
-                   "tick_s": ev.tick_s},
+                   "tick_s": ev.tick_s,
+                   # The first set holding a shared model pays for its hourly run.
+                   "tick_ms_per_round": {k: 1e3 * v / max(ev.rounds, 1)
+                                         for k, v in ev.tick_s.items()},
+                   "model_runs": {k: m.computed for k, m in ev.models.items()}},
     }
 
 

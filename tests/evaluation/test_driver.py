@@ -52,10 +52,14 @@ def test_tiny_scenario_through_the_real_pipeline(tmp_path: Path) -> None:
     result = summarize("tiny", [0, 1], runs)
     assert result["results"]["ours"]["views"]["watch"]["recall_all"]["n"] >= 1
     files = write_outputs(result, tmp_path, "tiny")
-    assert set(files) == {"PR curve", "Lead time", "False alarms"}
+    # One reliability diagram per scope of the model, which lstm and fused share.
+    assert set(files) == {"PR curve", "Lead time", "False alarms", "Reliability lstm gpu",
+                          "Reliability lstm ib_port"}
     assert all((tmp_path / f).stat().st_size > 1000 for f in files.values())
     report = (tmp_path / "report.md").read_text()
     assert "### Event-level scores" in report and "| watch | ours |" in report
+    assert "### Reliability of the model's probabilities (lstm" in report
+    assert "net share (seed's claim 0.67)" in report
     assert json.loads((tmp_path / "results.json").read_text())["seeds"] == [0, 1]
 
 
