@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from collectors.catalog import Scope
 from models.detectors.findings import Finding
@@ -78,3 +79,45 @@ def test_alerts_identical_round_by_round() -> None:
     for name in ("lstm", "fused"):
         assert evs[0].data[name].alerts == evs[1].data[name].alerts
         assert evs[0].data[name].alerts  # something to compare
+
+
+def test_sharing_follows_the_stores_forgetting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node forgotten mid-run (as if silent past its windows; it reports again and comes back
+    in new slots): the shared model follows each forgetting once, so its per-slot state (the
+    persistence history, the newest probabilities) stays that of a model of its own."""
+    from service.stages.windows import ScopeWindows
+
+    real = ScopeWindows.silent
+    src = simulator_source(tiny(days=3.0, seed=2))
+    when = (src.start or 0.0) + 40 * 3600
+    done: set[int] = set()
+
+    def silent(self: ScopeWindows, now: float) -> npt.NDArray[np.bool_]:
+        out = real(self, now)
+        if now >= when and id(self) not in done:  # once per scope window of each store
+            done.add(id(self))
+            n = len(self.entities)
+            out[:n] |= np.array([e.node == self.entities[0].node for e in self.entities[:n]])
+        return out
+
+    monkeypatch.setattr(ScopeWindows, "silent", silent)
+    evs = [Evaluator(src.step_s, src.start or 0.0, ["lstm", "fused"], 2, share=s)
+           for s in (True, False)]
+    models = [evs[0].models["lstm"].inner, evs[1].models["lstm"].inner]
+    compared = 0
+    for r in feed_rounds(src.chunks, src.step_s):
+        for ev in evs:
+            ev.feed(r)
+        if r.now > when:
+            a, b = (m._history for m in models)
+            assert a.keys() == b.keys()
+            for k in a:
+                assert len(a[k]) == len(b[k])
+                for x, y in zip(a[k], b[k], strict=True):
+                    np.testing.assert_array_equal(x, y)
+                compared += 1
+            for sc, (p, _) in models[1].latest.items():
+                np.testing.assert_array_equal(models[0].latest[sc][0], p)
+    assert len(done) == 6 and compared > 0  # three scopes, two stores: it did forget
+    for name in ("lstm", "fused"):
+        assert evs[0].data[name].alerts == evs[1].data[name].alerts
