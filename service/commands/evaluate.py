@@ -7,10 +7,11 @@ and the baselines, and score them at event level per alert level and per failure
 
 The trace is generated once and fed to every detector set: chunks are split into rounds, each
 round is ingested once into a window store that every set's Pipeline shares, then each set ticks
-on it with its own detectors, alert machine and in-memory alert store (no notifiers). Only the
-escalations and each entity's daily maximum risk are kept, so memory does not grow with the
-trace. Scoring, the report and the plots live in models.evaluation; docs/evaluation.md explains
-the protocol.
+on it with its own detectors, alert machine and in-memory alert store (no notifiers). The sets
+that hold the same model (lstm, fused) share its hourly run (models/evaluation/shared.py), which
+also feeds the reliability bins of its probabilities. Only the escalations, each entity's daily
+maximum risk and those bins are kept, so memory does not grow with the trace. Scoring, the
+report and the plots live in models.evaluation; docs/evaluation.md explains the protocol.
 """
 
 from __future__ import annotations
