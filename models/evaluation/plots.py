@@ -1,6 +1,7 @@
 """The report's figures (matplotlib, Agg backend: no display needed): the PR curve of each
-detector's risk score, the lead-time histogram of its watch-level hits and its false alarms per
-level. Each function writes one PNG and returns its file name."""
+detector's risk score, the lead-time histogram of its watch-level hits, its false alarms per
+level and the reliability diagram of the model's heads. Each function writes one PNG and
+returns its file name."""
 
 from __future__ import annotations
 
@@ -75,6 +76,34 @@ def false_alarm_bars(rates: Mapping[str, Sequence[float]], levels: Sequence[str]
     ax.set(yscale="symlog", ylabel="false alarms per 1,000 node-days",
            title="False alarms per level")
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
+
+
+def reliability(heads: Mapping[str, Mapping[str, Any]], title: str, path: Path) -> str:
+    """heads: head -> its reliability table (models/evaluation/reliability.py): one line per
+    head through its bins' (mean predicted, observed rate), and the diagonal. Both axes are
+    symlog so the bins near 0, where almost every sample lies, stay readable."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 5.5))
+    diag = np.r_[0.0, np.logspace(-4, 0, 64)]  # many points: a straight line bends in symlog
+    ax.plot(diag, diag, color="grey", linestyle=":", label="perfectly calibrated")
+    colors = plt.get_cmap("tab20").colors
+    for k, (head, h) in enumerate(heads.items()):
+        bins = h.get("bins", [])
+        if bins:
+            ece = h.get("ece")
+            label = f"{head} (ECE {ece:.3f})" if ece is not None else head
+            ax.plot([b["predicted"] for b in bins], [b["observed"] for b in bins],
+                    marker="o", markersize=3, linewidth=1, label=label,
+                    color=colors[k % len(colors)])
+    ax.set_xscale("symlog", linthresh=1e-3)
+    ax.set_yscale("symlog", linthresh=1e-3)
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean predicted probability",
+           ylabel="observed rate", title=title)
+    ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from models.evaluation.aggregate import mean_of
+from models.evaluation.jobmodel import CLAIM_SHARE
 
 Scores = dict[str, Any]
 VIEW_TITLES = {"watch": "watch (level >= 1), [5 min, 7 d]",
@@ -124,16 +125,21 @@ def render(result: Scores, plots: Mapping[str, str] | None = None, title: str = 
               + [cell(get(res[d], "pr_auc", "by_mode", m, "pr_auc"), 3) for m in modes[:6]])))
     lines += section("Operational value (Young/Daly job model)", table(
         ["Detector", "failures", "avoided", "false alarms", "saved GPU-h", "FA cost GPU-h",
-         "net share of lost GPU-h"],
+         "net share of lost GPU-h", "precursor-bearing: failures", "avoided",
+         f"net share (seed's claim {CLAIM_SHARE:.2f})"],
         _rows(dets, lambda d: [cell(get(res[d], "operational", k), n) for k, n in (
             ("failures", 1), ("avoided", 1), ("false_alarms", 1), ("saved_gpu_h", 0),
-            ("false_alarm_cost_gpu_h", 0), ("net_share", 3))])))
+            ("false_alarm_cost_gpu_h", 0), ("net_share", 3), ("precursor_failures", 1),
+            ("avoided_precursor", 1), ("net_share_precursor", 3))])))
     lines += section("Time split: first half vs second half (watch view)", table(
         ["Detector", "precision 1st", "precision 2nd", "recall pre 1st", "recall pre 2nd",
          "FA/1k 1st", "FA/1k 2nd"],
         _rows(dets, lambda d: [cell(get(res[d], "halves", h, "watch", k))
                                for k in ("precision", "recall_precursor", "fa_per_1000_node_days")
                                for h in ("first", "second")])))
+    for model, scopes in (result.get("reliability") or {}).items():
+        lines += section(f"Reliability of the model's probabilities ({model}, all seeds pooled)",
+                         _reliability(scopes))
     for name, path in (plots or {}).items():
         lines += [f"![{name}]({path})", ""]
     return "\n".join(lines)
@@ -144,3 +150,22 @@ def _causes(counts: Any, top: int = 3) -> str:
         return "–"
     means = sorted(((mean_of(v) or 0.0, k) for k, v in counts.items()), reverse=True)[:top]
     return ", ".join(f"{k} {m:.1f}" for m, k in means if m > 0) or "–"
+
+
+def _reliability(scopes: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Per head: samples, positives, mean predicted against observed rate, ECE, and the bins
+    as "predicted -> observed (n)" (those with at least 100 samples; results.json has all)."""
+    rows = []
+    for scope, heads in scopes.items():
+        for head, h in heads.items():
+            bins = "; ".join(f"{b['predicted']:.3f}→{b['observed']:.3f} ({b['n']})"
+                             for b in h.get("bins", []) if b["n"] >= 100)
+            rows.append([scope, head, f"{h.get('n', 0)}", f"{h.get('positives', 0):.0f}",
+                         _num(h.get("predicted"), 4), _num(h.get("observed"), 4),
+                         _num(h.get("ece"), 4), bins or "–"])
+    return table(["Scope", "Head", "samples", "positives", "mean predicted", "observed",
+                  "ECE", "bins: predicted → observed (n)"], rows)
+
+
+def _num(v: Any, digits: int) -> str:
+    return "–" if v is None else f"{v:.{digits}f}"

@@ -13,6 +13,7 @@ import numpy as np
 
 from models.evaluation import plots
 from models.evaluation.aggregate import combine
+from models.evaluation.reliability import pooled as pooled_reliability
 from models.evaluation.report import get, render
 from models.evaluation.riskscore import Samples, pr_auc_table
 
@@ -80,6 +81,10 @@ def summarize(scenario: str, seeds: Sequence[int], runs: Sequence[Scores]) -> Sc
                 d: [get(results[d], "views", v, "fa_per_1000_node_days", "mean")
                     for v in LEVEL_VIEWS] for d in dets},
         },
+        # Each model's probability bins of all seeds merged, per scope and head.
+        "reliability": {m: pooled_reliability([r["reliability"][m] for r in runs
+                                               if m in r.get("reliability", {})])
+                        for m in sorted({m for r in runs for m in r.get("reliability", {})})},
         "per_seed": per_seed,
         "runs": [{"seed": seed, "exposure": r["exposure"], "truth": r["truth"],
                   "alerts": r["alerts"], "timing": r["timing"]}
@@ -100,6 +105,11 @@ def write_outputs(result: Scores, out_dir: Path, title: str = "") -> dict[str, s
              for d, r in fig["false_alarms_per_1000_node_days"].items()}
     files["False alarms"] = plots.false_alarm_bars(rates,
         list(LEVEL_VIEWS), list(FA_TARGETS), out_dir / "false_alarms.png")
+    for model, scopes in sorted(result.get("reliability", {}).items()):
+        for scope, heads in scopes.items():
+            name = f"reliability_{model}_{scope}.png"
+            files[f"Reliability {model} {scope}"] = plots.reliability(
+                heads, f"Reliability of {model}, {scope} heads", out_dir / name)
     (out_dir / "results.json").write_text(json.dumps(result, indent=1, default=_jsonable))
     (out_dir / "report.md").write_text(render(result, files, title) + "\n")
     return files

@@ -7,6 +7,8 @@ import argparse
 import json
 from pathlib import Path
 
+import pytest
+
 from collectors.trace import TraceWriter
 from models.evaluation.sources import EvaluationInput, simulator_source
 from models.evaluation.summary import summarize, write_outputs
@@ -52,10 +54,14 @@ def test_tiny_scenario_through_the_real_pipeline(tmp_path: Path) -> None:
     result = summarize("tiny", [0, 1], runs)
     assert result["results"]["ours"]["views"]["watch"]["recall_all"]["n"] >= 1
     files = write_outputs(result, tmp_path, "tiny")
-    assert set(files) == {"PR curve", "Lead time", "False alarms"}
+    # One reliability diagram per scope of the model, which lstm and fused share.
+    assert set(files) == {"PR curve", "Lead time", "False alarms", "Reliability lstm gpu",
+                          "Reliability lstm ib_port"}
     assert all((tmp_path / f).stat().st_size > 1000 for f in files.values())
     report = (tmp_path / "report.md").read_text()
     assert "### Event-level scores" in report and "| watch | ours |" in report
+    assert "### Reliability of the model's probabilities (lstm" in report
+    assert "net share (seed's claim 0.67)" in report
     assert json.loads((tmp_path / "results.json").read_text())["seeds"] == [0, 1]
 
 
@@ -96,3 +102,24 @@ def test_demo_summary_rows() -> None:
                                 and x["time"] <= (src.end or 0.0))
     assert all(r["lead_s"] is None or r["lead_s"] >= 0 for r in failures)
     assert rows == sorted(rows, key=lambda r: r["time"])
+
+
+def test_skipped_sets_are_not_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from service.commands import evaluate
+    from service.commands.usage import UsageError
+
+    def no_model(*_: object) -> object:
+        raise AssertionError("a skipped model set loaded its model")
+
+    monkeypatch.setattr(evaluate, "_load_predictor", no_model)
+    p = argparse.ArgumentParser()
+    configure_parser(p)
+    args = p.parse_args(["--scenario", "ci", "--days", "0.05", "--detectors", "ours", "lstm",
+                         "fused", "--skip", "lstm", "fused", "--out", str(tmp_path), "--json"])
+    assert run(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["detectors"] == ["ours"] and out["reliability"] == {}
+    args = p.parse_args(["--detectors", "ours", "--skip", "ours", "--out", str(tmp_path)])
+    with pytest.raises(UsageError, match="no detector set"):
+        run(args)

@@ -49,3 +49,30 @@ def test_seed_intervals() -> None:
     both = combine([{"a": {"p": 0.5, "q": None}, "name": "x"}, {"a": {"p": 0.7, "q": 2}}])
     assert both["a"]["p"]["mean"] == pytest.approx(0.6) and both["a"]["q"]["n"] == 1
     assert both["name"] == "x"
+
+
+def test_share_of_precursor_bearing_failures_by_hand() -> None:
+    # Three failures with a precursor, one abrupt; timely alerts on two precursor failures and
+    # on the abrupt one, and one false alarm. MTTF 10 h: τ = sqrt(2 x 0.01 h x 10 h).
+    fails = [*_failures(3), Failure(T + 5 * 3600, "n5:gpu0", Scope.GPU, "n5", "M2_gpu_hard")]
+    alerts = [AlertRecord(f.time - 2 * 3600, f.entity, f.scope, f.node, 2)
+              for f in (fails[0], fails[1], fails[3])]
+    alerts.append(AlertRecord(T - 20 * 86400, "n9:gpu0", Scope.GPU, "n9", 2))  # false alarm
+    out = operational(JobModel(mttf_h=10.0), alerts, fails, gpu_hours=1e6)
+    tau = math.sqrt(0.2)
+    lost = 1024 * (tau / 2 + 10 / 60)  # per failure: half an interval plus the restart
+    saved = 1024 * (tau / 2 + 10 / 60 - 2 / 60)  # less the planned restart
+    fa = 1024 * 2 / 60 + 8 * 1.0
+    assert out["precursor_failures"] == 3 and out["avoided_precursor"] == 2
+    assert out["avoided"] == 3
+    assert out["precursor_lost_gpu_h"] == pytest.approx(3 * lost)
+    assert out["net_share_precursor"] == pytest.approx((2 * saved - fa) / (3 * lost))
+    assert out["net_share"] == pytest.approx((3 * saved - fa) / (4 * lost))
+    # By the numbers: lost 399.6, saved 365.5, FA 42.1 GPU-h -> 0.574 and 0.659.
+    assert out["net_share_precursor"] == pytest.approx(0.5746, abs=1e-3)
+
+
+def test_share_of_precursor_bearing_failures_without_any() -> None:
+    abrupt = [Failure(T, "n1:gpu0", Scope.GPU, "n1", "M2_gpu_hard")]
+    out = operational(JobModel(mttf_h=10.0), [], abrupt, gpu_hours=1e6)
+    assert out["precursor_failures"] == 0 and out["net_share_precursor"] is None

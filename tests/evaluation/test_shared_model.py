@@ -1,0 +1,123 @@
+"""The lstm and fused sets share one model computation per hour (models/evaluation/shared.py):
+the same results as two models, the model run once per hour, and each forgetting applied once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from collectors.catalog import Scope
+from models.detectors.findings import Finding
+from models.detectors.view import FleetView
+from models.evaluation.rounds import feed_rounds
+from models.evaluation.shared import SharedModel
+from models.evaluation.sources import simulator_source
+from service.commands.evaluate import Evaluator, evaluate_source
+from tests.evaluation.test_driver import tiny
+
+
+class Recorder:
+    """A stand-in model detector that records what it is told."""
+
+    name = "lstm"
+
+    def __init__(self) -> None:
+        self.latest: dict[Scope, tuple[Any, list[str]]] = {}
+        self.forgot: list[list[int]] = []
+        self.detects = 0
+
+    def detect(self, view: FleetView, now: float) -> list[Finding]:
+        self.detects += 1
+        return []
+
+    def forget(self, scope: Scope, keep: npt.NDArray[np.intp]) -> None:
+        self.forgot.append(keep.tolist())
+
+
+def test_each_forgetting_reaches_the_shared_model_once() -> None:
+    inner = Recorder()
+    shared = SharedModel(inner)
+    a, b = shared.handle(), shared.handle()
+    first, second = np.array([0, 2, 3]), np.array([1, 2])
+    a.forget(Scope.GPU, first)
+    b.forget(Scope.GPU, first)  # the other pipeline follows the same forgetting: a no-op
+    b.forget(Scope.GPU, second)  # b first to follow the next one this time
+    a.forget(Scope.GPU, second)
+    a.forget(Scope.IB_PORT, first)  # per scope
+    b.forget(Scope.IB_PORT, first)
+    assert inner.forgot == [[0, 2, 3], [1, 2], [0, 2, 3]]
+    assert a.name == b.name == "lstm" and a.latest is inner.latest
+
+
+def _run(share: bool) -> dict[str, Any]:
+    return evaluate_source(simulator_source(tiny(days=2.0, seed=1)), ["lstm", "fused"], 1,
+                           share=share)
+
+
+def test_sharing_changes_no_result_and_halves_the_model_runs() -> None:
+    shared, apart = _run(True), _run(False)
+    for name in ("lstm", "fused"):
+        assert shared["scores"][name] == apart["scores"][name]
+        assert shared["alerts"][name] == apart["alerts"][name]
+    assert shared["reliability"]["lstm"] == apart["reliability"]["lstm"]
+    runs = shared["timing"]["model_runs"]
+    assert set(runs) == {"lstm"} and runs["lstm"] > 0
+    assert apart["timing"]["model_runs"] == {"lstm": runs["lstm"], "fused": runs["lstm"]}
+
+
+def test_alerts_identical_round_by_round() -> None:
+    src = simulator_source(tiny(days=2.0, seed=0))
+    rounds = list(feed_rounds(src.chunks, src.step_s))
+    evs = [Evaluator(src.step_s, src.start or 0.0, ["lstm", "fused"], 0, share=s)
+           for s in (True, False)]
+    for r in rounds:
+        for ev in evs:
+            ev.feed(r)
+    for name in ("lstm", "fused"):
+        assert evs[0].data[name].alerts == evs[1].data[name].alerts
+        assert evs[0].data[name].alerts  # something to compare
+
+
+def test_sharing_follows_the_stores_forgetting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node forgotten mid-run (as if silent past its windows; it reports again and comes back
+    in new slots): the shared model follows each forgetting once, so its per-slot state (the
+    persistence history, the newest probabilities) stays that of a model of its own."""
+    from service.stages.windows import ScopeWindows
+
+    real = ScopeWindows.silent
+    src = simulator_source(tiny(days=3.0, seed=2))
+    when = (src.start or 0.0) + 40 * 3600
+    done: set[int] = set()
+
+    def silent(self: ScopeWindows, now: float) -> npt.NDArray[np.bool_]:
+        out = real(self, now)
+        if now >= when and id(self) not in done:  # once per scope window of each store
+            done.add(id(self))
+            n = len(self.entities)
+            out[:n] |= np.array([e.node == self.entities[0].node for e in self.entities[:n]])
+        return out
+
+    monkeypatch.setattr(ScopeWindows, "silent", silent)
+    evs = [Evaluator(src.step_s, src.start or 0.0, ["lstm", "fused"], 2, share=s)
+           for s in (True, False)]
+    models = [evs[0].models["lstm"].inner, evs[1].models["lstm"].inner]
+    compared = 0
+    for r in feed_rounds(src.chunks, src.step_s):
+        for ev in evs:
+            ev.feed(r)
+        if r.now > when:
+            a, b = (m._history for m in models)
+            assert a.keys() == b.keys()
+            for k in a:
+                assert len(a[k]) == len(b[k])
+                for x, y in zip(a[k], b[k], strict=True):
+                    np.testing.assert_array_equal(x, y)
+                compared += 1
+            for sc, (p, _) in models[1].latest.items():
+                np.testing.assert_array_equal(models[0].latest[sc][0], p)
+    assert len(done) == 6 and compared > 0  # three scopes, two stores: it did forget
+    for name in ("lstm", "fused"):
+        assert evs[0].data[name].alerts == evs[1].data[name].alerts
