@@ -57,6 +57,9 @@ class DynamicConfig:
     nvl_recur_hours: int = 4  # of the last 6 h with errors: recoveries recur with shrinking gaps
     # When: growth rules take their level from the predicted time (models/detectors/growth.py).
     growth: GrowthConfig = field(default_factory=GrowthConfig)
+    # False: the recurrence tests alone set warning, estimate or not (the rules before they had
+    # a time; kept to measure the change against).
+    levels_follow_ttf: bool = True
 
 
 class Baseline:
@@ -259,7 +262,7 @@ class DynamicThresholds:
                       & (short >= c.sbe_over_peak * peak))
         fires = rising & (recur >= c.sbe_watch_hours)
         rate, ttf = self._sbe_growth(g)
-        risk = self._level(fires, ttf)
+        risk = self._level(fires, ttf, recur >= c.sbe_recur_hours)
         remaps = _sum(recent(g, "remapped_rows_correctable", c.remap_window_s)[0])
         with np.errstate(invalid="ignore"):
             remapped = remaps >= c.remap_min
@@ -275,9 +278,12 @@ class DynamicThresholds:
                     ttf_h=ttf, growth=rate, mode="M1_hbm"),
         ]
 
-    def _level(self, fires: B, ttf: F64) -> npt.NDArray[np.float32]:
+    def _level(self, fires: B, ttf: F64, recurs: B | None = None) -> npt.NDArray[np.float32]:
+        """Level from the predicted time where there is one, else from `recurs` (the rule's
+        recurrence test; None: watch at most)."""
         c = self.c
-        return level_risk(fires, ttf, c.growth, c.watch_risk, c.warn_risk, c.crit_risk)
+        return level_risk(fires, ttf, c.growth, c.watch_risk, c.warn_risk, c.crit_risk, recurs,
+                          c.levels_follow_ttf)
 
     def _history(self, v: ScopeView, metrics: tuple[str, ...]) -> F64:
         """[entity, hour] over the growth fit's span: the larger of the metrics' hourly sums
@@ -381,10 +387,10 @@ class DynamicThresholds:
         hours = np.sum(per_hour > 0, axis=1)
         with np.errstate(invalid="ignore"):
             rising = (errs >= c.nvl_min_errors) & (errs >= c.nvl_factor * np.maximum(base, 1.0))
-        fires = (rising | (recov >= c.nvl_recoveries)
-                 | ((recov > 0) & (hours >= c.nvl_recur_hours)))
+        recurs = (rising | (recov > 0)) & (hours >= c.nvl_recur_hours)
+        fires = rising | (recov >= c.nvl_recoveries) | recurs
         rate, ttf = self._nvl_growth(nvl)
-        return [Finding("nvlink_errors", Scope.NVLINK, self._level(fires, ttf), errs,
+        return [Finding("nvlink_errors", Scope.NVLINK, self._level(fires, ttf, recurs), errs,
                         c.nvl_min_errors, "NVLink CRC and replay errors in the last hour",
                         ttf_h=ttf, growth=rate, mode="M3_nvlink")]
 

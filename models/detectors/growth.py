@@ -57,6 +57,9 @@ class GrowthConfig:
     # within the hour critical.
     warn_within_h: float = 24.0
     crit_within_h: float = 1.0
+    # The time is read from the slope less `ttf_z` standard errors: `z` decides whether there
+    # is growth at all, `ttf_z` how cautious its time is (0: the fit's own slope).
+    ttf_z: float = 2.0
 
 
 def growth_rate(blocks: F64, c: GrowthConfig, floor: float = 1.0) -> F64:
@@ -82,8 +85,9 @@ def growth_rate(blocks: F64, c: GrowthConfig, floor: float = 1.0) -> F64:
         resid = (y - ym[:, None] - slope[:, None] * (t[None, :] - tm[:, None])) * w
         se = np.sqrt((resid**2).sum(axis=1) / np.maximum(m - 2, 1) / sxx)
         low = slope - c.z * se
+        used = np.maximum(slope - c.ttf_z * se, low)
     ok = (m >= c.min_blocks) & np.isfinite(low) & (low > 0)
-    out: F64 = np.where(ok, low, np.nan)
+    out: F64 = np.where(ok, used, np.nan)
     return out
 
 
@@ -109,13 +113,21 @@ def estimate(per_hour: F64, c: GrowthConfig, floor: float = 1.0) -> tuple[F64, F
 
 
 def level_risk(fires: npt.NDArray[np.bool_], ttf_h: F64, c: GrowthConfig, watch: float,
-               warn: float, crit: float) -> npt.NDArray[np.float32]:
-    """A rule that fires is at watch; its predicted time raises it: warning within a day,
-    critical within the hour. Without a time estimate it stays at watch."""
+               warn: float, crit: float, recurs: npt.NDArray[np.bool_] | None = None,
+               follow_ttf: bool = True) -> npt.NDArray[np.float32]:
+    """A rule that fires is at watch. Two routes raise it:
+    (a) a time estimate exists: the level follows it, warning within a day, critical within
+        the hour; an estimate of days keeps it at watch;
+    (b) no estimate (too little history since the first errors, or too noisy a stream):
+        the rule's own recurrence test (`recurs`) decides warning, as before levels had a time.
+    With follow_ttf False only (b) holds, estimate or not: the rules before they had a time."""
+    known = np.isfinite(ttf_h) if follow_ttf else np.zeros(len(fires), bool)
+    rec = np.zeros(len(fires), bool) if recurs is None else recurs
     with np.errstate(invalid="ignore"):
         risk = np.where(fires, watch, 0.0)
-        risk = np.where(fires & (ttf_h <= c.warn_within_h), warn, risk)
-        risk = np.where(fires & (ttf_h <= c.crit_within_h), crit, risk)
+        risk = np.where(fires & ~known & rec, warn, risk)
+        risk = np.where(fires & known & (ttf_h <= c.warn_within_h), warn, risk)
+        risk = np.where(fires & known & (ttf_h <= c.crit_within_h), crit, risk)
     return risk.astype(np.float32)
 
 

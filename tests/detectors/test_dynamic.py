@@ -86,8 +86,9 @@ def sbe_after(history: Sequence[float], count: float, recur: int) -> tuple[
 
 SBE = {
     "recurs: watch": ([0.0], D.sbe_min_count, D.sbe_watch_hours, D.watch_risk),
-    # Levels follow the predicted time: recurring bursts without a measured growth are watch.
-    "recurs more, no growth: watch": ([0.0], D.sbe_min_count, D.sbe_recur_hours, D.watch_risk),
+    # No growth estimate (too little history): the recurrence decides, as before.
+    "recurs more, no estimate: warning": ([0.0], D.sbe_min_count, D.sbe_recur_hours,
+                                          D.warn_risk),
     "one error short of the count": ([0.0], D.sbe_min_count - 1, D.sbe_recur_hours, 0.0),
     "one burst hour short": ([0.0], D.sbe_min_count, D.sbe_watch_hours - 1, 0.0),
     "x baseline": ([5.0], D.sbe_factor * 5.0, D.sbe_watch_hours, D.watch_risk),
@@ -116,13 +117,13 @@ def test_sbe_burst_hours_count_from_the_burst_size() -> None:
 def test_sbe_growth_holds_for_the_minute_clears_after_and_is_not_learned() -> None:
     risk, f, det = sbe_after([0.0], D.sbe_min_count, D.sbe_recur_hours)
     t = T0 + HOUR
-    assert risk == pytest.approx(D.watch_risk)
+    assert risk == pytest.approx(D.warn_risk)
     sbe_hour(f, 0.0, 0)
-    assert risk0(det.detect(f, t + 5), "sbe_growth") == pytest.approx(D.watch_risk)  # cached
+    assert risk0(det.detect(f, t + 5), "sbe_growth") == pytest.approx(D.warn_risk)  # cached
     assert risk0(det.detect(f, t + MIN), "sbe_growth") == 0.0  # next minute: reset
     # The flagged hour did not teach the baseline: the same hour an hour later fires again.
     sbe_hour(f, D.sbe_min_count, D.sbe_recur_hours)
-    assert risk0(det.detect(f, t + HOUR), "sbe_growth") == pytest.approx(D.watch_risk)
+    assert risk0(det.detect(f, t + HOUR), "sbe_growth") == pytest.approx(D.warn_risk)
 
 
 def test_sbe_falls_back_to_the_aggregate_counter() -> None:
@@ -276,14 +277,14 @@ def nvl_after(learned: float, errs: float, recov: float, hours: int,
 NVL = {
     "errors: watch": (0.0, D.nvl_min_errors, 0.0, 0, D.watch_risk),
     "one error short": (0.0, D.nvl_min_errors - 1, 0.0, 0, 0.0),
-    # Recurring errors without a measured growth: watch (levels follow the predicted time).
-    "recurring errors, no growth: watch": (0.0, D.nvl_min_errors, 0.0, D.nvl_recur_hours,
-                                           D.watch_risk),
+    # Recurring errors without a growth estimate: the recurrence decides, as before.
+    "recurring errors, no estimate: warning": (0.0, D.nvl_min_errors, 0.0, D.nvl_recur_hours,
+                                               D.warn_risk),
     "recurring one hour short": (0.0, D.nvl_min_errors, 0.0, D.nvl_recur_hours - 1,
                                  D.watch_risk),
     "recoveries: watch": (0.0, 0.0, D.nvl_recoveries, 0, D.watch_risk),
     "one recovery short": (0.0, 0.0, D.nvl_recoveries - 1, 0, 0.0),
-    "a recovery in recurring hours: watch": (0.0, 0.0, 1.0, D.nvl_recur_hours, D.watch_risk),
+    "a recovery in recurring hours: warning": (0.0, 0.0, 1.0, D.nvl_recur_hours, D.warn_risk),
     "recurring hours alone": (0.0, 0.0, 0.0, D.nvl_recur_hours, 0.0),
     "x baseline": (10.0, D.nvl_factor * 10.0, 0.0, 0, D.watch_risk),
     "just under x baseline": (10.0, D.nvl_factor * 10.0 - 1, 0.0, 0, 0.0),

@@ -94,6 +94,20 @@ def test_levels_follow_the_predicted_time(ttf: float, risk: float) -> None:
     assert got.tolist() == pytest.approx([risk, 0.0])
 
 
+@pytest.mark.parametrize(("ttf", "recurs", "follow", "risk"), [
+    (math.nan, True, True, D.warn_risk),  # (b) no estimate: the recurrence decides
+    (math.nan, False, True, D.watch_risk),
+    (72.0, True, True, D.watch_risk),  # (a) an estimate of days overrides the recurrence
+    (12.0, False, True, D.warn_risk),  # (a) within a day, recurring or not
+    (72.0, True, False, D.warn_risk),  # the rules before levels had a time
+    (0.5, False, False, D.watch_risk),
+])
+def test_two_routes_to_warning(ttf: float, recurs: bool, follow: bool, risk: float) -> None:
+    got = level_risk(np.array([True, False]), np.array([ttf, ttf]), G, D.watch_risk,
+                     D.warn_risk, D.crit_risk, np.array([recurs, recurs]), follow)
+    assert got.tolist() == pytest.approx([risk, 0.0])
+
+
 def test_the_explanation_says_when() -> None:
     assert when_text(10.0) == "failure expected in 5-20 h"
     assert when_text(72.0) == "failure expected in 1.5-6 days"
@@ -131,6 +145,26 @@ def test_slow_growth_days_ahead_stays_at_watch() -> None:
     got, _, _ = sbe_with_history(growing(0.15, start=20.0), 2000.0, 6)
     assert got.risk[0] == pytest.approx(D.watch_risk)
     assert float(got.ttf_h[0]) > 24.0  # type: ignore[index]
+
+
+def test_a_new_stream_without_an_estimate_reaches_warning_by_recurrence() -> None:
+    """Route (b): bursts in 4 of the last 6 h over the GPU's own peak, too new a stream for a
+    growth fit (fewer than min_blocks blocks since its first errors): the recurrence decides."""
+    new = [0.0] * SPAN  # the helper adds bursts in the last `recur` hours
+    got, _, _ = sbe_with_history(new, 2000.0, D.sbe_recur_hours)
+    assert math.isnan(float(got.ttf_h[0]))  # type: ignore[index]
+    assert got.risk[0] == pytest.approx(D.warn_risk)
+    fewer, _, _ = sbe_with_history(new, 2000.0, D.sbe_watch_hours)
+    assert fewer.risk[0] == pytest.approx(D.watch_risk)
+
+
+def test_without_following_the_time_slow_growth_is_warning_as_before() -> None:
+    f, det = sbe_fleet(), DynamicThresholds(DynamicConfig(levels_follow_ttf=False))
+    assert risk0(det.detect(f, T0), "sbe_growth") == 0.0
+    f.gpu.put("ecc_sbe_volatile", 0, growing(0.15, start=20.0), "1h")
+    f.gpu.put("ecc_sbe_volatile", 0, [2000.0], "1m")
+    got = next(x for x in det.detect(f, T0 + HOUR) if x.rule == "sbe_growth")
+    assert float(got.ttf_h[0]) > 24.0 and got.risk[0] == pytest.approx(D.warn_risk)  # type: ignore[index]
 
 
 def test_a_steady_high_rate_carrier_does_not_alert() -> None:
