@@ -57,9 +57,6 @@ class GrowthConfig:
     # within the hour critical.
     warn_within_h: float = 24.0
     crit_within_h: float = 1.0
-    # The time is read from the slope less `ttf_z` standard errors: `z` decides whether there
-    # is growth at all, `ttf_z` how cautious its time is (0: the fit's own slope).
-    ttf_z: float = 2.0
 
 
 def growth_rate(blocks: F64, c: GrowthConfig, floor: float = 1.0) -> F64:
@@ -85,9 +82,8 @@ def growth_rate(blocks: F64, c: GrowthConfig, floor: float = 1.0) -> F64:
         resid = (y - ym[:, None] - slope[:, None] * (t[None, :] - tm[:, None])) * w
         se = np.sqrt((resid**2).sum(axis=1) / np.maximum(m - 2, 1) / sxx)
         low = slope - c.z * se
-        used = np.maximum(slope - c.ttf_z * se, low)
     ok = (m >= c.min_blocks) & np.isfinite(low) & (low > 0)
-    out: F64 = np.where(ok, used, np.nan)
+    out: F64 = np.where(ok, low, np.nan)
     return out
 
 
