@@ -8,17 +8,19 @@ reuse their findings in between, so a 5-s tick stays cheap at fleet scale.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import Scope
 from models.detectors.findings import F64, Finding, kept
+from models.detectors.growth import GrowthConfig, estimate, level_risk
 from models.detectors.view import FleetView, ScopeView, recent
 
 B = npt.NDArray[np.bool_]
 HOUR = 3600.0
+_NVL_ALL = ("nvlink_crc_flit", "nvlink_crc_data", "nvlink_replay", "nvlink_recovery")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,11 @@ class DynamicConfig:
     nvl_factor: float = 10.0
     nvl_recoveries: float = 2.0
     nvl_recur_hours: int = 4  # of the last 6 h with errors: recoveries recur with shrinking gaps
+    # When: growth rules take their level from the predicted time (models/detectors/growth.py).
+    growth: GrowthConfig = field(default_factory=GrowthConfig)
+    # False: the recurrence tests alone set warning, estimate or not (the rules before they had
+    # a time; kept to measure the change against).
+    levels_follow_ttf: bool = True
 
 
 class Baseline:
@@ -253,19 +260,41 @@ class DynamicThresholds:
         with np.errstate(invalid="ignore"):
             rising = ((short >= c.sbe_min_count) & (short >= c.sbe_factor * np.maximum(base, 1.0))
                       & (short >= c.sbe_over_peak * peak))
-        risk = np.where(rising & (recur >= c.sbe_watch_hours), c.watch_risk, 0.0)
-        risk = np.where(rising & (recur >= c.sbe_recur_hours), c.warn_risk, risk)
+        fires = rising & (recur >= c.sbe_watch_hours)
+        rate, ttf = self._sbe_growth(g)
+        risk = self._level(fires, ttf, recur >= c.sbe_recur_hours)
         remaps = _sum(recent(g, "remapped_rows_correctable", c.remap_window_s)[0])
+        with np.errstate(invalid="ignore"):
+            remapped = remaps >= c.remap_min
         return [
-            Finding("sbe_growth", Scope.GPU, risk.astype(np.float32), short,
-                    c.sbe_factor, "correctable ECC errors in the last hour (vs x baseline)"),
+            Finding("sbe_growth", Scope.GPU, risk, short,
+                    c.sbe_factor, "correctable ECC errors in the last hour (vs x baseline)",
+                    ttf_h=ttf, growth=rate, mode="M1_hbm"),
             # A second remap is evidence beyond one benign remap (docs/simulator.md, `benign`),
-            # whose pending flag already shows in the hard rules.
-            Finding("remap_step", Scope.GPU,
-                    np.where(remaps >= c.remap_min, np.float32(c.watch_risk), np.float32(0)),
-                    remaps, c.remap_min,
-                    f"rows remapped in the last {c.remap_window_s / HOUR:g} h"),
+            # whose pending flag already shows in the hard rules. Remaps and correctable errors
+            # come from one failing memory: the remaps' time is the errors' growth.
+            Finding("remap_step", Scope.GPU, self._level(remapped, ttf), remaps, c.remap_min,
+                    f"rows remapped in the last {c.remap_window_s / HOUR:g} h",
+                    ttf_h=ttf, growth=rate, mode="M1_hbm"),
         ]
+
+    def _level(self, fires: B, ttf: F64, recurs: B | None = None) -> npt.NDArray[np.float32]:
+        """Level from the predicted time where there is one, else from `recurs` (the rule's
+        recurrence test; None: watch at most)."""
+        c = self.c
+        return level_risk(fires, ttf, c.growth, c.watch_risk, c.warn_risk, c.crit_risk, recurs,
+                          c.levels_follow_ttf)
+
+    def _history(self, v: ScopeView, metrics: tuple[str, ...]) -> F64:
+        """[entity, hour] over the growth fit's span: the larger of the metrics' hourly sums
+        (the volatile and aggregate counters count the same errors; either may be missing)."""
+        hours = self.c.growth.block_h * self.c.growth.blocks
+        out: F64 = np.max([hourly(v, m, hours) for m in metrics], axis=0)
+        return out
+
+    def _sbe_growth(self, g: ScopeView) -> tuple[F64, F64]:
+        return estimate(self._history(g, ("ecc_sbe_volatile", "ecc_sbe_aggregate")),
+                        self.c.growth)
 
     # ---- peers --------------------------------------------------------------------------------
     def _residual(self, g: ScopeView, metric: str) -> F64:
@@ -319,12 +348,15 @@ class DynamicThresholds:
         # With flaps the link is failing, but days can remain (LOS forecasting: 1-7 days):
         # urgent enough to drain at the next boundary, not to page.
         over = np.where(high & (flaps > 0), 0.8, over)
+        # The BER is a rate, not a count: its growth is read above the floor of noise.
+        rate, ttf = estimate(self._history(ib, ("ib_ber",)), c.growth, c.ber_floor)
         return [
             Finding("ib_ber", Scope.IB_PORT, over.astype(np.float32), ber, c.ber_limit,
-                    "bit-error rate over the last hour (with link flaps: critical)"),
-            Finding("ib_ber_step", Scope.IB_PORT,
-                    np.where(step, np.float32(c.watch_risk), np.float32(0)), ber / base,
-                    c.ber_step, "bit-error rate over the port's own baseline"),
+                    "bit-error rate over the last hour (with link flaps: critical)",
+                    ttf_h=ttf, growth=rate, mode="M4_ib_link"),
+            Finding("ib_ber_step", Scope.IB_PORT, self._level(step, ttf), ber / base,
+                    c.ber_step, "bit-error rate over the port's own baseline",
+                    ttf_h=ttf, growth=rate, mode="M4_ib_link"),
             Finding("ib_flaps", Scope.IB_PORT,
                     np.where(flaps > 0, np.float32(c.watch_risk - 0.05), np.float32(0)), flaps,
                     1.0, "link error recoveries and link-downed events in the last hour"),
@@ -355,8 +387,14 @@ class DynamicThresholds:
         hours = np.sum(per_hour > 0, axis=1)
         with np.errstate(invalid="ignore"):
             rising = (errs >= c.nvl_min_errors) & (errs >= c.nvl_factor * np.maximum(base, 1.0))
-        risk = np.where(rising | (recov >= c.nvl_recoveries), c.watch_risk, 0.0)
-        risk = np.where((rising | (recov > 0)) & (hours >= c.nvl_recur_hours), c.warn_risk, risk)
-        return [Finding("nvlink_errors", Scope.NVLINK, risk.astype(np.float32), errs,
-                        c.nvl_min_errors,
-                        "NVLink CRC and replay errors in the last hour (recurring: warning)")]
+        recurs = (rising | (recov > 0)) & (hours >= c.nvl_recur_hours)
+        fires = rising | (recov >= c.nvl_recoveries) | recurs
+        rate, ttf = self._nvl_growth(nvl)
+        return [Finding("nvlink_errors", Scope.NVLINK, self._level(fires, ttf, recurs), errs,
+                        c.nvl_min_errors, "NVLink CRC and replay errors in the last hour",
+                        ttf_h=ttf, growth=rate, mode="M3_nvlink")]
+
+    def _nvl_growth(self, nvl: ScopeView) -> tuple[F64, F64]:
+        hours = self.c.growth.block_h * self.c.growth.blocks
+        per_hour: F64 = sum((hourly(nvl, m, hours) for m in _NVL_ALL), np.zeros((len(nvl), hours)))
+        return estimate(per_hour, self.c.growth)

@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import Scope
+from models.detectors.growth import growth_per_day, when_text
 from models.detectors.view import FleetView
 
 F32 = npt.NDArray[np.float32]
@@ -35,15 +36,33 @@ class Finding:
     # Per-slot wording where one sentence does not fit every entity (a model's explanation
     # names what drove each entity's score); slots not in it read `signal`.
     details: dict[int, str] | None = None
+    # When, not only whether (models/detectors/growth.py): per slot, the hours until the
+    # failure a growth rule announces and the growth it extrapolated (e-folds per hour), NaN
+    # where none; `mode` names the failure (a simulator/model mode such as "M1_hbm").
+    ttf_h: F64 | None = None
+    growth: F64 | None = None
+    mode: str | None = None
 
     def signal_of(self, slot: int) -> str:
-        if self.details is not None:
-            return self.details.get(slot, self.signal)
-        return self.signal
+        text = self.signal if self.details is None else self.details.get(slot, self.signal)
+        ttf = self.ttf_at(slot)
+        if ttf is None:
+            return text
+        rate = math.nan if self.growth is None else float(self.growth[slot])
+        grow = f"growing {growth_per_day(rate):.0f} %/day: " if math.isfinite(rate) else ""
+        return f"{text}; {grow}{when_text(ttf)}"
+
+    def ttf_at(self, slot: int) -> float | None:
+        """The time-to-failure estimate at a slot where the rule fired, else None."""
+        if self.ttf_h is None or slot >= len(self.ttf_h) or not self.risk[slot] > 0:
+            return None
+        t = float(self.ttf_h[slot])
+        return t if math.isfinite(t) else None
 
     def __post_init__(self) -> None:
-        if self.risk.shape != self.value.shape:
-            raise ValueError(f"{self.rule}: risk and value shapes differ")
+        for name, a in (("value", self.value), ("ttf_h", self.ttf_h), ("growth", self.growth)):
+            if a is not None and a.shape != self.risk.shape:
+                raise ValueError(f"{self.rule}: risk and {name} shapes differ")
 
     def fitted(self, n: int) -> Finding:
         """This finding over exactly n entity slots. The entity set changes between ticks
@@ -60,7 +79,8 @@ class Finding:
         details = None if self.details is None else \
             {i: d for i, d in self.details.items() if i < n}
         return Finding(self.rule, self.scope, risk, value, self.threshold, self.signal,
-                       self.hard, self.source, details)
+                       self.hard, self.source, details, _fit(self.ttf_h, n),
+                       _fit(self.growth, n), self.mode)
 
     def kept(self, keep: npt.NDArray[np.intp]) -> Finding:
         """This finding after the window store forgot entities (see Forgets)."""
@@ -69,7 +89,19 @@ class Finding:
         details = None if self.details is None else \
             {new[i]: d for i, d in self.details.items() if i in new}
         return Finding(self.rule, self.scope, self.risk[keep], self.value[keep],
-                       self.threshold, self.signal, self.hard, self.source, details)
+                       self.threshold, self.signal, self.hard, self.source, details,
+                       None if self.ttf_h is None else self.ttf_h[keep],
+                       None if self.growth is None else self.growth[keep], self.mode)
+
+
+def _fit(a: F64 | None, n: int) -> F64 | None:
+    """A per-slot float array over exactly n slots; joined slots read NaN."""
+    if a is None or len(a) == n:
+        return a
+    out: F64 = np.full(n, np.nan, np.float64)
+    k = min(len(a), n)
+    out[:k] = a[:k]
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,9 @@ import numpy as np
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Entity
 from models.detectors.findings import Signal
-from models.predictor.window import predicted_window
+from models.detectors.fusion import ScopeRisk
+from models.detectors.growth import window_of
+from models.predictor.window import PredictedWindow, predicted_window
 from service.api.schemas import (
     AlertOut,
     EntityOut,
@@ -148,7 +150,7 @@ def node_detail(p: Pipeline, node: str) -> NodeDetail | None:
             w = p.store[scope]
             slots = np.flatnonzero(w.node_of[: len(w)] == node_slot)
             lists[scope] = [_with_window(p, scope, _entity(risk, scope, w.entities[i], i,
-                                                           levels), i)
+                                                           levels), i, risk)
                             for i in map(int, slots)]
     return NodeDetail(node=node, risk=None if risk is None else risk.node(node),
                       level=max(levels.values(), default=0), gpus=lists[Scope.GPU],
@@ -200,19 +202,42 @@ def _prediction(p: Pipeline, scope: Scope, slot: int) -> PredictionOut | None:
                          window=_window(probs))
 
 
-def _window(probs: dict[str, float] | None) -> WindowOut | None:
+def _window(probs: dict[str, float] | None,
+            rule: PredictedWindow | None = None) -> WindowOut | None:
+    """The model's predicted window; where the model has none, a rule's (rule_window)."""
     found = predicted_window(probs) if probs is not None else None
+    found = found or rule
     if found is None:
         return None
     return WindowOut(mode=found.mode, after_h=found.after_h, within_h=found.within_h,
                      probability=round(found.probability, 6), text=found.text())
 
 
-def _with_window(p: Pipeline, scope: Scope, out: EntityOut, slot: int) -> EntityOut:
-    """The entity with the model's predicted window, where the model predicts its scope."""
+def rule_window(sr: ScopeRisk | None, slot: int) -> PredictedWindow | None:
+    """The soonest time-to-failure a growth rule extrapolated for the slot (half to twice its
+    estimate, models/detectors/growth.py). Its probability is the rule's risk, not a
+    calibrated probability: the API docs say so."""
+    if sr is None or slot >= len(sr.risk):
+        return None
+    best: tuple[float, PredictedWindow] | None = None
+    for f in sr.findings:
+        ttf = f.ttf_at(slot)
+        if ttf is None or f.mode is None:
+            continue
+        after, within = window_of(ttf)
+        w = PredictedWindow(f.mode, round(after, 1), round(within, 1), float(f.risk[slot]))
+        if best is None or ttf < best[0]:
+            best = (ttf, w)
+    return None if best is None else best[1]
+
+
+def _with_window(p: Pipeline, scope: Scope, out: EntityOut, slot: int,
+                 risk: RiskState | None = None) -> EntityOut:
+    """The entity with the model's predicted window, where the model predicts its scope, or
+    else a growth rule's."""
     detector = p.model.detector if p.model is not None else None
-    if detector is not None:
-        out.window = _window(detector.probabilities(scope, slot))
+    probs = detector.probabilities(scope, slot) if detector is not None else None
+    out.window = _window(probs, rule_window(None if risk is None else risk.scopes[scope], slot))
     return out
 
 

@@ -86,7 +86,9 @@ def sbe_after(history: Sequence[float], count: float, recur: int) -> tuple[
 
 SBE = {
     "recurs: watch": ([0.0], D.sbe_min_count, D.sbe_watch_hours, D.watch_risk),
-    "recurs more: warning": ([0.0], D.sbe_min_count, D.sbe_recur_hours, D.warn_risk),
+    # No growth estimate (too little history): the recurrence decides, as before.
+    "recurs more, no estimate: warning": ([0.0], D.sbe_min_count, D.sbe_recur_hours,
+                                          D.warn_risk),
     "one error short of the count": ([0.0], D.sbe_min_count - 1, D.sbe_recur_hours, 0.0),
     "one burst hour short": ([0.0], D.sbe_min_count, D.sbe_watch_hours - 1, 0.0),
     "x baseline": ([5.0], D.sbe_factor * 5.0, D.sbe_watch_hours, D.watch_risk),
@@ -275,7 +277,9 @@ def nvl_after(learned: float, errs: float, recov: float, hours: int,
 NVL = {
     "errors: watch": (0.0, D.nvl_min_errors, 0.0, 0, D.watch_risk),
     "one error short": (0.0, D.nvl_min_errors - 1, 0.0, 0, 0.0),
-    "recurring errors: warning": (0.0, D.nvl_min_errors, 0.0, D.nvl_recur_hours, D.warn_risk),
+    # Recurring errors without a growth estimate: the recurrence decides, as before.
+    "recurring errors, no estimate: warning": (0.0, D.nvl_min_errors, 0.0, D.nvl_recur_hours,
+                                               D.warn_risk),
     "recurring one hour short": (0.0, D.nvl_min_errors, 0.0, D.nvl_recur_hours - 1,
                                  D.watch_risk),
     "recoveries: watch": (0.0, 0.0, D.nvl_recoveries, 0, D.watch_risk),
