@@ -123,3 +123,24 @@ def test_skipped_sets_are_not_built(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     args = p.parse_args(["--detectors", "ours", "--skip", "ours", "--out", str(tmp_path)])
     with pytest.raises(UsageError, match="no detector set"):
         run(args)
+
+
+def test_cached_seeds_are_reused_and_keyed(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--cache`: a seed's scores are kept and reused by a later run with the same inputs
+    (seeds in parallel processes, then `--docs` summarises them); other inputs miss."""
+    from service.commands import evaluate
+
+    cache = tmp_path / "cache"
+    first = evaluate.evaluate_scenario("ci", [3], ["ours"], days=0.05, cache=cache)
+    kept = sorted(cache.glob("ci-3-*.pkl"))
+    assert len(kept) == 1
+
+    def no_simulation(*_: object, **__: object) -> object:
+        raise AssertionError("a cached seed was simulated again")
+
+    monkeypatch.setattr(evaluate, "evaluate_source", no_simulation)
+    again = evaluate.evaluate_scenario("ci", [3], ["ours"], days=0.05, cache=cache)
+    assert again["results"] == first["results"]
+    with pytest.raises(AssertionError, match="simulated again"):  # other days: another key
+        evaluate.evaluate_scenario("ci", [3], ["ours"], days=0.06, cache=cache)
