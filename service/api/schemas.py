@@ -135,6 +135,9 @@ class GpuDetail(BaseModel):
     links: list[EntityOut]
     alerts: list[AlertOut]  # open alerts of the GPU and of its NVLink links
     prediction: PredictionOut | None = None  # None without a model or before its first hour
+    # The model's predicted window, or where it has none a growth rule's (its probability is
+    # then the rule's risk): the same as the GPU's entry in /v1/nodes/{node}.
+    window: WindowOut | None = None
 
 
 class CollectorOut(BaseModel):

@@ -180,14 +180,16 @@ def gpu_detail(p: Pipeline, key: str) -> GpuDetail | str:
                    for j, m in enumerate(w.metrics)]
         metrics += _latest_events(p, e.key)
         risk = p.risk
-        me = _entity(risk, Scope.GPU, e, slot, levels)
+        me = _with_window(p, Scope.GPU, _entity(risk, Scope.GPU, e, slot, levels), slot, risk)
         lw = p.store[Scope.NVLINK]
-        links = [_entity(risk, Scope.NVLINK, lw.entities[i], i, levels)
+        links = [_with_window(p, Scope.NVLINK, _entity(risk, Scope.NVLINK, lw.entities[i], i,
+                                                       levels), i, risk)
                  for i in map(int, np.flatnonzero(lw.gpu_of[: len(lw)] == slot))]
         prediction = _prediction(p, Scope.GPU, slot)
     return GpuDetail(gpu=e.key, node=e.node, risk=me.risk, level=me.level, metrics=metrics,
                      explanation=me.explanation, links=links,
-                     alerts=[alert_out(a) for a in mine], prediction=prediction)
+                     alerts=[alert_out(a) for a in mine], prediction=prediction,
+                     window=me.window)
 
 
 def _prediction(p: Pipeline, scope: Scope, slot: int) -> PredictionOut | None:

@@ -94,10 +94,12 @@ def test_with_a_model_the_gpu_shows_probabilities(tmp_path: Path, tiny_model: Pa
         probs, names = det.latest[Scope.GPU]
         slot = p.store[Scope.GPU].slot(Entity.gpu("n1", 2))
         probs[slot, names.index("M5_thermal@24h")] = 0.7
-        window = c.get("/v1/gpus/n1:gpu2").json()["prediction"]["window"]
+        gpu = c.get("/v1/gpus/n1:gpu2").json()
+        window = gpu["prediction"]["window"]
         assert window == {"mode": "M5_thermal", "after_h": 1.0, "within_h": 24.0,
                           "probability": 0.7, "text": "thermal failure likely in 1 h to 24 h "
                                                       "(70%)"}
+        assert gpu["window"] == window
         node = c.get("/v1/nodes/n1").json()
         assert [g["window"] for g in node["gpus"] if g["entity"] == "n1:gpu2"] == [window]
 
