@@ -60,11 +60,12 @@ class DynamicConfig:
     # False: the recurrence tests alone set warning, estimate or not (the rules before they had
     # a time; kept to measure the change against).
     levels_follow_ttf: bool = True
-    # A stream the fit has read for min_blocks blocks and whose point growth says days (or no
-    # growth) stays at watch instead of taking the recurrence route to warning (growth.settled):
-    # on the ci tuning seeds 2000-2002 it removes NVLink warning false alarms raised days ahead
-    # (docs/design.md, "growth"). False: the recurrence decides every stream with no estimate.
-    fitted_days_keep_watch: bool = True
+    # The rules on which a stream the fit has read for min_blocks blocks, and whose point growth
+    # says days (or no growth), stays at watch instead of taking the recurrence route to warning
+    # (growth.settled). NVLink only: on the ci tuning seeds 2000-2002 it removes NVLink warning
+    # false alarms raised days ahead, while on sbe_growth it cost an HBM detection (docs/design.md,
+    # "growth"). Empty: the recurrence decides every stream with no estimate.
+    fitted_days_keep_watch: tuple[str, ...] = ("nvlink_errors",)
 
 
 class Baseline:
@@ -267,7 +268,7 @@ class DynamicThresholds:
                       & (short >= c.sbe_over_peak * peak))
         fires = rising & (recur >= c.sbe_watch_hours)
         rate, ttf, days = self._sbe_growth(g)
-        risk = self._level(fires, ttf, recur >= c.sbe_recur_hours, days)
+        risk = self._level(fires, ttf, recur >= c.sbe_recur_hours, days, "sbe_growth")
         remaps = _sum(recent(g, "remapped_rows_correctable", c.remap_window_s)[0])
         with np.errstate(invalid="ignore"):
             remapped = remaps >= c.remap_min
@@ -278,22 +279,25 @@ class DynamicThresholds:
             # A second remap is evidence beyond one benign remap (docs/simulator.md, `benign`),
             # whose pending flag already shows in the hard rules. Remaps and correctable errors
             # come from one failing memory: the remaps' time is the errors' growth.
-            Finding("remap_step", Scope.GPU, self._level(remapped, ttf, None, days), remaps,
+            Finding("remap_step", Scope.GPU, self._level(remapped, ttf, None, days, "remap_step"),
+                    remaps,
                     c.remap_min,
                     f"rows remapped in the last {c.remap_window_s / HOUR:g} h",
                     ttf_h=ttf, growth=rate, mode="M1_hbm"),
         ]
 
-    def _level(self, fires: B, ttf: F64, recurs: B | None = None,
-               days: B | None = None) -> npt.NDArray[np.float32]:
+    def _level(self, fires: B, ttf: F64, recurs: B | None = None, days: B | None = None,
+               rule: str = "") -> npt.NDArray[np.float32]:
         """Level from the predicted time where there is one, else from `recurs` (the rule's
-        recurrence test; None: watch at most) unless `days` says the fit reads as days."""
+        recurrence test; None: watch at most) unless `days` says the fit reads as days and
+        `rule` is one of fitted_days_keep_watch."""
         c = self.c
+        days = days if rule in c.fitted_days_keep_watch else None
         return level_risk(fires, ttf, c.growth, c.watch_risk, c.warn_risk, c.crit_risk, recurs,
                           c.levels_follow_ttf, days)
 
     def _growth(self, per_hour: F64, floor: float = 1.0) -> tuple[F64, F64, B | None]:
-        """(growth, time to failure, fitted-days mask or None when that rule is off)."""
+        """(growth, time to failure, fitted-days mask or None when no rule uses it)."""
         rate, ttf = estimate(per_hour, self.c.growth, floor)
         days = settled(per_hour, self.c.growth, floor) if self.c.fitted_days_keep_watch else None
         return rate, ttf, days
@@ -366,7 +370,8 @@ class DynamicThresholds:
             Finding("ib_ber", Scope.IB_PORT, over.astype(np.float32), ber, c.ber_limit,
                     "bit-error rate over the last hour (with link flaps: critical)",
                     ttf_h=ttf, growth=rate, mode="M4_ib_link"),
-            Finding("ib_ber_step", Scope.IB_PORT, self._level(step, ttf, None, days), ber / base,
+            Finding("ib_ber_step", Scope.IB_PORT, self._level(step, ttf, None, days, "ib_ber_step"),
+                    ber / base,
                     c.ber_step, "bit-error rate over the port's own baseline",
                     ttf_h=ttf, growth=rate, mode="M4_ib_link"),
             Finding("ib_flaps", Scope.IB_PORT,
@@ -402,7 +407,8 @@ class DynamicThresholds:
         recurs = (rising | (recov > 0)) & (hours >= c.nvl_recur_hours)
         fires = rising | (recov >= c.nvl_recoveries) | recurs
         rate, ttf, days = self._nvl_growth(nvl)
-        return [Finding("nvlink_errors", Scope.NVLINK, self._level(fires, ttf, recurs, days), errs,
+        return [Finding("nvlink_errors", Scope.NVLINK, self._level(fires, ttf, recurs, days,
+                                                                     "nvlink_errors"), errs,
                         c.nvl_min_errors, "NVLink CRC and replay errors in the last hour",
                         ttf_h=ttf, growth=rate, mode="M3_nvlink")]
 

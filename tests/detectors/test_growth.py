@@ -168,10 +168,30 @@ def test_a_steady_nvlink_stream_stays_at_watch_while_the_fit_says_days() -> None
     """The NVLink false alarms of the ci tuning seeds: a link erring steadily for days
     recurs, so route (b) raised it to warning with no time behind it."""
     on = steady_nvlink(D)
-    assert D.fitted_days_keep_watch and math.isnan(float(on.ttf_h[0]))  # type: ignore[index]
+    assert "nvlink_errors" in D.fitted_days_keep_watch
+    assert math.isnan(float(on.ttf_h[0]))  # type: ignore[index]
     assert on.risk[0] == pytest.approx(D.watch_risk)
-    off = steady_nvlink(DynamicConfig(fitted_days_keep_watch=False))
+    off = steady_nvlink(DynamicConfig(fitted_days_keep_watch=()))
     assert off.risk[0] == pytest.approx(D.warn_risk)
+
+
+def steady_sbe(cfg: DynamicConfig) -> Finding:
+    """GPU 0, quiet when learned, then steady correctable bursts for the fit's whole span
+    and a burst now above them all: it recurs in every one of the last 6 h, without growth."""
+    f, det = sbe_fleet(), DynamicThresholds(cfg)
+    assert risk0(det.detect(f, T0), "sbe_growth") == 0.0
+    f.gpu.put("ecc_sbe_volatile", 0, [50.0] * SPAN, "1h")
+    f.gpu.put("ecc_sbe_volatile", 0, [2000.0], "1m")
+    return next(x for x in det.detect(f, T0 + HOUR) if x.rule == "sbe_growth")
+
+
+def test_the_fitted_days_rule_holds_only_on_the_rules_it_names() -> None:
+    """sbe_growth is not in the default list (on the tuning seeds it cost an HBM detection):
+    its recurrence still decides; named, the fit keeps it at watch."""
+    assert "sbe_growth" not in D.fitted_days_keep_watch
+    assert steady_sbe(D).risk[0] == pytest.approx(D.warn_risk)
+    named = DynamicConfig(fitted_days_keep_watch=("sbe_growth",))
+    assert steady_sbe(named).risk[0] == pytest.approx(D.watch_risk)
 
 
 def test_the_explanation_says_when() -> None:
