@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from collectors.catalog import Scope
 from models.detectors.findings import F64, Finding, kept
-from models.detectors.growth import GrowthConfig, estimate, level_risk
+from models.detectors.growth import GrowthConfig, estimate, level_risk, settled
 from models.detectors.view import FleetView, ScopeView, recent
 
 B = npt.NDArray[np.bool_]
@@ -60,6 +60,12 @@ class DynamicConfig:
     # False: the recurrence tests alone set warning, estimate or not (the rules before they had
     # a time; kept to measure the change against).
     levels_follow_ttf: bool = True
+    # The rules on which a stream the fit has read for min_blocks blocks, and whose point growth
+    # says days (or no growth), stays at watch instead of taking the recurrence route to warning
+    # (growth.settled). NVLink only: on the ci tuning seeds 2000-2002 it removes NVLink warning
+    # false alarms raised days ahead, while on sbe_growth it cost an HBM detection (docs/design.md,
+    # "growth"). Empty: the recurrence decides every stream with no estimate.
+    fitted_days_keep_watch: tuple[str, ...] = ("nvlink_errors",)
 
 
 class Baseline:
@@ -261,8 +267,8 @@ class DynamicThresholds:
             rising = ((short >= c.sbe_min_count) & (short >= c.sbe_factor * np.maximum(base, 1.0))
                       & (short >= c.sbe_over_peak * peak))
         fires = rising & (recur >= c.sbe_watch_hours)
-        rate, ttf = self._sbe_growth(g)
-        risk = self._level(fires, ttf, recur >= c.sbe_recur_hours)
+        rate, ttf, days = self._sbe_growth(g)
+        risk = self._level(fires, ttf, recur >= c.sbe_recur_hours, days, "sbe_growth")
         remaps = _sum(recent(g, "remapped_rows_correctable", c.remap_window_s)[0])
         with np.errstate(invalid="ignore"):
             remapped = remaps >= c.remap_min
@@ -273,17 +279,28 @@ class DynamicThresholds:
             # A second remap is evidence beyond one benign remap (docs/simulator.md, `benign`),
             # whose pending flag already shows in the hard rules. Remaps and correctable errors
             # come from one failing memory: the remaps' time is the errors' growth.
-            Finding("remap_step", Scope.GPU, self._level(remapped, ttf), remaps, c.remap_min,
+            Finding("remap_step", Scope.GPU, self._level(remapped, ttf, None, days, "remap_step"),
+                    remaps,
+                    c.remap_min,
                     f"rows remapped in the last {c.remap_window_s / HOUR:g} h",
                     ttf_h=ttf, growth=rate, mode="M1_hbm"),
         ]
 
-    def _level(self, fires: B, ttf: F64, recurs: B | None = None) -> npt.NDArray[np.float32]:
+    def _level(self, fires: B, ttf: F64, recurs: B | None = None, days: B | None = None,
+               rule: str = "") -> npt.NDArray[np.float32]:
         """Level from the predicted time where there is one, else from `recurs` (the rule's
-        recurrence test; None: watch at most)."""
+        recurrence test; None: watch at most) unless `days` says the fit reads as days and
+        `rule` is one of fitted_days_keep_watch."""
         c = self.c
+        days = days if rule in c.fitted_days_keep_watch else None
         return level_risk(fires, ttf, c.growth, c.watch_risk, c.warn_risk, c.crit_risk, recurs,
-                          c.levels_follow_ttf)
+                          c.levels_follow_ttf, days)
+
+    def _growth(self, per_hour: F64, floor: float = 1.0) -> tuple[F64, F64, B | None]:
+        """(growth, time to failure, fitted-days mask or None when no rule uses it)."""
+        rate, ttf = estimate(per_hour, self.c.growth, floor)
+        days = settled(per_hour, self.c.growth, floor) if self.c.fitted_days_keep_watch else None
+        return rate, ttf, days
 
     def _history(self, v: ScopeView, metrics: tuple[str, ...]) -> F64:
         """[entity, hour] over the growth fit's span: the larger of the metrics' hourly sums
@@ -292,9 +309,8 @@ class DynamicThresholds:
         out: F64 = np.max([hourly(v, m, hours) for m in metrics], axis=0)
         return out
 
-    def _sbe_growth(self, g: ScopeView) -> tuple[F64, F64]:
-        return estimate(self._history(g, ("ecc_sbe_volatile", "ecc_sbe_aggregate")),
-                        self.c.growth)
+    def _sbe_growth(self, g: ScopeView) -> tuple[F64, F64, B | None]:
+        return self._growth(self._history(g, ("ecc_sbe_volatile", "ecc_sbe_aggregate")))
 
     # ---- peers --------------------------------------------------------------------------------
     def _residual(self, g: ScopeView, metric: str) -> F64:
@@ -349,12 +365,13 @@ class DynamicThresholds:
         # urgent enough to drain at the next boundary, not to page.
         over = np.where(high & (flaps > 0), 0.8, over)
         # The BER is a rate, not a count: its growth is read above the floor of noise.
-        rate, ttf = estimate(self._history(ib, ("ib_ber",)), c.growth, c.ber_floor)
+        rate, ttf, days = self._growth(self._history(ib, ("ib_ber",)), c.ber_floor)
         return [
             Finding("ib_ber", Scope.IB_PORT, over.astype(np.float32), ber, c.ber_limit,
                     "bit-error rate over the last hour (with link flaps: critical)",
                     ttf_h=ttf, growth=rate, mode="M4_ib_link"),
-            Finding("ib_ber_step", Scope.IB_PORT, self._level(step, ttf), ber / base,
+            Finding("ib_ber_step", Scope.IB_PORT, self._level(step, ttf, None, days, "ib_ber_step"),
+                    ber / base,
                     c.ber_step, "bit-error rate over the port's own baseline",
                     ttf_h=ttf, growth=rate, mode="M4_ib_link"),
             Finding("ib_flaps", Scope.IB_PORT,
@@ -389,12 +406,13 @@ class DynamicThresholds:
             rising = (errs >= c.nvl_min_errors) & (errs >= c.nvl_factor * np.maximum(base, 1.0))
         recurs = (rising | (recov > 0)) & (hours >= c.nvl_recur_hours)
         fires = rising | (recov >= c.nvl_recoveries) | recurs
-        rate, ttf = self._nvl_growth(nvl)
-        return [Finding("nvlink_errors", Scope.NVLINK, self._level(fires, ttf, recurs), errs,
+        rate, ttf, days = self._nvl_growth(nvl)
+        return [Finding("nvlink_errors", Scope.NVLINK, self._level(fires, ttf, recurs, days,
+                                                                     "nvlink_errors"), errs,
                         c.nvl_min_errors, "NVLink CRC and replay errors in the last hour",
                         ttf_h=ttf, growth=rate, mode="M3_nvlink")]
 
-    def _nvl_growth(self, nvl: ScopeView) -> tuple[F64, F64]:
+    def _nvl_growth(self, nvl: ScopeView) -> tuple[F64, F64, B | None]:
         hours = self.c.growth.block_h * self.c.growth.blocks
         per_hour: F64 = sum((hourly(nvl, m, hours) for m in _NVL_ALL), np.zeros((len(nvl), hours)))
-        return estimate(per_hour, self.c.growth)
+        return self._growth(per_hour)

@@ -20,6 +20,10 @@ steps from reading as growth:
 - the slope used is the fit's lower confidence bound (slope - 2 standard errors), so a
   steady but bursty stream (a benign correctable-error carrier) reads as no growth;
 - no positive lower bound, no estimate: NaN, and the rule stays at watch at most.
+A stream with no estimate is not always one the fit knows nothing about: with `min_blocks`
+blocks since its first errors, a point slope (the fit itself, not its lower bound) that puts
+the failure beyond a day, or shows no growth, is evidence of days (`settled`); the levels may
+then keep it at watch rather than let a recurrence test raise it (`level_risk`).
 
 Vectorised over every entity (numpy only), a few array operations on [entity, block].
 """
@@ -64,9 +68,14 @@ def growth_rate(blocks: F64, c: GrowthConfig, floor: float = 1.0) -> F64:
     hour) of [entity, block] values, oldest block first; NaN where too short a stream since
     its first errors or no positive growth. Values are read as log1p(x / floor): counts with
     floor 1, a rate such as a bit-error rate with the floor below which it is noise."""
+    return _fit(blocks, c, floor)[0]
+
+
+def _fit(blocks: F64, c: GrowthConfig, floor: float) -> tuple[F64, F64, F64]:
+    """(lower-bound rate or NaN as in growth_rate, point slope, blocks since first errors)."""
     n, k = blocks.shape
     if n == 0 or k == 0:
-        return np.full(n, np.nan)
+        return np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)
     y = np.log1p(np.maximum(np.nan_to_num(blocks), 0.0) / floor)
     t = np.arange(k, dtype=np.float64) * c.block_h
     has = y > 0
@@ -84,6 +93,17 @@ def growth_rate(blocks: F64, c: GrowthConfig, floor: float = 1.0) -> F64:
         low = slope - c.z * se
     ok = (m >= c.min_blocks) & np.isfinite(low) & (low > 0)
     out: F64 = np.where(ok, low, np.nan)
+    return out, slope, m
+
+
+def settled(per_hour: F64, c: GrowthConfig, floor: float = 1.0) -> npt.NDArray[np.bool_]:
+    """Per entity, from its hourly history as in `estimate`: no estimate, yet `min_blocks`
+    blocks since the first errors whose point slope puts the failure beyond `warn_within_h`
+    (or shows no growth). Such a stream was fitted and reads as days, not as unknown."""
+    rate, slope, m = _fit(in_blocks(per_hour, c), c, floor)
+    with np.errstate(invalid="ignore"):
+        out: npt.NDArray[np.bool_] = (np.isnan(rate) & (m >= c.min_blocks) & np.isfinite(slope)
+                                      & (slope <= c.fail_efolds / c.warn_within_h))
     return out
 
 
@@ -110,15 +130,21 @@ def estimate(per_hour: F64, c: GrowthConfig, floor: float = 1.0) -> tuple[F64, F
 
 def level_risk(fires: npt.NDArray[np.bool_], ttf_h: F64, c: GrowthConfig, watch: float,
                warn: float, crit: float, recurs: npt.NDArray[np.bool_] | None = None,
-               follow_ttf: bool = True) -> npt.NDArray[np.float32]:
+               follow_ttf: bool = True,
+               days: npt.NDArray[np.bool_] | None = None) -> npt.NDArray[np.float32]:
     """A rule that fires is at watch. Two routes raise it:
     (a) a time estimate exists: the level follows it, warning within a day, critical within
         the hour; an estimate of days keeps it at watch;
     (b) no estimate (too little history since the first errors, or too noisy a stream):
-        the rule's own recurrence test (`recurs`) decides warning, as before levels had a time.
-    With follow_ttf False only (b) holds, estimate or not: the rules before they had a time."""
-    known = np.isfinite(ttf_h) if follow_ttf else np.zeros(len(fires), bool)
-    rec = np.zeros(len(fires), bool) if recurs is None else recurs
+        the rule's own recurrence test (`recurs`) decides warning, as before levels had a time;
+        except where `days` (see `settled`) says the fit reads as days: that stays at watch.
+    With follow_ttf False only (b) holds, estimate or not, `days` ignored: the rules before
+    they had a time."""
+    n = len(fires)
+    known = np.isfinite(ttf_h) if follow_ttf else np.zeros(n, bool)
+    rec = np.zeros(n, bool) if recurs is None else recurs
+    if follow_ttf and days is not None:
+        rec = rec & ~days
     with np.errstate(invalid="ignore"):
         risk = np.where(fires, watch, 0.0)
         risk = np.where(fires & ~known & rec, warn, risk)

@@ -20,6 +20,7 @@ from models.detectors.growth import (
     estimate,
     growth_per_day,
     level_risk,
+    settled,
     when_text,
 )
 from service.api.views import _window, rule_window
@@ -106,6 +107,91 @@ def test_two_routes_to_warning(ttf: float, recurs: bool, follow: bool, risk: flo
     got = level_risk(np.array([True, False]), np.array([ttf, ttf]), G, D.watch_risk,
                      D.warn_risk, D.crit_risk, np.array([recurs, recurs]), follow)
     assert got.tolist() == pytest.approx([risk, 0.0])
+
+
+def days_of(per_hour: Sequence[Sequence[float]]) -> list[bool]:
+    return [bool(x) for x in settled(np.array(per_hour, np.float64), G)]
+
+
+def sawtooth(per_day: float) -> list[float]:
+    """Growth by `per_day` under an alternating x30 burst: the point slope shows the growth,
+    the scatter leaves its lower bound at zero (no estimate)."""
+    return [g * (30.0 if h % 6 < 3 else 1.0) for h, g in enumerate(growing(per_day, 10.0))]
+
+
+@pytest.mark.parametrize(("history", "days"), [
+    ([500.0] * SPAN, True),  # steady for the whole span: fitted, no growth
+    (list(reversed(growing(1.0))), True),  # shrinking
+    (steady_bursty(1), True),  # a bursty carrier: fitted, no growth
+    (sawtooth(0.10), True),  # noisy, point growth 10 %/day: days away
+    (sawtooth(2.0), False),  # noisy, point growth x3 a day: within a day, unknown
+    ([0.0] * (SPAN - 9) + [500.0] * 9, False),  # too new to judge: the recurrence decides
+    ([0.0] * SPAN, False),  # no errors, nothing fitted
+    (growing(15.0, start=1.0), False),  # an estimate (within the hour): route (a) instead
+])
+def test_a_fitted_stream_without_an_estimate_reads_as_days(history: list[float],
+                                                          days: bool) -> None:
+    assert days_of([history]) == [days]
+
+
+def test_the_sawtooth_has_no_estimate_but_a_point_slope() -> None:
+    """The two sawtooth cases above differ by their point slope alone: neither has an
+    estimate (the scatter holds the lower bound at zero)."""
+    assert math.isnan(ttf_of([sawtooth(0.10)])[0]) and math.isnan(ttf_of([sawtooth(2.0)])[0])
+
+
+@pytest.mark.parametrize(("days", "follow", "risk"), [
+    (True, True, D.watch_risk),  # the fit says days: watch, though the rule recurs
+    (False, True, D.warn_risk),  # unknown: the recurrence decides (route b)
+    (True, False, D.warn_risk),  # the rules before levels had a time ignore the fit
+])
+def test_a_fitted_stream_of_days_does_not_take_the_recurrence_route(
+        days: bool, follow: bool, risk: float) -> None:
+    got = level_risk(np.array([True, False]), np.array([math.nan, math.nan]), G, D.watch_risk,
+                     D.warn_risk, D.crit_risk, np.array([True, True]), follow,
+                     np.array([days, days]))
+    assert got.tolist() == pytest.approx([risk, 0.0])
+
+
+def steady_nvlink(cfg: DynamicConfig) -> Finding:
+    """Link 0, quiet when learned, then 500 errors an hour for the fit's whole span: it
+    recurs in every one of the last 6 h, without growth."""
+    f, det = FakeFleet(), DynamicThresholds(cfg)
+    zero(f.nvlink, ("nvlink_crc_flit", "nvlink_crc_data", "nvlink_replay", "nvlink_recovery"))
+    det.detect(f, T0)
+    f.nvlink.put("nvlink_crc_flit", 0, [500.0] * SPAN, "1h")
+    f.nvlink.put("nvlink_crc_flit", 0, [500.0], "1m")
+    return next(x for x in det.detect(f, T0 + HOUR) if x.rule == "nvlink_errors")
+
+
+def test_a_steady_nvlink_stream_stays_at_watch_while_the_fit_says_days() -> None:
+    """The NVLink false alarms of the ci tuning seeds: a link erring steadily for days
+    recurs, so route (b) raised it to warning with no time behind it."""
+    on = steady_nvlink(D)
+    assert "nvlink_errors" in D.fitted_days_keep_watch
+    assert math.isnan(float(on.ttf_h[0]))  # type: ignore[index]
+    assert on.risk[0] == pytest.approx(D.watch_risk)
+    off = steady_nvlink(DynamicConfig(fitted_days_keep_watch=()))
+    assert off.risk[0] == pytest.approx(D.warn_risk)
+
+
+def steady_sbe(cfg: DynamicConfig) -> Finding:
+    """GPU 0, quiet when learned, then steady correctable bursts for the fit's whole span
+    and a burst now above them all: it recurs in every one of the last 6 h, without growth."""
+    f, det = sbe_fleet(), DynamicThresholds(cfg)
+    assert risk0(det.detect(f, T0), "sbe_growth") == 0.0
+    f.gpu.put("ecc_sbe_volatile", 0, [50.0] * SPAN, "1h")
+    f.gpu.put("ecc_sbe_volatile", 0, [2000.0], "1m")
+    return next(x for x in det.detect(f, T0 + HOUR) if x.rule == "sbe_growth")
+
+
+def test_the_fitted_days_rule_holds_only_on_the_rules_it_names() -> None:
+    """sbe_growth is not in the default list (on the tuning seeds it cost an HBM detection):
+    its recurrence still decides; named, the fit keeps it at watch."""
+    assert "sbe_growth" not in D.fitted_days_keep_watch
+    assert steady_sbe(D).risk[0] == pytest.approx(D.warn_risk)
+    named = DynamicConfig(fitted_days_keep_watch=("sbe_growth",))
+    assert steady_sbe(named).risk[0] == pytest.approx(D.watch_risk)
 
 
 def test_the_explanation_says_when() -> None:
