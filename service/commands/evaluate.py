@@ -491,7 +491,10 @@ _SCENARIOS = Path(__file__).resolve().parents[2] / "bench" / "scenarios"
 # baselines are judged on ci, and the trees baseline alone would add as much per round as the
 # shared model (docs/evaluation.md, "Cost").
 FLEET_SETS = ("ours", "lstm", "fused")
-DOC_RUNS: tuple[DocRun, ...] = (("ci", (0, 1, 2), None, None, None),
+# The trees baseline is left out of the documented runs since it fits itself on the model's six
+# 28-day training fleets (over 15 min on a loaded 2-core machine); `--detectors trees` scores it.
+CI_SETS = tuple(s for s in DETECTOR_SETS if s != "trees")
+DOC_RUNS: tuple[DocRun, ...] = (("ci", (0, 1, 2), None, None, CI_SETS),
                                 ("train-family", (0, 1, 2), None, 14.0, FLEET_SETS),
                                 ("shifted-family", (0, 1, 2), None, 14.0, FLEET_SETS),
                                 ("fleet-year", (0, 1, 2), None, 120.0, FLEET_SETS))
