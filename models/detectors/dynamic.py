@@ -39,6 +39,10 @@ class DynamicConfig:
     sbe_recur_hours: int = 4  # of the last 6 h with errors: warning
     sbe_watch_hours: int = 2  # of the last 6 h with errors: watch (one burst is not growth)
     sbe_over_peak: float = 2.0  # and this many times the GPU's own (decaying) worst hour
+    # ... and this many times its usual hour over its last finished days (the store's daily
+    # buckets): a steady carrier's bursts stay within it; 0 turns the check off.
+    sbe_over_usual: float = 10.0
+    usual_days: int = 5
     sbe_burst_min: float = 5.0
     remap_window_s: float = 24 * HOUR
     remap_min: float = 2.0
@@ -263,9 +267,11 @@ class DynamicThresholds:
         base = np.where(np.isnan(learned), np.inf, learned)
         recur = np.sum(hourly(g, "ecc_sbe_volatile", 6) >= c.sbe_burst_min, axis=1)
         peak = np.nan_to_num(self.sbe_base.get_peak(n), nan=np.inf)
+        usual = np.nan_to_num(self._sbe_usual(g), nan=0.0)
         with np.errstate(invalid="ignore"):
             rising = ((short >= c.sbe_min_count) & (short >= c.sbe_factor * np.maximum(base, 1.0))
-                      & (short >= c.sbe_over_peak * peak))
+                      & (short >= c.sbe_over_peak * peak)
+                      & (short >= c.sbe_over_usual * np.maximum(usual, 1.0)))
         fires = rising & (recur >= c.sbe_watch_hours)
         rate, ttf, days = self._sbe_growth(g)
         risk = self._level(fires, ttf, recur >= c.sbe_recur_hours, days, "sbe_growth")
@@ -308,6 +314,20 @@ class DynamicThresholds:
         hours = self.c.growth.block_h * self.c.growth.blocks
         out: F64 = np.max([hourly(v, m, hours) for m in metrics], axis=0)
         return out
+
+    def _sbe_usual(self, g: ScopeView) -> F64:
+        """The GPU's mean correctable errors per hour over its last `usual_days` finished days,
+        from the store's daily buckets (NaN without them). Unlike the learned baseline, which
+        does not learn while the rule flags the GPU, this follows a carrier that started
+        flagged: a healthy GPU logging a steady stream (many bursts a day) is judged against
+        its own stream after a day, not held at watch for good."""
+        day = next((t for t in g.tier_specs if abs(t.step_s - 86400.0) < 1e-9), None)
+        if day is None or self.c.sbe_over_usual <= 0:
+            return np.full(len(g), np.nan)
+        n = min(self.c.usual_days, day.length)
+        days = np.fmax(*[g.window(m, n, tier=day.name) for m in ("ecc_sbe_volatile",
+                                                                 "ecc_sbe_aggregate")])
+        return _nanmean(days) / 24.0
 
     def _sbe_growth(self, g: ScopeView) -> tuple[F64, F64, B | None]:
         return self._growth(self._history(g, ("ecc_sbe_volatile", "ecc_sbe_aggregate")))

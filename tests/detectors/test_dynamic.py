@@ -106,6 +106,26 @@ def test_sbe_growth(history: list[float], count: float, recur: int, risk: float)
     assert sbe_after(history, count, recur)[0] == pytest.approx(risk)
 
 
+@pytest.mark.parametrize(("usual_per_day", "fires"), [(None, True), (0.0, True),
+                                                      (24 * D.sbe_min_count, False),
+                                                      (24 * D.sbe_min_count / D.sbe_over_usual,
+                                                       True)])
+def test_sbe_growth_is_judged_against_the_gpus_usual_days(usual_per_day: float | None,
+                                                          fires: bool) -> None:
+    """A steady carrier (as many errors a day as a burst hour's threshold, times 24) whose
+    bursts recur stays quiet against its own last days, though the learned baseline never
+    learned it (it was flagged from its first burst); a GPU without such days is judged as
+    before."""
+    f, det = sbe_fleet(), DynamicThresholds()
+    if usual_per_day is not None:
+        only(f.gpu, "ecc_sbe_volatile", [usual_per_day] * D.usual_days, "1d")
+    sbe_hour(f, 0.0, 0)
+    det.detect(f, T0)
+    sbe_hour(f, D.sbe_over_usual * D.sbe_min_count - 1 if not fires else D.sbe_min_count * 2,
+             D.sbe_watch_hours)
+    assert (risk0(det.detect(f, T0 + HOUR), "sbe_growth") > 0) is fires
+
+
 def test_sbe_burst_hours_count_from_the_burst_size() -> None:
     f, det = sbe_fleet(), DynamicThresholds()
     det.detect(f, T0)
