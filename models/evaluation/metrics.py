@@ -40,16 +40,18 @@ def f1(precision: float | None, recall: float | None) -> float | None:
 
 def lead_stats(leads_s: Sequence[float]) -> Scores:
     """Median and 10th percentile in hours, and the shares of hits with lead >= 1 h (time for
-    a just-in-time checkpoint and drain) and >= 24 h (time for planned maintenance); see
-    docs/evaluation.md, Metrics."""
+    a just-in-time checkpoint and drain), >= 24 h (time for planned maintenance) and 6-24 h (a
+    warning that means "within a day" and leaves a shift to act); see docs/evaluation.md,
+    Metrics."""
     a = np.asarray(leads_s, dtype=np.float64)
     if len(a) == 0:
         return {"n": 0, "median_h": None, "p10_h": None, "share_ge_1h": None,
-                "share_ge_24h": None}
+                "share_ge_24h": None, "share_6_24h": None}
     return {"n": len(a), "median_h": float(np.median(a)) / HOUR,
             "p10_h": float(np.percentile(a, 10)) / HOUR,
             "share_ge_1h": float(np.mean(a >= HOUR)),
-            "share_ge_24h": float(np.mean(a >= 24 * HOUR))}
+            "share_ge_24h": float(np.mean(a >= 24 * HOUR)),
+            "share_6_24h": float(np.mean((a >= 6 * HOUR) & (a <= 24 * HOUR)))}
 
 
 def _in(t: float, span: tuple[float, float] | None) -> bool:

@@ -51,7 +51,7 @@ def table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def _headline(res: Mapping[str, Scores], dets: Sequence[str]) -> list[str]:
     head = ["View", "Detector", "Precision", "Recall (precursor)", "Recall (M1-M6)",
             "Recall (all)", "F1", "FA / 1k node-days", "Lead median h", "Lead p10 h",
-            "Lead >= 1 h", "Lead >= 24 h"]
+            "Lead >= 1 h", "Lead >= 24 h", "Lead 6-24 h"]
     rows = []
     for view in VIEW_TITLES:
         for d in dets:
@@ -60,7 +60,7 @@ def _headline(res: Mapping[str, Scores], dets: Sequence[str]) -> list[str]:
                 "precision", "recall_precursor", "recall_observable", "recall_all", "f1",
                 "fa_per_1000_node_days")] + [cell(get(v, "lead", k), 1) for k in (
                     "median_h", "p10_h")] + [cell(get(v, "lead", k)) for k in (
-                        "share_ge_1h", "share_ge_24h")])
+                        "share_ge_1h", "share_ge_24h", "share_6_24h")])
     return table(head, rows)
 
 

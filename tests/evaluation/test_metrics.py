@@ -48,6 +48,9 @@ def test_lead_stats() -> None:
     s = lead_stats([0.5 * HOUR, 2 * HOUR, 30 * HOUR, 40 * HOUR])
     assert s["n"] == 4 and s["median_h"] == 16.0
     assert s["share_ge_1h"] == 0.75 and s["share_ge_24h"] == 0.5
+    assert s["share_6_24h"] == 0.0
+    s = lead_stats([5.9 * HOUR, 6 * HOUR, 24 * HOUR, 24.1 * HOUR])
+    assert s["share_6_24h"] == 0.5  # both ends count
     assert lead_stats([])["median_h"] is None
 
 
