@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from collectors.catalog import Scope
 from models.detectors.findings import F64, Finding, kept
-from models.detectors.growth import GrowthConfig, estimate, level_risk, settled
+from models.detectors.growth import GrowthConfig, assess, level_risk
 from models.detectors.view import FleetView, ScopeView, recent
 
 B = npt.NDArray[np.bool_]
@@ -267,14 +267,20 @@ class DynamicThresholds:
         base = np.where(np.isnan(learned), np.inf, learned)
         recur = np.sum(hourly(g, "ecc_sbe_volatile", 6) >= c.sbe_burst_min, axis=1)
         peak = np.nan_to_num(self.sbe_base.get_peak(n), nan=np.inf)
-        usual = np.nan_to_num(self._sbe_usual(g), nan=0.0)
+        usual_days = self._sbe_usual(g)
+        usual = np.nan_to_num(usual_days, nan=0.0) if usual_days is not None else np.zeros(n)
         with np.errstate(invalid="ignore"):
             rising = ((short >= c.sbe_min_count) & (short >= c.sbe_factor * np.maximum(base, 1.0))
                       & (short >= c.sbe_over_peak * peak)
                       & (short >= c.sbe_over_usual * np.maximum(usual, 1.0)))
-        fires = rising & (recur >= c.sbe_watch_hours)
         rate, ttf, days = self._sbe_growth(g)
-        risk = self._level(fires, ttf, recur >= c.sbe_recur_hours, days, "sbe_growth")
+        fires = rising & (recur >= c.sbe_watch_hours)
+        # A stream with no finished day behind it (a fresh install, a swapped-in GPU) has no
+        # usual to be judged against, and its level alone does not tell a steady carrier from a
+        # new fault: until it has a day, only a fitted growth raises it past watch.
+        has_day = np.ones(n, bool) if usual_days is None else ~np.isnan(usual_days)
+        risk = self._level(fires, ttf, (recur >= c.sbe_recur_hours) & has_day, days,
+                           "sbe_growth")
         remaps = _sum(recent(g, "remapped_rows_correctable", c.remap_window_s)[0])
         with np.errstate(invalid="ignore"):
             remapped = remaps >= c.remap_min
@@ -304,9 +310,8 @@ class DynamicThresholds:
 
     def _growth(self, per_hour: F64, floor: float = 1.0) -> tuple[F64, F64, B | None]:
         """(growth, time to failure, fitted-days mask or None when no rule uses it)."""
-        rate, ttf = estimate(per_hour, self.c.growth, floor)
-        days = settled(per_hour, self.c.growth, floor) if self.c.fitted_days_keep_watch else None
-        return rate, ttf, days
+        rate, ttf, days = assess(per_hour, self.c.growth, floor)
+        return rate, ttf, days if self.c.fitted_days_keep_watch else None
 
     def _history(self, v: ScopeView, metrics: tuple[str, ...]) -> F64:
         """[entity, hour] over the growth fit's span: the larger of the metrics' hourly sums
@@ -315,15 +320,16 @@ class DynamicThresholds:
         out: F64 = np.max([hourly(v, m, hours) for m in metrics], axis=0)
         return out
 
-    def _sbe_usual(self, g: ScopeView) -> F64:
+    def _sbe_usual(self, g: ScopeView) -> F64 | None:
         """The GPU's mean correctable errors per hour over its last `usual_days` finished days,
         from the store's daily buckets (NaN without them). Unlike the learned baseline, which
         does not learn while the rule flags the GPU, this follows a carrier that started
         flagged: a healthy GPU logging a steady stream (many bursts a day) is judged against
-        its own stream after a day, not held at watch for good."""
+        its own stream after a day, not held at watch for good. None: the store keeps no daily
+        buckets, or the check is off."""
         day = next((t for t in g.tier_specs if abs(t.step_s - 86400.0) < 1e-9), None)
         if day is None or self.c.sbe_over_usual <= 0:
-            return np.full(len(g), np.nan)
+            return None
         n = min(self.c.usual_days, day.length)
         days = np.fmax(*[g.window(m, n, tier=day.name) for m in ("ecc_sbe_volatile",
                                                                  "ecc_sbe_aggregate")])

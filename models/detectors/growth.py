@@ -74,8 +74,17 @@ def growth_rate(blocks: F64, c: GrowthConfig, floor: float = 1.0) -> F64:
 def _fit(blocks: F64, c: GrowthConfig, floor: float) -> tuple[F64, F64, F64]:
     """(lower-bound rate or NaN as in growth_rate, point slope, blocks since first errors)."""
     n, k = blocks.shape
+    rate, slope, m = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)
     if n == 0 or k == 0:
-        return np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)
+        return rate, slope, m
+    # Only streams with errors have a fit: at fleet scale nearly every NVLink is silent.
+    active = np.flatnonzero(np.nan_to_num(blocks).max(axis=1) > 0)
+    rate[active], slope[active], m[active] = _fit_active(blocks[active], c, floor)
+    return rate, slope, m
+
+
+def _fit_active(blocks: F64, c: GrowthConfig, floor: float) -> tuple[F64, F64, F64]:
+    k = blocks.shape[1]
     y = np.log1p(np.maximum(np.nan_to_num(blocks), 0.0) / floor)
     t = np.arange(k, dtype=np.float64) * c.block_h
     has = y > 0
@@ -100,7 +109,17 @@ def settled(per_hour: F64, c: GrowthConfig, floor: float = 1.0) -> npt.NDArray[n
     """Per entity, from its hourly history as in `estimate`: no estimate, yet `min_blocks`
     blocks since the first errors whose point slope puts the failure beyond `warn_within_h`
     (or shows no growth). Such a stream was fitted and reads as days, not as unknown."""
+    return _settled(*_fit(in_blocks(per_hour, c), c, floor), c)
+
+
+def assess(per_hour: F64, c: GrowthConfig, floor: float = 1.0) -> tuple[F64, F64, npt.NDArray[
+        np.bool_]]:
+    """(growth, time to failure, settled) as `estimate` and `settled` give them, from one fit."""
     rate, slope, m = _fit(in_blocks(per_hour, c), c, floor)
+    return rate, time_to_failure(rate, c), _settled(rate, slope, m, c)
+
+
+def _settled(rate: F64, slope: F64, m: F64, c: GrowthConfig) -> npt.NDArray[np.bool_]:
     with np.errstate(invalid="ignore"):
         out: npt.NDArray[np.bool_] = (np.isnan(rate) & (m >= c.min_blocks) & np.isfinite(slope)
                                       & (slope <= c.fail_efolds / c.warn_within_h))

@@ -61,8 +61,9 @@ def test_hbm_temp_sustained_fires_after_its_hold_and_restarts_after_cooling() ->
 # ---- correctable ECC growth --------------------------------------------------------------------
 
 def sbe_fleet() -> FakeFleet:
+    """GPUs whose last days were quiet (the daily buckets hold zeros)."""
     f = FakeFleet()
-    zero(f.gpu, ("ecc_sbe_volatile", "remapped_rows_correctable"))
+    zero(f.gpu, ("ecc_sbe_volatile", "remapped_rows_correctable"), ("1m", "1h", "1d"))
     return f
 
 
@@ -106,24 +107,48 @@ def test_sbe_growth(history: list[float], count: float, recur: int, risk: float)
     assert sbe_after(history, count, recur)[0] == pytest.approx(risk)
 
 
-@pytest.mark.parametrize(("usual_per_day", "fires"), [(None, True), (0.0, True),
+@pytest.mark.parametrize(("usual_per_day", "fires"), [(0.0, True),
                                                       (24 * D.sbe_min_count, False),
                                                       (24 * D.sbe_min_count / D.sbe_over_usual,
                                                        True)])
-def test_sbe_growth_is_judged_against_the_gpus_usual_days(usual_per_day: float | None,
+def test_sbe_growth_is_judged_against_the_gpus_usual_days(usual_per_day: float,
                                                           fires: bool) -> None:
     """A steady carrier (as many errors a day as a burst hour's threshold, times 24) whose
     bursts recur stays quiet against its own last days, though the learned baseline never
-    learned it (it was flagged from its first burst); a GPU without such days is judged as
-    before."""
+    learned it (it was flagged from its first burst)."""
     f, det = sbe_fleet(), DynamicThresholds()
-    if usual_per_day is not None:
-        only(f.gpu, "ecc_sbe_volatile", [usual_per_day] * D.usual_days, "1d")
+    only(f.gpu, "ecc_sbe_volatile", [usual_per_day] * D.usual_days, "1d")
     sbe_hour(f, 0.0, 0)
     det.detect(f, T0)
     sbe_hour(f, D.sbe_over_usual * D.sbe_min_count - 1 if not fires else D.sbe_min_count * 2,
              D.sbe_watch_hours)
     assert (risk0(det.detect(f, T0 + HOUR), "sbe_growth") > 0) is fires
+
+
+def growing(f: FakeFleet, hours: int) -> None:
+    """GPU 0's last `hours` finished hours double every 3 h from one burst (older ones zero)."""
+    only(f.gpu, "ecc_sbe_volatile", [D.sbe_burst_min * 2 ** (i / 3) for i in range(hours)], "1h")
+
+
+@pytest.mark.parametrize(("grows", "risk"), [(False, D.watch_risk), (True, D.warn_risk)])
+def test_sbe_stream_without_a_finished_day_passes_watch_only_on_fitted_growth(
+        grows: bool, risk: float) -> None:
+    """No finished day (a fresh install, a swapped-in GPU): bursts that recur could be a
+    steady carrier's, so recurrence alone keeps it at watch (it would be warning with quiet
+    days behind it, "recurs more, no estimate"); a stream the fit reads as growing within a
+    day is at warning, its time to failure with it."""
+    f, det = sbe_fleet(), DynamicThresholds()
+    f.gpu.put("ecc_sbe_volatile", 0, [np.nan] * 7, "1d")
+    sbe_hour(f, 0.0, 0)
+    det.detect(f, T0)
+    sbe_hour(f, D.sbe_min_count * 2, D.sbe_recur_hours)
+    if grows:
+        growing(f, 18)
+    got = finding(det.detect(f, T0 + HOUR), "sbe_growth")
+    assert float(got.risk[0]) == pytest.approx(risk)
+    assert not got.risk[1:].any()
+    assert got.ttf_h is not None
+    assert bool(np.isfinite(got.ttf_h[0]) and got.ttf_h[0] <= D.growth.warn_within_h) is grows
 
 
 def test_sbe_burst_hours_count_from_the_burst_size() -> None:
@@ -148,7 +173,7 @@ def test_sbe_growth_holds_for_the_minute_clears_after_and_is_not_learned() -> No
 
 def test_sbe_falls_back_to_the_aggregate_counter() -> None:
     f, det = FakeFleet(), DynamicThresholds()
-    zero(f.gpu, ("ecc_sbe_aggregate", "ecc_sbe_volatile"), ("1h",))
+    zero(f.gpu, ("ecc_sbe_aggregate", "ecc_sbe_volatile"), ("1h", "1d"))
     f.gpu.fill("ecc_sbe_aggregate", 0.0, "1m")
     det.detect(f, T0)
     only(f.gpu, "ecc_sbe_aggregate", [D.sbe_min_count], "1m")
