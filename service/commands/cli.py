@@ -20,8 +20,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from service.commands.exposure import exposure_problem
-from service.commands.usage import UsageError, load_settings, trace_missing
+from service.commands.usage import (
+    OWN_PACKAGES,
+    UsageError,
+    load_settings,
+    missing_dependency,
+    trace_missing,
+)
 
 if TYPE_CHECKING:
     from collectors.base import Collector
@@ -43,9 +48,16 @@ class Command:
 COMMANDS: dict[str, Command] = {}
 
 # ---- subcommands registered by other modules --------------------------------------------------
-# Each module named below calls `register(...)` when imported.
-COMMAND_MODULES: tuple[str, ...] = tuple(f"service.commands.{name}" for name in (
-    "demo", "simulate", "evaluate", "agent", "train", "export", "tokens", "route"))
+# Each module named below calls `register(...)` when imported, for the subcommands listed with
+# it. A command line that names a subcommand imports only its module: a node installed with the
+# agent's dependencies alone (`pip install gpuhealth[agent]`) lacks what the others import
+# (torch, SciPy, FastAPI), and the agent stays small. tests/service/test_agent_imports.py keeps
+# this table equal to what the modules register.
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    f"service.commands.{module}": names for module, names in (
+        ("demo", ("demo",)), ("simulate", ("simulate",)), ("evaluate", ("evaluate",)),
+        ("agent", ("agent", "parse")), ("train", ("train",)), ("export", ("export",)),
+        ("tokens", ("token",)), ("route", ("route-test",)))}
 
 
 def register(name: str, configure: Configure, run: Run, help: str = "") -> None:
@@ -76,6 +88,7 @@ def _run_serve(args: argparse.Namespace) -> int:
 
     from collectors.trace import TraceReader
     from service.api.app import CollectorFactory, create_app
+    from service.commands.exposure import exposure_problem
     from service.pipeline import Pipeline
     from service.runtime.replay_progress import resumable_replay
     from service.runtime.scheduler import Clock, DataClock
@@ -279,9 +292,55 @@ def global_options(top: bool = False) -> _Parser:
     return p
 
 
-def build_parser() -> argparse.ArgumentParser:
-    for module in COMMAND_MODULES:
+def _named_command(argv: Sequence[str]) -> str | None:
+    """The subcommand a command line names, read without argparse (which needs every
+    subcommand registered first): the first word that is not an option or --log-level's
+    value. A guess that names no subcommand (`--log debug`, abbreviated) loads them all."""
+    words = iter(argv)
+    for word in words:
+        if word == "--log-level":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def _load_commands(module: str) -> None:
+    """Import a command module, whose import registers its subcommands. One whose third-party
+    imports are not installed registers stand-ins that say so when run."""
+    names = COMMAND_MODULES[module]
+    if all(n in COMMANDS for n in names):
+        return
+    try:
         importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.partition(".")[0] in OWN_PACKAGES:
+            raise
+        missing = exc.name
+        for name in names:
+            register(name, _takes_anything, _unavailable(missing),
+                     f"(not available: needs the service's dependencies; {missing} is not "
+                     f"installed)")
+
+
+def _takes_anything(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(unavailable=True)  # main lets its arguments through unparsed
+
+
+def _unavailable(module: str) -> Run:
+    def run(args: argparse.Namespace) -> int:
+        raise UsageError(missing_dependency(module))
+    return run
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for every subcommand, or, given the command line, for the one it names
+    (only that subcommand's module is imported; `serve` and `replay` import none)."""
+    named = _named_command(argv) if argv is not None else None
+    homes = [m for m, names in COMMAND_MODULES.items() if named in names]
+    if named not in COMMANDS:
+        for module in homes or COMMAND_MODULES:
+            _load_commands(module)
     parser = _Parser(prog="gpuhealth", parents=[global_options(top=True)],
                      description="Predictive health monitoring for GPU clusters")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -304,15 +363,26 @@ def configure_logging(level: str) -> None:
     install()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    configure_logging(args.log_level)
-    from service.settings import SettingsError
+def _settings_error(exc: ValueError) -> bool:
+    """Whether `exc` is a service.settings.SettingsError, told without importing the settings
+    tree (pydantic and every stage's config, ~10 MB) into commands that never load it, such as
+    `agent`: a command that raised one has imported it."""
+    settings = sys.modules.get("service.settings")
+    return settings is not None and isinstance(exc, settings.SettingsError)
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "unavailable", False):  # parse_args, but for stand-ins
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    configure_logging(args.log_level)
     name = f"gpuhealth {args.command}"
     try:
         return COMMANDS[args.command].run(args)
-    except (UsageError, SettingsError) as e:
+    except (UsageError, ValueError) as e:
+        if not isinstance(e, UsageError) and not _settings_error(e):
+            raise
         print(f"{name}: {e}", file=sys.stderr)
         return 2
     except SystemExit as e:  # `raise SystemExit("message")`: a refusal, said the same way
@@ -320,6 +390,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name}: {e.code}", file=sys.stderr)
             return 2
         raise
+    except ModuleNotFoundError as e:  # a server command run where only the agent is installed
+        if e.name is None or e.name.partition(".")[0] in OWN_PACKAGES:
+            raise
+        print(f"{name}: {missing_dependency(e.name)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -23,6 +23,19 @@ PRESETS = "demo, ci, fleet-year; families train-family, shifted-family"
 TRACE_FORMAT = "a directory of *.lp / *.lp.gz line-protocol files or one such file"
 
 
+# This distribution's top-level packages: a ModuleNotFoundError naming one is a bug, not a
+# dependency left out of the install.
+OWN_PACKAGES = frozenset({"collectors", "models", "service", "bench"})
+
+
+def missing_dependency(module: str) -> str:
+    """A command whose third-party import is not installed: the agent-only install
+    (`pip install gpuhealth[agent]`) has `agent` and `parse`, not the service's commands."""
+    top = module.partition(".")[0]
+    return (f"needs {top}, which is not installed here (an agent-only install?); install the "
+            f"service's dependencies: pip install 'gpuhealth[server]'")
+
+
 class UsageError(Exception):
     """Input the command cannot run with; the message names the problem and what is accepted."""
 
