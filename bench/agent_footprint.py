@@ -119,7 +119,8 @@ def agent_rss(cmd: list[str], cwd: Path, work: Path, rounds: int,
                 err = proc.communicate()[1]
     return {"rounds": sink.posts, "pushed_kb": round(sink.bytes / 1024, 1),
             "rss_mb": round(rss / 1024, 1), "peak_rss_mb": round(hwm / 1024, 1),
-            "agent_said": err.strip().splitlines()[-1] if err.strip() else ""}
+            "agent_said": next((x for x in reversed(err.splitlines())
+                                if x.startswith("agent:")), err.strip()[-500:])}
 
 
 def run(rounds: int, interval: float, venv: Path | None, install: bool,

@@ -228,3 +228,59 @@ def test_the_service_environment_is_valid_settings(tmp_path: Path) -> None:
     assert got["db"] == INFLUX["environment"]["INFLUXDB_DB"]
     assert got["port"] == _container_port(SVC)
     assert AGENT["environment"]["GPUHEALTH_AGENT_TOKEN"] in got["tokens"]
+
+
+# ---- the node agent alone (issue 17) ------------------------------------------------------------
+
+NODE_AGENT = SERVICES["node-agent"]
+DOCKERFILE = REPO / "service" / "Dockerfile"
+
+
+def _stages() -> dict[str, str]:
+    """The Dockerfile's stages by name, continuation lines joined as Docker joins them."""
+    text = DOCKERFILE.read_text(encoding="utf-8").replace("\\\n", "")
+    parts = re.split(r"^FROM \S+ AS (\w+)\n", text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def test_the_node_agent_is_the_dockerfiles_agent_target_and_not_started_by_default() -> None:
+    assert NODE_AGENT["profiles"] == ["node-agent"]  # a plain `up` leaves it out
+    build = NODE_AGENT["build"]
+    assert build["context"] == SVC["build"]["context"]
+    assert build["dockerfile"] == SVC["build"]["dockerfile"]
+    assert build["target"] == "agent" and SVC["build"]["target"] == "service"
+    assert NODE_AGENT["image"] != SVC["image"]
+    stages = _stages()
+    assert {"agent", "service"} <= set(stages)
+    assert list(stages)[-1] == "service"  # `docker build` without --target builds the service
+    assert 'ENTRYPOINT ["gpuhealth", "agent"]' in stages["agent"]
+
+
+def test_the_node_agent_command_parses_and_spools_on_its_volume() -> None:
+    from service.commands.cli import build_parser
+
+    ns = build_parser().parse_args(["agent", *NODE_AGENT["command"]])
+    assert urlsplit(ns.url).path == "/write" and urlsplit(ns.url).port == _container_port(SVC)
+    (volume,) = NODE_AGENT["volumes"]
+    name, mount = volume.split(":")
+    assert name in SPEC["volumes"] and ns.spool.is_relative_to(mount)
+    assert NODE_AGENT["environment"]["GPUHEALTH_AGENT_TOKEN"] == \
+        AGENT["environment"]["GPUHEALTH_AGENT_TOKEN"]
+
+
+def test_the_agent_image_installs_the_agent_set_pinned(tmp_path: Path) -> None:
+    """The agent stage's dependency list, computed by its own RUN line from pyproject, is the
+    core set plus the `agent` extra, installed at requirements.txt's pins; no torch index."""
+    agent = _stages()["agent"]
+    run = next(line for line in agent.splitlines() if line.startswith("RUN python"))
+    listing, install = run.removeprefix("RUN ").split(" && ", 1)
+    assert install.strip() == "pip install -c requirements.txt -r agent-deps.txt"
+    assert "download.pytorch.org" not in agent and "-r requirements.txt" not in agent
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    subprocess.run(["sh", "-c", listing.replace("python ", f"{sys.executable} ", 1)],
+                   cwd=tmp_path, check=True, timeout=60)
+    deps = (tmp_path / "agent-deps.txt").read_text(encoding="utf-8").split()
+    with (REPO / "pyproject.toml").open("rb") as f:
+        project = tomllib.load(f)["project"]
+    assert deps == project["dependencies"] + project["optional-dependencies"]["agent"]
+    assert not any(d.startswith(("torch", "scipy", "fastapi", "scikit")) for d in deps)
