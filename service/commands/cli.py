@@ -308,11 +308,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level)
     from service.settings import SettingsError
+    from service.storage.schema import SchemaError
 
     name = f"gpuhealth {args.command}"
     try:
         return COMMANDS[args.command].run(args)
-    except (UsageError, SettingsError) as e:
+    except (UsageError, SettingsError, SchemaError) as e:
         print(f"{name}: {e}", file=sys.stderr)
         return 2
     except SystemExit as e:  # `raise SystemExit("message")`: a refusal, said the same way
