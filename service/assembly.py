@@ -41,7 +41,9 @@ class Wiring:
     `Wiring.offline()` is a replay's, an evaluation's or a test's."""
 
     alert_db: str | None = None  # the alert store's SQLite file; None: the settings' file
-    sample_history: bool = True  # keep samples in the settings' SQLite file (if write_samples)
+    # Keep samples (if write_samples) and, without InfluxDB, risk history in the settings'
+    # SQLite file.
+    sample_history: bool = True
     influxdb: bool = True  # the InfluxDB sink and tick recorder, when the settings name one
     sinks: Sequence[Sink] = ()  # more sinks, after those above
     observers: Sequence[TickObserver] = ()  # more tick observers
@@ -128,6 +130,11 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
     parts.remediation, parts.controller = _remediation(s, w, alerts, db, parts.fleet_count.size)
     if w.sample_history and s.storage.write_samples:
         parts.sinks.append(SQLiteSink(s.storage.sqlite_path))
+    if w.sample_history and s.storage.risk_history_days > 0 and not s.storage.influxdb.url:
+        from service.storage.risk_history import RiskHistory
+
+        parts.observers.append(RiskHistory(s.storage.sqlite_path,
+                                           retention_s=s.storage.risk_history_days * 86400.0))
     parts.sinks += w.sinks
     parts.observers += w.observers
     if w.influxdb and s.storage.influxdb.url:

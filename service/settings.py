@@ -77,6 +77,9 @@ class StorageSettings(BaseModel):
     data_dir: Path = Path("var")
     sqlite_file: str = "gpuhealth.db"
     write_samples: bool = True  # keep sample history in SQLite (the embedded default sink)
+    # Without InfluxDB, risk and alert level history in SQLite for the charts (at most a row
+    # per entity a minute, service.storage.risk_history); days kept, 0 turns it off.
+    risk_history_days: float = Field(default=3.0, ge=0)
     influxdb: InfluxSettings = InfluxSettings()
     # After a restart, replay this much history from the store into the window store and the
     # detectors, so sustained-duration rules and baselines keep their state. 0 disables.

@@ -112,13 +112,14 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "Unknown metric, metric of another scope, bad time range, or a step "
                          f"giving more than {MAX_POINTS} points"},
     404: {"description": "Not a key of this kind of entity"},
-    501: {"description": "Not kept by the configured store (risk and node history need "
-                         "InfluxDB)"},
+    501: {"description": "Not kept by the configured store (ib_ber, derived at ingest, "
+                         "needs InfluxDB)"},
     502: {"description": "InfluxDB could not answer"},
 }
 
-_RISK_DOC = ("From the scoring tick's `risk` measurement in InfluxDB (a bucket's maximum by "
-             "default); 501 when only the embedded SQLite store is set up.")
+_RISK_DOC = ("From the scoring tick's `risk` measurement in InfluxDB, or the embedded SQLite "
+             "store's risk history (one value a minute, carried to the next row); a bucket's "
+             "maximum by default.")
 
 
 def _metrics_doc(scope: Scope) -> str:

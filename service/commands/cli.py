@@ -27,6 +27,7 @@ from service.commands.usage import (
     missing_dependency,
     trace_missing,
 )
+from service.errors import GpuhealthError
 
 if TYPE_CHECKING:
     from collectors.base import Collector
@@ -363,12 +364,17 @@ def configure_logging(level: str) -> None:
     install()
 
 
-def _settings_error(exc: ValueError) -> bool:
-    """Whether `exc` is a service.settings.SettingsError, told without importing the settings
-    tree (pydantic and every stage's config, ~10 MB) into commands that never load it, such as
-    `agent`: a command that raised one has imported it."""
-    settings = sys.modules.get("service.settings")
-    return settings is not None and isinstance(exc, settings.SettingsError)
+def _settings_error(exc: ValueError | GpuhealthError) -> bool:
+    """Whether `exc` is a service.settings.SettingsError or a storage SchemaError (a data file
+    this release cannot read), told without importing the settings tree (pydantic and every
+    stage's config, ~10 MB) into commands that never load it, such as `agent`: a command that
+    raised one has imported its module."""
+    for module, name in (("service.settings", "SettingsError"),
+                         ("service.storage.schema", "SchemaError")):
+        found = sys.modules.get(module)
+        if found is not None and isinstance(exc, getattr(found, name)):
+            return True
+    return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -380,7 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = f"gpuhealth {args.command}"
     try:
         return COMMANDS[args.command].run(args)
-    except (UsageError, ValueError) as e:
+    except (UsageError, ValueError, GpuhealthError) as e:
         if not isinstance(e, UsageError) and not _settings_error(e):
             raise
         print(f"{name}: {e}", file=sys.stderr)

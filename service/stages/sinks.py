@@ -4,7 +4,6 @@ accepted (and the rates it derived). SQLite is the embedded default; the InfluxD
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from pathlib import Path
 from typing import Protocol
@@ -51,15 +50,10 @@ class SQLiteSink:
         self._names: dict[Scope, tuple[EntityTable, list[str], list[str]]] = {}
 
     def _unique(self, table: str) -> None:
-        """One row per entity and time; a file written before this kept duplicates, which
-        are reduced to their newest row first."""
-        index = f"CREATE UNIQUE INDEX IF NOT EXISTS {table}_point ON {table} (entity, ts)"
-        try:
-            self._db.execute(index)
-        except sqlite3.IntegrityError:
-            self._db.execute(f"DELETE FROM {table} WHERE rowid NOT IN "
-                             f"(SELECT max(rowid) FROM {table} GROUP BY entity, ts)")
-            self._db.execute(index)
+        """One row per entity and time (a file written before this rule is reduced to its
+        newest rows by service.storage.schema's version 1)."""
+        self._db.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {table}_point ON {table} "
+                         "(entity, ts)")
 
     def _keys(self, scope: Scope, table: EntityTable) -> tuple[list[str], list[str]]:
         cached = self._names.get(scope)

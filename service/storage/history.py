@@ -27,7 +27,8 @@ AUTO_POINTS = 720  # one hour at the 5-s sample step; a screen-wide chart at any
 DEFAULT_RANGE_S = 3600.0
 NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
               43200, 86400)
-# What the scoring tick records per entity (the `risk` measurement, InfluxDB only).
+# What the scoring tick records per entity (InfluxDB's `risk` measurement, SQLite's
+# risk_history table).
 RISK_FIELDS = {"risk": "0..1", "level": "alert level"}
 _LAST_NS_TIME = 2.0**63 / 1e9  # InfluxDB's timestamps are signed 64-bit nanoseconds
 
@@ -56,7 +57,7 @@ class QueryError(BadRequest, ValueError):
 
 
 class NotStored(GpuhealthError):
-    """History this store does not keep (HTTP 501), e.g. risk in the embedded SQLite store."""
+    """History this store does not keep (HTTP 501), e.g. ib_ber in the embedded SQLite store."""
 
     status, slug, title = 501, "not-stored", "Not kept by this store"
 

@@ -1,9 +1,10 @@
 """History from the embedded SQLite store (service.stages.sinks.SQLiteSink's tables), read through a
 read-only connection of its own so the sink's write path is never blocked or touched.
 
-The SQLite sink keeps samples and events, not rates, derived gauges or risk: rates are derived
-here with the ingest's rule (a reset's increase is the new value); derived gauges (ib_ber) and
-risk are NotStored."""
+The SQLite sink keeps samples and events, not rates or derived gauges: rates are derived here
+with the ingest's rule (a reset's increase is the new value); derived gauges (ib_ber) and a
+node's own metrics are NotStored. Risk and level come from service.storage.risk_history (one
+value a minute)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from collectors.catalog import Scope
 from service.storage.history import Agg, NotStored, SeriesOut, SeriesQuery, ValueOrigin, Wanted
+from service.storage.risk_history import read_buckets
 
 _SQL_AGG = {Agg.MEAN: "AVG", Agg.MAX: "MAX", Agg.MIN: "MIN", Agg.COUNT: "COUNT"}
 _SAMPLED = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
@@ -68,10 +70,11 @@ class SQLiteHistory:
         return sqlite3.connect(self.path.resolve().as_uri() + "?mode=ro", uri=True)
 
     def series(self, query: SeriesQuery) -> list[SeriesOut]:
-        if any(w.origin is ValueOrigin.RISK for w in query.metrics) or query.scope not in _SAMPLED:
-            raise NotStored("risk history (and node-level metrics) are kept only in InfluxDB: "
-                            "set storage.influxdb.url; the embedded SQLite store keeps samples "
-                            "and events")
+        if query.scope not in _SAMPLED and any(w.origin is not ValueOrigin.RISK
+                                               for w in query.metrics):
+            raise NotStored("a node's own metrics are kept only in InfluxDB: set "
+                            "storage.influxdb.url; the embedded SQLite store keeps a node's "
+                            "risk and level")
         derived = [w.name for w in query.metrics if w.derived]
         if derived:
             raise NotStored(f"{', '.join(derived)}: derived at ingest and kept only in "
@@ -85,7 +88,7 @@ class SQLiteHistory:
                 try:
                     rows = self._rows(db, query, s.metric)
                 except sqlite3.OperationalError as exc:
-                    if "no such table" in str(exc):  # sample history switched off
+                    if "no such table" in str(exc):  # history switched off, or not yet made
                         continue
                     raise
                 for b, v in rows:
@@ -98,6 +101,8 @@ class SQLiteHistory:
 
     @staticmethod
     def _rows(db: sqlite3.Connection, q: SeriesQuery, w: Wanted) -> list[tuple[int, float]]:
+        if w.origin is ValueOrigin.RISK:
+            return read_buckets(db, q, w)
         key, table = q.entity.key, f"{q.scope.value}_samples"
         if w.origin is ValueOrigin.EVENT:
             sql = ("SELECT CAST(ts / ? AS INTEGER) AS b, COUNT(*) FROM events WHERE entity = ? "

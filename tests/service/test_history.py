@@ -108,11 +108,14 @@ def test_sqlite_history(sqlite: SQLiteHistory) -> None:
     check_semantics(sqlite)
 
 
-def test_sqlite_keeps_no_risk_node_or_derived_history(sqlite: SQLiteHistory) -> None:
-    with pytest.raises(NotStored, match="InfluxDB"):
-        sqlite.series(q("n0:gpu0", "risk"))
-    with pytest.raises(NotStored, match="InfluxDB"):
-        sqlite.series(q("n0"))
+def test_sqlite_keeps_risk_and_level_but_not_derived_history(sqlite: SQLiteHistory) -> None:
+    # Two Xids at rounds 3 and 4: a hard rule, level 3 from then on (as test_reader's InfluxDB).
+    got = points(sqlite.series(q("n0:gpu0", "risk", "level")))
+    assert got == {"risk": [(T0, 1.0), (T0 + 60, 1.0)], "level": [(T0, 3.0), (T0 + 60, 3.0)]}
+    assert points(sqlite.series(q("n0:gpu1", "risk", step=120)))["risk"] == [(T0, 0.0)]
+    assert points(sqlite.series(q("n0")))["risk"] == [(T0, 1.0), (T0 + 60, 1.0)]
+    # A link never at risk has no rows, as in InfluxDB.
+    assert points(sqlite.series(q("n0:gpu0:nvlink0", "risk")))["risk"] == []
     with pytest.raises(NotStored, match="ib_ber: derived at ingest and kept only in InfluxDB"):
         sqlite.series(q("n0:mlx5_0:1", "ib_ber", "ib_state"))
 

@@ -125,12 +125,22 @@ def test_wrong_kind_of_key_is_404(api: Api) -> None:
     assert "not a node key" in api.get("/v1/nodes/n001:gpu1/metrics", 404)["detail"]
 
 
-def test_risk_and_node_history_need_influxdb(api: Api) -> None:
-    for url in ("/v1/gpus/n001:gpu1/risk", "/v1/nodes/n001/metrics", "/v1/nodes/n001/risk",
-                "/v1/links/n001:gpu1:nvlink0/risk"):
-        assert "kept only in InfluxDB" in api.get(url, 501)["detail"]
-    assert "kept only in InfluxDB" in api.get("/v1/gpus/n001:gpu1/metrics", 501,
-                                              metric="risk")["detail"]
+def test_risk_and_node_history_from_sqlite(api: Api) -> None:
+    span = {"from": str(T0), "to": str(T0 + 120), "step": "60"}
+    for url in ("/v1/gpus/n001:gpu1/risk", "/v1/nodes/n001/risk"):
+        body = api.get(url, **span)
+        assert (body["source"], body["step"]) == ("sqlite", 60)
+        risk, level = body["series"]
+        assert (risk["metric"], risk["agg"], risk["kind"]) == ("risk", "max", "risk")
+        assert (level["metric"], level["unit"]) == ("level", "alert level")
+        # The first minute is written; the one under way carries its value forward.
+        assert risk["times"] == level["times"] == [T0, T0 + 60]
+        assert all(0.0 <= v <= 1.0 for v in risk["values"])
+    node = api.get("/v1/nodes/n001/metrics", **span)
+    assert [s["metric"] for s in node["series"]] == ["risk"]
+    gpu = api.get("/v1/gpus/n001:gpu1/metrics", metric=["risk", "gpu_temp"], **span)
+    assert [len(s["values"]) for s in gpu["series"]] == [2, 2]
+    assert api.get("/v1/links/n001:gpu1:nvlink0/risk", **span)["series"][0]["values"] == []
     assert "kept only in InfluxDB" in api.get("/v1/ports/n001:mlx5_0:1/metrics", 501,
                                               metric="ib_ber")["detail"]
 

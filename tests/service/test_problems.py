@@ -140,7 +140,7 @@ def test_429_keeps_retry_after_and_says_it_as_a_member(api: Api) -> None:
 
 
 def test_501_history_not_kept_here(api: Api) -> None:
-    r = api.call("GET", "/v1/gpus/n001:gpu1/risk")
+    r = api.call("GET", "/v1/ports/n001:mlx5_0:1/metrics?metric=ib_ber")
     assert "kept only in InfluxDB" in problem(r, 501, "not-stored")["detail"]
 
 

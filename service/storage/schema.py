@@ -1,0 +1,147 @@
+"""Schema versions of the service's SQLite file: `PRAGMA user_version` says which layout the
+file has, and MIGRATIONS, in order, bring an older file forward, all pending ones in one
+transaction when the file is opened (service.storage.sqlite_db.open_db). A file written by a
+newer release is refused instead of being half understood.
+
+Who creates what: each store creates its own tables when they are missing (`CREATE ... IF NOT
+EXISTS`, the current shape), so a fresh file needs no migration. A migration changes what an
+older release left behind (a column, an index, rows) or adds a table that readers rely on before
+any store has written. Changing a store's CREATE statement therefore needs a migration here that
+does the same to an existing file; tests/service/test_schema_versions.py fails until it exists
+(an upgraded file must end with the same layout as a fresh one).
+
+Version 0 is the release before versions (every table as its stores created it).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from service.errors import GpuhealthError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int  # the file's user_version once this has run
+    summary: str
+    apply: Callable[[sqlite3.Connection], None]  # runs inside the caller's transaction
+
+
+class SchemaError(GpuhealthError):
+    """The file cannot be used at this release's schema version (the CLI says so and exits)."""
+
+
+class SchemaTooNew(SchemaError):
+    """The file was written by a newer release: its tables may mean what this code cannot
+    know, so nothing is read or written."""
+
+    status, slug, title = 500, "schema-too-new", "Database written by a newer release"
+
+
+class MigrationFailed(SchemaError):
+    status, slug, title = 500, "migration-failed", "Database upgrade failed"
+
+
+def _tables(db: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _v1_one_row_per_sample(db: sqlite3.Connection) -> None:
+    """Sample tables written before the unique (entity, ts) index could hold a point twice (a
+    resent push): the newest row of each stays, then the index makes it a rule."""
+    for table in sorted(t for t in _tables(db) if t.endswith("_samples")):
+        db.execute(f"DELETE FROM {table} WHERE rowid NOT IN "
+                   f"(SELECT max(rowid) FROM {table} GROUP BY entity, ts)")
+        db.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {table}_point ON {table} (entity, ts)")
+
+
+RISK_HISTORY_SQL = """
+CREATE TABLE IF NOT EXISTS risk_history (
+    scope TEXT NOT NULL,      -- gpu, nvlink, ib_port, node (the InfluxDB `risk` tags)
+    entity TEXT NOT NULL,     -- entity key: n1:gpu3, n1:gpu3:nvlink7, n1:mlx5_0:1, n1
+    ts REAL NOT NULL,         -- start of the minute (service.storage.risk_history.RES_S)
+    risk REAL NOT NULL,       -- the minute's highest risk
+    level INTEGER NOT NULL,   -- the minute's highest alert level
+    PRIMARY KEY (scope, entity, ts)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS risk_history_ts ON risk_history (ts);
+"""
+
+
+def _v2_risk_history(db: sqlite3.Connection) -> None:
+    for statement in RISK_HISTORY_SQL.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "sample tables keep one row per entity and time", _v1_one_row_per_sample),
+    Migration(2, "risk and alert level history (risk_history)", _v2_risk_history),
+)
+CURRENT = MIGRATIONS[-1].version
+
+
+def version_of(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+def refuse_newer(db: sqlite3.Connection, where: str = "") -> None:
+    """Before anything touches the file (even turning WAL on rewrites its header)."""
+    found = version_of(db)
+    if found > CURRENT:
+        raise SchemaTooNew(_too_new(where, found, CURRENT))
+
+
+def _check(migrations: Sequence[Migration]) -> None:
+    versions = [m.version for m in migrations]
+    if versions != list(range(1, len(versions) + 1)):
+        raise ValueError(f"migrations must be numbered 1, 2, ... in order, got {versions}")
+
+
+def migrate(db: sqlite3.Connection, where: str = "",
+            migrations: Sequence[Migration] = MIGRATIONS) -> int:
+    """Bring the file on `db` (an autocommit connection) to the newest version; returns the
+    version it had. `where` names the file in messages."""
+    _check(migrations)
+    newest = migrations[-1].version if migrations else 0
+    found = version_of(db)
+    if found == newest:
+        return found  # the common case: one read, no lock
+    if found > newest:
+        raise SchemaTooNew(_too_new(where, found, newest))
+    # IMMEDIATE: two processes (or two stores) opening one old file migrate it once; the
+    # second waits here, then finds the version already current.
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        found = version_of(db)
+        if found > newest:
+            raise SchemaTooNew(_too_new(where, found, newest))
+        for m in migrations:
+            if m.version > found:
+                log.info("upgrading %s to schema version %d: %s", where or "database",
+                         m.version, m.summary)
+                try:
+                    m.apply(db)
+                except sqlite3.Error as exc:
+                    raise MigrationFailed(
+                        f"{where or 'database'}: migration to schema version {m.version} "
+                        f"({m.summary}) failed: {exc}; the file was left at version {found}, "
+                        "unchanged") from exc
+        db.execute(f"PRAGMA user_version = {int(newest)}")  # transactional: the file header
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return found
+
+
+def _too_new(where: str, found: int, newest: int) -> str:
+    return (f"{where or 'database'} has schema version {found}, and this gpuhealth knows "
+            f"versions up to {newest}: it was written by a newer release. Run that release (or "
+            "newer) on it, or point storage.data_dir at another directory; this release will "
+            "not read or change it.")
