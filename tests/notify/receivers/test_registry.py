@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from service.notify.message import Delivery, Message
 from service.notify.receivers import (
     RECEIVER_TYPES,
+    AlertmanagerReceiver,
     EmailReceiver,
     PagerDutyReceiver,
     ReceiverType,
@@ -23,6 +24,7 @@ from service.notify.receivers.email import EmailConfig
 from tests.notify.receivers.samples import message
 
 VALID: dict[str, dict[str, Any]] = {
+    "alertmanager": {"urls": ["http://am-1.example.org:9093", "http://am-2.example.org:9093"]},
     "email": {"to": ["ops@example.org"], "from_addr": "gpuhealth@example.org",
               "host": "smtp.example.org"},
     "pagerduty": {"routing_key": "k" * 32},
@@ -32,9 +34,9 @@ VALID: dict[str, dict[str, Any]] = {
 }
 
 
-def test_the_four_types_are_registered() -> None:
+def test_the_five_types_are_registered() -> None:
     assert set(RECEIVER_TYPES) == set(VALID)
-    kinds = {"email": EmailReceiver, "pagerduty": PagerDutyReceiver,
+    kinds = {"alertmanager": AlertmanagerReceiver, "email": EmailReceiver, "pagerduty": PagerDutyReceiver,
              "twilio": TwilioReceiver, "webhook": WebhookReceiver}
     for type_, cfg in VALID.items():
         r = build_receiver(f"my-{type_}", type_, cfg)
