@@ -36,8 +36,8 @@ VALID: dict[str, dict[str, Any]] = {
 
 def test_the_five_types_are_registered() -> None:
     assert set(RECEIVER_TYPES) == set(VALID)
-    kinds = {"alertmanager": AlertmanagerReceiver, "email": EmailReceiver, "pagerduty": PagerDutyReceiver,
-             "twilio": TwilioReceiver, "webhook": WebhookReceiver}
+    kinds = {"alertmanager": AlertmanagerReceiver, "email": EmailReceiver,
+             "pagerduty": PagerDutyReceiver, "twilio": TwilioReceiver, "webhook": WebhookReceiver}
     for type_, cfg in VALID.items():
         r = build_receiver(f"my-{type_}", type_, cfg)
         assert isinstance(r, kinds[type_]) and r.name == f"my-{type_}"
@@ -79,7 +79,8 @@ def test_register_refuses_duplicates_and_adds_new_types() -> None:
 
 
 def test_unknown_type_names_the_known_ones() -> None:
-    with pytest.raises(ValueError, match=r"receiver 'x': unknown type 'slack' \(known: email, "):
+    with pytest.raises(ValueError, match=r"receiver 'x': unknown type 'slack' "
+                                         r"\(known: alertmanager, email, "):
         build_receiver("x", "slack", {})
 
 
