@@ -10,18 +10,37 @@ while level, severity and the top signal (which change during an episode) stay o
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from service.notify.message import LEVEL_SEVERITY
-
-if TYPE_CHECKING:  # the alert store imports this module for its fingerprints
-    from service.stages.alert_store import Alert
 
 IDENTITY = ("alertname", "entity")
 # Labels that change while one episode lasts without making it another alert: receivers that
 # key alerts by their whole label set (Alertmanager) get these as annotations instead.
 VOLATILE = frozenset({"signal", "flapping", "stale"})
+
+
+class Labelled(Protocol):
+    """What labels are made of: an alert record (service/stages/alert_store.Alert, which
+    imports this module for its fingerprint, so it is named by shape here)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def entity(self) -> str: ...
+    @property
+    def scope(self) -> object: ...
+    @property
+    def node(self) -> str: ...
+    @property
+    def level(self) -> int: ...
+    @property
+    def explanation(self) -> Sequence[Mapping[str, Any]]: ...
+    @property
+    def flapping(self) -> bool: ...
+    @property
+    def stale(self) -> bool: ...
 
 
 def identity_fingerprint(labels: Mapping[str, str]) -> str:
@@ -49,7 +68,7 @@ def entity_parts(node: str, entity: str, scope: str) -> dict[str, str]:
     return {}
 
 
-def alert_labels(a: Alert, cluster: str, level: int | None = None) -> dict[str, str]:
+def alert_labels(a: Labelled, cluster: str, level: int | None = None) -> dict[str, str]:
     """What identifies and classifies an alert, at its level (or `level`, for a route that
     saw it at another one): alertname, cluster, node, entity (and its parts), scope, level,
     severity, plus the volatile `signal` (top rule), `flapping` and `stale`."""
