@@ -26,8 +26,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from pydantic import AnyHttpUrl, Field, SecretStr, field_validator, model_validator
@@ -166,6 +168,7 @@ class AlertmanagerReceiver:
         self._http = HttpClient(config.timeout_s,
                                 [v.get_secret_value() for v in config.headers.values()])
         self._told: dict[str, LabelSet] = {}  # fingerprint -> labels Alertmanager has firing
+        self._ended: dict[str, float] = {}  # fingerprint -> msg.at of its latest resolve
         self._upstream: dict[str, dict[str, UpstreamStatus]] = {}  # url -> fingerprint -> it
 
     def _headers(self) -> dict[str, str]:
@@ -175,10 +178,15 @@ class AlertmanagerReceiver:
 
     async def notify(self, msg: Message) -> Delivery:
         now = self._clock()
+        for a in msg.resolved:
+            self._ended[a.fingerprint] = max(msg.at, self._ended.get(a.fingerprint, msg.at))
+        if msg.reason == "refresh":
+            msg = self._current(msg)
         body, changes = payload(msg, now, self.config.resolve_timeout_s, self._told)
         data, headers = json_body(body), self._headers()
-        got = await asyncio.gather(*(self._post(u, data, headers) for u in self.urls))
-        failed = [(u, d) for u, d in zip(self.urls, got, strict=True) if not d.ok]
+        got = await asyncio.gather(*(self._post(u, data, headers) for u in self.urls
+                                     if body))
+        failed = [(u, d) for u, d in zip(self.urls, got, strict=False) if not d.ok]
         if failed:
             detail = "; ".join(f"{u}: {d.detail}" for u, d in failed)
             retry_after = max((d.retry_after_s or 0.0 for _, d in failed), default=0.0)
@@ -190,11 +198,25 @@ class AlertmanagerReceiver:
                 self._told.pop(fp, None)
             else:
                 self._told[fp] = labels
-        if msg.reason == "refresh" and self.config.read_back:
-            clusters = sorted({a.labels["cluster"] for a in msg.alerts if "cluster" in a.labels})
-            await asyncio.gather(*(self._read_back(u, clusters, now) for u in self.urls))
+        if msg.reason == "refresh":
+            # A refresh holds everything that fires: what it lacks (muted here, or resolved
+            # without a resolve sent) expires in Alertmanager, so it is forgotten here too.
+            self._told = {fp: v for fp, v in self._told.items() if fp in changes}
+            if self.config.read_back:
+                clusters = sorted({a.labels["cluster"] for a in msg.alerts
+                                   if "cluster" in a.labels})
+                await asyncio.gather(*(self._read_back(u, clusters, now) for u in self.urls))
         return Delivery(ok=True, detail=f"{len(body)} alert(s) to {len(self.urls)} "
                                         f"Alertmanager(s)"[:MAX_DETAIL])
+
+    def _current(self, msg: Message) -> Message:
+        """The refresh without alerts a newer message resolved: a refresh slowed by retries
+        must not fire again what a resolve sent meanwhile ended."""
+        keep = tuple(a for a in msg.alerts if self._ended.get(a.fingerprint, -math.inf) < msg.at)
+        # Older refreshes are over (each one's retries end within its interval).
+        horizon = msg.at - 2 * self.refresh_interval_s
+        self._ended = {fp: at for fp, at in self._ended.items() if at >= horizon}
+        return replace(msg, alerts=keep)
 
     async def _post(self, url: str, data: bytes, headers: dict[str, str]) -> Delivery:
         got = await self._http.post(url + ALERTS_PATH, content=data, headers=headers)

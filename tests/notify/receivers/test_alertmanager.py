@@ -134,3 +134,21 @@ def test_read_back_failure_keeps_delivery_ok_and_status_empty() -> None:
         r = receiver(srv.url)
         (d,) = send(r, message(reason="refresh"))
     assert d.ok and r.upstream("fp-node-7-gpu3") == []
+
+
+def test_a_late_refresh_does_not_fire_again_what_a_newer_resolve_ended() -> None:
+    """A refresh held up by retries lands after the resolve of one of its alerts: that alert
+    is left out (a newer refresh, after it fired again, has it back); a refresh left empty
+    posts nothing."""
+    late = message(alert("gpu3"), alert("gpu5"), at=T0 + 60, reason="refresh")
+    end = resolved(message(alert("gpu3"), at=T0 + 65))  # at T0 + 365: newer than both
+    newer = message(alert("gpu3"), at=T0 + 400, reason="refresh")
+    only = message(alert("gpu3"), at=T0 + 60, reason="refresh")
+    with HttpRecorder() as srv:
+        got = send(receiver(srv.url, read_back=False), end, late, only, newer)
+    assert all(d.ok for d in got)
+    ended, refreshed, again = bodies(srv)  # the empty one posted nothing
+    assert [x["labels"]["entity"] for x in ended] == ["gpu3"]
+    assert [x["labels"]["entity"] for x in refreshed] == ["gpu5"]
+    assert [x["labels"]["entity"] for x in again] == ["gpu3"]
+    assert got[2].detail.startswith("0 alert(s)")
