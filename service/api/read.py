@@ -123,7 +123,7 @@ def list_alerts(
 ) -> AlertList:
     found = st.pipeline.alerts.find(level=level, state=state, node=node, entity=entity,
                                     limit=limit, offset=offset)
-    return AlertList(limit=limit, offset=offset, alerts=[alert_out(a) for a in found])
+    return AlertList(limit=limit, offset=offset, alerts=[alert_out(st.pipeline, a) for a in found])
 
 
 @router.get("/v1/alerts/{alert_id}", tags=["alerts"], dependencies=READ, response_model=AlertDetail,
@@ -136,4 +136,4 @@ def get_alert(st: State, alert_id: int) -> AlertDetail:
     history = [LevelChange(at=h["at"], old_level=int(h["old_level"]),
                            new_level=int(h["new_level"]), risk=h["risk"])
                for h in st.pipeline.alerts.history(alert_id)]
-    return AlertDetail(**alert_out(alert).model_dump(), history=history)
+    return AlertDetail(**alert_out(st.pipeline, alert).model_dump(), history=history)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class SignalOut(BaseModel):
@@ -48,8 +48,24 @@ class EntityOut(BaseModel):
     window: WindowOut | None = None  # the model's predicted failure window, where it has one
 
 
+class AlertmanagerOut(BaseModel):
+    """An `alertmanager` receiver's Alertmanager and what it said of the alert when last read
+    back (after each periodic re-send): a silence made there shows here."""
+
+    receiver: str
+    url: str
+    state: str = Field(description="Alertmanager's state: active, suppressed or unprocessed")
+    silenced_by: list[str]
+    inhibited_by: list[str]
+    checked_at: float
+
+
 class AlertOut(BaseModel):
     id: int
+    alertname: str
+    fingerprint: str = Field(description="stable identity: 16 hex characters of a hash of "
+                                         "the sorted identity labels (alertname, entity)")
+    labels: dict[str, str]
     entity: str
     scope: str
     node: str
@@ -61,6 +77,8 @@ class AlertOut(BaseModel):
     updated_at: float
     resolved_at: float | None
     explanation: list[SignalOut]
+    alertmanager: list[AlertmanagerOut] = Field(
+        default_factory=list, description="where an alertmanager receiver is configured")
 
 
 class LevelChange(BaseModel):

@@ -14,6 +14,7 @@ from models.detectors.fusion import ScopeRisk
 from models.detectors.growth import window_of
 from models.predictor.window import PredictedWindow, predicted_window
 from service.api.schemas import (
+    AlertmanagerOut,
     AlertOut,
     EntityOut,
     GpuDetail,
@@ -27,6 +28,7 @@ from service.api.schemas import (
     TopSignal,
     WindowOut,
 )
+from service.notify.labels import alert_labels
 from service.pipeline import Pipeline
 from service.stages.alert_store import Alert
 from service.stages.scoring import SCOPES, RiskState
@@ -47,15 +49,24 @@ def _signal(s: Signal) -> SignalOut:
                      threshold=_num(s.threshold), risk=s.risk, hard=s.hard)
 
 
-def alert_out(a: Alert) -> AlertOut:
+def alert_out(p: Pipeline, a: Alert) -> AlertOut:
+    """The alert with its labels (as receivers get them) and, where an alertmanager receiver
+    read it back, what each Alertmanager says of it."""
     expl = [SignalOut(rule=str(d.get("rule", "")), signal=str(d.get("signal", "")),
                       value=_num(d.get("value")), threshold=_num(d.get("threshold")),
                       risk=_num(d.get("risk")) or 0.0, hard=bool(d.get("hard", False)))
             for d in a.explanation]
-    return AlertOut(id=a.id, entity=a.entity, scope=str(a.scope), node=a.node, level=a.level,
+    upstream = p.notification.upstream(a.fingerprint) if p.notification is not None else []
+    return AlertOut(id=a.id, alertname=a.name, fingerprint=a.fingerprint,
+                    labels=alert_labels(a, p.settings.storage.influxdb.cluster),
+                    entity=a.entity, scope=str(a.scope), node=a.node, level=a.level,
                     peak_level=a.peak_level, state=a.state, risk=a.risk,
                     started_at=a.started_at, updated_at=a.updated_at,
-                    resolved_at=a.resolved_at, explanation=expl)
+                    resolved_at=a.resolved_at, explanation=expl,
+                    alertmanager=[AlertmanagerOut(
+                        receiver=u.receiver, url=u.url, state=u.state,
+                        silenced_by=list(u.silenced_by), inhibited_by=list(u.inhibited_by),
+                        checked_at=u.checked_at) for u in upstream])
 
 
 def _entity(risk: RiskState | None, scope: Scope, e: Entity, slot: int,
@@ -155,7 +166,7 @@ def node_detail(p: Pipeline, node: str) -> NodeDetail | None:
     return NodeDetail(node=node, risk=None if risk is None else risk.node(node),
                       level=max(levels.values(), default=0), gpus=lists[Scope.GPU],
                       links=lists[Scope.NVLINK], ports=lists[Scope.IB_PORT],
-                      alerts=[alert_out(a) for a in alerts])
+                      alerts=[alert_out(p, a) for a in alerts])
 
 
 def gpu_detail(p: Pipeline, key: str) -> GpuDetail | str:
@@ -188,7 +199,7 @@ def gpu_detail(p: Pipeline, key: str) -> GpuDetail | str:
         prediction = _prediction(p, Scope.GPU, slot)
     return GpuDetail(gpu=e.key, node=e.node, risk=me.risk, level=me.level, metrics=metrics,
                      explanation=me.explanation, links=links,
-                     alerts=[alert_out(a) for a in mine], prediction=prediction,
+                     alerts=[alert_out(p, a) for a in mine], prediction=prediction,
                      window=me.window)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from service.notify.config import NotifySettings
 from service.notify.dispatcher import Dispatcher
-from service.notify.message import Notifier
+from service.notify.message import Notifier, ReadsBack, Refreshes, UpstreamStatus
 from service.notify.notification_log import NotificationLog
 from service.notify.record import RecordReceiver
 from service.notify.sender import Sender
@@ -29,6 +29,14 @@ class Notification:
         outs = self.dispatcher.flush(now)
         self.sender.submit(outs)
         return len(outs)
+
+    def upstream(self, fingerprint: str) -> list[UpstreamStatus]:
+        """What each Alertmanager we post to said of the alert when last read back."""
+        out: list[UpstreamStatus] = []
+        for r in list(self.sender.receivers.values()):
+            if isinstance(r, ReadsBack):
+                out += r.upstream(fingerprint)
+        return out
 
     def close(self) -> None:
         self.sender.close()
@@ -55,8 +63,9 @@ def build_notification(settings: NotifySettings, alerts: AlertStore, db: str | P
     notification_log = NotificationLog(db)
     silences = SilenceStore(db, max_s=settings.silence_max_s)
     resolved = {r.name: r.send_resolved for r in settings.receivers}
+    refresh = {name: r.refresh_interval_s for name, r in rcv.items() if isinstance(r, Refreshes)}
     dispatcher = Dispatcher(settings, alerts, notification_log, silences, cluster=cluster,
-                            send_resolved=resolved)
+                            send_resolved=resolved, refresh=refresh)
     sender = Sender(rcv, dispatcher, retry_initial_s=settings.retry_initial_s,
                     retry_max_s=settings.retry_max_s, timeout_s=settings.send_timeout_s,
                     background=background)

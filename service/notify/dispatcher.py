@@ -6,6 +6,11 @@ the log is written only once a receiver took a message.
 Timers: a new group waits `group_wait` before its first message (so a node's GPUs arrive in
 one), then is looked at every `group_interval`; an unchanged group repeats after
 `repeat_interval` unless every firing alert in it is acknowledged.
+
+A receiver that must be told again before the far end forgets (`refresh`: Alertmanager drops
+an alert once its endsAt passes) also gets, every `refresh_interval_s`, one message with every
+firing alert its groups released (past their group_wait): one message per receiver per
+interval however many groups or alerts, outside rate limits and the notification log.
 """
 
 from __future__ import annotations
@@ -90,7 +95,8 @@ class _Inhibitor:
 class Dispatcher:
     def __init__(self, settings: NotifySettings, alerts: AlertStore,
                  notification_log: NotificationLog, silences: SilenceStore, *,
-                 cluster: str = "default", send_resolved: Mapping[str, bool] | None = None) -> None:
+                 cluster: str = "default", send_resolved: Mapping[str, bool] | None = None,
+                 refresh: Mapping[str, float] | None = None) -> None:
         self.settings = settings
         self.route = Route.build(settings.route)
         self.alerts = alerts
@@ -107,6 +113,8 @@ class Dispatcher:
         self._revisit = set(notification_log.open_groups())  # groups a restart must look at again
         self._dirty = True
         self._cache: dict[int, _Routed] = {}
+        self.refresh = dict(refresh or {})  # receiver -> seconds between refreshes
+        self._refresh_at = dict.fromkeys(self.refresh, float("-inf"))
 
     def mark(self) -> None:
         """Alerts, acknowledgements or silences changed: regroup at the next flush."""
@@ -118,7 +126,8 @@ class Dispatcher:
     def flush(self, now: float) -> list[Outgoing]:
         """Everything due at `now`. Call once per tick; cheap when no group is due."""
         with self._lock:
-            due = any(now >= g.next_flush for g in self.groups.values())
+            due = any(now >= g.next_flush for g in self.groups.values()) or any(
+                now >= at for at in self._refresh_at.values())
             if not (self._dirty or due or self._revisit or any(self._held.values())):
                 return []
             self._dirty = False
@@ -152,7 +161,7 @@ class Dispatcher:
                 g.next_flush = now + g.route.group_interval_s
                 if gid not in seen and msg is None:
                     del self.groups[gid]  # nothing firing and nothing left to say
-            return self._limit(out, now)
+            return self._limit(out, now) + self._refreshes(now)
 
     def _routed(self, a: Alert) -> _Routed:
         """An alert's labels, reference and routes, reused while its record is unchanged:
@@ -229,6 +238,27 @@ class Dispatcher:
         # instance must be able to resolve again).
         new_entry = Entry(firing, frozenset(resolved if firing else ()), now)
         return Outgoing(msg, ((receiver, g.key, new_entry),), g.route.group_interval_s)
+
+    def _refreshes(self, now: float) -> list[Outgoing]:
+        out: list[Outgoing] = []
+        for rcv, interval in self.refresh.items():
+            if now < self._refresh_at[rcv]:
+                continue
+            # Counted from now even when nothing fires: a group's first message tells the
+            # receiver itself, so the first refresh is due an interval after it at the latest.
+            self._refresh_at[rcv] = now + interval
+            alerts: dict[str, AlertRef] = {}
+            for (r, _), g in self.groups.items():
+                if r == rcv and now >= g.created_at + g.route.group_wait_s:
+                    alerts.update(g.alerts)
+            if not alerts:
+                continue
+            shown = tuple(sorted(alerts.values(), key=lambda a: (-a.level, -a.risk,
+                                                                 a.fingerprint)))
+            msg = Message(rcv, f"refresh:{rcv}", {}, shown, now, "refresh",
+                          self.settings.external_url)
+            out.append(Outgoing(msg, (), interval))  # retries end before the next one
+        return out
 
     def _limit(self, out: list[Outgoing], now: float) -> list[Outgoing]:
         sent: list[Outgoing] = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 Status = Literal["firing", "resolved"]
 LEVEL_SEVERITY = {1: "info", 2: "warning", 3: "critical"}
@@ -101,3 +101,32 @@ class Notifier(Protocol):
     name: str
 
     async def notify(self, msg: Message) -> Delivery: ...
+
+
+@runtime_checkable
+class Refreshes(Protocol):
+    """A receiver whose far end forgets an alert unless told again: Alertmanager drops one
+    whose endsAt passed. The dispatcher hands it every firing alert routed to it, in one
+    message (reason "refresh"), every `refresh_interval_s`."""
+
+    name: str
+    refresh_interval_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamStatus:
+    """What an external Alertmanager said of one of our alerts when last read back."""
+
+    receiver: str
+    url: str  # the Alertmanager
+    state: str  # its word: active, suppressed or unprocessed
+    silenced_by: tuple[str, ...]  # its silence ids
+    inhibited_by: tuple[str, ...]
+    checked_at: float  # unix seconds
+
+
+@runtime_checkable
+class ReadsBack(Protocol):
+    """A receiver that reads back what the far end made of our alerts (silences there)."""
+
+    def upstream(self, fingerprint: str) -> list[UpstreamStatus]: ...

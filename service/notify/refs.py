@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from service.notify.message import LEVEL_SEVERITY, AlertRef, Status
+from service.notify.labels import alert_labels
+from service.notify.message import AlertRef, Status
 from service.stages.alert_store import Alert
 
-
-def labels_of(a: Alert, cluster: str, level: int | None = None) -> dict[str, str]:
-    lv = a.level if level is None else level
-    out = {"alertname": a.name, "cluster": cluster, "node": a.node, "entity": a.entity,
-           "scope": str(a.scope), "level": str(lv), "severity": LEVEL_SEVERITY.get(lv, "info")}
-    if a.explanation:
-        out["signal"] = str(a.explanation[0].get("rule", ""))
-    if a.flapping:
-        out["flapping"] = "true"
-    if a.stale:
-        out["stale"] = "true"
-    return out
+labels_of = alert_labels  # the name the dispatcher and older tests use
+WHEN = "failure expected in"  # how models.detectors.growth.when_text starts
 
 
 def summary_of(a: Alert) -> str:
@@ -24,6 +15,17 @@ def summary_of(a: Alert) -> str:
     why = (f"{top.get('rule')}: {top.get('signal')} = {top.get('value'):.4g}"
            if top and isinstance(top.get("value"), int | float) else "no signal")
     return f"{a.entity} on {a.node}: risk {a.risk:.2f} ({why})"
+
+
+def predicted_window_of(a: Alert) -> str:
+    """The time-to-failure a growth rule wrote into the explanation ("failure expected in
+    1-3 days"), from the strongest signal that has one; empty where none does."""
+    for s in a.explanation:
+        text = str(s.get("signal", ""))
+        at = text.find(WHEN)
+        if at >= 0:
+            return text[at:]
+    return ""
 
 
 def ref_of(a: Alert, cluster: str, external_url: str, *, status: Status | None = None,
@@ -35,6 +37,9 @@ def ref_of(a: Alert, cluster: str, external_url: str, *, status: Status | None =
     ann = {"summary": summary_of(a),
            "description": "; ".join(f"{s.get('rule')}: {s.get('signal')}"
                                     for s in a.explanation[:5])}
+    window = predicted_window_of(a)
+    if window:
+        ann["predicted_window"] = window
     if a.acked_by:
         ann["acknowledged"] = f"by {a.acked_by}: {a.ack_comment or ''}".strip()
     ends = a.resolved_at if st == "resolved" else None

@@ -5,7 +5,6 @@ restart reloads the open alerts so it neither re-pages nor loses a resolve."""
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 from collectors.catalog import Scope
 from models.detectors.findings import Signal
+from service.notify.labels import identity_fingerprint
 from service.stages.alert_machine import Transition
 from service.storage.sqlite_db import SqliteStore
 
@@ -62,7 +62,7 @@ ALERTNAMES = {Scope.GPU: "GpuFailureRisk", Scope.NVLINK: "NvlinkFailureRisk",
 @functools.lru_cache(maxsize=1 << 16)  # every flush asks for every firing alert's
 def fingerprint(alertname: str, entity: str) -> str:
     """An instance's identity: its identifying labels (Alertmanager: labels identify)."""
-    return hashlib.sha256(f"alertname={alertname}\x00entity={entity}".encode()).hexdigest()[:16]
+    return identity_fingerprint({"alertname": alertname, "entity": entity})
 
 
 @dataclass(frozen=True, slots=True)

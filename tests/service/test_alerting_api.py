@@ -187,3 +187,16 @@ def test_a_replay_clock_never_governs_tokens_or_rate_limits(settings: Settings) 
                              headers={"Authorization": f"Bearer {admin}"}).status_code
                  for _ in range(12)]
         assert codes[:5] == [200] * 5 and 429 in codes  # the burst, then the limit holds
+
+
+def test_alerts_carry_labels_alertname_and_a_stable_fingerprint(svc: Svc) -> None:
+    from service.notify.labels import identity_fingerprint
+
+    (alert,) = [a for a in svc.call("GET", "/v1/alerts", None)["alerts"]
+                if a["entity"] == "n001:gpu2"]
+    assert alert["alertname"] == alert["labels"]["alertname"] == "GpuFailureRisk"
+    assert alert["labels"]["severity"] == "critical" and alert["labels"]["gpu"] == "2"
+    assert alert["fingerprint"] == identity_fingerprint(alert["labels"])
+    assert alert["alertmanager"] == []  # no alertmanager receiver configured
+    one = svc.call("GET", f"/v1/alerts/{alert['id']}", None)
+    assert (one["fingerprint"], one["labels"]) == (alert["fingerprint"], alert["labels"])

@@ -11,6 +11,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from service.notify.message import Notifier
+from service.notify.receivers.alertmanager import AlertmanagerConfig, AlertmanagerReceiver
 from service.notify.receivers.email import EmailConfig, EmailReceiver
 from service.notify.receivers.pagerduty import PagerDutyConfig, PagerDutyReceiver
 from service.notify.receivers.twilio import TwilioConfig, TwilioReceiver
@@ -66,6 +67,7 @@ def build_receiver(name: str, type_: str, config: dict[str, Any]) -> Notifier:
     return rt.factory(name, cfg)
 
 
+register(ReceiverType("alertmanager", AlertmanagerConfig, AlertmanagerReceiver))
 register(ReceiverType("email", EmailConfig, EmailReceiver))
 register(ReceiverType("pagerduty", PagerDutyConfig, PagerDutyReceiver))
 register(ReceiverType("twilio", TwilioConfig, TwilioReceiver))
@@ -73,6 +75,8 @@ register(ReceiverType("webhook", WebhookConfig, WebhookReceiver))
 
 __all__ = [
     "RECEIVER_TYPES",
+    "AlertmanagerConfig",
+    "AlertmanagerReceiver",
     "EmailConfig",
     "EmailReceiver",
     "PagerDutyConfig",

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from service.notify.message import Delivery, Message
 from service.notify.receivers import (
     RECEIVER_TYPES,
+    AlertmanagerReceiver,
     EmailReceiver,
     PagerDutyReceiver,
     ReceiverType,
@@ -23,6 +24,7 @@ from service.notify.receivers.email import EmailConfig
 from tests.notify.receivers.samples import message
 
 VALID: dict[str, dict[str, Any]] = {
+    "alertmanager": {"urls": ["http://am-1.example.org:9093", "http://am-2.example.org:9093"]},
     "email": {"to": ["ops@example.org"], "from_addr": "gpuhealth@example.org",
               "host": "smtp.example.org"},
     "pagerduty": {"routing_key": "k" * 32},
@@ -32,10 +34,10 @@ VALID: dict[str, dict[str, Any]] = {
 }
 
 
-def test_the_four_types_are_registered() -> None:
+def test_the_five_types_are_registered() -> None:
     assert set(RECEIVER_TYPES) == set(VALID)
-    kinds = {"email": EmailReceiver, "pagerduty": PagerDutyReceiver,
-             "twilio": TwilioReceiver, "webhook": WebhookReceiver}
+    kinds = {"alertmanager": AlertmanagerReceiver, "email": EmailReceiver,
+             "pagerduty": PagerDutyReceiver, "twilio": TwilioReceiver, "webhook": WebhookReceiver}
     for type_, cfg in VALID.items():
         r = build_receiver(f"my-{type_}", type_, cfg)
         assert isinstance(r, kinds[type_]) and r.name == f"my-{type_}"
@@ -77,7 +79,8 @@ def test_register_refuses_duplicates_and_adds_new_types() -> None:
 
 
 def test_unknown_type_names_the_known_ones() -> None:
-    with pytest.raises(ValueError, match=r"receiver 'x': unknown type 'slack' \(known: email, "):
+    with pytest.raises(ValueError, match=r"receiver 'x': unknown type 'slack' "
+                                         r"\(known: alertmanager, email, "):
         build_receiver("x", "slack", {})
 
 
