@@ -55,7 +55,8 @@ def alert_out(a: Alert) -> AlertOut:
     return AlertOut(id=a.id, entity=a.entity, scope=str(a.scope), node=a.node, level=a.level,
                     peak_level=a.peak_level, state=a.state, risk=a.risk,
                     started_at=a.started_at, updated_at=a.updated_at,
-                    resolved_at=a.resolved_at, explanation=expl)
+                    resolved_at=a.resolved_at, explanation=expl, acked_by=a.acked_by,
+                    acked_at=a.acked_at)
 
 
 def _entity(risk: RiskState | None, scope: Scope, e: Entity, slot: int,
