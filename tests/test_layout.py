@@ -112,7 +112,8 @@ SERVICE_LAYERS: tuple[tuple[str, ...], ...] = (
     ("service.tick", "service.stages", "service.notify", "service.remediation",
      "service.storage", "service.grafana", "service.settings"),
     ("service.assembly", "service.pipeline"),  # builds the parts; calls the stages in order
-    ("service.runtime", "service.api"),  # run a pipeline in a process; serve it over HTTP
+    # run a pipeline in a process; serve it over HTTP, with the web console
+    ("service.runtime", "service.api", "service.console"),
     ("service.commands",),  # the command line
 )
 

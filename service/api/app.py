@@ -12,10 +12,11 @@ from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from collectors.base import Closes, Collector, Starts
-from service.api import alerting, history, problems, read, write
+from service.api import alerting, fleet, history, problems, read, write
 from service.api.auth import ApiAuth, require
 from service.api.principals import Permission
 from service.api.state import Running
+from service.console import routes as console
 from service.pipeline import Pipeline, build_pipeline
 from service.runtime.metrics import ServiceMetrics
 from service.runtime.scheduler import Clock, TickScheduler
@@ -99,14 +100,18 @@ def create_app(
             # tests do, would otherwise keep every earlier service's cycles).
             gc.unfreeze()
 
+    # The docs are served from the service's own assets (service.console), never a CDN.
     app = FastAPI(title="gpuhealth", version="0.1.0", lifespan=lifespan,
-                  description="Predictive health monitoring for GPU training clusters")
+                  description="Predictive health monitoring for GPU training clusters",
+                  docs_url=None, redoc_url=None)
     # Every error as a problem detail (RFC 9457); the InfluxDB endpoints InfluxDB's way.
     problems.install(app, influxdb_paths=write.INFLUXDB_PATHS)
     app.include_router(read.router)
+    app.include_router(fleet.router)
     app.include_router(write.router)
     app.include_router(history.router, dependencies=[Depends(require(Permission.READ))])
     app.include_router(alerting.router)
+    console.install(app)
     return app
 
 

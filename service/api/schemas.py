@@ -79,6 +79,8 @@ class AlertOut(BaseModel):
     explanation: list[SignalOut]
     alertmanager: list[AlertmanagerOut] = Field(
         default_factory=list, description="where an alertmanager receiver is configured")
+    acked_by: str | None = None  # who acknowledged it (no repeats until it resolves)
+    acked_at: float | None = None
 
 
 class LevelChange(BaseModel):
@@ -232,3 +234,49 @@ class HistoryOut(BaseModel):
     step: int  # bucket width in seconds
     source: str  # influxdb or sqlite
     series: list[SeriesPoints]
+
+
+class GridGpu(BaseModel):
+    """One cell of the fleet grid: a GPU with its NVLink links folded in."""
+
+    gpu: str
+    risk: float | None  # None until a tick has scored it
+    level: int  # of its own open alert, 0 when none
+    link_risk: float | None  # its riskiest link's risk; None without links
+    link_level: int  # its worst link's open alert level
+    worst_link: str | None  # that link's key, when one is above zero risk or alerting
+
+
+class GridPort(BaseModel):
+    port: str
+    risk: float | None
+    level: int
+
+
+class GridNode(BaseModel):
+    node: str
+    risk: float | None
+    level: int  # the worst open alert of the node's GPUs, links and ports
+    gpus: list[GridGpu]  # in GPU index order
+    ports: list[GridPort]
+
+
+class RiskyEntity(BaseModel):
+    """One of the fleet's riskiest entities, with why and, where known, when."""
+
+    entity: str
+    scope: str
+    node: str
+    risk: float
+    level: int
+    reason: SignalOut | None  # the top signal of its explanation
+    window: WindowOut | None
+
+
+class FleetGrid(BaseModel):
+    at: float | None  # the scoring tick the risks come from; None before the first
+    total: int  # nodes in the fleet
+    limit: int
+    offset: int
+    nodes: list[GridNode]  # in node name order
+    riskiest: list[RiskyEntity]  # across the whole fleet, riskiest first

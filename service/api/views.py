@@ -62,7 +62,8 @@ def alert_out(p: Pipeline, a: Alert) -> AlertOut:
                     entity=a.entity, scope=str(a.scope), node=a.node, level=a.level,
                     peak_level=a.peak_level, state=a.state, risk=a.risk,
                     started_at=a.started_at, updated_at=a.updated_at,
-                    resolved_at=a.resolved_at, explanation=expl,
+                    resolved_at=a.resolved_at, explanation=expl, acked_by=a.acked_by,
+                    acked_at=a.acked_at,
                     alertmanager=[AlertmanagerOut(
                         receiver=u.receiver, url=u.url, state=u.state,
                         silenced_by=list(u.silenced_by), inhibited_by=list(u.inhibited_by),

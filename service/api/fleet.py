@@ -1,0 +1,123 @@
+"""The fleet at a glance: every node's GPUs (NVLink links folded into their GPU) and IB ports
+with risk and alert level, and the fleet's riskiest entities with their reason and predicted
+window. One read for what the console's grid draws, instead of one request per node."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Annotated
+
+import numpy as np
+from fastapi import APIRouter, Depends, Query
+
+from collectors.catalog import Scope
+from service.api.auth import require
+from service.api.principals import Permission
+from service.api.schemas import FleetGrid, GridGpu, GridNode, GridPort, RiskyEntity
+from service.api.state import State
+from service.api.views import _signal, _window, rule_window
+from service.pipeline import Pipeline
+from service.stages.scoring import SCOPES, RiskState
+
+router = APIRouter()
+
+
+@router.get("/v1/fleet", tags=["fleet"], dependencies=[Depends(require(Permission.READ))],
+            response_model=FleetGrid,
+            summary="Every node's GPUs (links folded in) and IB ports with risk and level, and "
+                    "the riskiest entities with their reason and predicted window")
+def fleet_grid(
+    st: State,
+    limit: Annotated[int, Query(ge=1, le=10_000, description="nodes per page")] = 1000,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    top: Annotated[int, Query(ge=0, le=100, description="riskiest entities to list")] = 10,
+) -> FleetGrid:
+    return grid(st.pipeline, limit, offset, top)
+
+
+def _risk_of(risk: RiskState | None, scope: Scope, slot: int) -> float | None:
+    if risk is None or slot >= len(risk.scopes[scope].risk):  # new since the tick
+        return None
+    return float(risk.scopes[scope].risk[slot])
+
+
+def grid(p: Pipeline, limit: int, offset: int, top: int) -> FleetGrid:
+    open_alerts = p.alerts.open_alerts()
+    levels: dict[str, int] = {a.entity: a.level for a in open_alerts}
+    node_level: dict[str, int] = defaultdict(int)
+    for a in open_alerts:
+        node_level[a.node] = max(node_level[a.node], a.level)
+    with p.lock:
+        risk = p.risk
+        names = sorted(p.store.registry.nodes)
+        page = set(names[offset: offset + limit])
+        gpus: dict[str, list[GridGpu]] = defaultdict(list)
+        ports: dict[str, list[GridPort]] = defaultdict(list)
+        gw, lw, pw = p.store[Scope.GPU], p.store[Scope.NVLINK], p.store[Scope.IB_PORT]
+        # Each GPU's worst link: by alert level first, then by risk.
+        worst: dict[int, tuple[int, float, str]] = {}
+        for i in range(len(lw)):
+            g = int(lw.gpu_of[i])
+            e = lw.entities[i]
+            if g < 0 or e.node not in page:
+                continue
+            lr = _risk_of(risk, Scope.NVLINK, i)
+            mine = (levels.get(e.key, 0), -1.0 if lr is None else lr, e.key)
+            if g not in worst or mine[:2] > worst[g][:2]:
+                worst[g] = mine
+        for i in range(len(gw)):
+            e = gw.entities[i]
+            if e.node not in page:
+                continue
+            lv, lr, lk = worst.get(i, (0, -1.0, ""))
+            gpus[e.node].append(GridGpu(
+                gpu=e.key, risk=_risk_of(risk, Scope.GPU, i), level=levels.get(e.key, 0),
+                link_risk=None if i not in worst or lr < 0 else lr, link_level=lv,
+                worst_link=lk if lk and (lv > 0 or lr > 0) else None))
+        for i in range(len(pw)):
+            e = pw.entities[i]
+            if e.node in page:
+                ports[e.node].append(GridPort(port=e.key, risk=_risk_of(risk, Scope.IB_PORT, i),
+                                              level=levels.get(e.key, 0)))
+        riskiest = _riskiest(p, risk, levels, top)
+    rows = []
+    for name in names[offset: offset + limit]:
+        cells = sorted(gpus[name], key=lambda c: _index(c.gpu))
+        rows.append(GridNode(node=name, risk=None if risk is None else risk.node(name),
+                             level=node_level[name], gpus=cells,
+                             ports=sorted(ports[name], key=lambda c: c.port)))
+    return FleetGrid(at=None if risk is None else risk.at, total=len(names), limit=limit,
+                     offset=offset, nodes=rows, riskiest=riskiest)
+
+
+def _index(gpu_key: str) -> tuple[int, str]:
+    unit = gpu_key.rsplit(":gpu", 1)[-1]
+    return (int(unit), gpu_key) if unit.isdigit() else (1 << 30, gpu_key)
+
+
+def _riskiest(p: Pipeline, risk: RiskState | None, levels: dict[str, int],
+              top: int) -> list[RiskyEntity]:
+    """The `top` entities above zero risk across scopes; call under the pipeline lock. Only
+    the top few of each scope are explained, so a large fleet costs one partial sort."""
+    if risk is None or top == 0:
+        return []
+    found: list[tuple[float, Scope, int]] = []
+    for scope in SCOPES:
+        r = risk.scopes[scope].risk
+        idx = np.flatnonzero(r > 0)
+        if len(idx) > top:
+            idx = idx[np.argpartition(-r[idx], top - 1)[:top]]
+        found += [(float(r[i]), scope, int(i)) for i in idx]
+    found.sort(key=lambda t: -t[0])
+    out = []
+    for r_, scope, slot in found[:top]:
+        e = p.store[scope].entities[slot]
+        sr = risk.scopes[scope]
+        signals = sr.explain(slot)
+        detector = p.model.detector if p.model is not None else None
+        probs = detector.probabilities(scope, slot) if detector is not None else None
+        out.append(RiskyEntity(entity=e.key, scope=str(scope), node=e.node, risk=r_,
+                               level=levels.get(e.key, 0),
+                               reason=_signal(signals[0]) if signals else None,
+                               window=_window(probs, rule_window(sr, slot))))
+    return out
