@@ -485,9 +485,9 @@ _SCENARIOS = Path(__file__).resolve().parents[2] / "bench" / "scenarios"
 # never trained on) and the shifted family it never saw (A100-like hardware, other link and
 # port counts, lead times, noise, missing fields, wrapping counters, thermal failures without
 # the power signature, many steady correctable-ECC carriers: models/simulator/families.py);
-# fleet-year over its first 120 days on three seeds (the whole year, about 50 CPU-minutes a
-# seed on a loaded 2-core machine, is `--days 365`). The families run 14 days (about 90
-# failures a seed at their rate multipliers). Rules, model and fused only beside ci: the
+# fleet-year over the whole year on three seeds (each seed in its own process through
+# `--cache`: about 30 CPU-minutes a seed, docs/evaluation.md "Cost"). The families run 14 days
+# (about 90 failures a seed at their rate multipliers). Rules, model and fused only beside ci: the
 # baselines are judged on ci, and the trees baseline alone would add as much per round as the
 # shared model (docs/evaluation.md, "Cost").
 FLEET_SETS = ("ours", "lstm", "fused")
@@ -497,7 +497,7 @@ CI_SETS = tuple(s for s in DETECTOR_SETS if s != "trees")
 DOC_RUNS: tuple[DocRun, ...] = (("ci", (0, 1, 2), None, None, CI_SETS),
                                 ("train-family", (0, 1, 2), None, 14.0, FLEET_SETS),
                                 ("shifted-family", (0, 1, 2), None, 14.0, FLEET_SETS),
-                                ("fleet-year", (0, 1, 2), None, 120.0, FLEET_SETS))
+                                ("fleet-year", (0, 1, 2), None, None, FLEET_SETS))
 
 
 def regenerate_docs(path: Path = DOC_PATH, runs: Sequence[DocRun] = DOC_RUNS,

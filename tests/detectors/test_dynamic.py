@@ -117,7 +117,8 @@ def test_sbe_growth_is_judged_against_the_gpus_usual_days(usual_per_day: float,
     bursts recur stays quiet against its own last days, though the learned baseline never
     learned it (it was flagged from its first burst)."""
     f, det = sbe_fleet(), DynamicThresholds()
-    only(f.gpu, "ecc_sbe_volatile", [usual_per_day] * D.usual_days, "1d")
+    f.gpu.put("ecc_sbe_volatile", 0, [np.nan] * 7, "1d")  # one finished day: not established
+    f.gpu.put("ecc_sbe_volatile", 0, [usual_per_day], "1d")
     sbe_hour(f, 0.0, 0)
     det.detect(f, T0)
     sbe_hour(f, D.sbe_over_usual * D.sbe_min_count - 1 if not fires else D.sbe_min_count * 2,
@@ -149,6 +150,24 @@ def test_sbe_stream_without_a_finished_day_passes_watch_only_on_fitted_growth(
     assert not got.risk[1:].any()
     assert got.ttf_h is not None
     assert bool(np.isfinite(got.ttf_h[0]) and got.ttf_h[0] <= D.growth.warn_within_h) is grows
+
+
+@pytest.mark.parametrize(("days_with_errors", "grows", "fires"), [
+    (D.sbe_established_days - 1, False, True), (D.sbe_established_days, False, False),
+    (D.sbe_established_days, True, True)])
+def test_sbe_established_stream_fires_only_on_fitted_growth(days_with_errors: int, grows: bool,
+                                                            fires: bool) -> None:
+    """A stream that ran on `sbe_established_days` of its last days is a carrier until its fit
+    reads growth: its heavy-tailed bursts set new records by chance, a new stream's do not."""
+    f, det = sbe_fleet(), DynamicThresholds()
+    days = [0.0] * (D.usual_days - days_with_errors) + [1.0] * days_with_errors
+    only(f.gpu, "ecc_sbe_volatile", days, "1d")
+    sbe_hour(f, 0.0, 0)
+    det.detect(f, T0)
+    sbe_hour(f, D.sbe_min_count * 2, D.sbe_recur_hours)
+    if grows:
+        growing(f, 18)
+    assert (risk0(det.detect(f, T0 + HOUR), "sbe_growth") > 0) is fires
 
 
 def test_sbe_burst_hours_count_from_the_burst_size() -> None:
