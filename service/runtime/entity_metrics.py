@@ -45,20 +45,21 @@ GPU_RISK = EntityGauge("gpuhealth_gpu_risk", f"The GPU's {_RISK}", ("node", "gpu
 GPU_LEVEL = EntityGauge("gpuhealth_gpu_alert_level", f"The GPU's open {_LEVEL}",
                         ("node", "gpu"), "GPU")
 NVLINK_RISK = EntityGauge(
-    "gpuhealth_gpu_nvlink_risk", f"The {_RISK} of the GPU's worst NVLink link (highest level, "
-    "then highest risk, then lowest link index); link: that link's index",
+    "gpuhealth_gpu_nvlink_risk", "The fused failure risk (0 to 1) of the GPU's worst NVLink "
+    "link: highest level, then highest risk, then lowest link index; link: that link's index",
     ("node", "gpu", "link"), "GPU with NVLink")
 NVLINK_LEVEL = EntityGauge(
-    "gpuhealth_gpu_nvlink_alert_level", f"The open {_LEVEL} of the GPU's worst NVLink link "
-    "(the same link as gpuhealth_gpu_nvlink_risk)", ("node", "gpu", "link"), "GPU with NVLink")
+    "gpuhealth_gpu_nvlink_alert_level", "The open alert level (0 to 3) of the GPU's worst "
+    "NVLink link, the same link as gpuhealth_gpu_nvlink_risk names", ("node", "gpu", "link"),
+    "GPU with NVLink")
 PORT_RISK = EntityGauge("gpuhealth_ib_port_risk", f"The InfiniBand port's {_RISK}",
                         ("node", "device", "port"), "IB port")
 PORT_LEVEL = EntityGauge("gpuhealth_ib_port_alert_level", f"The InfiniBand port's open {_LEVEL}",
                          ("node", "device", "port"), "IB port")
-NODE_RISK = EntityGauge("gpuhealth_node_risk", f"The node's {_RISK} (from its GPUs, links and "
-                        "ports)", ("node",), "node")
-NODE_LEVEL = EntityGauge("gpuhealth_node_alert_level", f"The highest open {_LEVEL} on the node "
-                         "(its entities' and its own, such as no data)", ("node",), "node")
+NODE_RISK = EntityGauge("gpuhealth_node_risk", f"The node's {_RISK}, from its GPUs, links and "
+                        "ports", ("node",), "node")
+NODE_LEVEL = EntityGauge("gpuhealth_node_alert_level", "The highest open alert level (0 to 3) "
+                         "on the node: its entities' and its own (no data)", ("node",), "node")
 GAUGES = (GPU_RISK, GPU_LEVEL, NVLINK_RISK, NVLINK_LEVEL, PORT_RISK, PORT_LEVEL, NODE_RISK,
           NODE_LEVEL)
 
@@ -141,17 +142,18 @@ def _build(tick: _Tick) -> list[Metric]:
         fams[GPU_LEVEL.name].add_metric([e.node, e.unit], level)
         node_level[e.node] = max(node_level.get(e.node, 0), level)
 
-    # Worst link per GPU: highest level, then highest risk, then the first link seen.
-    worst: dict[tuple[str, str], tuple[int, float, str]] = {}
+    # Worst link per GPU: highest level, then highest risk, then lowest index (so a healthy
+    # GPU's series keeps one name whatever order its links arrived in).
+    worst: dict[tuple[str, str], tuple[int, float, int]] = {}
     ents, r, lv = _scope(tick, Scope.NVLINK)
     for e, x, level in zip(ents, r, lv, strict=True):
-        gpu = (e.node, e.unit)
-        best = worst.get(gpu)
-        if best is None or (level, x) > best[:2]:
-            worst[gpu] = (level, x, e.sub)
+        owner, rank = (e.node, e.unit), (level, x, -int(e.sub))
+        best = worst.get(owner)
+        if best is None or rank > best:
+            worst[owner] = rank
     for (node, gpu), (level, x, link) in worst.items():
-        fams[NVLINK_RISK.name].add_metric([node, gpu, link], x)
-        fams[NVLINK_LEVEL.name].add_metric([node, gpu, link], level)
+        fams[NVLINK_RISK.name].add_metric([node, gpu, str(-link)], x)
+        fams[NVLINK_LEVEL.name].add_metric([node, gpu, str(-link)], level)
         node_level[node] = max(node_level.get(node, 0), level)
 
     ents, r, lv = _scope(tick, Scope.IB_PORT)
