@@ -1,4 +1,4 @@
-"""Generate docs/metrics.md from the metric catalog.
+"""Generate docs/metrics.md from the metric catalog (and the per-entity gauges /metrics exports).
 
 `python -m service.commands.docs` rewrites the page; `--check` only compares and exits 1 when the
 page is stale, so CI catches a catalog edit that was not followed by a regeneration. The page is
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from collectors.catalog import CATALOG, Catalog, Kind, Metric, Scope
+from service.runtime.entity_metrics import GAUGES, series_count
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -148,6 +149,48 @@ def _scope_section(scope: Scope, metrics: Sequence[Metric]) -> str:
     return head + f"{len(metrics)} metrics.\n\n" + _table(_HEADER, [_row(m) for m in metrics])
 
 
+_PROMETHEUS = """\
+## Risk on `/metrics` (Prometheus)
+
+Besides the service's own health (ticks, ingest, collectors, notifications by `receiver` and
+`integration`, `gpuhealth_remediation_breaker_open`), `/metrics` carries the newest scoring
+tick's risk and alert level of every entity, as gauges. Risk is 0 (healthy) to 1 (failing);
+the level is 0 none, 1 watch, 2 warning, 3 critical, the highest open alert of the entity (a
+GPU gone silent counts on the GPU, no data from a node on the node). NVLink links are folded
+into their GPU: one series names the GPU's worst link (`link`), so a rule on it says which link
+to look at without 18 series per GPU. Series follow the tick's entities: a node removed or an
+entity forgotten after its longest window of silence leaves the exposition (Prometheus marks it
+stale), and nothing is emitted before the first tick. Labels are the store's names only (no
+UUID or serial, which would start a new series on every swap). Example recording and alerting
+rules, with `promtool` unit tests: `dashboards/prometheus/`.
+"""
+
+
+def _prometheus_section() -> str:
+    rows = [(f"`{g.name}`", ", ".join(f"`{lb}`" for lb in g.labels), f"one per {g.per}", g.help)
+            for g in GAUGES]
+    table = _table(("Gauge", "Labels", "Series", "Meaning"), rows)
+    # DGX-class nodes: 8 GPUs with NVLink and one compute IB port per GPU.
+    gpus = 10_000
+    nodes, ports = gpus // 8, gpus
+    typical = series_count(gpus, gpus, ports, nodes)
+    at_limit = series_count(gpus, gpus, 2 * gpus, nodes)  # ingest's allowance: 2 ports a GPU
+    plural = {"GPU": "GPUs", "GPU with NVLink": "GPUs with NVLink", "IB port": "IB ports",
+              "node": "nodes"}
+    per_kind = {per: sum(g.per == per for g in GAUGES) for per in plural}
+    formula = " + ".join(f"{k} x {plural[per]}" for per, k in per_kind.items())
+    return (_PROMETHEUS + "\n" + table + "\n\n"
+            f"**Cardinality.** Series = {formula}. For 10,000 GPUs on {nodes:,} nodes of 8 "
+            f"GPUs with NVLink and one InfiniBand port per GPU: **{typical:,} series** "
+            f"({typical / gpus:.2f} per GPU); with two ports per GPU (the most "
+            f"`ingest.max_gpus` allows for) {at_limit:,}. The service's own series (counts "
+            "by scope and level, per detector, histograms) add a few hundred, and each node "
+            "agent a few per collector (`gpuhealth_collector_up{host}` and its kin). The "
+            "families are built on the first scrape after a tick and reused until "
+            "the next, so scraping more often costs only the rendering; drop them with "
+            "`metric_relabel_configs` if a Prometheus cannot take them.")
+
+
 def render_metrics_md(catalog: Catalog = CATALOG) -> str:
     """The whole of docs/metrics.md for `catalog`, in catalog order within each scope."""
     kinds = _table(("Kind", "Meaning", "How it is stored and used"),
@@ -157,6 +200,7 @@ def render_metrics_md(catalog: Catalog = CATALOG) -> str:
     sections = [_TOP + "\n" + kinds, _SEMANTICS + "\n" + scopes, _SOURCES.rstrip("\n")]
     for scope in Scope:
         sections.append(_scope_section(scope, [m for m in catalog if m.scope is scope]))
+    sections.append(_prometheus_section())
     return "\n\n".join(sections) + "\n"
 
 

@@ -29,6 +29,13 @@ class Sent:
     attempts: int
 
 
+def integration_of(receiver: Notifier | None) -> str:
+    """The channel: "record", "email", "pagerduty", ... from the receiver's class name."""
+    if receiver is None:
+        return "missing"
+    return type(receiver).__name__.removesuffix("Receiver").lower()
+
+
 class Sender:
     def __init__(self, receivers: Mapping[str, Notifier], dispatcher: Dispatcher, *,
                  retry_initial_s: float = 1.0, retry_max_s: float = 60.0,
@@ -47,6 +54,9 @@ class Sender:
         self._pending: set[Future[None]] = set()
         self.sent = 0
         self.failed = 0
+        # Per (receiver name, integration): /metrics labels a failing receiver by these.
+        self.sent_by: dict[tuple[str, str], int] = {}
+        self.failed_by: dict[tuple[str, str], int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         if background:
@@ -83,6 +93,17 @@ class Sender:
                 return False
             with contextlib.suppress(Exception):  # reported by _send_one already
                 pending[0].result(timeout=left)
+
+    def counts(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+        """Delivered and failed messages per (receiver, integration), every configured
+        receiver listed from the start (at 0) so a rate over them exists before a failure."""
+        with self._lock:
+            sent, failed = dict(self.sent_by), dict(self.failed_by)
+        for name, r in self.receivers.items():
+            key = (name, integration_of(r))
+            sent.setdefault(key, 0)
+            failed.setdefault(key, 0)
+        return sent, failed
 
     def drain(self) -> list[Sent]:
         """Deliveries finished since the last call (the InfluxDB recorder writes them)."""
@@ -134,11 +155,11 @@ class Sender:
             delay = min(delay * 2, self.retry_max_s)
         self._reports.append((o, d.ok))
         self._report(at_least=32)
-        # The channel: "record", "email", "pagerduty", ... from the receiver's class name.
-        kind = (type(receiver).__name__.removesuffix("Receiver").lower()
-                if receiver is not None else "missing")
+        kind = integration_of(receiver)
         with self._lock:
             self._done.append(Sent(msg, d, kind, attempts))
+            tally = self.sent_by if d.ok else self.failed_by
+            tally[msg.receiver, kind] = tally.get((msg.receiver, kind), 0) + 1
             if d.ok:
                 self.sent += 1
             else:

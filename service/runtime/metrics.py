@@ -3,12 +3,15 @@
 Counts the pipeline already keeps (samples, rejections, resets, notifications) are read from
 `Pipeline.stats` at scrape time by a custom collector, so no call site can forget or double an
 increment. Durations are histograms observed where the work is timed (the scheduler and the
-write endpoint). Fleet risk is exported as a few counts per scope and level, never one series
-per GPU: at 10,000 GPUs that would be the scrape that hurts.
+write endpoint). Fleet risk is exported twice: a few counts per scope and level, and one risk
+and one level per GPU, IB port and node (`entity_metrics`, its cardinality in docs/metrics.md).
 
 Collectors are one series per (collector, host): node agents' collectors carry their node as
 `host`; the service's own collectors carry no `host` label (to Prometheus the same as an empty
 one), so their series stay what they were before agents reported.
+
+Names pass `promtool check metrics`: no metric type in a name (the catalog's "counter resets"
+are `gpuhealth_resets_detected_total`), base units, `_total` only on counters.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from collectors.base import CollectorStatus
 from collectors.ignored import OTHER, IgnoredNames
 from service.api.redact import redact
 from service.pipeline import Pipeline
+from service.runtime.entity_metrics import EntityGauges
 from service.runtime.remote_collectors import RemoteStatus
 from service.stages.alert_machine import LEVELS
 from service.stages.scoring import SCOPES
@@ -85,8 +89,6 @@ class PipelineCollector:
 
     def _stats(self) -> Iterable[Metric]:
         st = self.pipeline.stats
-        note = self.pipeline.notification
-        sent, failed = (note.sender.sent, note.sender.failed) if note else (0, 0)
         for name, doc, value in (
             ("gpuhealth_samples_ingested", "Samples (values and events) accepted by ingest",
              st.samples_ingested),
@@ -94,19 +96,40 @@ class PipelineCollector:
              st.samples_rejected),
             ("gpuhealth_rows_late", "Rows stored to the sinks but not scored: older than "
              "their entity's last sample or than the raw window", st.rows_late),
-            ("gpuhealth_counter_drops", "Persistent counters (lifetime ECC, retired pages) read "
+            ("gpuhealth_lifetime_drops", "Persistent counts (lifetime ECC, retired pages) read "
              "lower than before: stored, left out of scoring until taken as a new device",
              st.counter_drops),
-            ("gpuhealth_counter_resets", "Counter resets detected (driver reload, GPU reset)",
-             st.counter_resets),
+            ("gpuhealth_resets_detected", "Resets of cumulative device counts detected "
+             "(driver reload, GPU reset, reboot)", st.counter_resets),
             ("gpuhealth_batches", "Batches ingested", st.batches),
             ("gpuhealth_score_ticks", "Scoring ticks run", st.ticks),
             ("gpuhealth_score_tick_failures", "Scoring ticks that raised", st.tick_failures),
-            ("gpuhealth_notifications_sent", "Notifications delivered", sent),
-            ("gpuhealth_notifications_failed", "Notifications that failed after retry",
-             failed),
         ):
             yield CounterMetricFamily(name, doc, value=value)
+        yield from self._notifications()
+
+    def _notifications(self) -> Iterable[Metric]:
+        labels = ["receiver", "integration"]
+        sent = CounterMetricFamily("gpuhealth_notifications_sent", "Notifications delivered, "
+                                   "by receiver (its name) and integration (its type)",
+                                   labels=labels)
+        failed = CounterMetricFamily("gpuhealth_notifications_failed", "Notifications that "
+                                     "failed after retry, by receiver and integration",
+                                     labels=labels)
+        note = self.pipeline.notification
+        if note is not None:
+            ok, bad = note.sender.counts()
+            for key, n in sorted(ok.items()):
+                sent.add_metric(list(key), n)
+            for key, n in sorted(bad.items()):
+                failed.add_metric(list(key), n)
+        yield from (sent, failed)
+        ctl = self.pipeline.controller
+        if ctl is not None:  # remediation on
+            yield GaugeMetricFamily("gpuhealth_remediation_breaker_open", "1 while the "
+                                    "blast-radius circuit breaker is open (remediation "
+                                    "stopped until an admin resets it)",
+                                    value=1.0 if ctl.breaker.is_open else 0.0)
 
     def _collectors(self) -> Iterable[Metric]:
         up = GaugeMetricFamily(
@@ -314,6 +337,9 @@ class ServiceMetrics:
         self._pipeline = PipelineCollector(pipeline, statuses,
                                            last_scrape=self.scrape_seconds.last)
         self.registry.register(self._pipeline)
+        self.entities = EntityGauges()  # sees each tick's result; builds on scrape
+        pipeline.observers.append(self.entities)
+        self.registry.register(self.entities)
         self.ignored = IgnoredFields()
         self.registry.register(self.ignored)
 

@@ -243,7 +243,8 @@ def test_metrics(faulty: Service) -> None:
     assert value("gpuhealth_samples_ingested_total") > 0
     assert value("gpuhealth_samples_rejected_total") == 0
     assert value("gpuhealth_score_ticks_total") == 3
-    assert value("gpuhealth_notifications_sent_total") > 0
+    assert value("gpuhealth_notifications_sent_total", receiver="record",
+                 integration="record") > 0
     assert value("gpuhealth_score_tick_seconds_count") == 3
     assert value("gpuhealth_ingest_seconds_count", source="fleet") == 3
     assert value("gpuhealth_job_errors_total", job="collect:broken") == 1
@@ -254,9 +255,12 @@ def test_metrics(faulty: Service) -> None:
     assert value("gpuhealth_entities_at_risk", scope="node", level="1") == 2
     assert value("gpuhealth_last_tick_timestamp_seconds") == T0 + 2 * STEP
     assert value("process_resident_memory_bytes") > 10 * 2**20  # the service's own memory
-    assert value("gpuhealth_rows_late_total") == 0 and value("gpuhealth_counter_drops_total") == 0
-    # Small by design: no series per GPU.
-    assert not any("n001" in str(labels) for _, labels in samples)
+    assert value("gpuhealth_rows_late_total") == 0 and value("gpuhealth_lifetime_drops_total") == 0
+    # Per entity only in the entity families (tests/service/test_prometheus_metrics.py).
+    assert {name for name, labels in samples if "n001" in str(labels)} == {
+        "gpuhealth_gpu_risk", "gpuhealth_gpu_alert_level", "gpuhealth_gpu_nvlink_risk",
+        "gpuhealth_gpu_nvlink_alert_level", "gpuhealth_ib_port_risk",
+        "gpuhealth_ib_port_alert_level", "gpuhealth_node_risk", "gpuhealth_node_alert_level"}
     # The app's own registry, never the process-global one.
     assert REGISTRY.get_sample_value("gpuhealth_score_ticks_total") is None
 
