@@ -4,14 +4,13 @@ committed under docs/ so that an API change shows in review.
 
 Regenerate the snapshot after changing the API:
 
-    python -m service.api.openapi docs/openapi.json
+    python -m service.api.openapi_snapshot docs/openapi.json
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ PROBLEM_REF = "#/components/schemas/Problem"
 WRITE_REF = "#/components/schemas/WriteError"
 _FASTAPI_422 = "#/components/schemas/HTTPValidationError"
 SNAPSHOT = Path("docs") / "openapi.json"
-REGENERATE = f"python -m service.api.openapi {SNAPSHOT}"
+REGENERATE = f"python -m service.api.openapi_snapshot {SNAPSHOT}"
 
 
 def install(app: FastAPI, influxdb_paths: Iterable[str]) -> None:
@@ -74,22 +73,3 @@ def _is_problem(resp: dict[str, Any]) -> bool:
 def render(app: FastAPI) -> str:
     """The document as the snapshot holds it: sorted keys, two-space indent, newline."""
     return json.dumps(app.openapi(), indent=2, sort_keys=True) + "\n"
-
-
-def main(argv: list[str] | None = None,
-         factory: Callable[[], FastAPI] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if factory is None:
-        from service.api.app import create_app
-
-        factory = create_app
-    text = render(factory())
-    if args:
-        Path(args[0]).write_text(text)
-    else:
-        sys.stdout.write(text)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -17,7 +17,7 @@ from fastapi import FastAPI, routing
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
-from service.api import openapi
+from service.api import openapi, openapi_snapshot
 from service.api.app import create_app
 from service.api.state import Running
 from service.api.timefmt import parse_instant, rfc3339
@@ -259,3 +259,9 @@ def test_the_committed_snapshot_matches_the_live_document(svc: Svc) -> None:
     assert snapshot.read_text() == live, (
         f"{openapi.SNAPSHOT} differs from the API the code serves: if the change is meant, "
         f"regenerate it with `{openapi.REGENERATE}` and commit it with the change")
+
+
+def test_the_regenerate_command_writes_the_snapshot(tmp_path: Path) -> None:
+    out = tmp_path / "openapi.json"
+    assert openapi_snapshot.main([str(out)]) == 0
+    assert out.read_text() == (REPO / openapi.SNAPSHOT).read_text()
