@@ -17,6 +17,7 @@ from fastapi import FastAPI, routing
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
+from bench import soak_verdict
 from service.api import openapi, openapi_snapshot
 from service.api.app import create_app
 from service.api.state import Running
@@ -265,3 +266,14 @@ def test_the_regenerate_command_writes_the_snapshot(tmp_path: Path) -> None:
     out = tmp_path / "openapi.json"
     assert openapi_snapshot.main([str(out)]) == 0
     assert out.read_text() == (REPO / openapi.SNAPSHOT).read_text()
+
+
+def test_the_soak_verdict_client_pages_and_reads_times_back(svc: Svc) -> None:
+    api = soak_verdict.Api("")
+    api.client.close()
+    api.client = svc.client  # the app itself (a TestClient is an httpx.Client)
+    whole = svc.get("/v1/alerts?limit=1000")["alerts"]
+    found = api.alerts()
+    assert [a["id"] for a in found] == [a["id"] for a in whole]
+    assert found[0]["started_at"] == T0 + STEP and found[0]["resolved_at"] is None
+    assert api.history(found[0]["id"])[0]["at"] == T0 + STEP
