@@ -17,7 +17,7 @@ from service.api.auth import Reader
 from service.api.guards import IdempotentAdmin, IdempotentOperate
 from service.api.idempotency import MUTATING_RESPONSES
 from service.api.paging import PageDep
-from service.api.problems import problem_responses
+from service.api.problems import READ_ERRORS, problem_responses
 from service.api.state import Running, State
 from service.api.timefmt import TIME_DOC, TimeIn, stamp_fields
 from service.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
@@ -27,7 +27,7 @@ from service.remediation.controller import RemediationController
 
 # Every route answers 503 while its feature is off; those naming a resource 404 when unknown.
 router = APIRouter(responses=problem_responses(
-    503, description="notification (or remediation) is off in this service"))
+    503, description="notification (or remediation) is off in this service") | READ_ERRORS)
 _UNKNOWN = problem_responses(404, description="No such alert, silence, action or node")
 _MUTATING_UNKNOWN = MUTATING_RESPONSES | _UNKNOWN
 

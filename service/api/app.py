@@ -110,7 +110,8 @@ def create_app(
     app.include_router(read.router)
     app.include_router(fleet.router)
     app.include_router(write.router)
-    app.include_router(history.router, dependencies=[Depends(require(Permission.READ))])
+    app.include_router(history.router, dependencies=[Depends(require(Permission.READ))],
+                       responses=problems.READ_ERRORS)
     app.include_router(alerting.router)
     console.install(app)
     return app

@@ -15,7 +15,7 @@ from collectors.catalog import Scope
 from service.api.auth import require
 from service.api.paging import MAX_LIMIT, Page, page_of
 from service.api.principals import Permission
-from service.api.problems import problem_responses
+from service.api.problems import READ_ERRORS, problem_responses
 from service.api.schemas import FleetGrid, GridGpu, GridNode, GridPort, RiskyEntity
 from service.api.state import State
 from service.api.views import _signal, _window, rule_window
@@ -26,7 +26,7 @@ router = APIRouter()
 
 
 @router.get("/v1/fleet", tags=["fleet"], dependencies=[Depends(require(Permission.READ))],
-            response_model=FleetGrid, responses=problem_responses(400),
+            response_model=FleetGrid, responses=problem_responses(400) | READ_ERRORS,
             summary="Every node's GPUs (links folded in) and IB ports with risk and level, and "
                     "the riskiest entities with their reason and predicted window")
 def fleet_grid(

@@ -112,3 +112,12 @@ def problem_responses(*statuses: int, description: str | None = None
             entry["description"] = "A cursor that is not valid here, or `offset` (retired)"
         out[status] = entry
     return out
+
+
+# Where a read token is required (`api.read_requires_token`): what the token check answers.
+READ_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": Problem, "description": "missing, malformed, unknown, expired or revoked "
+                                           "bearer token (with api.read_requires_token)"},
+    403: {"model": Problem, "description": "the token's scope is too low for this route"},
+    429: {"model": Problem, "description": "rate limit exceeded; see Retry-After"},
+}

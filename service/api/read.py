@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from service.api.auth import require
 from service.api.paging import PageDep
 from service.api.principals import Permission
-from service.api.problems import problem_responses
+from service.api.problems import READ_ERRORS, problem_responses
 from service.api.schemas import (
     AlertDetail,
     AlertList,
@@ -66,6 +66,7 @@ def _collectors(st: Running) -> dict[str, CollectorOut]:
 
 
 @router.get("/metrics", tags=["probes"], response_class=Response, dependencies=READ,
+            responses=READ_ERRORS,
             summary="Prometheus metrics in the text exposition format (a read token when "
                     "api.read_requires_token is set)")
 def metrics(st: State) -> Response:
@@ -76,7 +77,7 @@ def metrics(st: State) -> Response:
 # ---- fleet state ----------------------------------------------------------------------------
 
 @router.get("/v1/nodes", tags=["fleet"], dependencies=READ, response_model=NodeList,
-            responses=problem_responses(400), summary="Risk summary per node")
+            responses=problem_responses(400) | READ_ERRORS, summary="Risk summary per node")
 def list_nodes(
     st: State,
     page: PageDep,
@@ -89,7 +90,7 @@ def list_nodes(
 
 
 @router.get("/v1/nodes/{node}", tags=["fleet"], dependencies=READ, response_model=NodeDetail,
-            responses=problem_responses(404, description="Unknown node"),
+            responses=problem_responses(404, description="Unknown node") | READ_ERRORS,
             summary="A node's GPUs, NVLink links and IB ports with risk, level and explanation")
 def get_node(st: State, node: str) -> NodeDetail:
     detail = node_detail(st.pipeline, node)
@@ -99,7 +100,8 @@ def get_node(st: State, node: str) -> NodeDetail:
 
 
 @router.get("/v1/gpus/{gpu}", tags=["fleet"], dependencies=READ, response_model=GpuDetail,
-            responses=problem_responses(404, description="Unknown GPU, or not a GPU key"),
+            responses=problem_responses(404, description="Unknown GPU, or not a GPU key")
+            | READ_ERRORS,
             summary="Latest metrics, risk, explanation, links and open alerts of one GPU")
 def get_gpu(st: State, gpu: str) -> GpuDetail:
     detail = gpu_detail(st.pipeline, gpu)
@@ -112,7 +114,7 @@ _LEVEL_DOC = "alerts that reached at least this level (1 record, 2 email, 3 page
 
 
 @router.get("/v1/alerts", tags=["alerts"], dependencies=READ, response_model=AlertList,
-            responses=problem_responses(400), summary="Alerts, newest first")
+            responses=problem_responses(400) | READ_ERRORS, summary="Alerts, newest first")
 def list_alerts(
     st: State,
     page: PageDep,
@@ -132,7 +134,7 @@ def list_alerts(
 
 
 @router.get("/v1/alerts/{alert_id}", tags=["alerts"], dependencies=READ, response_model=AlertDetail,
-            responses=problem_responses(404, description="Unknown alert"),
+            responses=problem_responses(404, description="Unknown alert") | READ_ERRORS,
             summary="One alert with its history of level changes")
 def get_alert(st: State, alert_id: int) -> AlertDetail:
     alert = st.pipeline.alerts.get(alert_id)

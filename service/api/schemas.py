@@ -226,7 +226,8 @@ class SeriesPoints(BaseModel):
     kind: str  # gauge, counter, state, event, risk
     rate: bool  # a counter as a per-second rate (reset-aware) rather than its raw value
     agg: str  # how a bucket's samples became one value: mean, max, min, last, count
-    times: list[float]
+    times: list[float] = Field(description="bucket starts in epoch seconds (a point array "
+                                           "keeps epoch time, as InfluxDB and Prometheus do)")
     values: list[float]
 
 
