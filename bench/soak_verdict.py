@@ -17,6 +17,7 @@ from bench.soak_plan import Plan
 from bench.soak_probe import Snapshot
 from bench.soak_receiver import Received
 from collectors.catalog import CATALOG
+from service.api.timefmt import parse_instant
 from service.notify.receivers.webhook import rfc3339
 from service.stages.alert_machine import AlertPolicy
 
@@ -40,28 +41,37 @@ class Check:
                 "judged": self.judged}
 
 
+_ALERT_TIMES = ("started_at", "updated_at", "resolved_at", "acked_at")
+
+
+def _epochs(d: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    """The API's RFC 3339 timestamps back to epoch seconds, which the checks compare."""
+    return {**d, **{k: parse_instant(d[k]) for k in keys if d.get(k) is not None}}
+
+
 class Api:
     def __init__(self, url: str) -> None:
         self.url = url
         self.client = httpx.Client(timeout=15.0)
 
     def alerts(self, **params: Any) -> list[dict[str, Any]]:
+        """Every matching alert, page by page (`next_cursor`), times as epoch seconds."""
         out: list[dict[str, Any]] = []
-        for offset in range(0, 100_000, 1000):
-            r = self.client.get(f"{self.url}/v1/alerts",
-                                params={**params, "limit": 1000, "offset": offset})
+        cursor: str | None = None
+        while True:
+            r = self.client.get(f"{self.url}/v1/alerts", params={
+                **params, "limit": 1000, **({"cursor": cursor} if cursor else {})})
             r.raise_for_status()
-            page: list[dict[str, Any]] = r.json()["alerts"]
-            out += page
-            if len(page) < 1000:
-                break
-        return out
+            body = r.json()
+            out += [_epochs(a, _ALERT_TIMES) for a in body["alerts"]]
+            cursor = body["next_cursor"]
+            if cursor is None:
+                return out
 
     def history(self, alert_id: int) -> list[dict[str, Any]]:
         r = self.client.get(f"{self.url}/v1/alerts/{alert_id}")
         r.raise_for_status()
-        hist: list[dict[str, Any]] = r.json()["history"]
-        return hist
+        return [_epochs(h, ("at",)) for h in r.json()["history"]]
 
     def close(self) -> None:
         self.client.close()

@@ -12,7 +12,7 @@ from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from collectors.base import Closes, Collector, Starts
-from service.api import alerting, fleet, history, problems, read, write
+from service.api import alerting, fleet, history, openapi, problems, read, write
 from service.api.auth import ApiAuth, require
 from service.api.principals import Permission
 from service.api.state import Running
@@ -106,10 +106,12 @@ def create_app(
                   docs_url=None, redoc_url=None)
     # Every error as a problem detail (RFC 9457); the InfluxDB endpoints InfluxDB's way.
     problems.install(app, influxdb_paths=write.INFLUXDB_PATHS)
+    openapi.install(app, influxdb_paths=write.INFLUXDB_PATHS)
     app.include_router(read.router)
     app.include_router(fleet.router)
     app.include_router(write.router)
-    app.include_router(history.router, dependencies=[Depends(require(Permission.READ))])
+    app.include_router(history.router, dependencies=[Depends(require(Permission.READ))],
+                       responses=problems.READ_ERRORS)
     app.include_router(alerting.router)
     console.install(app)
     return app

@@ -4,6 +4,7 @@ window. One read for what the console's grid draws, instead of one request per n
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from typing import Annotated
 
@@ -12,7 +13,9 @@ from fastapi import APIRouter, Depends, Query
 
 from collectors.catalog import Scope
 from service.api.auth import require
+from service.api.paging import MAX_LIMIT, Page, page_of
 from service.api.principals import Permission
+from service.api.problems import READ_ERRORS, problem_responses
 from service.api.schemas import FleetGrid, GridGpu, GridNode, GridPort, RiskyEntity
 from service.api.state import State
 from service.api.views import _signal, _window, rule_window
@@ -23,16 +26,15 @@ router = APIRouter()
 
 
 @router.get("/v1/fleet", tags=["fleet"], dependencies=[Depends(require(Permission.READ))],
-            response_model=FleetGrid,
+            response_model=FleetGrid, responses=problem_responses(400) | READ_ERRORS,
             summary="Every node's GPUs (links folded in) and IB ports with risk and level, and "
                     "the riskiest entities with their reason and predicted window")
 def fleet_grid(
     st: State,
-    limit: Annotated[int, Query(ge=1, le=10_000, description="nodes per page")] = 1000,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    page: Annotated[Page, Depends(page_of(MAX_LIMIT))],
     top: Annotated[int, Query(ge=0, le=100, description="riskiest entities to list")] = 10,
 ) -> FleetGrid:
-    return grid(st.pipeline, limit, offset, top)
+    return grid(st.pipeline, page, top)
 
 
 def _risk_of(risk: RiskState | None, scope: Scope, slot: int) -> float | None:
@@ -41,7 +43,7 @@ def _risk_of(risk: RiskState | None, scope: Scope, slot: int) -> float | None:
     return float(risk.scopes[scope].risk[slot])
 
 
-def grid(p: Pipeline, limit: int, offset: int, top: int) -> FleetGrid:
+def grid(p: Pipeline, pg: Page, top: int) -> FleetGrid:
     open_alerts = p.alerts.open_alerts()
     levels: dict[str, int] = {a.entity: a.level for a in open_alerts}
     node_level: dict[str, int] = defaultdict(int)
@@ -50,7 +52,10 @@ def grid(p: Pipeline, limit: int, offset: int, top: int) -> FleetGrid:
     with p.lock:
         risk = p.risk
         names = sorted(p.store.registry.nodes)
-        page = set(names[offset: offset + limit])
+        after = pg.after("fleet", (str,))
+        start = 0 if after is None else bisect.bisect_right(names, after[0])
+        picked, next_cursor = pg.slice("fleet", names, lambda n: (n,), start)
+        page = set(picked)
         gpus: dict[str, list[GridGpu]] = defaultdict(list)
         ports: dict[str, list[GridPort]] = defaultdict(list)
         gw, lw, pw = p.store[Scope.GPU], p.store[Scope.NVLINK], p.store[Scope.IB_PORT]
@@ -81,13 +86,13 @@ def grid(p: Pipeline, limit: int, offset: int, top: int) -> FleetGrid:
                                               level=levels.get(e.key, 0)))
         riskiest = _riskiest(p, risk, levels, top)
     rows = []
-    for name in names[offset: offset + limit]:
+    for name in picked:
         cells = sorted(gpus[name], key=lambda c: _index(c.gpu))
         rows.append(GridNode(node=name, risk=None if risk is None else risk.node(name),
                              level=node_level[name], gpus=cells,
                              ports=sorted(ports[name], key=lambda c: c.port)))
-    return FleetGrid(at=None if risk is None else risk.at, total=len(names), limit=limit,
-                     offset=offset, nodes=rows, riskiest=riskiest)
+    return FleetGrid(at=None if risk is None else risk.at, total=len(names), limit=pg.limit,
+                     next_cursor=next_cursor, nodes=rows, riskiest=riskiest)
 
 
 def _index(gpu_key: str) -> tuple[int, str]:

@@ -31,7 +31,7 @@ _CREATE_DB = re.compile(r"\s*CREATE\s+DATABASE\s+(\"(?:[^\"\\]|\\.)+\"|\w+)(\s+W
 @router.get("/ping", tags=["ingest"], status_code=204, response_class=Response,
             summary="InfluxDB ping: 204 while the service runs")
 @router.head("/ping", tags=["ingest"], status_code=204, response_class=Response,
-             include_in_schema=False)
+             summary="InfluxDB ping: 204 while the service runs")
 def ping() -> Response:
     return Response(status_code=204, headers=_HEADERS)
 

@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException
 
 from service.api.auth import ApiAuth, authenticate
 from service.api.principals import Permission
+from service.api.schemas import Problem
 from service.errors import PROBLEM_JSON, GpuhealthError, Unprocessable, generic_problem
 
 log = logging.getLogger(__name__)
@@ -96,3 +97,27 @@ async def _authenticate_first(request: Request) -> GpuhealthError | None:
         if denied.status in (401, 429):
             return denied
     return None
+
+
+def problem_responses(*statuses: int, description: str | None = None
+                      ) -> dict[int | str, dict[str, Any]]:
+    """A route's `responses` entry declaring problem-detail answers (service.api.openapi
+    files them under `application/problem+json`)."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        entry: dict[str, Any] = {"model": Problem}
+        if description is not None:
+            entry["description"] = description
+        elif status == 400:
+            entry["description"] = "A cursor that is not valid here, or `offset` (retired)"
+        out[status] = entry
+    return out
+
+
+# Where a read token is required (`api.read_requires_token`): what the token check answers.
+READ_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": Problem, "description": "missing, malformed, unknown, expired or revoked "
+                                           "bearer token (with api.read_requires_token)"},
+    403: {"model": Problem, "description": "the token's scope is too low for this route"},
+    429: {"model": Problem, "description": "rate limit exceeded; see Retry-After"},
+}

@@ -8,7 +8,9 @@ from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import JSONResponse
 
 from service.api.auth import require
+from service.api.paging import PageDep
 from service.api.principals import Permission
+from service.api.problems import READ_ERRORS, problem_responses
 from service.api.schemas import (
     AlertDetail,
     AlertList,
@@ -64,6 +66,7 @@ def _collectors(st: Running) -> dict[str, CollectorOut]:
 
 
 @router.get("/metrics", tags=["probes"], response_class=Response, dependencies=READ,
+            responses=READ_ERRORS,
             summary="Prometheus metrics in the text exposition format (a read token when "
                     "api.read_requires_token is set)")
 def metrics(st: State) -> Response:
@@ -74,21 +77,20 @@ def metrics(st: State) -> Response:
 # ---- fleet state ----------------------------------------------------------------------------
 
 @router.get("/v1/nodes", tags=["fleet"], dependencies=READ, response_model=NodeList,
-            summary="Risk summary per node")
+            responses=problem_responses(400) | READ_ERRORS, summary="Risk summary per node")
 def list_nodes(
     st: State,
+    page: PageDep,
     sort: Literal["risk", "node", "alerts"] = "risk",
     order: Annotated[Literal["asc", "desc"] | None,
                      Query(description="default: desc for risk and alerts, asc for node")] = None,
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
 ) -> NodeList:
     descending = (order or ("asc" if sort == "node" else "desc")) == "desc"
-    return node_list(st.pipeline, sort, descending, limit, offset)
+    return node_list(st.pipeline, sort, descending, page)
 
 
 @router.get("/v1/nodes/{node}", tags=["fleet"], dependencies=READ, response_model=NodeDetail,
-            responses={404: {"description": "Unknown node"}},
+            responses=problem_responses(404, description="Unknown node") | READ_ERRORS,
             summary="A node's GPUs, NVLink links and IB ports with risk, level and explanation")
 def get_node(st: State, node: str) -> NodeDetail:
     detail = node_detail(st.pipeline, node)
@@ -98,7 +100,8 @@ def get_node(st: State, node: str) -> NodeDetail:
 
 
 @router.get("/v1/gpus/{gpu}", tags=["fleet"], dependencies=READ, response_model=GpuDetail,
-            responses={404: {"description": "Unknown GPU, or not a GPU key"}},
+            responses=problem_responses(404, description="Unknown GPU, or not a GPU key")
+            | READ_ERRORS,
             summary="Latest metrics, risk, explanation, links and open alerts of one GPU")
 def get_gpu(st: State, gpu: str) -> GpuDetail:
     detail = gpu_detail(st.pipeline, gpu)
@@ -111,23 +114,27 @@ _LEVEL_DOC = "alerts that reached at least this level (1 record, 2 email, 3 page
 
 
 @router.get("/v1/alerts", tags=["alerts"], dependencies=READ, response_model=AlertList,
-            summary="Alerts, newest first")
+            responses=problem_responses(400) | READ_ERRORS, summary="Alerts, newest first")
 def list_alerts(
     st: State,
+    page: PageDep,
     level: Annotated[int | None, Query(ge=1, le=3, description=_LEVEL_DOC)] = None,
     state: Literal["firing", "resolved"] | None = None,
     node: str | None = None,
     entity: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
 ) -> AlertList:
+    after = page.after("alerts", (float, int))
     found = st.pipeline.alerts.find(level=level, state=state, node=node, entity=entity,
-                                    limit=limit, offset=offset)
-    return AlertList(limit=limit, offset=offset, alerts=[alert_out(st.pipeline, a) for a in found])
+                                    limit=page.limit + 1,
+                                    before=None if after is None else (float(after[0]),
+                                                                       int(after[1])))
+    rows, next_cursor = page.slice("alerts", found, lambda a: (a.started_at, a.id), 0)
+    return AlertList(limit=page.limit, next_cursor=next_cursor,
+                     alerts=[alert_out(st.pipeline, a) for a in rows])
 
 
 @router.get("/v1/alerts/{alert_id}", tags=["alerts"], dependencies=READ, response_model=AlertDetail,
-            responses={404: {"description": "Unknown alert"}},
+            responses=problem_responses(404, description="Unknown alert") | READ_ERRORS,
             summary="One alert with its history of level changes")
 def get_alert(st: State, alert_id: int) -> AlertDetail:
     alert = st.pipeline.alerts.get(alert_id)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from service.api.timefmt import Timestamp
+
+NEXT_CURSOR_DOC = "the `cursor` of the next page; null on the last"
+
 
 class SignalOut(BaseModel):
     rule: str
@@ -33,9 +37,9 @@ class NodeSummary(BaseModel):
 
 
 class NodeList(BaseModel):
-    total: int
+    total: int  # nodes in the fleet
     limit: int
-    offset: int
+    next_cursor: str | None = Field(description=NEXT_CURSOR_DOC)
     nodes: list[NodeSummary]
 
 
@@ -57,7 +61,7 @@ class AlertmanagerOut(BaseModel):
     state: str = Field(description="Alertmanager's state: active, suppressed or unprocessed")
     silenced_by: list[str]
     inhibited_by: list[str]
-    checked_at: float
+    checked_at: Timestamp
 
 
 class AlertOut(BaseModel):
@@ -73,18 +77,18 @@ class AlertOut(BaseModel):
     peak_level: int
     state: str
     risk: float
-    started_at: float
-    updated_at: float
-    resolved_at: float | None
+    started_at: Timestamp
+    updated_at: Timestamp
+    resolved_at: Timestamp | None
     explanation: list[SignalOut]
     alertmanager: list[AlertmanagerOut] = Field(
         default_factory=list, description="where an alertmanager receiver is configured")
     acked_by: str | None = None  # who acknowledged it (no repeats until it resolves)
-    acked_at: float | None = None
+    acked_at: Timestamp | None = None
 
 
 class LevelChange(BaseModel):
-    at: float
+    at: Timestamp
     old_level: int
     new_level: int
     risk: float
@@ -96,7 +100,7 @@ class AlertDetail(AlertOut):
 
 class AlertList(BaseModel):
     limit: int
-    offset: int
+    next_cursor: str | None = Field(description=NEXT_CURSOR_DOC)
     alerts: list[AlertOut]
 
 
@@ -115,7 +119,7 @@ class MetricOut(BaseModel):
     unit: str
     kind: str
     value: float | None  # None: never reported
-    ts: float | None
+    ts: Timestamp | None  # when it was sampled
 
 
 class ModelOut(BaseModel):
@@ -222,15 +226,16 @@ class SeriesPoints(BaseModel):
     kind: str  # gauge, counter, state, event, risk
     rate: bool  # a counter as a per-second rate (reset-aware) rather than its raw value
     agg: str  # how a bucket's samples became one value: mean, max, min, last, count
-    times: list[float]
+    times: list[float] = Field(description="bucket starts in epoch seconds (a point array "
+                                           "keeps epoch time, as InfluxDB and Prometheus do)")
     values: list[float]
 
 
 class HistoryOut(BaseModel):
     entity: str
     scope: str
-    start: float  # epoch seconds, inclusive
-    end: float  # exclusive
+    start: Timestamp  # inclusive
+    end: Timestamp  # exclusive
     step: int  # bucket width in seconds
     source: str  # influxdb or sqlite
     series: list[SeriesPoints]
@@ -274,9 +279,9 @@ class RiskyEntity(BaseModel):
 
 
 class FleetGrid(BaseModel):
-    at: float | None  # the scoring tick the risks come from; None before the first
+    at: Timestamp | None  # the scoring tick the risks come from; None before the first
     total: int  # nodes in the fleet
     limit: int
-    offset: int
+    next_cursor: str | None = Field(description=NEXT_CURSOR_DOC)
     nodes: list[GridNode]  # in node name order
     riskiest: list[RiskyEntity]  # across the whole fleet, riskiest first

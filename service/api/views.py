@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 
@@ -13,6 +14,7 @@ from models.detectors.findings import Signal
 from models.detectors.fusion import ScopeRisk
 from models.detectors.growth import window_of
 from models.predictor.window import PredictedWindow, predicted_window
+from service.api.paging import Page
 from service.api.schemas import (
     AlertmanagerOut,
     AlertOut,
@@ -83,7 +85,7 @@ def _entity(risk: RiskState | None, scope: Scope, e: Entity, slot: int,
                      explanation=expl)
 
 
-def node_list(p: Pipeline, sort: str, descending: bool, limit: int, offset: int) -> NodeList:
+def node_list(p: Pipeline, sort: str, descending: bool, page: Page) -> NodeList:
     open_alerts = p.alerts.open_alerts()
     n_alerts: dict[str, int] = defaultdict(int)
     level: dict[str, int] = defaultdict(int)
@@ -104,21 +106,32 @@ def node_list(p: Pipeline, sort: str, descending: bool, limit: int, offset: int)
     if risk is not None:
         node_risk[: len(risk.nodes)] = [float(x) for x in risk.nodes]
     ranked = [-1.0 if r is None else r for r in node_risk]  # unscored sorts below zero risk
-    order = sorted(range(len(names)), key=lambda i: names[i])  # ties stay in name order
+    # The listing order as an ascending key (ties in name order): a cursor is the last key.
+    sign = -1.0 if descending else 1.0
     if sort == "risk":
-        order.sort(key=lambda i: ranked[i], reverse=descending)
+        keys: list[tuple[Any, ...]] = [(sign * ranked[i], names[i]) for i in range(len(names))]
     elif sort == "alerts":
-        order.sort(key=lambda i: n_alerts[names[i]], reverse=descending)
-    elif descending:
-        order.reverse()
+        keys = [(sign * n_alerts[names[i]], names[i]) for i in range(len(names))]
+    else:
+        keys = [(names[i],) for i in range(len(names))]
+    order = sorted(range(len(names)), key=lambda i: keys[i], reverse=sort == "node" and descending)
+    listing = f"nodes:{sort}:{'desc' if descending else 'asc'}"
+    after = page.after(listing, (float, str) if sort != "node" else (str,))
+    start = 0
+    if after is not None:
+        cut = tuple(after)
+        start = next((j for j, i in enumerate(order)
+                      if (keys[i] < cut if sort == "node" and descending else keys[i] > cut)),
+                     len(order))
+    picked, next_cursor = page.slice(listing, order, lambda i: keys[i], start)
     rows = []
-    for i in order[offset: offset + limit]:
+    for i in picked:
         name = names[i]
         rows.append(NodeSummary(
             node=name, risk=node_risk[i], level=level[name], gpus=int(counts[Scope.GPU][i]),
             links=int(counts[Scope.NVLINK][i]), ports=int(counts[Scope.IB_PORT][i]),
             alerts=n_alerts[name], top_signal=top.get(i)))
-    return NodeList(total=len(names), limit=limit, offset=offset, nodes=rows)
+    return NodeList(total=len(names), limit=page.limit, next_cursor=next_cursor, nodes=rows)
 
 
 def _riskiest(p: Pipeline, risk: RiskState | None) -> dict[int, TopSignal]:

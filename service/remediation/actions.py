@@ -247,10 +247,14 @@ class ActionStore(SqliteStore):
     def find(self, *, state: ActionState | str | None = None, node: str | None = None,
              kind: str | None = None, mode: str | None = None,
              states: frozenset[ActionState] | None = None, limit: int = 100,
-             offset: int = 0) -> list[Action]:
-        """Newest first."""
+             offset: int = 0, after: tuple[float, str] | None = None) -> list[Action]:
+        """Newest first (requested_at descending, then id); `after` is the (requested_at, id)
+        of the last action of the previous page, a keyset cursor."""
         where: list[str] = []
         args: list[Any] = []
+        if after is not None:
+            where.append("(requested_at < ? OR (requested_at = ? AND id > ?))")
+            args += [after[0], after[0], after[1]]
         for col, val in (("state", state), ("node", node), ("kind", kind), ("mode", mode)):
             if val is not None:
                 where.append(f"{col} = ?")

@@ -190,9 +190,14 @@ class AlertStore(SqliteStore):
 
     def find(self, *, level: int | None = None, state: str | None = None,
              node: str | None = None, entity: str | None = None, limit: int = 100,
-             offset: int = 0) -> list[Alert]:
+             offset: int = 0, before: tuple[float, int] | None = None) -> list[Alert]:
+        """Newest first (started_at, then id, descending); `before` is the (started_at, id)
+        of the last alert of the previous page, a keyset cursor."""
         where: list[str] = []
         args: list[object] = []
+        if before is not None:
+            where.append("(started_at < ? OR (started_at = ? AND id < ?))")
+            args += [before[0], before[0], before[1]]
         for col, val in (("state", state), ("node", node), ("entity", entity)):
             if val is not None:
                 where.append(f"{col} = ?")

@@ -246,6 +246,21 @@ def test_approve_and_abort_through_the_page(service: Service, browser: Browser,
     assert _unexpected(browser) == []
 
 
+def test_the_script_pages_through_cursors_and_shows_rfc3339_times(
+        service: Service, browser: Browser) -> None:
+    _open(browser, service.url + "/#/fleet", "document.querySelector('#grid .cell')",
+          "the fleet grid")
+    whole = [n["node"] for n in service.get("/v1/fleet")["nodes"]]
+    paged = browser.eval("apiAll('/v1/fleet?limit=5&top=0', 'nodes')"
+                         ".then(r => [r.ok, r.body.nodes.map(n => n.node), r.body.next_cursor])")
+    assert paged == [True, whole, None] and len(whole) > 10  # three pages, in order
+    alert = service.get("/v1/alerts?limit=1")["alerts"][0]
+    assert alert["started_at"].endswith("Z")  # RFC 3339 on the wire ...
+    shown = browser.eval(f"fmtTime({alert['started_at']!r})")
+    assert shown == alert["started_at"][:19].replace("T", " ") + "Z"  # ... and on the page
+    assert _unexpected(browser) == []
+
+
 def test_docs_load_from_the_service_itself(service: Service, browser: Browser,
                                            shots: Path) -> None:
     before = len(browser.requests)

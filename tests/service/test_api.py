@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.api.app import create_app
 from service.api.state import Running
+from service.api.timefmt import rfc3339
 from service.settings import Settings
 from tests.service.fleet import STEP, T0, BrokenCollector, Fleet, FleetCollector, ManualClock
 
@@ -119,8 +120,9 @@ def test_nodes_summary_and_sorting(faulty: Service) -> None:
     assert order("sort=node&order=desc") == ["n003", "n002", "n001"]
     assert order("sort=alerts") == ["n001", "n002", "n003"]
     assert order("sort=alerts&order=asc") == ["n003", "n002", "n001"]
-    assert order("sort=node&limit=1&offset=1") == ["n002"]
-    assert order("offset=5") == []
+    page = faulty.get("/v1/nodes?sort=node&limit=1")
+    assert [n["node"] for n in page["nodes"]] == ["n001"] and page["next_cursor"]
+    assert order(f"sort=node&limit=1&cursor={page['next_cursor']}") == ["n002"]
 
 
 def test_node_detail(faulty: Service) -> None:
@@ -146,7 +148,7 @@ def test_gpu_detail(faulty: Service) -> None:
     assert metrics["ecc_dbe_volatile"]["value"] == 2.0
     assert metrics["ecc_dbe_volatile"]["unit"] == "errors"
     assert metrics["gpu_temp"] == {"name": "gpu_temp", "unit": "degC", "kind": "gauge",
-                                   "value": 55.0, "ts": T0 + 2 * STEP}
+                                   "value": 55.0, "ts": rfc3339(T0 + 2 * STEP)}
     assert metrics["xid"]["value"] is None  # an event metric never reported
     dbe = body["explanation"][0]
     assert (dbe["rule"], dbe["value"], dbe["threshold"], dbe["risk"], dbe["hard"]) == (
@@ -170,7 +172,7 @@ def test_unknown_nodes_gpus_and_alerts_are_404(faulty: Service) -> None:
 
 @pytest.mark.parametrize("url", [
     "/v1/alerts?level=4", "/v1/alerts?level=0", "/v1/alerts?state=open", "/v1/alerts?limit=0",
-    "/v1/alerts?offset=-1", "/v1/alerts/abc", "/v1/nodes?sort=temperature",
+    "/v1/alerts?limit=1001", "/v1/alerts/abc", "/v1/nodes?sort=temperature",
     "/v1/nodes?order=up", "/v1/nodes?limit=0",
 ])
 def test_bad_parameters_are_422(faulty: Service, url: str) -> None:
@@ -187,14 +189,17 @@ def test_alert_filters_and_history(faulty: Service) -> None:
     assert entities("state=resolved") == []
     assert entities("node=n002") == ["n002:gpu5"]
     assert entities("entity=n001:gpu3") == ["n001:gpu3"]
-    assert len(entities("limit=2")) == 2 and len(entities("limit=2&offset=2")) == 1
+    first = faulty.get("/v1/alerts?limit=2")
+    assert len(first["alerts"]) == 2 and first["next_cursor"]
+    rest = faulty.get(f"/v1/alerts?limit=2&cursor={first['next_cursor']}")
+    assert len(rest["alerts"]) == 1 and rest["next_cursor"] is None
 
     alert = faulty.get("/v1/alerts?entity=n001:gpu3")["alerts"][0]
     assert alert["state"] == "firing" and alert["level"] == 3 and alert["scope"] == "gpu"
     detail = faulty.get(f"/v1/alerts/{alert['id']}")
     assert detail["explanation"][0]["rule"] == "dbe"
-    assert detail["history"] == [{"at": T0 + 2 * STEP, "old_level": 0, "new_level": 3,
-                                  "risk": 1.0}]
+    assert detail["history"] == [{"at": rfc3339(T0 + 2 * STEP), "old_level": 0,
+                                  "new_level": 3, "risk": 1.0}]
 
 
 def test_resolved_alerts(settings: Settings) -> None:

@@ -18,6 +18,7 @@ from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, Frame, name_problem
 from service.api.app import create_app
 from service.api.state import Running
+from service.api.timefmt import rfc3339
 from service.pipeline import build_pipeline
 from service.settings import Settings
 from service.storage.history import build_query
@@ -66,7 +67,7 @@ def test_gpu_metrics_over_time(api: Api) -> None:
     body = api.get("/v1/gpus/n001:gpu1/metrics", metric=["gpu_temp", "ecc_sbe_volatile"],
                    **{"from": str(T0), "to": str(T0 + 120), "step": "60"})
     assert (body["entity"], body["scope"], body["source"]) == ("n001:gpu1", "gpu", "sqlite")
-    assert (body["start"], body["end"], body["step"]) == (T0, T0 + 120, 60)
+    assert (body["start"], body["end"], body["step"]) == (rfc3339(T0), rfc3339(T0 + 120), 60)
     temp, ecc = body["series"]
     assert temp["metric"] == "gpu_temp" and temp["unit"] == "degC" and temp["agg"] == "mean"
     assert temp["times"] == [T0, T0 + 60]
@@ -83,7 +84,8 @@ def test_gpu_metrics_over_time(api: Api) -> None:
 
 def test_defaults_are_the_last_hour_at_an_auto_step(api: Api) -> None:
     body = api.get("/v1/gpus/n001:gpu1/metrics")
-    assert body["end"] == api.clock.now and body["start"] == api.clock.now - 3600
+    assert body["end"] == rfc3339(api.clock.now)
+    assert body["start"] == rfc3339(api.clock.now - 3600)
     assert body["step"] == 5
     names = [s["metric"] for s in body["series"]]
     assert names == [m.name for m in CATALOG.columns(Scope.GPU)]

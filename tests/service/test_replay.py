@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from collectors.replay import ReplaySource
 from collectors.trace import TraceWriter
 from service.api.app import create_app
+from service.api.timefmt import parse_instant
 from service.assembly import Wiring
 from service.commands import cli
 from service.pipeline import build_pipeline
@@ -115,5 +116,6 @@ def test_served_replay(settings: Settings, trace: Path) -> None:
             time.sleep(0.02)
         alerts = client.get("/v1/alerts?level=3").json()["alerts"]
         assert [a["entity"] for a in alerts] == ["n001:gpu3"]
-        assert alerts[0]["started_at"] >= T0 + FAULT_AT * STEP  # data time, not wall time
+        # data time, not wall time
+        assert parse_instant(alerts[0]["started_at"]) >= T0 + FAULT_AT * STEP
         assert client.get("/v1/nodes").json()["nodes"][0]["node"] == "n001"

@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
+from service.api.timefmt import rfc3339
 from service.settings import IngestSettings, Settings
 from tests.service.fleet import T0, ManualClock
 
@@ -43,7 +44,8 @@ def test_good_lines_are_accepted(client: TestClient, path: str) -> None:
     assert _metric(client, "n001:gpu0", "gpu_temp")["value"] == 61.5
     assert _metric(client, "n001:gpu1", "ecc_sbe_volatile")["value"] == 3
     assert _metric(client, "n001:gpu1", "xid") == {"name": "xid", "unit": "code",
-                                                    "kind": "event", "value": 79.0, "ts": T0}
+                                                    "kind": "event", "value": 79.0,
+                                                    "ts": rfc3339(T0)}
 
 
 def test_bad_lines_are_listed_and_good_ones_kept(client: TestClient) -> None:
@@ -99,9 +101,9 @@ def test_gzip_body(client: TestClient) -> None:
 def test_precision_and_default_timestamp(client: TestClient) -> None:
     r = client.post("/write?precision=s", content=f"gpu,host=n002,gpu=0 gpu_temp=40 {int(T0)}")
     assert r.status_code == 204, r.text
-    assert _metric(client, "n002:gpu0", "gpu_temp")["ts"] == T0
+    assert _metric(client, "n002:gpu0", "gpu_temp")["ts"] == rfc3339(T0)
     assert client.post("/write", content="gpu,host=n002,gpu=1 gpu_temp=41").status_code == 204
-    assert _metric(client, "n002:gpu1", "gpu_temp")["ts"] == T0 + 1  # the service's clock
+    assert _metric(client, "n002:gpu1", "gpu_temp")["ts"] == rfc3339(T0 + 1)  # the service's clock
     assert client.post("/write?precision=fortnight", content="").status_code == 422
 
 

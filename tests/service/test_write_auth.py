@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from service.api.app import create_app
+from service.api.timefmt import rfc3339
 from service.settings import IngestSettings, Settings
 from tests.service.fleet import T0, ManualClock
 
@@ -74,4 +75,4 @@ def test_v2_precision_in_seconds(client: TestClient) -> None:
     assert r.status_code == 204, r.text
     temp = next(m for m in client.get("/v1/gpus/n002:gpu1").json()["metrics"]
                 if m["name"] == "gpu_temp")
-    assert temp["ts"] == T0
+    assert temp["ts"] == rfc3339(T0)

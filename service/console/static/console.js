@@ -16,9 +16,11 @@ function esc(x) {
 }
 const $ = sel => document.querySelector(sel);
 function fmtRisk(r) { return r === null || r === undefined ? "–" : r.toFixed(2); }
+// The API's timestamps are RFC 3339 strings; history point arrays (`times`) stay epoch seconds.
 function fmtTime(t) {
   if (t === null || t === undefined) return "–";
-  return new Date(t * 1000).toISOString().replace("T", " ").slice(0, 19) + "Z";
+  const d = typeof t === "number" ? new Date(t * 1000) : new Date(t);
+  return isNaN(d) ? String(t) : d.toISOString().replace("T", " ").slice(0, 19) + "Z";
 }
 function levelBadge(level) {
   const l = level || 0;
@@ -58,6 +60,22 @@ async function api(path, opts = {}) {
   } catch (e) {
     return { ok: false, status: 0, body: { detail: `the service did not answer (${e.message})` } };
   }
+}
+// A whole listing: every list endpoint pages with `limit` and `cursor` and answers
+// `next_cursor` (null on the last page). The first page's answer is kept, with `items` holding
+// every page's; `maxPages` bounds the reads on a very large fleet.
+async function apiAll(path, items, maxPages = 50) {
+  const sep = path.includes("?") ? "&" : "?";
+  const first = await api(path);
+  if (!first.ok) return first;
+  let res = first;
+  for (let n = 1; res.body.next_cursor && n < maxPages; n++) {
+    res = await api(`${path}${sep}cursor=${encodeURIComponent(res.body.next_cursor)}`);
+    if (!res.ok) return res;
+    first.body[items] = first.body[items].concat(res.body[items]);
+  }
+  first.body.next_cursor = res.body.next_cursor;
+  return first;
 }
 function problem(res) {
   const d = res.body && (res.body.detail || res.body.title);
@@ -130,7 +148,7 @@ pages.fleet = {
       <section><h2>Riskiest</h2><div id="riskiest"></div></section>`;
   },
   async refresh() {
-    const res = await api("/v1/fleet?top=15");
+    const res = await apiAll("/v1/fleet?top=15", "nodes");
     if (!res.ok) return problem(res);
     const f = res.body;
     const gpus = f.nodes.reduce((n, x) => n + x.gpus.length, 0);
@@ -242,6 +260,7 @@ pages.alerts = {
     const res = await api(`/v1/alerts?limit=200${st ? `&state=${st}` : ""}`);
     if (!res.ok) return problem(res);
     const rows = res.body.alerts;
+    const more = res.body.next_cursor ? `<p class="muted">the newest ${rows.length} shown</p>` : "";
     $("#alerts").innerHTML = rows.length ? `<table class="list"><thead><tr><th>id</th>
       <th>level</th><th>entity</th><th>risk</th><th>reason</th><th>since</th><th>state</th>
       <th></th></tr></thead><tbody>${rows.map(a => `<tr data-alert="${a.id}">
@@ -253,9 +272,9 @@ pages.alerts = {
       <td class="buttons">${a.state === "firing" && !a.acked_by
         ? `<button data-do="ack" data-id="${a.id}">Ack</button>` : ""}
         <button data-do="silence" data-entity="${esc(a.entity)}">Silence</button></td>
-      </tr>`).join("")}</tbody></table>` : `<p class="muted">no alerts</p>`;
+      </tr>`).join("")}</tbody></table>${more}` : `<p class="muted">no alerts</p>`;
     if (!state.notifyOff || Date.now() - state.offCheckedAt > 60000) {
-      const s = await api("/v1/silences");
+      const s = await apiAll("/v1/silences", "silences");
       state.notifyOff = s.status === 503;
       state.offCheckedAt = Date.now();
       $("#silences").innerHTML = !s.ok ? `<p class="muted">${esc(problem(s))}</p>`
