@@ -22,7 +22,9 @@ import uvicorn
 from service.api.app import create_app
 from service.api.state import Running
 from service.settings import Settings, StorageSettings
+from service.storage.influx.sink import InfluxSink
 from tests.console.cdp import CHROMIUM, Browser, wait
+from tests.influx.server import INFLUXD, InfluxServer
 from tests.service.fleet import STEP, T0, Fleet, FleetCollector, ManualClock
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
@@ -46,6 +48,7 @@ class Service:
     url: str
     st: Running
     tokens: dict[str, str]
+    influx: bool = False
 
     def get(self, path: str) -> Any:
         r = httpx.get(self.url + path, timeout=10)
@@ -53,11 +56,31 @@ class Service:
         return r.json()
 
 
+@pytest.fixture(scope="module", params=["sqlite", "influxdb"])
+def store(request: pytest.FixtureRequest,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[StorageSettings]:
+    """The embedded default, then a real InfluxDB (Debian's influxd) beside it: the console
+    reads its charts from whichever the service's history comes from."""
+    data = tmp_path_factory.mktemp("console") / "data"
+    if request.param == "sqlite":
+        yield StorageSettings(data_dir=data)
+        return
+    if INFLUXD is None:
+        pytest.skip("influxd is not installed (apt-get install influxdb; .ci/run does)")
+    srv = InfluxServer(tmp_path_factory.mktemp("influxd"))
+    srv.start()
+    try:
+        yield StorageSettings.model_validate({
+            "data_dir": data, "influxdb": {"url": srv.url, "database": "console",
+                                           "cluster": "c1", "raw_retention": "INF"}})
+    finally:
+        srv.stop()
+
+
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    tmp = tmp_path_factory.mktemp("console")
+def service(store: StorageSettings) -> Iterator[Service]:
     settings = Settings(
-        storage=StorageSettings(data_dir=tmp / "data"),
+        storage=store,
         notify={"route": {"receiver": "record", "group_wait_s": 0}},  # type: ignore[arg-type]
         remediation={"mode": "approve", "hook": "command",  # type: ignore[arg-type]
                      "hook_config": {"drain": ["true"], "release": ["true"]},
@@ -84,20 +107,25 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     for key, (metric, value, _) in INJECTED.items():
         fleet.set(key, metric, value)
     rounds(30)
+    for sink in st.pipeline.sinks:  # InfluxDB's writes go through a spool: on disk, then sent
+        if isinstance(sink, InfluxSink):
+            assert sink.flush(30)
     auth = app.state.gpuhealth_auth
     tokens = {scope: auth.tokens.create(f"console-{scope}", scope, time.time())[1]
               for scope in ("operate", "admin")}
     try:
-        yield Service(f"http://127.0.0.1:{port}", st, tokens)
+        yield Service(f"http://127.0.0.1:{port}", st, tokens, bool(store.influxdb.url))
     finally:
         server.should_exit = True
         thread.join(timeout=30)
 
 
 @pytest.fixture(scope="module")
-def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def shots(service: Service, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One directory per store: sqlite/ and influxdb/."""
     kept = os.environ.get("GPUHEALTH_CONSOLE_SCREENSHOTS")
     where = Path(kept) if kept else tmp_path_factory.mktemp("console-screenshots")
+    where /= "influxdb" if service.influx else "sqlite"
     where.mkdir(parents=True, exist_ok=True)
     return where
 
@@ -178,11 +206,12 @@ def test_node_page_lists_gpus_links_and_ports_with_charts(
     charts = browser.eval("document.querySelectorAll('#gpucharts svg polyline').length")
     assert charts >= 1
     text = browser.eval("document.querySelector('#gpucharts').innerText")
-    code = httpx.get(f"{service.url}/v1/gpus/n001:gpu2/risk", timeout=10).status_code
-    if code == 501:
-        assert "no history on this store" in text
-    else:
-        assert code == 200 and "risk" in text
+    answer = httpx.get(f"{service.url}/v1/gpus/n001:gpu2/risk", timeout=10)
+    assert answer.status_code == 200, answer.text  # both stores keep risk history
+    assert answer.json()["source"] == ("influxdb" if service.influx else "sqlite")
+    assert "risk" in text and "no history on this store" not in text
+    # The node's risk over time; not its level series, which is its own no-data alert's.
+    assert browser.eval("document.querySelectorAll('#nodecharts svg polyline').length") == 1
     browser.screenshot(shots / "node.png")
     assert _unexpected(browser) == []
 

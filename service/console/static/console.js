@@ -121,7 +121,7 @@ function sparkline(series, opts = {}) {
 
 // The history endpoints answer 501 where the store keeps no such history (risk on SQLite
 // before it kept any): say so instead of drawing nothing.
-async function charts(path, title, opts) {
+async function charts(path, title, opts, keep = () => true) {
   const res = await api(path);
   if (res.status === 501) {
     return `<div class="charts"><h3>${esc(title)}</h3><p class="muted">no history on this store</p></div>`;
@@ -129,7 +129,7 @@ async function charts(path, title, opts) {
   if (!res.ok) {
     return `<div class="charts"><h3>${esc(title)}</h3><p class="err">${esc(problem(res))}</p></div>`;
   }
-  const figs = res.body.series.map(s => sparkline(s, s.metric === "risk" ? { min: 0, max: 1 }
+  const figs = res.body.series.filter(keep).map(s => sparkline(s, s.metric === "risk" ? { min: 0, max: 1 }
     : s.metric === "level" ? { min: 0, max: 3 } : opts)).join("");
   return `<div class="charts"><h3>${esc(title)}</h3>${figs || '<p class="muted">no series</p>'}</div>`;
 }
@@ -220,7 +220,10 @@ pages.node = {
       `<p class="muted">${n.links.filter(l => !l.level && !l.risk).length} links at zero risk not listed</p>` +
       entityTable("InfiniBand ports", n.ports, false);
     const [nodeHtml, gpuHtml] = await Promise.all([
-      charts(`/v1/nodes/${encodeURIComponent(node)}/risk`, `${node} risk`),
+      // A node's level series is its own alert's (no data), as InfluxDB keeps it
+      // (docs/influxdb.md), not its GPUs': beside their badge it would read as "all clear".
+      charts(`/v1/nodes/${encodeURIComponent(node)}/risk`, `${node} risk`, undefined,
+        s => s.metric === "risk"),
       state.gpu ? gpuCharts(state.gpu) : Promise.resolve("")]);
     $("#nodecharts").innerHTML = nodeHtml;
     $("#gpucharts").innerHTML = gpuHtml;
