@@ -135,11 +135,6 @@ class RiskHistory:
                 self._flush()
             self._minute = minute
             gen = state.store.generation
-            names = state.node_names[:len(state.nodes)]
-            # A node's level is its worst entity's (as /v1/nodes and the console show it) or
-            # its own derived alert (no data), whichever is higher.
-            node_level = np.array([tick.derived.get(n, 0) for n in names], np.int16) \
-                if tick.derived else np.zeros(len(names), np.int16)
             for scope in SCOPES:
                 sr, sl = state.scopes[scope], self._slots[scope]
                 n = len(sr.risk)
@@ -154,11 +149,11 @@ class RiskHistory:
                     if i is not None and i < n:
                         level[i] = max(int(level[i]), derived)
                 sl.add(sr.risk, level)
-                node_of = state.store[scope].node_of[:n]
-                ok = (node_of >= 0) & (node_of < len(names))
-                np.maximum.at(node_level, node_of[ok], level[ok])
+            names = state.node_names[:len(state.nodes)]
             if gen != self._nodes.gen or len(self._nodes.keys) < len(names):
                 self._nodes.follow(names, gen)
+            node_level = np.array([tick.derived.get(n, 0) for n in names], np.int16) \
+                if tick.derived else np.zeros(len(names), np.int16)
             self._nodes.add(state.nodes[:len(names)], node_level)
             storm = tick.derived.get(FLEET, 0)
             self._fleet.follow([FLEET], 0)

@@ -81,16 +81,6 @@ def test_a_link_is_written_only_around_its_risk(stored: Path) -> None:
     assert not rows(stored, "n0:mlx5_0:1")  # a calm port: nothing at all
 
 
-def test_a_node_is_at_its_worst_entitys_level(stored: Path) -> None:
-    """As /v1/nodes and the console show it: the node's chart says what its badge says."""
-    node = {m: lv for m, _, lv in rows(stored, "n0")}
-    gpu = {m: lv for m, _, lv in rows(stored, "n0:gpu0")}
-    link = {m: lv for m, _, lv in rows(stored, LINK)}
-    assert node[20] == 3 == gpu[20]
-    assert node[10] == link[10] > 0
-    assert node[0] == 0
-
-
 def test_the_reader_gives_every_minute_back(stored: Path) -> None:
     h = SQLiteHistory(stored)
     q = build_query(Entity.parse("n0:gpu1"), ["risk", "level"], start=T0,
