@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import shutil
 import socket
-import subprocess
-import time
 from pathlib import Path
 
 import httpx
+
+from tests.loopback import Daemon, answers
 
 INFLUXD = shutil.which("influxd")
 
@@ -21,7 +21,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class InfluxServer:
+class InfluxServer(Daemon):
     def __init__(self, root: Path) -> None:
         if INFLUXD is None:
             raise RuntimeError("influxd is not installed (apt-get install influxdb)")
@@ -52,37 +52,12 @@ bind-address = "127.0.0.1:{free_port()}"
   level = "warn"
 """)
         self.conf = conf
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(root, "influxd")
 
     def start(self, timeout_s: float = 30.0) -> None:
         assert INFLUXD is not None
-        log = (self.root / "influxd.log").open("ab")
-        self.proc = subprocess.Popen([INFLUXD, "-config", str(self.conf)], stdout=log,
-                                     stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"influxd exited with {self.proc.returncode}; see "
-                                   f"{self.root / 'influxd.log'}")
-            try:
-                if httpx.get(f"{self.url}/ping", timeout=1).status_code == 204:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"influxd did not answer /ping within {timeout_s} s")
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
+        self.launch([INFLUXD, "-config", str(self.conf)], answers(f"{self.url}/ping", 204),
+                    timeout_s)
 
     def query(self, q: str, db: str = "", epoch: str = "") -> list[dict[str, object]]:
         """Raw InfluxQL for test assertions: the `series` of the first statement."""

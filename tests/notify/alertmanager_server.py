@@ -5,13 +5,13 @@ that sends nothing, and clustering off (no gossip port)."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from tests.loopback import Daemon, answers
 from tests.notify.receivers.servers import free_port
 
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
@@ -27,7 +27,7 @@ receivers:
 """
 
 
-class AlertmanagerServer:
+class AlertmanagerServer(Daemon):
     def __init__(self, root: Path) -> None:
         if ALERTMANAGER is None:
             raise RuntimeError("prometheus-alertmanager is not installed "
@@ -38,39 +38,14 @@ class AlertmanagerServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.conf = root / "alertmanager.yml"
         self.conf.write_text(CONFIG)
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(root, "alertmanager")
 
     def start(self, timeout_s: float = 30.0) -> None:
         assert ALERTMANAGER is not None
-        log = (self.root / "alertmanager.log").open("ab")
-        self.proc = subprocess.Popen(
-            [ALERTMANAGER, f"--config.file={self.conf}", f"--storage.path={self.root / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=",
-             "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"alertmanager exited with {self.proc.returncode}; see "
-                                   f"{self.root / 'alertmanager.log'}")
-            try:
-                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"alertmanager was not ready within {timeout_s} s")
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
+        self.launch([ALERTMANAGER, f"--config.file={self.conf}",
+                     f"--storage.path={self.root / 'data'}",
+                     f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=",
+                     "--log.level=warn"], answers(f"{self.url}/-/ready"), timeout_s)
 
     def get(self, path: str, **params: Any) -> Any:
         r = httpx.get(f"{self.url}/api/v2{path}", params=params, timeout=10)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import shutil
 import socket
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.loopback import Daemon, answers
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
@@ -24,7 +25,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class PrometheusServer:
+class PrometheusServer(Daemon):
     def __init__(self, root: Path, targets: list[str], rule_files: list[Path],
                  job: str = "gpuhealth") -> None:
         if PROMETHEUS is None:
@@ -46,40 +47,14 @@ scrape_configs:
     static_configs:
       - targets: [{quoted}]
 """)
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(root, "prometheus")
 
     def start(self, timeout_s: float = 60.0) -> None:
         assert PROMETHEUS is not None
-        log = (self.root / "prometheus.log").open("ab")
-        self.proc = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={self.conf}",
-             f"--web.listen-address=127.0.0.1:{self.port}",
-             f"--storage.tsdb.path={self.root / 'data'}", "--log.level=warn"],
-            stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited with {self.proc.returncode}; see "
-                                   f"{self.root / 'prometheus.log'}")
-            try:
-                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"prometheus was not ready within {timeout_s} s")
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
+        self.launch([PROMETHEUS, f"--config.file={self.conf}",
+                     f"--web.listen-address=127.0.0.1:{self.port}",
+                     f"--storage.tsdb.path={self.root / 'data'}", "--log.level=warn"],
+                    answers(f"{self.url}/-/ready"), timeout_s)
 
     def api(self, path: str, **params: str) -> Any:
         r = httpx.get(f"{self.url}/api/v1/{path}", params=params, timeout=10)

@@ -39,9 +39,14 @@ class InfluxSink:
         self.statuses: Statuses = _no_statuses
         self._schema_pending = manage_schema
         self._retention = retention
+        # Started only once assigned: the sender's first act is `_schema`, which reads
+        # `self.spooler` when InfluxDB is unreachable; a thread started inside the Spooler's
+        # constructor could get there first and die (InfluxDB down as the service starts).
         self.spooler = Spooler(spool, client.write, batch_lines=batch_lines, backoff_s=backoff_s,
-                               before_send=self._schema, start=start)
+                               before_send=self._schema, start=False)
         self._closed = False
+        if start:
+            self.spooler.start()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> InfluxSink:

@@ -124,7 +124,13 @@ class Spooler:
     def _run(self) -> None:
         backoff = self.backoff_min
         while not self._stop.is_set():
-            if self.deliver():
+            try:
+                delivered = self.deliver()
+            except Exception as exc:  # a sender that died would leave every later point spooled
+                log.exception("InfluxDB delivery failed unexpectedly")
+                self.stats.up, self.stats.last_error = False, f"{type(exc).__name__}: {exc}"
+                delivered = False
+            if delivered:
                 backoff = self.backoff_min
                 self._idle.set()
                 self._wake.wait()
