@@ -251,6 +251,9 @@ class ScopeWindows:
             parent = t.step_s
         self.head = -1  # newest raw step index seen
         self._rolled = [-1] * len(self.tiers)  # newest finished bucket per tier
+        # Per tier, how many times what its windows read changed (a bucket closed, slots
+        # renumbered): a reader may keep what it made of a slow tier until this moves.
+        self._versions = [0] * len(self.tiers)
         # The first tier's open bucket as running sums (service/stages/rollup.py); None when
         # its bucket spans more steps than the raw ring holds.
         self.running: RunningBucket | None = None
@@ -413,6 +416,7 @@ class ScopeWindows:
             _squeeze(a, keep, n_old, fill, axis=0)
         for ring in (self.raw, *self.tiers):
             ring.take(keep, n_old)
+        self._versions = [v + 1 for v in self._versions]
         if self.running is not None:
             self.running.take(lambda a, fill: _squeeze(a, keep, n_old, fill, axis=a.ndim - 1))
 
@@ -485,6 +489,8 @@ class ScopeWindows:
                 data_last //= ratio
                 done = min(done, data_last)
             start = max(self._rolled[i] + 1, done - tier.length + 1)
+            if start <= done:
+                self._versions[i] += 1
             for b in range(start, done + 1):
                 run = self._running() if i == 0 else None
                 if run is not None and run.bucket == b:
@@ -564,6 +570,11 @@ class ScopeWindows:
 
     def finished(self, tier: str) -> int:
         return self._rolled[[t.name for t in self.tier_specs].index(tier)]
+
+    def tier_version(self, tier: str) -> int:
+        """Moves whenever a window of `tier` could read differently (besides entities added,
+        which change the store's length)."""
+        return self._versions[[t.name for t in self.tier_specs].index(tier)]
 
     def latest(self, metric: str) -> F64:
         return self.last_val[: len(self.entities), self.col(metric)]
