@@ -8,7 +8,9 @@ reuse their findings in between, so a 5-s tick stays cheap at fleet scale.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -16,9 +18,10 @@ import numpy.typing as npt
 from collectors.catalog import Scope
 from models.detectors.findings import F64, Finding, kept
 from models.detectors.growth import GrowthConfig, assess, level_risk
-from models.detectors.view import FleetView, ScopeView, recent
+from models.detectors.view import FleetView, ScopeView, recent, tier_version
 
 B = npt.NDArray[np.bool_]
+T = TypeVar("T")
 HOUR = 3600.0
 _NVL_ALL = ("nvlink_crc_flit", "nvlink_crc_data", "nvlink_replay", "nvlink_recovery")
 
@@ -150,6 +153,15 @@ def hourly(view: ScopeView, metric: str, hours: int) -> npt.NDArray[np.float64]:
     return out
 
 
+def _copied(value: T) -> T:
+    """A copy of an array, or of a tuple's arrays."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, tuple):
+        return tuple(_copied(v) for v in value)  # type: ignore[return-value]
+    return value
+
+
 def node_median(values: F64, node_of: npt.NDArray[np.int32]) -> F64:
     """Median of each entity's node peers (itself included), vectorised over nodes."""
     n = len(values)
@@ -186,6 +198,9 @@ class DynamicThresholds:
         self._minute = -1
         self._hour = -1
         self._cached: list[Finding] = []
+        # What was made of hour-resolution windows, kept until the store's hour tier moves:
+        # at 180,000 NVLink links their 48-hour growth fits were most of a minute's work.
+        self._memos: dict[Hashable, tuple[Hashable, Any]] = {}
 
     def detect(self, view: FleetView, now: float) -> list[Finding]:
         gpu = view.scope(Scope.GPU)
@@ -216,7 +231,20 @@ class DynamicThresholds:
             self.nvl_base.take(keep)
         # The minute's findings are slot-indexed: made again on the next tick.
         self._minute = -1
+        self._memos.clear()
         self._cached = [f for f in self._cached if f.scope is not scope]
+
+    def _memo(self, key: Hashable, view: ScopeView, seconds: float, make: Callable[[], T]) -> T:
+        """make(), or what it gave while the windows of the last `seconds` read the same
+        (a copy: findings hold these arrays). Made anew where the view cannot tell."""
+        stamp = tier_version(view, seconds)
+        held = self._memos.get(key)
+        if stamp is None or held is None or held[0] != stamp:
+            value = make()
+            if stamp is not None:
+                self._memos[key] = (stamp, value)
+            held = (stamp, value)
+        return _copied(held[1])
 
     # ---- baselines ----------------------------------------------------------------------------
     def _flagged(self, rule: str, n: int) -> B:
@@ -271,7 +299,8 @@ class DynamicThresholds:
         # Growth needs a past to grow from: until a GPU has a learned hour, it is not judged.
         learned = self.sbe_base.get(n)
         base = np.where(np.isnan(learned), np.inf, learned)
-        recur = np.sum(hourly(g, "ecc_sbe_volatile", 6) >= c.sbe_burst_min, axis=1)
+        recur = self._memo("sbe_recur", g, 6 * HOUR, lambda: np.sum(
+            hourly(g, "ecc_sbe_volatile", 6) >= c.sbe_burst_min, axis=1))
         peak = np.nan_to_num(self.sbe_base.get_peak(n), nan=np.inf)
         usual_days, active_days = self._sbe_usual(g)
         usual = np.nan_to_num(usual_days, nan=0.0) if usual_days is not None else np.zeros(n)
@@ -345,7 +374,11 @@ class DynamicThresholds:
         return _nanmean(days) / 24.0, active
 
     def _sbe_growth(self, g: ScopeView) -> tuple[F64, F64, B | None]:
-        return self._growth(self._history(g, ("ecc_sbe_volatile", "ecc_sbe_aggregate")))
+        return self._memo("sbe_growth", g, self._history_s(), lambda: self._growth(
+            self._history(g, ("ecc_sbe_volatile", "ecc_sbe_aggregate"))))
+
+    def _history_s(self) -> float:
+        return self.c.growth.block_h * self.c.growth.blocks * HOUR
 
     # ---- peers --------------------------------------------------------------------------------
     def _residual(self, g: ScopeView, metric: str) -> F64:
@@ -400,7 +433,8 @@ class DynamicThresholds:
         # urgent enough to drain at the next boundary, not to page.
         over = np.where(high & (flaps > 0), 0.8, over)
         # The BER is a rate, not a count: its growth is read above the floor of noise.
-        rate, ttf, days = self._growth(self._history(ib, ("ib_ber",)), c.ber_floor)
+        rate, ttf, days = self._memo("ber_growth", ib, self._history_s(), lambda: self._growth(
+            self._history(ib, ("ib_ber",)), c.ber_floor))
         return [
             Finding("ib_ber", Scope.IB_PORT, over.astype(np.float32), ber, c.ber_limit,
                     "bit-error rate over the last hour (with link flaps: critical)",
@@ -434,9 +468,8 @@ class DynamicThresholds:
         recov = np.nan_to_num(_sum(recent(nvl, "nvlink_recovery", HOUR)[0]))
         learned = self.nvl_base.get(n)
         base = np.where(np.isnan(learned), np.inf, learned)
-        per_hour = sum(hourly(nvl, m, 6) for m in (
-            "nvlink_crc_flit", "nvlink_crc_data", "nvlink_replay", "nvlink_recovery"))
-        hours = np.sum(per_hour > 0, axis=1)
+        hours = self._memo("nvl_hours", nvl, 6 * HOUR, lambda: np.sum(sum(
+            hourly(nvl, m, 6) for m in _NVL_ALL) > 0, axis=1))
         with np.errstate(invalid="ignore"):
             rising = (errs >= c.nvl_min_errors) & (errs >= c.nvl_factor * np.maximum(base, 1.0))
         recurs = (rising | (recov > 0)) & (hours >= c.nvl_recur_hours)
@@ -449,5 +482,10 @@ class DynamicThresholds:
 
     def _nvl_growth(self, nvl: ScopeView) -> tuple[F64, F64, B | None]:
         hours = self.c.growth.block_h * self.c.growth.blocks
-        per_hour: F64 = sum((hourly(nvl, m, hours) for m in _NVL_ALL), np.zeros((len(nvl), hours)))
-        return self._growth(per_hour)
+
+        def make() -> tuple[F64, F64, B | None]:
+            per_hour: F64 = sum((hourly(nvl, m, hours) for m in _NVL_ALL),
+                                np.zeros((len(nvl), hours)))
+            return self._growth(per_hour)
+
+        return self._memo("nvl_growth", nvl, hours * HOUR, make)

@@ -89,13 +89,31 @@ class FleetView(Protocol):
     def events_since(self, ts: float) -> Sequence[EventView]: ...
 
 
+def resolution(view: ScopeView, seconds: float) -> tuple[str | None, int]:
+    """The finest resolution that covers the last `seconds` (None: raw, else a tier name)
+    and how many of its buckets."""
+    if seconds <= view.raw_length * view.step_s:
+        return None, max(1, int(np.ceil(seconds / view.step_s - 1e-9)))
+    tiers = sorted(view.tier_specs, key=lambda t: t.step_s)
+    chosen = next((t for t in tiers if t.step_s * t.length >= seconds), tiers[-1])
+    return chosen.name, max(1, min(chosen.length, int(np.ceil(seconds / chosen.step_s - 1e-9))))
+
+
 def recent(view: ScopeView, metric: str, seconds: float, stat: str = "agg") -> tuple[F32, str]:
     """The last `seconds` of a metric at the finest resolution that covers them, with the
     name of the resolution used ("raw" or a tier name). Tiers lag by up to one bucket."""
-    if seconds <= view.raw_length * view.step_s:
-        n = max(1, int(np.ceil(seconds / view.step_s - 1e-9)))
+    tier, n = resolution(view, seconds)
+    if tier is None:
         return view.window(metric, n), "raw"
-    tiers = sorted(view.tier_specs, key=lambda t: t.step_s)
-    chosen = next((t for t in tiers if t.step_s * t.length >= seconds), tiers[-1])
-    n = max(1, min(chosen.length, int(np.ceil(seconds / chosen.step_s - 1e-9))))
-    return view.window(metric, n, tier=chosen.name, stat=stat), chosen.name
+    return view.window(metric, n, tier=tier, stat=stat), tier
+
+
+def tier_version(view: ScopeView, seconds: float) -> tuple[int, int, str, int] | None:
+    """What the windows covering the last `seconds` read, as a stamp that changes whenever
+    they could read differently, where the view tells (the window store's `tier_version`);
+    None for raw windows (new every step) and for views that do not tell."""
+    tier = resolution(view, seconds)[0]
+    version = getattr(view, "tier_version", None)
+    if tier is None or version is None:
+        return None
+    return id(view), len(view), tier, int(version(tier))

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from collectors.catalog import CATALOG, Kind, Metric, Scope
 from collectors.frames import Entity, EntityTable
+from service.stages.rollup import FOLD_LAG, RunningBucket, reduce_rows
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -119,6 +120,14 @@ def _widened(a: F32, capacity: int) -> F32:
         b[i, :, :have] = a[i]
         b[i, :, have:] = np.nan
         time.sleep(0)  # releases the GIL: the event loop runs between planes
+    return b
+
+
+def _widened_last(a: npt.NDArray[np.generic], capacity: int,
+                  fill: float) -> npt.NDArray[np.generic]:
+    """`a` with its last (slot) axis widened to `capacity`, filled with `fill`."""
+    b = np.full((*a.shape[:-1], capacity), fill, a.dtype)
+    b[..., : a.shape[-1]] = a
     return b
 
 
@@ -242,6 +251,17 @@ class ScopeWindows:
             parent = t.step_s
         self.head = -1  # newest raw step index seen
         self._rolled = [-1] * len(self.tiers)  # newest finished bucket per tier
+        # Per tier, how many times what its windows read changed (a bucket closed, slots
+        # renumbered): a reader may keep what it made of a slow tier until this moves.
+        self._versions = [0] * len(self.tiers)
+        # The first tier's open bucket as running sums (service/stages/rollup.py); None when
+        # its bucket spans more steps than the raw ring holds.
+        self.running: RunningBucket | None = None
+        if self.tiers and self.ratios[0] <= raw_len:
+            self.running = RunningBucket(m, self.gauge_cols, capacity)
+        # True: close every bucket by re-reading its rows, as before the running sums (the
+        # pipeline benchmark times both in one run).
+        self.reread_rollups = False
 
     @property
     def raw_length(self) -> int:
@@ -359,6 +379,8 @@ class ScopeWindows:
         self.raw.grow(capacity)
         for t in self.tiers:
             t.grow(capacity)
+        if self.running is not None:
+            self.running.grow(lambda a, fill: _widened_last(a, capacity, fill))
         self.capacity = capacity
 
     def silent(self, now: float) -> npt.NDArray[np.bool_]:
@@ -394,6 +416,9 @@ class ScopeWindows:
             _squeeze(a, keep, n_old, fill, axis=0)
         for ring in (self.raw, *self.tiers):
             ring.take(keep, n_old)
+        self._versions = [v + 1 for v in self._versions]
+        if self.running is not None:
+            self.running.take(lambda a, fill: _squeeze(a, keep, n_old, fill, axis=a.ndim - 1))
 
     # ---- writing ----------------------------------------------------------------------------
     def advance(self, k: int) -> None:
@@ -409,15 +434,48 @@ class ScopeWindows:
             first = k - self.raw.length + 1
         else:
             first = self.head + 1
-        for step in range(max(first, self.head + 1), k + 1):
+        opened = max(first, self.head + 1)
+        run = self._running()
+        if run is not None and opened <= k:
+            # A jump that reuses rows of the open minute drops what they held from the minute,
+            # as the re-read does (it finds those rows holding newer steps): what was folded
+            # from them is read again at the close.
+            start, length = run.bucket * self.ratios[0], self.raw.length
+            if max(start, opened - length) <= min(run.folded, k - length):
+                run.dirty[:] = True
+        for step in range(opened, k + 1):
             self.raw.open(step)
         self.head = k
         self._roll(self.head - 1)
+        run = self._running()
+        if run is not None:
+            if run.bucket != self.head // self.ratios[0]:
+                run.start(self.head // self.ratios[0], self.ratios[0])
+            self._fold(self.head - FOLD_LAG - 1)
 
     def write(self, slots: I32, ks: I64, values: F32) -> None:
         """Write rows (values[metric, row]) already validated by ingest."""
         rows = (ks % self.raw.length).astype(np.intp)
         self.raw.agg[:, rows, slots] = values
+        run = self._running()
+        if run is not None:
+            run.touched(slots, ks, self.ratios[0])
+
+    def _running(self) -> RunningBucket | None:
+        return None if self.reread_rollups else self.running
+
+    def _fold(self, upto: int) -> None:
+        """Fold the raw steps of the running bucket up to `upto` (at most its last)."""
+        run, ratio = self.running, self.ratios[0]
+        assert run is not None
+        end = min(upto, run.bucket * ratio + ratio - 1)
+        while run.folded < end:
+            step = run.folded + 1
+            row = step % self.raw.length
+            if self.raw.held[row] == step:
+                run.fold(self.raw.agg[:, row, :])
+            else:
+                run.skip()
 
     def _roll(self, raw_last: int, held_to: int | None = None) -> None:
         """Roll every bucket whose parent rows all closed by raw step raw_last. A bucket is
@@ -431,8 +489,14 @@ class ScopeWindows:
                 data_last //= ratio
                 done = min(done, data_last)
             start = max(self._rolled[i] + 1, done - tier.length + 1)
+            if start <= done:
+                self._versions[i] += 1
             for b in range(start, done + 1):
-                self._rollup(parent, tier, b, ratio)
+                run = self._running() if i == 0 else None
+                if run is not None and run.bucket == b:
+                    self._close_running(run, tier, b, ratio)
+                else:
+                    self._rollup(parent, tier, b, ratio)
             if done > self._rolled[i]:
                 self._rolled[i] = done
             # The next tier is finished by the clock, not by what this one rolled so far.
@@ -440,29 +504,44 @@ class ScopeWindows:
                 else self._rolled[i]
             parent = tier
 
-    def _rollup(self, parent: _Ring, tier: _Ring, bucket: int, ratio: int) -> None:
+    def _close_running(self, run: RunningBucket, tier: _Ring, bucket: int, ratio: int) -> None:
+        """Close the first tier's bucket from its running sums; slots whose rows changed after
+        they were folded are reduced from the rows again."""
+        self._fold(bucket * ratio + ratio - 1)
+        row = tier.open(bucket)
+        agg, hi, lo = run.close(self.is_counter, self.is_state)
+        tier.agg[:, row, :] = agg
+        if tier.hi is not None and tier.lo is not None:
+            tier.hi[:, row, :], tier.lo[:, row, :] = hi, lo
+        dirty = np.flatnonzero(run.dirty)
+        if len(dirty):
+            self._rollup(self.raw, tier, bucket, ratio, dirty)
+        run.start(bucket + 1, ratio)
+
+    def _rollup(self, parent: _Ring, tier: _Ring, bucket: int, ratio: int,
+                slots: npt.NDArray[np.intp] | None = None) -> None:
+        """Close a bucket by re-reading its parent rows (of `slots` only, when given)."""
         row = tier.open(bucket)
         rows, held = parent.rows(bucket * ratio + ratio - 1, ratio)
+        cols = slice(None) if slots is None else slots
         if not held.any():
+            tier.agg[:, row, cols] = np.nan
+            if tier.hi is not None and tier.lo is not None:
+                tier.hi[:, row, cols] = tier.lo[:, row, cols] = np.nan
             return
         rows = rows[held]
-        agg = parent.agg[:, rows, :]
+        # The rows of the slots wanted only: a dirty slot's re-read costs its own rows.
+        pick = (slice(None), rows, slice(None)) if slots is None else \
+            (slice(None), rows[:, None], slots[None, :])
+        agg = parent.agg[pick]
         g = self.gauge_cols
-        hi = parent.hi[:, rows, :] if parent.hi is not None else agg[g]
-        lo = parent.lo[:, rows, :] if parent.lo is not None else agg[g]
-        present = ~np.isnan(agg)
-        cnt = present.sum(axis=1)
-        total = np.where(present, agg, 0).sum(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = total / cnt
-        mean[cnt == 0] = np.nan
-        total[cnt == 0] = np.nan
-        mx = np.fmax.reduce(agg, axis=1)
-        res = np.where(self.is_counter[:, None], total, np.where(self.is_state[:, None], mx, mean))
-        tier.agg[:, row, :] = res
+        hi = parent.hi[pick] if parent.hi is not None else agg[g]
+        lo = parent.lo[pick] if parent.lo is not None else agg[g]
+        res, hi_b, lo_b = reduce_rows(agg, hi, lo, self.is_counter, self.is_state)
+        tier.agg[:, row, cols] = res
         if tier.hi is not None and tier.lo is not None:
-            tier.hi[:, row, :] = np.fmax.reduce(hi, axis=1)
-            tier.lo[:, row, :] = np.fmin.reduce(lo, axis=1)
+            tier.hi[:, row, cols] = hi_b
+            tier.lo[:, row, cols] = lo_b
 
     # ---- reading -----------------------------------------------------------------------------
     def window(self, metric: str, n: int, tier: str | None = None, stat: str = "agg") -> F32:
@@ -492,14 +571,19 @@ class ScopeWindows:
     def finished(self, tier: str) -> int:
         return self._rolled[[t.name for t in self.tier_specs].index(tier)]
 
+    def tier_version(self, tier: str) -> int:
+        """Moves whenever a window of `tier` could read differently (besides entities added,
+        which change the store's length)."""
+        return self._versions[[t.name for t in self.tier_specs].index(tier)]
+
     def latest(self, metric: str) -> F64:
         return self.last_val[: len(self.entities), self.col(metric)]
 
     def nbytes(self) -> int:
         arrays = (self.node_of, self.gpu_of, self.last_val, self.last_ts, self.last_k)
-        return (
-            self.raw.nbytes() + sum(t.nbytes() for t in self.tiers) + sum(a.nbytes for a in arrays)
-        )
+        running = self.running.nbytes() if self.running is not None else 0
+        return (self.raw.nbytes() + sum(t.nbytes() for t in self.tiers)
+                + sum(a.nbytes for a in arrays) + running)
 
 
 class EntityRegistry:
