@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+
+from service.notify.receivers import webhook
 
 _EXAMPLE = "2026-12-01T22:47:27.123Z"
 
 
 def rfc3339(ts: float) -> str:
-    """Epoch seconds as RFC 3339, UTC, milliseconds, `Z`."""
-    dt = datetime.fromtimestamp(round(ts, 3), tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    """Epoch seconds as RFC 3339, UTC, milliseconds, `Z`: as receivers render `startsAt`."""
+    return webhook.rfc3339(ts)
 
 
 def parse_instant(value: str | float | int) -> float:

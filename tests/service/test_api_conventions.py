@@ -23,6 +23,7 @@ from service.api.app import create_app
 from service.api.state import Running
 from service.api.timefmt import parse_instant, rfc3339
 from service.errors import PROBLEM_JSON
+from service.notify.receivers import webhook
 from service.settings import Settings
 from tests.service.fleet import STEP, T0, Fleet, FleetCollector, ManualClock
 from tests.service.openapi_check import errors, response_schema
@@ -279,3 +280,13 @@ def test_the_soak_verdict_client_pages_and_reads_times_back(svc: Svc) -> None:
     assert [a["id"] for a in found] == [a["id"] for a in whole]
     assert found[0]["started_at"] == T0 + STEP and found[0]["resolved_at"] is None
     assert api.history(found[0]["id"])[0]["at"] == T0 + STEP
+
+
+@pytest.mark.parametrize("ts", [T0 + 0.8006, T0 + 0.9996, T0 + 0.0004, T0 + 59.9995, 1.5e9 + 0.125])
+def test_an_instant_reads_the_same_in_the_api_and_in_a_receivers_message(ts: float) -> None:
+    """An alert's `started_at` in the API and its `startsAt` in a webhook or Alertmanager
+    message are one string (nearest millisecond), and reading it back gives that string again:
+    an operator (or the soak) matches alerts across the two by it."""
+    shown = rfc3339(ts)
+    assert shown == webhook.rfc3339(ts)
+    assert rfc3339(parse_instant(shown)) == shown

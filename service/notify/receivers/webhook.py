@@ -43,10 +43,13 @@ class WebhookConfig(ReceiverConfig):
 
 
 def rfc3339(ts: float | None) -> str:
+    """Epoch seconds as RFC 3339, UTC, to the nearest millisecond, `Z`: the one rendering of an
+    instant, shared with the REST API (service/api/timefmt.py), so an alert's `startsAt` here
+    and its `started_at` there are the same string."""
     if ts is None:
         return ZERO_TIME
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
+    sec, ms = divmod(round(ts * 1000), 1000)
+    return datetime.fromtimestamp(sec, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms:03d}Z"
 
 
 def _common(maps: list[dict[str, str]]) -> dict[str, str]:
