@@ -440,7 +440,10 @@ def test_a_store_written_before_keeps_its_newest_duplicate(tmp_path: Path) -> No
     path = tmp_path / "old.db"
     SQLiteSink(path).close()
     db = sqlite3.connect(path)
-    db.execute("DROP INDEX gpu_samples_point")  # as a file written before the index existed
+    # As a file written before the index (and schema versions) existed: version 0, so the
+    # version-1 migration is what removes the duplicates (service/storage/schema.py).
+    db.execute("DROP INDEX gpu_samples_point")
+    db.execute("PRAGMA user_version = 0")
     db.executemany("INSERT INTO gpu_samples (ts, entity, node, gpu_temp) VALUES (?, ?, ?, ?)",
                    [(T0, "n1:gpu0", "n1", 50.0), (T0, "n1:gpu0", "n1", 51.0),
                     (T0 + 5, "n1:gpu0", "n1", 52.0)])
