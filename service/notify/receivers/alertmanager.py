@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from pydantic import AnyHttpUrl, Field, SecretStr, field_validator, model_validator
+from pydantic import AnyHttpUrl, Field, model_validator
 
 from service.notify.labels import VOLATILE
 from service.notify.message import AlertRef, Delivery, Message, UpstreamStatus
@@ -44,7 +44,7 @@ from service.notify.receivers._common import (
     failure,
     json_body,
 )
-from service.notify.receivers.webhook import RESERVED, rfc3339
+from service.notify.receivers.webhook import Headers, rfc3339
 
 log = logging.getLogger(__name__)
 ALERTS_PATH = "/api/v2/alerts"
@@ -57,16 +57,7 @@ class AlertmanagerConfig(ReceiverConfig):
     resolve_timeout_s: float = Field(default=300.0, gt=0)
     refresh_interval_s: float = Field(default=60.0, gt=0)
     read_back: bool = True  # read silences and inhibitions back after each refresh
-    # Values may be credentials (Authorization), so they are kept as secrets.
-    headers: dict[str, SecretStr] = Field(default_factory=dict)
-
-    @field_validator("headers")
-    @classmethod
-    def _no_reserved(cls, v: dict[str, SecretStr]) -> dict[str, SecretStr]:
-        bad = sorted(k for k in v if k.lower() in RESERVED)
-        if bad:
-            raise ValueError(f"headers set by the receiver itself: {', '.join(bad)}")
-        return v
+    headers: Headers = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _refresh_before_expiry(self) -> AlertmanagerConfig:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import hashlib
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import AnyHttpUrl, Field, SecretStr, field_validator
+from pydantic import AfterValidator, AnyHttpUrl, Field, SecretStr
 
 from service.notify import signing
 from service.notify.message import AlertRef, Delivery, Message
@@ -26,20 +26,23 @@ RESERVED = frozenset({"content-type", "content-length", "host", "webhook-id",
                       "webhook-timestamp", "webhook-signature"})
 
 
+def _no_reserved(v: dict[str, SecretStr]) -> dict[str, SecretStr]:
+    bad = sorted(k for k in v if k.lower() in RESERVED)
+    if bad:
+        raise ValueError(f"headers set by the receiver itself: {', '.join(bad)}")
+    return v
+
+
+# Extra request headers of an HTTP receiver. Values may be credentials (Authorization), so they
+# are kept as secrets; the ones the receiver sets itself are refused.
+Headers = Annotated[dict[str, SecretStr], AfterValidator(_no_reserved)]
+
+
 class WebhookConfig(ReceiverConfig):
     url: AnyHttpUrl
     secret: SecretStr | None = Field(default=None, min_length=16)
     max_alerts: int = Field(default=0, ge=0)  # 0 = all
-    # Values may be credentials (Authorization), so they are kept as secrets.
-    headers: dict[str, SecretStr] = Field(default_factory=dict)
-
-    @field_validator("headers")
-    @classmethod
-    def _no_reserved(cls, v: dict[str, SecretStr]) -> dict[str, SecretStr]:
-        bad = sorted(k for k in v if k.lower() in RESERVED)
-        if bad:
-            raise ValueError(f"headers set by the receiver itself: {', '.join(bad)}")
-        return v
+    headers: Headers = Field(default_factory=dict)
 
 
 def rfc3339(ts: float | None) -> str:
