@@ -10,14 +10,13 @@ InfluxDB-compatible ingest paths are InfluxDB's own format."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 
 from service.notify.receivers import webhook
+from service.storage.history import parse_time
 
 _EXAMPLE = "2026-12-01T22:47:27.123Z"
 
@@ -29,28 +28,11 @@ def rfc3339(ts: float) -> str:
 
 def parse_instant(value: str | float | int) -> float:
     """Epoch seconds (`1700000000`, `1700000000.5`) or RFC 3339 with a zone
-    (`2023-11-14T22:13:20Z`, `...+02:00`) to epoch seconds; ValueError says what is wrong."""
+    (`2023-11-14T22:13:20Z`, `...+02:00`) to epoch seconds; ValueError says what is wrong. One
+    parser with the history API's `from`/`to` (service/storage/history.py)."""
     if isinstance(value, bool):
         raise ValueError(f"time {value!r} is neither epoch seconds nor RFC 3339 ({_EXAMPLE})")
-    if isinstance(value, int | float):
-        ts = float(value)
-    else:
-        s = value.strip()
-        try:
-            ts = float(s)
-        except ValueError:
-            try:
-                dt = datetime.fromisoformat(s.upper())
-            except ValueError:
-                raise ValueError(f"time {value!r} is neither epoch seconds nor RFC 3339 "
-                                 f"({_EXAMPLE})") from None
-            if dt.tzinfo is None:
-                raise ValueError(f"time {value!r} has no time zone: add Z or an offset") \
-                    from None
-            ts = dt.timestamp()
-    if not math.isfinite(ts) or ts < 0:
-        raise ValueError(f"time {value!r} is not a time after 1970")
-    return ts
+    return parse_time(repr(float(value)) if isinstance(value, int | float) else value)
 
 
 def _in(value: object) -> object:
