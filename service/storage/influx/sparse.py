@@ -4,8 +4,8 @@ A GPU has 18 links whose counters are almost always still; writing every link ev
 most of what InfluxDB stored. A link's `nvlink` (and `nvlink_rate`) point is written when its
 values differ from the last point written for it, together with the round before the change
 (so a panel's min / max over an interval, and a derivative, see the old value up to the
-change), and at least every `HEARTBEAT_S`, so every interval of a minute holds a point of every
-reporting link. Readers carry a link's last written point forward (service.storage.influx.
+change), and at least every `HEARTBEAT_S`, so every interval of a minute holds a point of
+every reporting link. Readers carry a link's last written point forward (service.storage.influx.
 links); the GPU's `nvlink_mask` field says which links reported in each round, so a carried
 value is only ever filled in for a round in which the link really reported."""
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from collectors.frames import Entity, EntityTable, Frame
 
-HEARTBEAT_S = 30.0
+HEARTBEAT_S = 55.0  # with rounds 5 s apart, points of a quiet link are 55 s apart: one per minute
 MASK_FIELD = "nvlink_mask"  # on the `gpu` measurement: bit k set = link k reported this round
 MASK_BITS = 63  # links numbered at or above this are always written (no bit for them)
 
