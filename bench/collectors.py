@@ -411,14 +411,23 @@ def _free_port() -> int:
 
 
 @contextmanager
-def _service(data_dir: Path, clock: Callable[[], float]) -> Iterator[str]:
+def _service(data_dir: Path, clock: Callable[[], float], lean: bool = True,
+             sink: bool = True) -> Iterator[str]:
     import uvicorn
 
     from service.api.app import create_app
+    from service.assembly import Wiring
+    from service.pipeline import Pipeline, build_pipeline
     from service.settings import Settings
 
     settings = Settings(storage={"data_dir": data_dir})  # type: ignore[arg-type]
-    app = create_app(settings, clock=clock, schedule=False)
+
+    def pipeline() -> Pipeline:
+        if sink:
+            return build_pipeline(settings)
+        return build_pipeline(settings, Wiring.offline(sinks=(), influxdb=False, notifiers=None))
+
+    app = create_app(pipeline, clock=clock, schedule=False, lean_write=lean)
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            access_log=False))
@@ -436,11 +445,13 @@ def _service(data_dir: Path, clock: Callable[[], float]) -> Iterator[str]:
         thread.join(timeout=20)
 
 
-def bench_ingest(sim_gpus: int, per_request: int, rounds: int, nvlink: bool) -> IngestRun:
+def bench_ingest(sim_gpus: int, per_request: int, rounds: int, nvlink: bool, *,
+                 lean: bool = True, sink: bool = True) -> IngestRun:
     t0 = 1.75e9
     data_clock = [t0]
     ctx = mp.get_context("spawn")
-    with tempfile.TemporaryDirectory() as tmp, _service(Path(tmp), lambda: data_clock[0]) as url:
+    with tempfile.TemporaryDirectory() as tmp, _service(Path(tmp), lambda: data_clock[0], lean,
+                                                       sink) as url:
         ours, theirs = ctx.Pipe()
         data_clock[0] = t0 + ROUND_S * (rounds + 1)
         proc = ctx.Process(target=_client, args=(theirs, url, sim_gpus, per_request, rounds,
@@ -456,12 +467,17 @@ def bench_ingest(sim_gpus: int, per_request: int, rounds: int, nvlink: bool) -> 
     fleet_lines = FLEET_GPUS * (2 + (LINKS_PER_GPU if nvlink else 0))
     scale = FLEET_GPUS / (sim_gpus * rounds)
     return IngestRun(
-        variant="per-link NVLink lines" if nvlink else "NVLink aggregated (no link lines)",
+        variant=_variant(nvlink, lean, sink),
         sim_gpus=sim_gpus, gpus_per_request=per_request, requests=requests, lines=lines,
         samples=samples, gzip_bytes=nbytes, server_cpu_s=cpu, client_wall_s=wall,
         lines_per_s_cpu=lines / cpu, samples_per_s_cpu=samples / cpu,
         lines_per_s_wall=lines / wall, fleet_lines_per_round=fleet_lines,
         projected_cpu_s=cpu * scale, projected_wall_s=wall * scale, errors=errors)
+
+
+def _variant(nvlink: bool, lean: bool, sink: bool) -> str:
+    return (("per-link NVLink" if nvlink else "NVLink aggregated") + ", "
+            + ("lean route" if lean else "FastAPI route") + ("" if sink else ", no SQLite sink"))
 
 
 def bench_phases(sim_gpus: int, per_request: int, rounds: int, nvlink: bool) -> IngestPhases:
