@@ -449,20 +449,25 @@ def _service(data_dir: Path, clock: Callable[[], float], srv: Server) -> Iterato
 
     app = create_app(pipeline, clock=clock, schedule=False, lean_write=srv.lean)
     port = _free_port()
+    if srv.profile is not None:
+        srv.profile.start()  # every thread started from here on: uvicorn's, the workers
+
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            access_log=False, http=srv.http, loop=srv.loop))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + (120 if srv.profile is not None else 20)
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.02)
     if not server.started:
-        raise RuntimeError("the service did not start within 20 s")
+        raise RuntimeError("the service did not start in time")
     try:
         yield f"http://127.0.0.1:{port}/write"
     finally:
         server.should_exit = True
         thread.join(timeout=20)
+        if srv.profile is not None:
+            srv.profile.stop()
 
 
 @dataclass(frozen=True)
@@ -477,6 +482,46 @@ class Server:
     http: str = "h11"
     loop: str = "asyncio"
     sink: bool = True
+    profile: ThreadProfile | None = field(default=None, compare=False)
+
+
+class ThreadProfile:
+    """cProfile of every thread started while it runs (uvicorn's event loop, the worker
+    threads parsing and ingesting): the server's CPU split by function (`--profile`). Each
+    thread profiles itself from its first event, timed by its own CPU clock that only runs
+    while `on` (the measured rounds: not start-up, imports or the warm-up round); the stats
+    are merged at the end."""
+
+    def __init__(self) -> None:
+        self.profiles: list[Any] = []
+        self.on = False
+        self._local = threading.local()
+
+    def _clock(self) -> float:
+        loc = self._local
+        t = time.thread_time()
+        dt = t - getattr(loc, "last", t)
+        loc.last = t
+        loc.v = getattr(loc, "v", 0.0) + (dt if self.on else 0.0)
+        return float(loc.v)
+
+    def start(self) -> None:
+        import cProfile
+
+        def boot(frame: Any, event: str, arg: Any) -> None:
+            p = cProfile.Profile(self._clock)
+            self.profiles.append(p)
+            p.enable()  # replaces this bootstrap as the thread's profile function
+
+        threading.setprofile(boot)
+
+    def stop(self) -> None:
+        threading.setprofile(None)  # type: ignore[arg-type]
+
+    def dump(self, path: str) -> None:
+        import pstats
+
+        pstats.Stats(*self.profiles).dump_stats(path)
 
 
 FASTAPI = Server("FastAPI route")
@@ -509,10 +554,14 @@ def bench_ingest(sim_gpus: int, per_request: int, rounds: int, nvlink: bool, srv
         proc.start()
         theirs.close()
         requests, lines, samples, nbytes = ours.recv()
+        if srv.profile is not None:
+            srv.profile.on = True
         c0 = time.process_time()
         ours.send("go")
         wall, errors = ours.recv()
         cpu = time.process_time() - c0
+        if srv.profile is not None:
+            srv.profile.on = False
         proc.join()
     fleet_lines = FLEET_GPUS * (2 + (LINKS_PER_GPU if nvlink else 0))
     scale = FLEET_GPUS / (sim_gpus * rounds)
@@ -646,6 +695,20 @@ def run(runs: int, sim_gpus: int, rounds: int, per_request: list[int],
     return rep
 
 
+def profile(path: str, sim_gpus: int, rounds: int) -> None:
+    """The best node-agent variant (without the SQLite sink, whose cost is its own) under
+    cProfile in every server thread; the top functions by own time are printed."""
+    import pstats
+
+    prof = ThreadProfile()
+    best = HTTPTOOLS if _fast_http() else COALESCED
+    r = bench_ingest(sim_gpus, NODE_GPUS, rounds, True, replace(best, sink=False, profile=prof))
+    prof.dump(path)
+    print(f"{r.variant}: {r.projected_cpu_s:.2f} s per 10k round under the profiler "
+          f"({r.requests} requests); stats in {path}")
+    pstats.Stats(path).sort_stats("tottime").print_stats(40)
+
+
 def _goals(rep: Report) -> None:
     if rep.scrapes:
         narrow = [s for s in rep.scrapes if s.what.startswith("narrow")]
@@ -744,11 +807,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="GPUs per POST: 8 = one node agent, more = a relay batching nodes")
     ap.add_argument("--only-ingest", action="store_true",
                     help="section 3's loopback runs only (no scrapes, parsers or phases)")
+    ap.add_argument("--profile", metavar="PATH",
+                    help="instead: profile the best node-agent variant's server (every thread) "
+                         "and write cProfile stats to PATH (read with python -m pstats)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     # The fixtures are real and show real faults (saturated IB counters, unmapped Xid bus ids):
     # the collectors' warnings about them are not what is measured here.
     logging.getLogger("collectors").setLevel(logging.ERROR)
+    if args.profile:
+        profile(args.profile, args.sim_gpus, args.rounds)
+        return 0
     rep = run(args.runs, args.sim_gpus, args.rounds, args.gpus_per_request, args.only_ingest)
     if args.json:
         json.dump(asdict(rep), sys.stdout, indent=2)
