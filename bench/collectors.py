@@ -516,7 +516,7 @@ class ThreadProfile:
         threading.setprofile(boot)
 
     def stop(self) -> None:
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
 
     def dump(self, path: str) -> None:
         import pstats
