@@ -351,7 +351,7 @@ def _scan(src: pa.BufferReader, nth: int) -> tuple[int, int]:
                                         f"{'' if not first else ' or no schema'})") from None
             return batches, rows
         except (pa.ArrowException, OSError) as exc:
-            raise ArrowPayloadError(f"stream {nth} is not a whole Arrow IPC stream: "
+            raise ArrowPayloadError(f"stream {nth} is truncated or malformed: "
                                     f"{exc}") from None
         if first and msg.type != "schema":
             raise ArrowPayloadError(f"stream {nth} does not start with a schema")
