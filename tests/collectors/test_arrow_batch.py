@@ -137,7 +137,7 @@ def test_non_utf8_keys_are_refused() -> None:
     body = bytearray(_stream(_gpu(["n1:gpuX"], gpu_temp=pa.array([1.0]))))
     at = body.index(b"n1:gpuX")
     body[at + 6] = 0xFF  # inside the dictionary's string data
-    with pytest.raises(ArrowPayloadError, match="UTF8|utf8|UTF-8"):
+    with pytest.raises(ArrowPayloadError, match=r"(?i)utf-?8"):
         Decoder().decode(bytes(body))
 
 
