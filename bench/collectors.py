@@ -375,7 +375,7 @@ def _node_of(line: str) -> str:
 
 
 def _client(conn: Connection, url: str, gpus: int, per_request: int, rounds: int,
-            nvlink: bool, t0: float) -> None:
+            nvlink: bool, t0: float, arrow: bool = False) -> None:
     """The pushing side, in its own process: builds gzip bodies (one per `per_request` GPUs per
     round, as node agents or a Telegraf relay would), posts one warm-up round (the service
     meets every entity for the first time there), says ready, posts the rest on a go."""
@@ -391,8 +391,9 @@ def _client(conn: Connection, url: str, gpus: int, per_request: int, rounds: int
             samples += s
             lines_n += len(lines)
         for text in _requests(lines, per_request):
-            (bodies if k else warmup).append(gzip.compress(text.encode(), 6))
-    headers = {"Content-Encoding": "gzip", "Content-Type": "text/plain"}
+            (bodies if k else warmup).append(gzip.compress(_payload(text, arrow), 6))
+    headers = {"Content-Encoding": "gzip",
+               "Content-Type": "application/vnd.apache.arrow.stream" if arrow else "text/plain"}
     with httpx.Client(timeout=60) as client:
         for body in warmup:
             client.post(url, content=body, headers=headers)
@@ -422,6 +423,16 @@ def _client(conn: Connection, url: str, gpus: int, per_request: int, rounds: int
     wall = time.perf_counter() - w0
     conn.send((wall, sum(errors)))
     conn.close()
+
+
+def _payload(text: str, arrow: bool) -> bytes:
+    """One request's body: the lines, or the same round as our agent's Arrow IPC."""
+    if not arrow:
+        return text.encode()
+    from collectors.arrow_batch import encode
+    from collectors.schema import SchemaMapper
+
+    return encode(SchemaMapper().parse(text, max_bytes=None))
 
 
 def _free_port() -> int:
@@ -482,6 +493,7 @@ class Server:
     http: str = "h11"
     loop: str = "asyncio"
     sink: bool = True
+    arrow: bool = False  # agents post Arrow IPC (collectors.arrow_batch) instead of lines
     profile: ThreadProfile | None = field(default=None, compare=False)
 
 
@@ -550,7 +562,7 @@ def bench_ingest(sim_gpus: int, per_request: int, rounds: int, nvlink: bool, srv
         ours, theirs = ctx.Pipe()
         data_clock[0] = t0 + ROUND_S * (rounds + 1)
         proc = ctx.Process(target=_client, args=(theirs, url, sim_gpus, per_request, rounds,
-                                                 nvlink, t0))
+                                                 nvlink, t0, srv.arrow))
         proc.start()
         theirs.close()
         requests, lines, samples, nbytes = ours.recv()
@@ -679,6 +691,11 @@ def run(runs: int, sim_gpus: int, rounds: int, per_request: list[int],
             servers = [FASTAPI, LEAN, COALESCED, best] if agents else [FASTAPI, best]
             if agents:
                 servers.append(replace(best, sink=False))
+                # our agent's Arrow payload; then a longer coalescing window
+                arrow = replace(best, name=best.name + ", Arrow", arrow=True)
+                servers += [arrow, replace(arrow, sink=False)]
+                servers.append(replace(arrow, name=arrow.name + " 150 ms", coalesce_ms=150.0,
+                                       sink=False))
             base = None
             for srv in dict.fromkeys(servers):
                 run_ = bench_ingest(sim_gpus, n, rounds, nvlink, srv)
