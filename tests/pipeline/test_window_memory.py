@@ -1,7 +1,8 @@
-"""The rollup tiers keep a gauge's max or min only where a reader asks for it
-(`WindowConfig.ranges`): what is kept is bit for bit what the layout that kept every gauge's
-range gives (NaNs, gaps, late rows, compaction), the predictor's hourly inputs are the same, and a
-read of a range that is not kept is an error rather than a silent mean."""
+"""What the window store holds, and no more. The rollup tiers keep a gauge's max or min only
+where a reader asks for it (`WindowConfig.ranges`): what is kept is bit for bit what the layout
+keeping every gauge's range gives (NaNs, gaps, late rows, compaction), the predictor's hourly
+inputs are the same, and a read of a range not kept is an error rather than a silent mean. A
+bucket's close re-reads its rows a chunk of slots at a time, with the numbers of one pass."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def test_a_read_of_a_range_not_kept_is_an_error() -> None:
     assert w.window("gpu_temp", 1, tier="1m", stat="hi")[0].tolist() == [23]
     assert w.window("gpu_temp_margin", 1, tier="1m", stat="lo")[0].tolist() == [12]
     for metric, stat in (("gpu_temp", "lo"), ("power_draw", "hi"), ("gpu_temp_margin", "hi")):
-        with pytest.raises(KeyError, match="WindowConfig.ranges"):
+        with pytest.raises(KeyError, match=r"WindowConfig\.ranges"):
             w.window(metric, 1, tier="1m", stat=stat)
     # A counter's or a state's bucket is its own range, and a raw sample its own max and min:
     # those read agg as before.
@@ -162,3 +163,39 @@ def test_the_predictors_hourly_inputs_are_the_same_as_with_every_range_kept() ->
         lean, full = (hourly(f.view, 4) for f in fleets)
         assert np.isfinite(lean).any()
         np.testing.assert_array_equal(lean, full, err_msg=str(scope))
+
+
+def test_a_bucket_closed_a_few_slots_at_a_time_equals_one_closed_whole(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The re-read close works through the slots in chunks (it bounds the hour's temporaries):
+    chunks of 3 slots give the tiers one chunk gives, NaNs and the IB and NVLink scopes too."""
+    import service.stages.windows as windows
+
+    rng = np.random.default_rng(7)
+    whole, chunked = WindowStore(FULL), WindowStore(FULL)
+    for store in (whole, chunked):
+        for w in store.scopes.values():
+            w.reread_rollups = True  # every bucket from its rows, the first tier's too
+    k0 = int(whole.step_of(np.array([T0]))[0])
+    ents = {Scope.GPU: [Entity.gpu(f"n{i}", 0) for i in range(10)],
+            Scope.NVLINK: [Entity.nvlink(f"n{i}", 0, j) for i in range(10) for j in range(2)],
+            Scope.IB_PORT: [Entity.ib_port(f"n{i}", "mlx5_0", 1) for i in range(10)]}
+    vals = {sc: _values(rng, len(whole[sc].metrics), len(e) * 12 * 40)
+            for sc, e in ents.items()}
+    for store, chunk in ((whole, 1 << 20), (chunked, 3)):
+        monkeypatch.setattr(windows, "ROLLUP_CHUNK", chunk)
+        for i in range(12 * 40):
+            store.advance(k0 + i)
+            for sc, es in ents.items():
+                w = store[sc]
+                slots = np.array([w.slots_for_entity(e, store.registry) for e in es], np.int32)
+                v = vals[sc][:, i * len(es):(i + 1) * len(es)]
+                w.write(slots, np.full(len(es), k0 + i, np.int64), v)
+    assert chunked[Scope.NVLINK].capacity > 3
+    for sc in ents:
+        for ta, tb in zip(whole[sc].tiers, chunked[sc].tiers, strict=True):
+            assert np.array_equal(ta.held, tb.held)
+            for x, y in ((ta.agg, tb.agg), (ta.hi, tb.hi), (ta.lo, tb.lo)):
+                assert (x is None) == (y is None)
+                if x is not None and y is not None:
+                    assert np.array_equal(x, y, equal_nan=True), sc
