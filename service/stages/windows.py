@@ -182,11 +182,11 @@ def _squeeze(a: npt.NDArray[np.generic], keep: npt.NDArray[np.intp], n_old: int,
 
 @dataclass(frozen=True, slots=True)
 class EntityLimits:
-    """How many entities the store takes: window memory is fixed per entity (about 62 KB a
-    GPU, 4 KB an NVLink link, 26 KB an IB port), so names from the wire must not allocate it
+    """How many entities the store takes: window memory is fixed per entity (about 45 KB a
+    GPU, 4 KB an NVLink link, 22 KB an IB port), so names from the wire must not allocate it
     without bound. Limits are given in GPUs; links and ports scale with them."""
 
-    max_gpus: int = 20_000  # held at once (about 3.7 GB of windows with links and ports)
+    max_gpus: int = 20_000  # held at once (about 3.2 GB of windows with links and ports)
     max_new_gpus_per_batch: int = 1_024  # taken from one request; the rest in later ones
     links_per_gpu: int = 18  # NVSwitch systems (H100/H200: 18 NVLink links per GPU)
     ports_per_gpu: int = 2  # DGX: 8 compute + up to 4 storage ports per 8 GPUs
