@@ -15,6 +15,7 @@ from collectors.catalog import Scope
 from collectors.frames import Batch, Entity
 from models.detectors.findings import Signal
 from service.assembly import Parts, Wiring, build_parts
+from service.heap import HeapTrim
 from service.notify.sender import Sent
 from service.remediation.actions import AuditEntry
 from service.settings import Settings
@@ -52,6 +53,10 @@ class Pipeline:
         self.sinks = parts.sinks
         self.observers = parts.observers
         self.generation = self.store.generation  # of the store's forgetting this has followed
+        # Freed heap pages go back to the system after ticks (service/heap.py): at once when
+        # the store grew or forgot entities, else at most once a minute.
+        self.heap = HeapTrim()
+        self._layout = self._store_layout()
         self.forget_every_s = FORGET_EVERY_S
         self._forgot_at = -np.inf
         self.risk: RiskState | None = None
@@ -184,7 +189,14 @@ class Pipeline:
                             flags, sent, deliveries, audit, levels, derived)
         for obs in self.observers:
             obs.observe(result)
+        layout = self._store_layout()
+        self.heap.after_tick(now, changed=layout != self._layout)
+        self._layout = layout
         return result
+
+    def _store_layout(self) -> tuple[int, ...]:
+        """What changes when the store's arrays are reallocated or compacted."""
+        return (self.store.generation, *(w.capacity for w in self.store.scopes.values()))
 
     def _forget(self, now: float) -> list[Transition]:
         """Forget entities silent past their longest window (the store's owner decides, at
