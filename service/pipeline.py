@@ -15,13 +15,13 @@ from collectors.catalog import Scope
 from collectors.frames import Batch, Entity
 from models.detectors.findings import Signal
 from service.assembly import Parts, Wiring, build_parts
-from service.heap import HeapTrim
 from service.notify.sender import Sent
 from service.remediation.actions import AuditEntry
 from service.settings import Settings
 from service.stages.alert_machine import FlagChange, Transition
 from service.stages.alert_store import Alert
 from service.stages.fleet_alerts import FLEET, MISSING, STORM
+from service.stages.heap import HeapTrim
 from service.stages.ingest import MAX_DETAILED_REJECTIONS, IngestResult
 from service.stages.scoring import SCOPES, RiskState
 from service.tick import Closable, Stats, TickResult
@@ -53,7 +53,7 @@ class Pipeline:
         self.sinks = parts.sinks
         self.observers = parts.observers
         self.generation = self.store.generation  # of the store's forgetting this has followed
-        # Freed heap pages go back to the system after ticks (service/heap.py): at once when
+        # Freed heap pages go back to the system after ticks (service/stages/heap.py): at once when
         # the store grew or forgot entities, else at most once a minute.
         self.heap = HeapTrim()
         self._layout = self._store_layout()
