@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import CATALOG, Kind, Metric, Scope
-from collectors.frames import Entity, EntityTable
+from collectors.frames import Entity, EntityTable, JoinedTable
 from models.detectors.view import time_total
 from service.stages.rollup import FOLD_LAG, RunningBucket, reduce_rows
 from service.stages.tier_sums import WindowSum
@@ -86,6 +86,9 @@ class WindowConfig:
 # An entity whose reports span less than this many steps is on probation: forgotten after the
 # raw window of silence, not the longest window (a flood of one-line names frees its room).
 PROBATION_STEPS = 3
+# Tables whose slots are cached per scope (by identity): a mapper keeps one per sender layout,
+# so one per node agent; a coalesced ingest joins them and reuses each one's slots.
+TABLE_CACHE = 32_768
 PRESSED = 0.9  # share of the entity limit from which entities on probation are forgotten
 
 
@@ -355,6 +358,10 @@ class ScopeWindows:
         cached = self._table_cache.get(id(table))
         if cached is not None and cached[0] is table:
             return cached[1]
+        if isinstance(table, JoinedTable):  # a coalesced ingest: its parts were met alone
+            got = [self._table_cache.get(id(t)) for t in table.parts]
+            if all(c is not None and c[0] is t for c, t in zip(got, table.parts, strict=True)):
+                return np.concatenate([c[1] for c in got])  # type: ignore[index]
         out = np.full(len(table), -1, np.int32)
         rows = range(len(table)) if used is None else np.unique(used).tolist()
         ents = table.entities
@@ -369,8 +376,9 @@ class ScopeWindows:
         for i in rows:
             s = self._slot.get(ents[i])
             out[i] = self._add(ents[i], registry, admit) if s is None else s
-        if (out >= 0).all():  # a refusal, or a row not asked for, is looked at again
-            if len(self._table_cache) > 64:
+        if (out >= 0).all() and not isinstance(table, JoinedTable):  # met once: not kept
+            # (a refusal, or a row not asked for, is looked at again)
+            if len(self._table_cache) >= TABLE_CACHE:
                 self._table_cache.clear()
             self._table_cache[id(table)] = (table, out)
         return out
