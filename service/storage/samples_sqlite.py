@@ -96,7 +96,6 @@ class ScopeState:
         self.gone = np.zeros(0, bool)  # True: no open fill (never seen, or closed by a marker)
         self.node: dict[str, int] = {}
         self.nodes: list[str] = []
-        self.members: list[list[int]] = []
         self.cur = np.zeros(0)
         self.prev = np.zeros(0)
         self._tables: dict[int, tuple[EntityTable, I64]] = {}
@@ -122,12 +121,10 @@ class ScopeState:
         if n is None:
             n = self.node[node] = len(self.nodes)
             self.nodes.append(node)
-            self.members.append([])
             self.cur = _grow(self.cur, n + 1, -np.inf)
             self.prev = _grow(self.prev, n + 1, -np.inf)
         s = self.slot[key] = len(self.keys)
         self.keys.append(key)
-        self.members[n].append(s)
         self.node_of = _grow(self.node_of, s + 1, 0)
         self.node_of[s] = n
         self.last_t = _grow(self.last_t, s + 1, -np.inf)
@@ -137,9 +134,10 @@ class ScopeState:
         return s
 
     def gather(self, nodes: I64) -> I64:
-        if len(nodes) == 0:
-            return np.zeros(0, np.int64)
-        return np.fromiter((s for n in nodes.tolist() for s in self.members[n]), np.int64)
+        """Slots of every entity of `nodes` (a mask over all slots: no Python per entity)."""
+        sel = np.zeros(len(self.nodes), bool)
+        sel[nodes] = True
+        return np.flatnonzero(sel[self.node_of[:len(self.keys)]])
 
     # ---- one frame ---------------------------------------------------------------------------
 
