@@ -15,7 +15,14 @@ import numpy as np
 
 from collectors.catalog import Scope
 from service.stages.ingest import IngestResult
-from service.storage.samples_sqlite import SAMPLED, Rows, ScopeState, create_sql, write_rows
+from service.storage.samples_sqlite import (
+    SAMPLED,
+    Rows,
+    ScopeState,
+    create_sql,
+    register,
+    write_rows,
+)
 from service.storage.sqlite_db import open_db
 
 log = logging.getLogger(__name__)
@@ -29,7 +36,7 @@ class Sink(Protocol):
 
 
 class SQLiteSink:
-    """One wide table per scope (a row per entity and time, a column per catalog metric) and
+    """A table of sample rows per scope (an entity's values at a time, packed in one BLOB) and
     one table of events, written change-only (service.storage.samples_sqlite says how the
     reader rebuilds every sample): a 10,000-GPU round writes the rows that moved, not 200,000.
     A sample resent for the same entity and time merges into the stored one, each value it
@@ -45,10 +52,11 @@ class SQLiteSink:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._lock = threading.Lock()
         self.retention_s = retention_s
-        self._state = {s: ScopeState(s) for s in SAMPLED}
+        register(self._db)
         for scope in SAMPLED:
             for sql in create_sql(scope):
                 self._db.execute(sql)
+        self._state = {s: ScopeState(s, self._db) for s in SAMPLED}
         self._db.execute("CREATE TABLE IF NOT EXISTS events (ts REAL NOT NULL, entity TEXT NOT "
                          "NULL, metric TEXT NOT NULL, value REAL NOT NULL)")
         self.newest = -math.inf
@@ -75,8 +83,10 @@ class SQLiteSink:
                                      zip(ev.ts, ev.keys, ev.metrics, ev.values, strict=True))
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._db.execute("ROLLBACK")  # new entities' rows stay unsaved: written next
                 raise
+            for st in self._state.values():
+                st.unsaved.clear()
             for f in batch.frames.values():
                 if len(f.ts):
                     self.newest = max(self.newest, float(np.max(f.ts)))

@@ -1,7 +1,9 @@
 """Every sample of one entity, rebuilt from the change-only tables of
 service.storage.samples_sqlite, and aggregated into buckets exactly as the SQL over one row per
 sample did (service.storage.history_sqlite asks). A written row stands for its own time and
-the rounds of its node it fills; late rows merge into what is there at their time."""
+the rounds of its node it fills; late rows merge into what is there at their time. A row's
+values are one BLOB (service.storage.sample_codec), read at the positions `{scope}_layout`
+gives the asked columns."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 
 from collectors.catalog import Scope
 from service.storage.history import Agg
+from service.storage.sample_codec import MAX_COLUMNS, decode
 from service.storage.samples_sqlite import HEARTBEAT_S, columns
 
 Sample = tuple[float, tuple[float | None, ...]]
@@ -22,23 +25,38 @@ def _quoted(cols: Sequence[str]) -> str:
     return ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
 
 
+def _entity_id(db: sqlite3.Connection, scope: Scope, entity: str) -> int | None:
+    row = db.execute(f"SELECT id FROM {scope}_entities WHERE entity = ?", (entity,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def _positions(db: sqlite3.Connection, scope: Scope, cols: Sequence[str]) -> list[int]:
+    """Blob positions of `cols`; one never stored reads as missing (a position past all)."""
+    at = dict(db.execute(f"SELECT name, pos FROM {scope}_layout"))
+    return [int(at.get(c, MAX_COLUMNS)) for c in cols]
+
+
 def samples(db: sqlite3.Connection, scope: Scope, entity: str, node: str, lo: float,
             hi: float, cols: Sequence[str]) -> list[Sample]:
     """(time, values of `cols`) of every sample in [lo, hi), in time order."""
     names = _quoted(cols)
-    main = db.execute(f"SELECT ts, since, gone, {names} FROM {scope}_samples WHERE entity = ? "
-                      "AND ts > ? AND ts < ? ORDER BY ts",
-                      (entity, lo - HEARTBEAT_S, hi)).fetchall()
-    nxt = db.execute(f"SELECT ts, since FROM {scope}_samples WHERE entity = ? AND ts >= ? "
-                     "ORDER BY ts LIMIT 1", (entity, hi)).fetchone()
+    eid = _entity_id(db, scope, entity)
+    pos = _positions(db, scope, cols)
+    main = [] if eid is None else db.execute(
+        f"SELECT ts, since, gone, vals FROM {scope}_samples WHERE id = ? AND ts > ? AND ts < ? "
+        "ORDER BY ts", (eid, lo - HEARTBEAT_S, hi)).fetchall()
+    nxt = None if eid is None else db.execute(
+        f"SELECT ts, since FROM {scope}_samples WHERE id = ? AND ts >= ? ORDER BY ts LIMIT 1",
+        (eid, hi)).fetchone()
     rounds = db.execute(f"SELECT ts, complete FROM {scope}_rounds WHERE node = ? AND ts > ? "
                         "AND ts < ? ORDER BY ts", (node, lo - HEARTBEAT_S, hi)).fetchall()
     times = [float(r[0]) for r in rounds]
     found: dict[float, tuple[float | None, ...]] = {}
     for i, row in enumerate(main):
-        ts, gone, vals = float(row[0]), row[2], tuple(row[3:])
+        ts, gone = float(row[0]), row[2]
         if gone:
             continue
+        vals = decode(row[3], pos)
         if lo <= ts:
             found[ts] = vals
         after = main[i + 1] if i + 1 < len(main) else nxt
@@ -74,8 +92,7 @@ def before(db: sqlite3.Connection, scope: Scope, entity: str, node: str, start: 
     if found:
         return found[-1]
     older = [r[0] for r in (
-        db.execute(f"SELECT MAX(ts) FROM {scope}_samples WHERE entity = ? AND {q} IS NOT NULL "
-                   "AND ts < ?", (entity, start)).fetchone(),
+        (_newest_with(db, scope, entity, col, start),),
         db.execute(f"SELECT MAX(ts) FROM {scope}_late WHERE entity = ? AND {q} IS NOT NULL "
                    "AND ts < ?", (entity, start)).fetchone()) if r[0] is not None]
     if not older:
@@ -83,6 +100,20 @@ def before(db: sqlite3.Connection, scope: Scope, entity: str, node: str, start: 
     found = [s for s in samples(db, scope, entity, node, min(older), start, [col])
              if s[1][0] is not None]
     return found[-1] if found else None
+
+
+def _newest_with(db: sqlite3.Connection, scope: Scope, entity: str, col: str,
+                 start: float) -> float | None:
+    """Time of the newest written row before `start` holding a value of `col`."""
+    eid = _entity_id(db, scope, entity)
+    if eid is None:
+        return None
+    (p,) = _positions(db, scope, [col])
+    for ts, vals in db.execute(f"SELECT ts, vals FROM {scope}_samples WHERE id = ? AND ts < ? "
+                               "ORDER BY ts DESC", (eid, start)):
+        if decode(vals, [p])[0] is not None:
+            return float(ts)
+    return None
 
 
 def bucketed(points: Sequence[tuple[float, float]], step: int,

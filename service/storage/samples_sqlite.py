@@ -17,20 +17,27 @@ sample is implied, and the reader (service.storage.samples_read) rebuilds it exa
   `{scope}_late`, merged into what is stored at that time as before (each value it carries
   replaces the stored one; InfluxDB's last write wins).
 
+A `{scope}_samples` row is (entity id, time, since, gone, vals): the entity's key and node are
+written once, in `{scope}_entities`, and its values are one BLOB (service.storage.sample_codec;
+the columns are `{scope}_layout`'s), so a row binds five parameters and a round's rows are
+packed by numpy at once. Late rows are rare and stay a column per metric.
+
 All of a round's rows are one transaction of prepared statements (executemany).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import EntityTable, Frame
+from service.storage import sample_codec
 
 HEARTBEAT_S = 600.0  # an unchanged entity is written again after this long
 SAMPLED = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
@@ -48,10 +55,14 @@ def create_sql(scope: Scope) -> list[str]:
     brings an older file to the same layout)."""
     vals = ", ".join(c + " REAL" for c in columns(scope))
     return [
-        f"CREATE TABLE IF NOT EXISTS {scope}_samples (ts REAL NOT NULL, entity TEXT NOT NULL, "
-        f"node TEXT NOT NULL, {vals}, since REAL, gone INTEGER NOT NULL DEFAULT 0)",
+        f"CREATE TABLE IF NOT EXISTS {scope}_layout (pos INTEGER PRIMARY KEY, "
+        "name TEXT NOT NULL UNIQUE)",
+        f"CREATE TABLE IF NOT EXISTS {scope}_entities (id INTEGER PRIMARY KEY, "
+        "entity TEXT NOT NULL UNIQUE, node TEXT NOT NULL)",
+        f"CREATE TABLE IF NOT EXISTS {scope}_samples (id INTEGER NOT NULL, ts REAL NOT NULL, "
+        "since REAL, gone INTEGER NOT NULL DEFAULT 0, vals BLOB)",
         f"CREATE UNIQUE INDEX IF NOT EXISTS {scope}_samples_point ON {scope}_samples "
-        "(entity, ts)",
+        "(id, ts)",
         f"CREATE TABLE IF NOT EXISTS {scope}_rounds (node TEXT NOT NULL, ts REAL NOT NULL, "
         "complete INTEGER NOT NULL)",
         f"CREATE UNIQUE INDEX IF NOT EXISTS {scope}_rounds_point ON {scope}_rounds (node, ts)",
@@ -61,6 +72,23 @@ def create_sql(scope: Scope) -> list[str]:
     ]
 
 
+def layout(db: sqlite3.Connection, scope: Scope) -> list[str]:
+    """The scope's blob columns in position order, the catalog's new metrics appended (a
+    position, once given, never changes: blobs written before stay readable)."""
+    have = [r[0] for r in db.execute(f"SELECT name FROM {scope}_layout ORDER BY pos")]
+    new = [c for c in columns(scope) if c not in set(have)]
+    if len(have) + len(new) > sample_codec.MAX_COLUMNS:
+        raise ValueError(f"{scope}: more than {sample_codec.MAX_COLUMNS} sample columns")
+    db.executemany(f"INSERT INTO {scope}_layout VALUES (?, ?)",
+                   [(len(have) + k, c) for k, c in enumerate(new)])
+    return have + new
+
+
+def register(db: sqlite3.Connection) -> None:
+    """The SQL function the sample upsert merges a resent row with (sample_codec.merge)."""
+    db.create_function("gh_merge", 2, sample_codec.merge, deterministic=True)
+
+
 @dataclass(slots=True)
 class Rows:
     """What one frame asks to write."""
@@ -68,6 +96,7 @@ class Rows:
     samples: list[tuple[object, ...]]
     late: list[tuple[object, ...]]
     rounds: list[tuple[str, float, int]]
+    entities: list[tuple[int, str, str]] = field(default_factory=list)
 
 
 def _grow(a: np.ndarray, n: int, fill: object) -> np.ndarray:
@@ -84,9 +113,18 @@ class ScopeState:
     values of its newest written row, when that was written and whether its fill is closed;
     per node its newest two in-order rounds."""
 
-    def __init__(self, scope: Scope) -> None:
+    def __init__(self, scope: Scope, db: sqlite3.Connection) -> None:
         self.scope = scope
         self.ncol = len(columns(scope))
+        stored = layout(db, scope)
+        self.width = len(stored)
+        self.pos = np.array([stored.index(c) for c in columns(scope)], np.int64)
+        self.same_layout = self.width == self.ncol and bool(
+            (self.pos == np.arange(self.ncol)).all())
+        self.known: dict[str, int] = dict(db.execute(f"SELECT entity, id FROM {scope}_entities"))
+        self.next_id = max(self.known.values(), default=0) + 1
+        self.unsaved: list[tuple[int, str, str]] = []  # entity rows not yet committed
+        self.dbid = np.zeros(0, np.int64)
         self.slot: dict[str, int] = {}
         self.keys: list[str] = []
         self.node_of = np.zeros(0, np.int64)
@@ -127,6 +165,13 @@ class ScopeState:
         self.keys.append(key)
         self.node_of = _grow(self.node_of, s + 1, 0)
         self.node_of[s] = n
+        eid = self.known.get(key)
+        if eid is None:
+            eid = self.known[key] = self.next_id
+            self.next_id += 1
+            self.unsaved.append((eid, key, node))
+        self.dbid = _grow(self.dbid, s + 1, 0)
+        self.dbid[s] = eid
         self.last_t = _grow(self.last_t, s + 1, -np.inf)
         self.last_w = _grow(self.last_w, s + 1, -np.inf)
         self.vals = _grow(self.vals, s + 1, np.nan)
@@ -142,7 +187,7 @@ class ScopeState:
     # ---- one frame ---------------------------------------------------------------------------
 
     def plan(self, f: Frame) -> Rows:
-        out = Rows([], [], [])
+        out = Rows([], [], [], self.unsaved)
         slots = self.slots(f.entities)[f.rows]
         ts = np.asarray(f.ts, np.float64)
         times = np.unique(ts)
@@ -178,12 +223,9 @@ class ScopeState:
         self.gone[ws] = False
         self.last_t[s] = t
         since = [None if math.isinf(x) else x for x in lt[w].tolist()]
-        obj = v[w].astype(object)
-        obj[np.isnan(v[w])] = None
-        keys, nodes, node_of = self.keys, self.nodes, self.node_of
-        out.samples.extend((t, keys[i], nodes[node_of[i]], *row, since[j], 0)
-                           for j, (i, row) in enumerate(zip(ws.tolist(), obj.tolist(),
-                                                            strict=True)))
+        out.samples.extend(zip(self.dbid[ws].tolist(), itertools.repeat(t), since,
+                               itertools.repeat(0), self._blobs(v[w])))
+        nodes = self.nodes
         self.close_missing(adv, out)
         inorder = un[~late_node]
         if len(inorder):
@@ -195,6 +237,13 @@ class ScopeState:
             dup = np.ones(len(s_in), bool)
             dup[first] = False
             self._late(t, s_in[dup], v_in[dup], out)
+
+    def _blobs(self, v: F64) -> list[bytes]:
+        if not self.same_layout:  # the stored column order differs from the catalog's
+            wide = np.full((len(v), self.width), np.nan)
+            wide[:, self.pos] = v
+            v = wide
+        return sample_codec.encode(v)
 
     def _late(self, t: float, s: I64, v: F64, out: Rows) -> None:
         obj = v.astype(object)
@@ -214,10 +263,9 @@ class ScopeState:
         if len(miss) == 0:
             return
         self.gone[miss] = True
-        keys, nodes_, node_of, prev = self.keys, self.nodes, self.node_of, self.prev
-        blank = (None,) * self.ncol
-        out.samples.extend((float(prev[node_of[i]]), keys[i], nodes_[node_of[i]], *blank,
-                            float(self.last_t[i]), 1) for i in miss.tolist())
+        nodes_, node_of, prev, dbid = self.nodes, self.node_of, self.prev, self.dbid
+        out.samples.extend((int(dbid[i]), float(prev[node_of[i]]), float(self.last_t[i]), 1,
+                            None) for i in miss.tolist())
         out.rounds.extend((nodes_[n], float(prev[n]), 1)
                           for n in np.unique(node_of[miss]).tolist())
 
@@ -234,8 +282,8 @@ def statements(scope: Scope) -> tuple[str, str, str]:
     """Prepared upserts: samples, late samples, rounds."""
     cols = columns(scope)
     merge = ", ".join(f"{c} = coalesce(excluded.{c}, {c})" for c in cols)
-    sample = (f"INSERT INTO {scope}_samples VALUES ({','.join('?' * (len(cols) + 5))}) "
-              f"ON CONFLICT (entity, ts) DO UPDATE SET {merge}, since = excluded.since, "
+    sample = (f"INSERT INTO {scope}_samples VALUES (?,?,?,?,?) ON CONFLICT (id, ts) DO UPDATE "
+              "SET vals = gh_merge(excluded.vals, vals), since = excluded.since, "
               "gone = excluded.gone")
     late = (f"INSERT INTO {scope}_late VALUES ({','.join('?' * (len(cols) + 3))}) "
             f"ON CONFLICT (entity, ts) DO UPDATE SET {merge}")
@@ -245,7 +293,10 @@ def statements(scope: Scope) -> tuple[str, str, str]:
 
 
 def write_rows(db: sqlite3.Connection, scope: Scope, rows: Rows) -> None:
+    """Inside the caller's transaction (service.stages.sinks.SQLiteSink.write)."""
     sample, late, rounds = statements(scope)
+    if rows.entities:
+        db.executemany(f"INSERT OR IGNORE INTO {scope}_entities VALUES (?,?,?)", rows.entities)
     if rows.samples:
         db.executemany(sample, rows.samples)
     if rows.late:
