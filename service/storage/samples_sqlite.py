@@ -190,6 +190,9 @@ class ScopeState:
         out = Rows([], [], [], self.unsaved)
         slots = self.slots(f.entities)[f.rows]
         ts = np.asarray(f.ts, np.float64)
+        if len(ts) and ts.min() == ts.max():  # the common case: one round, no sort
+            self._round(float(ts[0]), slots, np.asarray(f.values, np.float64), out)
+            return out
         times = np.unique(ts)
         for t in times.tolist():
             pick = np.arange(len(ts)) if len(times) == 1 else np.flatnonzero(ts == t)
@@ -197,10 +200,14 @@ class ScopeState:
         return out
 
     def _round(self, t: float, s_in: I64, v_in: F64, out: Rows) -> None:
-        s, first = np.unique(s_in, return_index=True)
-        v = v_in[first]
+        first: I64 | None = None
+        if len(s_in) and np.bincount(s_in).max() <= 1:  # each entity once: no sort, no copy
+            s, v = s_in, v_in
+        else:
+            s, first = np.unique(s_in, return_index=True)
+            v = v_in[first]
         nd = self.node_of[s]
-        un = np.unique(nd)
+        un = self._unique_nodes(nd)
         cur = self.cur[un]
         late_node = t < cur
         adv = un[t > cur]
@@ -210,8 +217,8 @@ class ScopeState:
         late = (t <= self.last_t[s]) | (t < self.cur[nd])
         if late.any():
             self._late(t, s[late], v[late], out)
-        keep = ~late
-        s, v, nd = s[keep], v[keep], nd[keep]
+            keep = ~late
+            s, v, nd = s[keep], v[keep], nd[keep]
         lt = self.last_t[s]
         old = self.vals[s]
         same = ((old.view(np.int64) == v.view(np.int64)) | (np.isnan(old) & np.isnan(v))).all(1)
@@ -233,10 +240,15 @@ class ScopeState:
             behind = m[~self.gone[m] & (self.last_t[m] < t)]
             bad = set(self.node_of[behind].tolist())
             out.rounds.extend((nodes[n], t, int(n not in bad)) for n in inorder.tolist())
-        if len(first) < len(s_in):  # the same entity again at one time: merged as resent
+        if first is not None and len(first) < len(s_in):  # again at one time: merged as resent
             dup = np.ones(len(s_in), bool)
             dup[first] = False
             self._late(t, s_in[dup], v_in[dup], out)
+
+    def _unique_nodes(self, nd: I64) -> I64:
+        sel = np.zeros(len(self.nodes), bool)
+        sel[nd] = True
+        return np.flatnonzero(sel)
 
     def _blobs(self, v: F64) -> list[bytes]:
         if not self.same_layout:  # the stored column order differs from the catalog's
