@@ -16,6 +16,7 @@ import numpy as np
 from collectors.catalog import Scope
 from service.stages.ingest import IngestResult
 from service.storage.samples_sqlite import (
+    HEARTBEAT_S,
     SAMPLED,
     Rows,
     ScopeState,
@@ -42,7 +43,8 @@ class SQLiteSink:
     A sample resent for the same entity and time merges into the stored one, each value it
     carries replacing the stored value (InfluxDB's last write wins): it never doubles.
 
-    Rows older than `retention_s` (from the newest sample time seen) are deleted by
+    Rows older than `retention_s` (from the newest sample time seen; sample rows HEARTBEAT_S
+    older, as they stand for the samples after them) are deleted by
     `prune`, in batches of PRUNE_BATCH rows each its own short transaction; a background
     thread calls it every PRUNE_EVERY_S, so a round's write never carries the deletes."""
 
@@ -104,12 +106,16 @@ class SQLiteSink:
         cutoff = (self.newest if now is None else now) - self.retention_s
         if not math.isfinite(cutoff):
             return 0
-        tables = [f"{s}_{k}" for s in SAMPLED for k in ("samples", "rounds", "late")]
+        # A change-only row stands for its entity's samples up to HEARTBEAT_S after it (and
+        # needs its node's rounds there): those written that long before the cutoff stay.
+        tables = [(f"{s}_{k}", cutoff - HEARTBEAT_S) for s in SAMPLED for k in ("samples",
+                                                                               "rounds")]
+        tables += [(f"{s}_late", cutoff) for s in SAMPLED] + [("events", cutoff)]
         done = 0
-        for table in [*tables, "events"]:
+        for table, upto in tables:
             while not self._stop.is_set():
                 with self._lock:
-                    n = prune_batch(self._db, table, cutoff, PRUNE_BATCH)
+                    n = prune_batch(self._db, table, upto, PRUNE_BATCH)
                 done += n
                 if n < PRUNE_BATCH:
                     break
