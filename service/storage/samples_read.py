@@ -11,14 +11,54 @@ import bisect
 import itertools
 import math
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from collectors.catalog import Scope
 from service.storage.history import Agg
 from service.storage.sample_codec import MAX_COLUMNS, decode
-from service.storage.samples_sqlite import HEARTBEAT_S, columns
+from service.storage.samples_sqlite import HEARTBEAT_S, bucket, columns
 
 Sample = tuple[float, tuple[float | None, ...]]
+Row = tuple[float, float | None, int, bytes | None]  # ts, since, gone, vals
+_CHUNK = 512  # minutes a query asks for at most
+
+
+def _rows(db: sqlite3.Connection, scope: Scope, eid: int, minutes: Sequence[int],
+          where: str, args: tuple[float, ...]) -> list[Row]:
+    """An entity's sample rows in `minutes` (the index's first key, service.storage.
+    samples_sqlite.bucket) that meet `where`, one indexed lookup per minute."""
+    marks = ",".join("?" * len(minutes))
+    return db.execute(f"SELECT ts, since, gone, vals FROM {scope}_samples WHERE bucket IN "
+                      f"({marks}) AND id = ? AND {where}", (*minutes, eid, *args)).fetchall()
+
+
+def _between(db: sqlite3.Connection, scope: Scope, eid: int, lo: float,
+             hi: float) -> list[Row]:
+    """Rows with lo < ts < hi, in time order."""
+    out: list[Row] = []
+    first, last = bucket(lo), bucket(hi)
+    for b in range(first, last + 1, _CHUNK):
+        out += _rows(db, scope, eid, range(b, min(b + _CHUNK, last + 1)), "ts > ? AND ts < ?",
+                     (lo, hi))
+    return sorted(out, key=lambda r: r[0])
+
+
+def _scan(db: sqlite3.Connection, scope: Scope, eid: int, at: float,
+          forward: bool) -> Iterator[Row]:
+    """Rows from `at` on (ts >= at) or before it (ts < at), nearest first, a few minutes at a
+    time, up to the newest or oldest minute stored."""
+    (end,) = db.execute(f"SELECT {'MAX' if forward else 'MIN'}(bucket) FROM "
+                        f"{scope}_samples").fetchone()
+    if end is None:
+        return
+    b, step, sign = bucket(at), 4, 1 if forward else -1
+    while (b <= end) if forward else (b >= end):
+        span = range(b, min(b + step, end + 1)) if forward else range(max(b - step + 1, end),
+                                                                         b + 1)
+        got = _rows(db, scope, eid, span, "ts >= ?" if forward else "ts < ?", (at,))
+        yield from sorted(got, key=lambda r: r[0], reverse=not forward)
+        b += sign * step
+        step = min(2 * step, _CHUNK)
 
 
 def _quoted(cols: Sequence[str]) -> str:
@@ -42,12 +82,8 @@ def samples(db: sqlite3.Connection, scope: Scope, entity: str, node: str, lo: fl
     names = _quoted(cols)
     eid = _entity_id(db, scope, entity)
     pos = _positions(db, scope, cols)
-    main = [] if eid is None else db.execute(
-        f"SELECT ts, since, gone, vals FROM {scope}_samples WHERE id = ? AND ts > ? AND ts < ? "
-        "ORDER BY ts", (eid, lo - HEARTBEAT_S, hi)).fetchall()
-    nxt = None if eid is None else db.execute(
-        f"SELECT ts, since FROM {scope}_samples WHERE id = ? AND ts >= ? ORDER BY ts LIMIT 1",
-        (eid, hi)).fetchone()
+    main = [] if eid is None else _between(db, scope, eid, lo - HEARTBEAT_S, hi)
+    nxt = None if eid is None else next(_scan(db, scope, eid, hi, forward=True), None)
     rounds = db.execute(f"SELECT ts, complete FROM {scope}_rounds WHERE node = ? AND ts > ? "
                         "AND ts < ? ORDER BY ts", (node, lo - HEARTBEAT_S, hi)).fetchall()
     times = [float(r[0]) for r in rounds]
@@ -109,8 +145,7 @@ def _newest_with(db: sqlite3.Connection, scope: Scope, entity: str, col: str,
     if eid is None:
         return None
     (p,) = _positions(db, scope, [col])
-    for ts, vals in db.execute(f"SELECT ts, vals FROM {scope}_samples WHERE id = ? AND ts < ? "
-                               "ORDER BY ts DESC", (eid, start)):
+    for ts, _, _, vals in _scan(db, scope, eid, start, forward=False):
         if decode(vals, [p])[0] is not None:
             return float(ts)
     return None

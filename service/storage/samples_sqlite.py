@@ -40,10 +40,20 @@ from collectors.frames import EntityTable, Frame
 from service.storage import sample_codec
 
 HEARTBEAT_S = 600.0  # an unchanged entity is written again after this long
+BUCKET_S = 60  # a sample row's index key begins with its minute (see `bucket`)
 SAMPLED = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
+
+
+def bucket(ts: float) -> int:
+    """The minute a row's index key begins with. Keyed (entity, time), each round's rows land
+    on one index page per entity once every entity has a page of its own (after ~150 rounds),
+    and every commit writes them all: 20 us a row instead of 2.6 at 10,000 GPUs. Keyed
+    (minute, entity, time), a round's rows land among the current minute's few pages; a reader
+    asks for an entity's rows minute by minute (service.storage.samples_read)."""
+    return math.floor(ts / BUCKET_S)
 
 
 def columns(scope: Scope) -> list[str]:
@@ -59,10 +69,11 @@ def create_sql(scope: Scope) -> list[str]:
         "name TEXT NOT NULL UNIQUE)",
         f"CREATE TABLE IF NOT EXISTS {scope}_entities (id INTEGER PRIMARY KEY, "
         "entity TEXT NOT NULL UNIQUE, node TEXT NOT NULL)",
-        f"CREATE TABLE IF NOT EXISTS {scope}_samples (id INTEGER NOT NULL, ts REAL NOT NULL, "
-        "since REAL, gone INTEGER NOT NULL DEFAULT 0, vals BLOB)",
+        f"CREATE TABLE IF NOT EXISTS {scope}_samples (bucket INTEGER NOT NULL, "
+        "id INTEGER NOT NULL, ts REAL NOT NULL, since REAL, gone INTEGER NOT NULL DEFAULT 0, "
+        "vals BLOB)",
         f"CREATE UNIQUE INDEX IF NOT EXISTS {scope}_samples_point ON {scope}_samples "
-        "(id, ts)",
+        "(bucket, id, ts)",
         f"CREATE TABLE IF NOT EXISTS {scope}_rounds (node TEXT NOT NULL, ts REAL NOT NULL, "
         "complete INTEGER NOT NULL)",
         f"CREATE UNIQUE INDEX IF NOT EXISTS {scope}_rounds_point ON {scope}_rounds (node, ts)",
@@ -230,7 +241,8 @@ class ScopeState:
         self.gone[ws] = False
         self.last_t[s] = t
         since = [None if math.isinf(x) else x for x in lt[w].tolist()]
-        out.samples.extend(zip(self.dbid[ws].tolist(), itertools.repeat(t), since,
+        out.samples.extend(zip(itertools.repeat(bucket(t)), self.dbid[ws].tolist(),
+                               itertools.repeat(t), since,
                                itertools.repeat(0), self._blobs(v[w])))
         nodes = self.nodes
         self.close_missing(adv, out)
@@ -276,8 +288,9 @@ class ScopeState:
             return
         self.gone[miss] = True
         nodes_, node_of, prev, dbid = self.nodes, self.node_of, self.prev, self.dbid
-        out.samples.extend((int(dbid[i]), float(prev[node_of[i]]), float(self.last_t[i]), 1,
-                            None) for i in miss.tolist())
+        out.samples.extend((bucket(float(prev[node_of[i]])), int(dbid[i]),
+                            float(prev[node_of[i]]), float(self.last_t[i]), 1, None)
+                           for i in miss.tolist())
         out.rounds.extend((nodes_[n], float(prev[n]), 1)
                           for n in np.unique(node_of[miss]).tolist())
 
@@ -294,7 +307,8 @@ def statements(scope: Scope) -> tuple[str, str, str]:
     """Prepared upserts: samples, late samples, rounds."""
     cols = columns(scope)
     merge = ", ".join(f"{c} = coalesce(excluded.{c}, {c})" for c in cols)
-    sample = (f"INSERT INTO {scope}_samples VALUES (?,?,?,?,?) ON CONFLICT (id, ts) DO UPDATE "
+    sample = (f"INSERT INTO {scope}_samples VALUES (?,?,?,?,?,?) ON CONFLICT (bucket, id, ts) "
+              "DO UPDATE "
               "SET vals = gh_merge(excluded.vals, vals), since = excluded.since, "
               "gone = excluded.gone")
     late = (f"INSERT INTO {scope}_late VALUES ({','.join('?' * (len(cols) + 3))}) "

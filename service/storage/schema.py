@@ -112,8 +112,9 @@ def _v3_change_only_samples(db: sqlite3.Connection) -> None:
             vals = np.full((len(chunk), len(names)), np.nan)
             vals[:, pos] = np.array([r[2:] for r in chunk], np.float64).reshape(
                 len(chunk), len(metrics))  # NULL reads as NaN: missing
-            db.executemany(f"INSERT INTO {table} VALUES (?, ?, NULL, 0, ?)",
-                           zip([r[0] for r in chunk], [r[1] for r in chunk],
+            db.executemany(f"INSERT INTO {table} VALUES (?, ?, ?, NULL, 0, ?)",
+                           zip([samples_sqlite.bucket(r[1]) for r in chunk],
+                               [r[0] for r in chunk], [r[1] for r in chunk],
                                sample_codec.encode(vals), strict=True))
         db.execute(f"DROP TABLE {old}")
         db.execute(f"DROP INDEX IF EXISTS {scope}_by_entity")

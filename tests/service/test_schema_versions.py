@@ -130,7 +130,7 @@ def test_duplicate_samples_of_an_older_file_are_reduced_to_the_newest(tmp_path: 
     open_db(path).close()
     assert packed_rows(path, ["gpu_temp"]) == [(1, "n0:gpu0", "n0", 51), (2, "n0:gpu0", "n0", 52)]
     with pytest.raises(sqlite3.IntegrityError):
-        rows(path, "INSERT INTO gpu_samples (id, ts) SELECT id, 2 FROM gpu_entities")
+        rows(path, "INSERT INTO gpu_samples (bucket, id, ts) SELECT 0, id, 2 FROM gpu_entities")
 
 
 def test_a_file_from_a_newer_release_is_refused_untouched(tmp_path: Path) -> None:
