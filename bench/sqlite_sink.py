@@ -61,10 +61,11 @@ def run(gpus: int, rounds: int, where: Path, with_old: bool = True) -> list[Figu
     fleet = Fleet(gpus)
     t0 = 1_699_999_200.0
     old, wide, new = where / "old.db", where / "wide.db", where / "new.db"
-    sinks: list[tuple[str, Path, LegacySQLiteSink | WideChangeOnlySink | SQLiteSink]] = [
-        ("old (every row)", old, LegacySQLiteSink(old)),
-        ("change-only, wide", wide, WideChangeOnlySink(wide)),
-        ("change-only, packed", new, SQLiteSink(new, background=False))][0 if with_old else 1:]
+    sinks: list[tuple[str, Path, LegacySQLiteSink | WideChangeOnlySink | SQLiteSink]] = []
+    if with_old:
+        sinks.append(("old (every row)", old, LegacySQLiteSink(old)))
+    sinks += [("change-only, wide", wide, WideChangeOnlySink(wide)),
+              ("change-only, packed", new, SQLiteSink(new, background=False))]
     scopes = ("gpu", "nvlink", "ib_port")
     tables = {name: [f"{s}_samples" for s in scopes]
               + ([f"{s}_{k}" for s in scopes for k in ("rounds", "late")]
