@@ -12,6 +12,7 @@ import itertools
 import math
 import sqlite3
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from collectors.catalog import Scope
 from service.storage.history import Agg
@@ -23,24 +24,30 @@ Row = tuple[float, float | None, int, bytes | None]  # ts, since, gone, vals
 _CHUNK = 512  # minutes a query asks for at most
 
 
-def _rows(db: sqlite3.Connection, scope: Scope, eid: int, minutes: Sequence[int],
-          where: str, args: tuple[float, ...]) -> list[Row]:
-    """An entity's sample rows in `minutes` (the index's first key, service.storage.
-    samples_sqlite.bucket) that meet `where`, one indexed lookup per minute."""
+_SAMPLE_ROW = "ts, since, gone, vals"
+
+
+def _rows(db: sqlite3.Connection, scope: Scope, eid: int | str, minutes: Sequence[int],
+          where: str, args: tuple[float, ...], table: str = "samples",
+          select: str = _SAMPLE_ROW) -> list[Any]:
+    """An entity's sample rows (or a node's rounds: table "rounds", eid the node) in
+    `minutes` (the indexes' first key, service.storage.samples_sqlite.bucket) that meet
+    `where`, one indexed lookup per minute."""
     marks = ",".join("?" * len(minutes))
-    return db.execute(f"SELECT ts, since, gone, vals FROM {scope}_samples WHERE bucket IN "
-                      f"({marks}) AND id = ? AND {where}", (*minutes, eid, *args)).fetchall()
+    key = "id" if table == "samples" else "node"
+    return db.execute(f"SELECT {select} FROM {scope}_{table} WHERE bucket IN ({marks}) AND "
+                      f"{key} = ? AND {where}", (*minutes, eid, *args)).fetchall()
 
 
-def _between(db: sqlite3.Connection, scope: Scope, eid: int, lo: float,
-             hi: float) -> list[Row]:
+def _between(db: sqlite3.Connection, scope: Scope, eid: int | str, lo: float, hi: float,
+             table: str = "samples", select: str = _SAMPLE_ROW) -> list[Any]:
     """Rows with lo < ts < hi, in time order."""
-    out: list[Row] = []
+    out: list[Any] = []
     first, last = bucket(lo), bucket(hi)
     for b in range(first, last + 1, _CHUNK):
         out += _rows(db, scope, eid, range(b, min(b + _CHUNK, last + 1)), "ts > ? AND ts < ?",
-                     (lo, hi))
-    return sorted(out, key=lambda r: r[0])
+                     (lo, hi), table, select)
+    return sorted(out, key=lambda r: float(r[0]))
 
 
 def _scan(db: sqlite3.Connection, scope: Scope, eid: int, at: float,
@@ -84,8 +91,7 @@ def samples(db: sqlite3.Connection, scope: Scope, entity: str, node: str, lo: fl
     pos = _positions(db, scope, cols)
     main = [] if eid is None else _between(db, scope, eid, lo - HEARTBEAT_S, hi)
     nxt = None if eid is None else next(_scan(db, scope, eid, hi, forward=True), None)
-    rounds = db.execute(f"SELECT ts, complete FROM {scope}_rounds WHERE node = ? AND ts > ? "
-                        "AND ts < ? ORDER BY ts", (node, lo - HEARTBEAT_S, hi)).fetchall()
+    rounds = _between(db, scope, node, lo - HEARTBEAT_S, hi, "rounds", "ts, complete")
     times = [float(r[0]) for r in rounds]
     found: dict[float, tuple[float | None, ...]] = {}
     for i, row in enumerate(main):

@@ -5,7 +5,8 @@ move), so writing every row cost ~0.7 s a round. Here a row is written only when
 values changed, when it missed a round of its node, or on a heartbeat (HEARTBEAT_S); every other
 sample is implied, and the reader (service.storage.samples_read) rebuilds it exactly:
 
-- `{scope}_rounds` has a row per node and sample time that arrived in order: the node's rounds.
+- `{scope}_rounds` has a row per node and sample time that arrived in order: the node's rounds
+  (keyed by minute first, as the samples are: see `bucket`).
 - A written `{scope}_samples` row stands for its own time and for every round of its node up to
   the next row's `since` (the entity's previous sample time, written with each row), so a gap
   (the entity absent while its node reported) ends the fill exactly where it began.
@@ -74,9 +75,11 @@ def create_sql(scope: Scope) -> list[str]:
         "vals BLOB)",
         f"CREATE UNIQUE INDEX IF NOT EXISTS {scope}_samples_point ON {scope}_samples "
         "(bucket, id, ts)",
-        f"CREATE TABLE IF NOT EXISTS {scope}_rounds (node TEXT NOT NULL, ts REAL NOT NULL, "
+        f"CREATE TABLE IF NOT EXISTS {scope}_rounds (bucket INTEGER NOT NULL, "
+        "node TEXT NOT NULL, ts REAL NOT NULL, "
         "complete INTEGER NOT NULL)",
-        f"CREATE UNIQUE INDEX IF NOT EXISTS {scope}_rounds_point ON {scope}_rounds (node, ts)",
+        f"CREATE UNIQUE INDEX IF NOT EXISTS {scope}_rounds_point ON {scope}_rounds "
+        "(bucket, node, ts)",
         f"CREATE TABLE IF NOT EXISTS {scope}_late (ts REAL NOT NULL, entity TEXT NOT NULL, "
         f"node TEXT NOT NULL, {vals})",
         f"CREATE UNIQUE INDEX IF NOT EXISTS {scope}_late_point ON {scope}_late (entity, ts)",
@@ -106,7 +109,7 @@ class Rows:
 
     samples: list[tuple[object, ...]]
     late: list[tuple[object, ...]]
-    rounds: list[tuple[str, float, int]]
+    rounds: list[tuple[int, str, float, int]]
     entities: list[tuple[int, str, str]] = field(default_factory=list)
 
 
@@ -251,7 +254,8 @@ class ScopeState:
             m = self.gather(inorder)
             behind = m[~self.gone[m] & (self.last_t[m] < t)]
             bad = set(self.node_of[behind].tolist())
-            out.rounds.extend((nodes[n], t, int(n not in bad)) for n in inorder.tolist())
+            b = bucket(t)
+            out.rounds.extend((b, nodes[n], t, int(n not in bad)) for n in inorder.tolist())
         if first is not None and len(first) < len(s_in):  # again at one time: merged as resent
             dup = np.ones(len(s_in), bool)
             dup[first] = False
@@ -291,7 +295,7 @@ class ScopeState:
         out.samples.extend((bucket(float(prev[node_of[i]])), int(dbid[i]),
                             float(prev[node_of[i]]), float(self.last_t[i]), 1, None)
                            for i in miss.tolist())
-        out.rounds.extend((nodes_[n], float(prev[n]), 1)
+        out.rounds.extend((bucket(float(prev[n])), nodes_[n], float(prev[n]), 1)
                           for n in np.unique(node_of[miss]).tolist())
 
     def close_all(self, out: Rows) -> None:
@@ -313,7 +317,8 @@ def statements(scope: Scope) -> tuple[str, str, str]:
               "gone = excluded.gone")
     late = (f"INSERT INTO {scope}_late VALUES ({','.join('?' * (len(cols) + 3))}) "
             f"ON CONFLICT (entity, ts) DO UPDATE SET {merge}")
-    rounds = (f"INSERT INTO {scope}_rounds VALUES (?,?,?) ON CONFLICT (node, ts) DO UPDATE "
+    rounds = (f"INSERT INTO {scope}_rounds VALUES (?,?,?,?) ON CONFLICT (bucket, node, ts) "
+              "DO UPDATE "
               "SET complete = excluded.complete")
     return sample, late, rounds
 
