@@ -43,7 +43,12 @@ def _between(db: sqlite3.Connection, scope: Scope, eid: int | str, lo: float, hi
              table: str = "samples", select: str = _SAMPLE_ROW) -> list[Any]:
     """Rows with lo < ts < hi, in time order."""
     out: list[Any] = []
-    first, last = bucket(lo), bucket(hi)
+    # Only the minutes stored: a range from long ago (or unbounded) asks no empty minutes.
+    low, high = db.execute(f"SELECT MIN(bucket), MAX(bucket) FROM {scope}_{table}").fetchone()
+    if low is None:
+        return out
+    first = max(low, bucket(lo)) if math.isfinite(lo) else low
+    last = min(high, bucket(hi)) if math.isfinite(hi) else high
     for b in range(first, last + 1, _CHUNK):
         out += _rows(db, scope, eid, range(b, min(b + _CHUNK, last + 1)), "ts > ? AND ts < ?",
                      (lo, hi), table, select)
@@ -53,19 +58,23 @@ def _between(db: sqlite3.Connection, scope: Scope, eid: int | str, lo: float, hi
 def _scan(db: sqlite3.Connection, scope: Scope, eid: int, at: float,
           forward: bool) -> Iterator[Row]:
     """Rows from `at` on (ts >= at) or before it (ts < at), nearest first, a few minutes at a
-    time, up to the newest or oldest minute stored."""
-    (end,) = db.execute(f"SELECT {'MAX' if forward else 'MIN'}(bucket) FROM "
-                        f"{scope}_samples").fetchone()
-    if end is None:
+    time, within the minutes stored."""
+    low, high = db.execute(f"SELECT MIN(bucket), MAX(bucket) FROM {scope}_samples").fetchone()
+    if low is None or not math.isfinite(at):
         return
-    b, step, sign = bucket(at), 4, 1 if forward else -1
-    while (b <= end) if forward else (b >= end):
-        span = range(b, min(b + step, end + 1)) if forward else range(max(b - step + 1, end),
-                                                                         b + 1)
-        got = _rows(db, scope, eid, span, "ts >= ?" if forward else "ts < ?", (at,))
-        yield from sorted(got, key=lambda r: r[0], reverse=not forward)
-        b += sign * step
-        step = min(2 * step, _CHUNK)
+    step = 4
+    if forward:
+        b = max(bucket(at), low)
+        while b <= high:
+            got = _rows(db, scope, eid, range(b, min(b + step, high + 1)), "ts >= ?", (at,))
+            yield from sorted(got, key=lambda r: float(r[0]))
+            b, step = b + step, min(2 * step, _CHUNK)
+    else:
+        b = min(bucket(at), high)
+        while b >= low:
+            got = _rows(db, scope, eid, range(max(b - step + 1, low), b + 1), "ts < ?", (at,))
+            yield from sorted(got, key=lambda r: float(r[0]), reverse=True)
+            b, step = b - step, min(2 * step, _CHUNK)
 
 
 def _quoted(cols: Sequence[str]) -> str:

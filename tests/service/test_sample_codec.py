@@ -15,7 +15,7 @@ from collectors.frames import Batch, Entity, EntityTable, Frame
 from service.stages.ingest import IngestResult
 from service.stages.sinks import SQLiteSink
 from service.storage.sample_codec import MAX_COLUMNS, decode, encode, merge
-from service.storage.samples_read import samples
+from service.storage.samples_read import before, samples
 
 T0 = 1_700_000_000.0
 
@@ -102,5 +102,27 @@ def test_a_round_resent_after_a_restart_merges_into_the_stored_row(tmp_path: Pat
         want = tuple(99.0 if i == 2 else v for i, v in enumerate(first.tolist()))
         assert samples(db, Scope.GPU, "n1:gpu0", "n1", T0, T0 + 1, cols) == [(T0, want)]
         assert db.execute("SELECT COUNT(*) FROM gpu_samples").fetchone() == (1,)
+    finally:
+        db.close()
+
+
+def test_an_unbounded_range_reads_only_the_minutes_stored(tmp_path: Path) -> None:
+    sink = SQLiteSink(tmp_path / "s.db", background=False)
+    table = EntityTable(Scope.GPU, [Entity.gpu("n1", 0)])
+    ncol = len(CATALOG.columns(Scope.GPU))
+    for k in range(3):
+        b = Batch()
+        b.add(Frame(table, np.zeros(1, np.int32), np.full(1, T0 + 5 * k),
+                    np.full((1, ncol), 40.0 + k)))
+        sink.write(IngestResult(clean=b))
+    sink.close()
+    db = sqlite3.connect(tmp_path / "s.db")
+    try:
+        got = samples(db, Scope.GPU, "n1:gpu0", "n1", 0.0, float("inf"), ["gpu_temp"])
+        assert got == [(T0 + 5 * k, (40.0 + k,)) for k in range(3)]
+        assert samples(db, Scope.GPU, "n1:gpu0", "n1", -float("inf"), T0 + 5,
+                       ["gpu_temp"]) == [(T0, (40.0,))]
+        assert before(db, Scope.GPU, "n1:gpu0", "n1", T0 + 10**9, "gpu_temp") == (
+            T0 + 10, (42.0,))
     finally:
         db.close()
