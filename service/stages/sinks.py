@@ -135,7 +135,7 @@ class SQLiteSink:
         with self._lock:
             rows: list[tuple[Scope, Rows]] = []
             for scope, st in self._state.items():
-                r = Rows([], [], [])
+                r = Rows([], [], [], st.unsaved)  # ids a failed write left unsaved
                 st.close_all(r)
                 rows.append((scope, r))
             try:
