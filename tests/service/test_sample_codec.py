@@ -126,3 +126,36 @@ def test_an_unbounded_range_reads_only_the_minutes_stored(tmp_path: Path) -> Non
             T0 + 10, (42.0,))
     finally:
         db.close()
+
+
+def test_a_failed_write_leaves_new_entities_to_the_next_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.stages import sinks
+
+    sink = SQLiteSink(tmp_path / "s.db", background=False)
+    table = EntityTable(Scope.GPU, [Entity.gpu("n1", 0)])
+    ncol = len(CATALOG.columns(Scope.GPU))
+
+    def result(k: int) -> IngestResult:
+        b = Batch()
+        b.add(Frame(table, np.zeros(1, np.int32), np.full(1, T0 + 5 * k),
+                    np.full((1, ncol), 40.0 + k)))
+        return IngestResult(clean=b)
+
+    real = sinks.write_rows
+
+    def broken(*args: object) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(sinks, "write_rows", broken)
+    with pytest.raises(sqlite3.OperationalError):
+        sink.write(result(0))  # rolled back: the entity's id row was not stored
+    monkeypatch.setattr(sinks, "write_rows", real)
+    sink.write(result(1))
+    sink.close()
+    db = sqlite3.connect(tmp_path / "s.db")
+    try:
+        assert samples(db, Scope.GPU, "n1:gpu0", "n1", T0, T0 + 60, ["gpu_temp"]) == [
+            (T0 + 5, (41.0,))]
+    finally:
+        db.close()
