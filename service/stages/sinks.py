@@ -15,7 +15,15 @@ import numpy as np
 
 from collectors.catalog import Scope
 from service.stages.ingest import IngestResult
-from service.storage.samples_sqlite import SAMPLED, Rows, ScopeState, create_sql, write_rows
+from service.storage.samples_sqlite import (
+    HEARTBEAT_S,
+    SAMPLED,
+    Rows,
+    ScopeState,
+    create_sql,
+    register,
+    write_rows,
+)
 from service.storage.sqlite_db import open_db
 
 log = logging.getLogger(__name__)
@@ -29,13 +37,14 @@ class Sink(Protocol):
 
 
 class SQLiteSink:
-    """One wide table per scope (a row per entity and time, a column per catalog metric) and
+    """A table of sample rows per scope (an entity's values at a time, packed in one BLOB) and
     one table of events, written change-only (service.storage.samples_sqlite says how the
     reader rebuilds every sample): a 10,000-GPU round writes the rows that moved, not 200,000.
     A sample resent for the same entity and time merges into the stored one, each value it
     carries replacing the stored value (InfluxDB's last write wins): it never doubles.
 
-    Rows older than `retention_s` (from the newest sample time seen) are deleted by
+    Rows older than `retention_s` (from the newest sample time seen; sample rows HEARTBEAT_S
+    older, as they stand for the samples after them) are deleted by
     `prune`, in batches of PRUNE_BATCH rows each its own short transaction; a background
     thread calls it every PRUNE_EVERY_S, so a round's write never carries the deletes."""
 
@@ -45,10 +54,11 @@ class SQLiteSink:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._lock = threading.Lock()
         self.retention_s = retention_s
-        self._state = {s: ScopeState(s) for s in SAMPLED}
+        register(self._db)
         for scope in SAMPLED:
             for sql in create_sql(scope):
                 self._db.execute(sql)
+        self._state = {s: ScopeState(s, self._db) for s in SAMPLED}
         self._db.execute("CREATE TABLE IF NOT EXISTS events (ts REAL NOT NULL, entity TEXT NOT "
                          "NULL, metric TEXT NOT NULL, value REAL NOT NULL)")
         self.newest = -math.inf
@@ -75,8 +85,10 @@ class SQLiteSink:
                                      zip(ev.ts, ev.keys, ev.metrics, ev.values, strict=True))
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._db.execute("ROLLBACK")  # new entities' rows stay unsaved: written next
                 raise
+            for st in self._state.values():
+                st.unsaved.clear()
             for f in batch.frames.values():
                 if len(f.ts):
                     self.newest = max(self.newest, float(np.max(f.ts)))
@@ -94,12 +106,16 @@ class SQLiteSink:
         cutoff = (self.newest if now is None else now) - self.retention_s
         if not math.isfinite(cutoff):
             return 0
-        tables = [f"{s}_{k}" for s in SAMPLED for k in ("samples", "rounds", "late")]
+        # A change-only row stands for its entity's samples up to HEARTBEAT_S after it (and
+        # needs its node's rounds there): those written that long before the cutoff stay.
+        tables = [(f"{s}_{k}", cutoff - HEARTBEAT_S) for s in SAMPLED for k in ("samples",
+                                                                               "rounds")]
+        tables += [(f"{s}_late", cutoff) for s in SAMPLED] + [("events", cutoff)]
         done = 0
-        for table in [*tables, "events"]:
+        for table, upto in tables:
             while not self._stop.is_set():
                 with self._lock:
-                    n = prune_batch(self._db, table, cutoff, PRUNE_BATCH)
+                    n = prune_batch(self._db, table, upto, PRUNE_BATCH)
                 done += n
                 if n < PRUNE_BATCH:
                     break
@@ -119,7 +135,7 @@ class SQLiteSink:
         with self._lock:
             rows: list[tuple[Scope, Rows]] = []
             for scope, st in self._state.items():
-                r = Rows([], [], [])
+                r = Rows([], [], [], st.unsaved)  # ids a failed write left unsaved
                 st.close_all(r)
                 rows.append((scope, r))
             try:

@@ -20,6 +20,9 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from collectors.catalog import Scope
 from service.errors import GpuhealthError
 
 log = logging.getLogger(__name__)
@@ -80,26 +83,47 @@ def _v2_risk_history(db: sqlite3.Connection) -> None:
 
 
 def _v3_change_only_samples(db: sqlite3.Connection) -> None:
-    """Sample tables written change-only (service.storage.samples_sqlite): each row says when
-    its entity's previous sample was (`since`) and whether it marks the entity gone. Rows of
-    older files are one per sample (since NULL: they fill nothing). The (entity, ts) index
-    beside the unique one was the same index twice."""
+    """Sample tables written change-only with packed values (service.storage.samples_sqlite):
+    a row per entity and time that changed, its entity an id in `{scope}_entities`, its values
+    one BLOB. The wide rows of older files (one per sample: they fill no other round) are
+    rewritten in chunks, each value kept bit for bit; columns the catalog no longer has go."""
+    from service.storage import sample_codec, samples_sqlite  # the tables' own definitions
+
     for scope in ("gpu", "nvlink", "ib_port"):
-        table = f"{scope}_samples"
+        table, old = f"{scope}_samples", f"{scope}_samples_v2"
         if table not in _tables(db):
             continue
-        have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
-        if "since" not in have:
-            db.execute(f"ALTER TABLE {table} ADD COLUMN since REAL")
-        if "gone" not in have:
-            db.execute(f"ALTER TABLE {table} ADD COLUMN gone INTEGER NOT NULL DEFAULT 0")
+        have = [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
+        for (index,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND "
+                                   "tbl_name = ? AND sql IS NOT NULL", (table,)).fetchall():
+            db.execute(f'DROP INDEX "{index}"')
+        db.execute(f"ALTER TABLE {table} RENAME TO {old}")
+        for sql in samples_sqlite.create_sql(Scope(scope)):
+            db.execute(sql)
+        names = samples_sqlite.layout(db, Scope(scope))
+        metrics = [c for c in have if c in names]
+        pos = [names.index(c) for c in metrics]
+        db.execute(f"INSERT INTO {scope}_entities (entity, node) SELECT entity, MIN(node) "
+                   f"FROM {old} GROUP BY entity ORDER BY entity")
+        picked = ", ".join(f'o."{c}"' for c in metrics)
+        cur = db.execute(f"SELECT e.id, o.ts{', ' if metrics else ''}{picked} FROM {old} o "
+                         f"JOIN {scope}_entities e ON e.entity = o.entity ORDER BY o.rowid")
+        while chunk := cur.fetchmany(50_000):
+            vals = np.full((len(chunk), len(names)), np.nan)
+            vals[:, pos] = np.array([r[2:] for r in chunk], np.float64).reshape(
+                len(chunk), len(metrics))  # NULL reads as NaN: missing
+            db.executemany(f"INSERT INTO {table} VALUES (?, ?, ?, NULL, 0, ?)",
+                           zip([samples_sqlite.bucket(r[1]) for r in chunk],
+                               [r[0] for r in chunk], [r[1] for r in chunk],
+                               sample_codec.encode(vals), strict=True))
+        db.execute(f"DROP TABLE {old}")
         db.execute(f"DROP INDEX IF EXISTS {scope}_by_entity")
 
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "sample tables keep one row per entity and time", _v1_one_row_per_sample),
     Migration(2, "risk and alert level history (risk_history)", _v2_risk_history),
-    Migration(3, "sample tables written change-only (since, gone)", _v3_change_only_samples),
+    Migration(3, "sample tables written change-only, values packed", _v3_change_only_samples),
 )
 CURRENT = MIGRATIONS[-1].version
 

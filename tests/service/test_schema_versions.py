@@ -15,6 +15,7 @@ from service.api.idempotency import IdempotencyStore
 from service.pipeline import build_pipeline
 from service.runtime import replay_progress
 from service.settings import Settings, StorageSettings
+from service.storage.sample_codec import decode
 from service.storage.schema import (
     CURRENT,
     MIGRATIONS,
@@ -74,6 +75,19 @@ def rows(path: Path, sql: str) -> list[tuple[object, ...]]:
         db.close()
 
 
+def packed_rows(path: Path, metrics: list[str]) -> list[tuple[object, ...]]:
+    """gpu_samples of version 3 as the wide rows of before: (ts, entity, node, *metrics)."""
+    db = sqlite3.connect(path)
+    try:
+        pos = dict(db.execute("SELECT name, pos FROM gpu_layout"))
+        assert db.execute("SELECT DISTINCT since, gone FROM gpu_samples").fetchall() == [(None, 0)]
+        return sorted((ts, e, n, *decode(v, [pos[m] for m in metrics])) for ts, e, n, v in
+                      db.execute("SELECT ts, entity, node, vals FROM gpu_samples JOIN "
+                                 "gpu_entities USING (id)"))
+    finally:
+        db.close()
+
+
 def test_migrations_are_numbered_in_order() -> None:
     assert [m.version for m in MIGRATIONS] == list(range(1, CURRENT + 1))
 
@@ -86,14 +100,15 @@ def test_a_file_of_the_previous_release_is_upgraded_with_its_rows(tmp_path: Path
     before = {t: rows(old, f"SELECT * FROM {t} ORDER BY 1, 2")
               for t in ("alerts", "alert_events", "nflog", "actions", "audit", "gpu_samples",
                         "events", "deliveries", "breaker_state")}
+    wide = [r[1] for r in rows(old, "PRAGMA table_info(gpu_samples)")]
     upgraded = open_everything(tmp_path / "old")
     assert upgraded == old
     assert rows(old, "PRAGMA user_version") == [(CURRENT,)]
     for table, kept in before.items():
-        now = rows(old, f"SELECT * FROM {table} ORDER BY 1, 2")
-        if table == "gpu_samples":  # version 3: since (none known) and gone (no) after them
-            assert {r[len(kept[0]):] for r in now} == {(None, 0)}
-            now = [r[:len(kept[0])] for r in now]
+        if table == "gpu_samples":  # version 3: a row per sample still, values packed
+            now = packed_rows(old, wide[3:])
+        else:
+            now = rows(old, f"SELECT * FROM {table} ORDER BY 1, 2")
         assert kept and now == kept, table
     fresh = open_everything(tmp_path / "fresh")
     assert rows(fresh, "PRAGMA user_version") == [(CURRENT,)]
@@ -113,10 +128,9 @@ def test_duplicate_samples_of_an_older_file_are_reduced_to_the_newest(tmp_path: 
                      "(1, 'n0:gpu0', 'n0', 51), (2, 'n0:gpu0', 'n0', 52);")
     db.close()
     open_db(path).close()
-    assert rows(path, "SELECT ts, gpu_temp FROM gpu_samples ORDER BY ts") == [(1, 51), (2, 52)]
+    assert packed_rows(path, ["gpu_temp"]) == [(1, "n0:gpu0", "n0", 51), (2, "n0:gpu0", "n0", 52)]
     with pytest.raises(sqlite3.IntegrityError):
-        rows(path, "INSERT INTO gpu_samples (ts, entity, node, gpu_temp) "
-             "VALUES (2, 'n0:gpu0', 'n0', 53)")
+        rows(path, "INSERT INTO gpu_samples (bucket, id, ts) SELECT 0, id, 2 FROM gpu_entities")
 
 
 def test_a_file_from_a_newer_release_is_refused_untouched(tmp_path: Path) -> None:

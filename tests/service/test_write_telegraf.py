@@ -439,12 +439,11 @@ def test_the_sqlite_store_keeps_one_row_per_point_merged(client: TestClient,
 
 def test_a_store_written_before_keeps_its_newest_duplicate(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
-    SQLiteSink(path).close()
     db = sqlite3.connect(path)
-    # As a file written before the index (and schema versions) existed: version 0, so the
-    # version-1 migration is what removes the duplicates (service/storage/schema.py).
-    db.execute("DROP INDEX gpu_samples_point")
-    db.execute("PRAGMA user_version = 0")
+    # As a file written before the index (and schema versions) existed: version 0, wide rows,
+    # so the version-1 migration is what removes the duplicates (service/storage/schema.py).
+    db.execute("CREATE TABLE gpu_samples (ts REAL NOT NULL, entity TEXT NOT NULL, "
+               "node TEXT NOT NULL, gpu_temp REAL)")
     db.executemany("INSERT INTO gpu_samples (ts, entity, node, gpu_temp) VALUES (?, ?, ?, ?)",
                    [(T0, "n1:gpu0", "n1", 50.0), (T0, "n1:gpu0", "n1", 51.0),
                     (T0 + 5, "n1:gpu0", "n1", 52.0)])
@@ -453,7 +452,7 @@ def test_a_store_written_before_keeps_its_newest_duplicate(tmp_path: Path) -> No
     SQLiteSink(path).close()
     db = sqlite3.connect(path)
     try:
-        assert db.execute("SELECT ts, gpu_temp FROM gpu_samples ORDER BY ts").fetchall() == [
-            (T0, 51.0), (T0 + 5, 52.0)]
+        assert samples(db, Scope.GPU, "n1:gpu0", "n1", T0 - 60, T0 + 60, ["gpu_temp"]) == [
+            (T0, (51.0,)), (T0 + 5, (52.0,))]
     finally:
         db.close()

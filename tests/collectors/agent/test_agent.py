@@ -115,7 +115,7 @@ def test_every_sample_arrives_exactly_once_in_order_across_an_outage(tmp_path: P
     assert agent.spool.stats.segments == 0 and agent.stats.segments_sent == 25
     db = sqlite3.connect(tmp_path / "svc" / "gpuhealth.db")
     # Rows are written change-only: the store's reader rebuilds every sample.
-    keys = sorted(r[0] for r in db.execute("SELECT DISTINCT entity FROM gpu_samples"))
+    keys = sorted(r[0] for r in db.execute("SELECT entity FROM gpu_entities"))
     assert keys == ["n0:gpu0", "n0:gpu1", "n1:gpu0", "n1:gpu1"]
     assert db.execute("SELECT COUNT(*) FROM gpu_late").fetchone() == (0,)  # all in order
     for key in keys:
