@@ -24,8 +24,10 @@ from service.remediation.wiring import Remediator, build_remediation
 from service.settings import Settings
 from service.stages.alert_machine import AlertMachine
 from service.stages.alert_store import AlertStore
+from service.stages.autolabel import AutoLabeller
 from service.stages.fleet_alerts import FleetAlerts
 from service.stages.ingest import EventLog, Ingestor
+from service.stages.label_store import LabelStore
 from service.stages.scoring import Scorer
 from service.stages.sinks import Sink, SQLiteSink
 from service.stages.windows import WindowStore
@@ -57,14 +59,15 @@ class Wiring:
     # Read another pipeline's windows and events (several detector sets judged on one
     # ingest, as the evaluator does); this pipeline's own ingest is then a no-op.
     shared: tuple[WindowStore, EventLog] | None = None
-
+    # Label hard failures and repairs in the label store as they happen (docs/learning.md).
+    autolabel: bool = True
 
     @classmethod
     def offline(cls, **choices: Any) -> Wiring:
         """Alerts kept in memory, nothing sent or remediated, no sample history; `choices`
         change any of it (an alert file, receivers, the detectors...)."""
         return replace(cls(alert_db=":memory:", notifiers=(), sample_history=False,
-                           remediate=False), **choices)
+                           remediate=False, autolabel=False), **choices)
 
 
 @dataclass(slots=True)
@@ -81,6 +84,7 @@ class Parts:
     machine: AlertMachine
     fleet: FleetAlerts
     alerts: AlertStore
+    labels: LabelStore
     fleet_count: FleetCount
     notification: Notification | None = None
     remediation: Remediation | None = None
@@ -123,7 +127,7 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
         scorer=Scorer(store, events, detectors), machine=AlertMachine(s.alerts),
         fleet=FleetAlerts(s.notify.storm, grace_s=max(s.alerts.stale_after_s,
                                                       3 * s.window.step_s)),
-        alerts=alerts, fleet_count=FleetCount(s.remediation.fleet_size))
+        alerts=alerts, labels=LabelStore(db), fleet_count=FleetCount(s.remediation.fleet_size))
     parts.owns_store = w.shared is None
     parts.model = _model_of(detectors)
     parts.notification = _notification(s, w, alerts, db)
@@ -135,6 +139,9 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
 
         parts.observers.append(RiskHistory(s.storage.sqlite_path,
                                            retention_s=s.storage.risk_history_days * 86400.0))
+    if w.autolabel:
+        parts.observers.append(AutoLabeller(parts.labels, alerts, stale_after_s=max(
+            s.alerts.stale_after_s, 3 * s.window.step_s)))
     parts.sinks += w.sinks
     parts.observers += w.observers
     if w.influxdb and s.storage.influxdb.url:

@@ -45,6 +45,7 @@ class Pipeline:
         self.machine = parts.machine
         self.fleet = parts.fleet
         self.alerts = parts.alerts
+        self.labels = parts.labels
         self.notification = parts.notification
         self.remediation = parts.remediation
         self.controller = parts.controller
@@ -302,6 +303,7 @@ class Pipeline:
         if self.remediation is not None:
             self.remediation.close()
         self.alerts.close()
+        self.labels.close()
         for s in [*self.sinks, *self.observers]:
             if isinstance(s, Closable):
                 s.close()
