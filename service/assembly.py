@@ -30,6 +30,7 @@ from service.stages.ingest import EventLog, Ingestor
 from service.stages.label_store import LabelStore
 from service.stages.scoring import Scorer
 from service.stages.sinks import Sink, SQLiteSink
+from service.stages.verdicts import VerdictStore
 from service.stages.windows import WindowStore
 from service.tick import FleetCount, Remediation, TickObserver
 
@@ -85,6 +86,7 @@ class Parts:
     fleet: FleetAlerts
     alerts: AlertStore
     labels: LabelStore
+    verdicts: VerdictStore
     fleet_count: FleetCount
     notification: Notification | None = None
     remediation: Remediation | None = None
@@ -120,6 +122,7 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
     detectors = w.detectors if w.detectors is not None else default_detectors(s)
     db = w.alert_db if w.alert_db is not None else str(s.storage.sqlite_path)
     alerts = AlertStore(db)
+    labels = LabelStore(db)
     parts = Parts(
         settings=s, db=db, store=store, events=events, owns_store=True,
         ingestor=Ingestor(store, events, max_future_s=s.ingest.max_future_s,
@@ -127,7 +130,8 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
         scorer=Scorer(store, events, detectors), machine=AlertMachine(s.alerts),
         fleet=FleetAlerts(s.notify.storm, grace_s=max(s.alerts.stale_after_s,
                                                       3 * s.window.step_s)),
-        alerts=alerts, labels=LabelStore(db), fleet_count=FleetCount(s.remediation.fleet_size))
+        alerts=alerts, labels=labels, verdicts=VerdictStore(db, alerts, labels),
+        fleet_count=FleetCount(s.remediation.fleet_size))
     parts.owns_store = w.shared is None
     parts.model = _model_of(detectors)
     parts.notification = _notification(s, w, alerts, db)

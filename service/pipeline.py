@@ -46,6 +46,7 @@ class Pipeline:
         self.fleet = parts.fleet
         self.alerts = parts.alerts
         self.labels = parts.labels
+        self.verdicts = parts.verdicts
         self.notification = parts.notification
         self.remediation = parts.remediation
         self.controller = parts.controller
@@ -304,6 +305,7 @@ class Pipeline:
             self.remediation.close()
         self.alerts.close()
         self.labels.close()
+        self.verdicts.close()
         for s in [*self.sinks, *self.observers]:
             if isinstance(s, Closable):
                 s.close()

@@ -12,7 +12,7 @@ from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from collectors.base import Closes, Collector, Starts
-from service.api import alerting, fleet, history, openapi, problems, read, write
+from service.api import alerting, fleet, history, openapi, problems, read, verdicts, write
 from service.api.auth import ApiAuth, require
 from service.api.principals import Permission
 from service.api.state import Running
@@ -113,6 +113,7 @@ def create_app(
     app.include_router(history.router, dependencies=[Depends(require(Permission.READ))],
                        responses=problems.READ_ERRORS)
     app.include_router(alerting.router)
+    app.include_router(verdicts.router)
     console.install(app)
     return app
 

@@ -62,6 +62,7 @@ def svc(settings: Settings) -> Iterator[Svc]:
 
 MUTATING = [
     ("POST", "/v1/alerts/1/ack", {"comment": "looking"}, "operate"),
+    ("POST", "/v1/alerts/1/verdict", {"verdict": "false_alarm"}, "operate"),
     ("POST", "/v1/silences", {"matchers": ["node=n001"], "comment": "maintenance",
                               "duration_s": 3600}, "operate"),
     ("DELETE", "/v1/silences/nope", None, "operate"),
