@@ -12,13 +12,16 @@ ingest endpoint at fleet scale.
 2. Parse throughput of each parser on the real captures.
 3. The real service's /write on loopback: gzip line-protocol rounds of a simulated fleet posted
    by a client in another process, so this process's CPU time is the server's; projected to
-   one 5-s round of a 10,000-GPU fleet, with and without per-link NVLink lines. Then the same
+   one 5-s round of a 10,000-GPU fleet, with and without per-link NVLink lines, the FastAPI
+   route and the lean route (service.api.write_lean) alternating in one run, node agents' rounds
+   also without the SQLite sink (whose cost is its own). Then the same
    rounds in-process, phase by phase (inflate, parse and map onto the catalog, window-store
    ingest, SQLite sink), with the reference point-by-point parse path beside the columnar fast
    path a mapper takes for layouts it has met (collectors.schema_fastpath).
 
 Goals (reported, never asserted): one 8-GPU node scrape under 50 ms of CPU with the narrow
-query; the endpoint takes a 10,000-GPU 5-s round in under 1 s of CPU.
+query; the endpoint takes a 10,000-GPU 5-s round of node agents in at most 0.5 s of CPU
+(issue 18).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ FLEET_GPUS = 10_000
 LINKS_PER_GPU = 18
 ROUND_S = 5.0
 SCRAPE_GOAL_CPU_S = 0.050
-INGEST_GOAL_CPU_S = 1.0
+INGEST_GOAL_CPU_S = 0.5  # issue 18: 1,250 node agents (8 GPUs, per-link NVLink) per 5-s round
 
 
 @dataclass
@@ -411,14 +414,23 @@ def _free_port() -> int:
 
 
 @contextmanager
-def _service(data_dir: Path, clock: Callable[[], float]) -> Iterator[str]:
+def _service(data_dir: Path, clock: Callable[[], float], lean: bool = True,
+             sink: bool = True) -> Iterator[str]:
     import uvicorn
 
     from service.api.app import create_app
+    from service.assembly import Wiring
+    from service.pipeline import Pipeline, build_pipeline
     from service.settings import Settings
 
     settings = Settings(storage={"data_dir": data_dir})  # type: ignore[arg-type]
-    app = create_app(settings, clock=clock, schedule=False)
+
+    def pipeline() -> Pipeline:
+        if sink:
+            return build_pipeline(settings)
+        return build_pipeline(settings, Wiring.offline(sinks=(), influxdb=False, notifiers=None))
+
+    app = create_app(pipeline, clock=clock, schedule=False, lean_write=lean)
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            access_log=False))
@@ -436,11 +448,13 @@ def _service(data_dir: Path, clock: Callable[[], float]) -> Iterator[str]:
         thread.join(timeout=20)
 
 
-def bench_ingest(sim_gpus: int, per_request: int, rounds: int, nvlink: bool) -> IngestRun:
+def bench_ingest(sim_gpus: int, per_request: int, rounds: int, nvlink: bool, *,
+                 lean: bool = True, sink: bool = True) -> IngestRun:
     t0 = 1.75e9
     data_clock = [t0]
     ctx = mp.get_context("spawn")
-    with tempfile.TemporaryDirectory() as tmp, _service(Path(tmp), lambda: data_clock[0]) as url:
+    with tempfile.TemporaryDirectory() as tmp, _service(Path(tmp), lambda: data_clock[0], lean,
+                                                       sink) as url:
         ours, theirs = ctx.Pipe()
         data_clock[0] = t0 + ROUND_S * (rounds + 1)
         proc = ctx.Process(target=_client, args=(theirs, url, sim_gpus, per_request, rounds,
@@ -456,12 +470,17 @@ def bench_ingest(sim_gpus: int, per_request: int, rounds: int, nvlink: bool) -> 
     fleet_lines = FLEET_GPUS * (2 + (LINKS_PER_GPU if nvlink else 0))
     scale = FLEET_GPUS / (sim_gpus * rounds)
     return IngestRun(
-        variant="per-link NVLink lines" if nvlink else "NVLink aggregated (no link lines)",
+        variant=_variant(nvlink, lean, sink),
         sim_gpus=sim_gpus, gpus_per_request=per_request, requests=requests, lines=lines,
         samples=samples, gzip_bytes=nbytes, server_cpu_s=cpu, client_wall_s=wall,
         lines_per_s_cpu=lines / cpu, samples_per_s_cpu=samples / cpu,
         lines_per_s_wall=lines / wall, fleet_lines_per_round=fleet_lines,
         projected_cpu_s=cpu * scale, projected_wall_s=wall * scale, errors=errors)
+
+
+def _variant(nvlink: bool, lean: bool, sink: bool) -> str:
+    return (("per-link NVLink" if nvlink else "NVLink aggregated") + ", "
+            + ("lean route" if lean else "FastAPI route") + ("" if sink else ", no SQLite sink"))
 
 
 def bench_phases(sim_gpus: int, per_request: int, rounds: int, nvlink: bool) -> IngestPhases:
@@ -551,9 +570,14 @@ def run(runs: int, sim_gpus: int, rounds: int, per_request: list[int]) -> Report
             rep.scrapes.append(bench_infiniband(runs))
             rep.scrapes.append(bench_kernel_log(tmp, runs))
         rep.parsers = bench_parsers()
+    # The FastAPI route and the lean route (service.api.write_lean) alternate, each pair in
+    # one run; node agents' rounds also without the SQLite sink (its cost is the sink's own).
     for nvlink in (True, False):
         for n in per_request:
-            rep.ingest.append(bench_ingest(sim_gpus, n, rounds, nvlink))
+            for sink in (True, False) if nvlink and n == NODE_GPUS else (True,):
+                for lean in (False, True):
+                    rep.ingest.append(bench_ingest(sim_gpus, n, rounds, nvlink, lean=lean,
+                                                   sink=sink))
     for nvlink in (True, False):
         for n in per_request:
             rep.phases.append(bench_phases(sim_gpus, n, rounds, nvlink))
@@ -574,11 +598,12 @@ def _goals(rep: Report) -> None:
                 f"nvidia-smi alone {smi * 1e3:.1f} ms -> {met}; "
                 f"all four sources {total * 1e3:.1f} ms -> "
                 f"{'MET' if total < SCRAPE_GOAL_CPU_S else 'NOT MET'}")
-    for r in rep.ingest:
-        ok = r.projected_cpu_s < INGEST_GOAL_CPU_S
+    for old, new in zip(rep.ingest[0::2], rep.ingest[1::2], strict=True):
+        ok = new.projected_cpu_s <= INGEST_GOAL_CPU_S
         rep.goals.append(
-            f"10,000-GPU 5-s round < {INGEST_GOAL_CPU_S:g} s CPU ({r.variant}, "
-            f"{r.gpus_per_request} GPUs/request): projected {r.projected_cpu_s:.2f} s -> "
+            f"10,000-GPU 5-s round <= {INGEST_GOAL_CPU_S:g} s CPU ({new.variant}, "
+            f"{new.gpus_per_request} GPUs/request): projected {new.projected_cpu_s:.2f} s "
+            f"(FastAPI route {old.projected_cpu_s:.2f} s, x{_ratio(old, new):.2f}) -> "
             f"{'MET' if ok else 'NOT MET'}")
     for ph in rep.phases:
         ok = ph.total_s - ph.sink_s < INGEST_GOAL_CPU_S
@@ -586,6 +611,10 @@ def _goals(rep: Report) -> None:
             f"  without HTTP and the SQLite sink ({ph.variant}, {ph.gpus_per_request} "
             f"GPUs/request): {ph.total_s - ph.sink_s:.2f} s -> {'MET' if ok else 'NOT MET'}; "
             f"the sink adds {ph.sink_s:.2f} s")
+
+
+def _ratio(old: IngestRun, new: IngestRun) -> float:
+    return old.projected_cpu_s / new.projected_cpu_s if new.projected_cpu_s else float("inf")
 
 
 def _print(rep: Report) -> None:
@@ -611,17 +640,22 @@ def _print(rep: Report) -> None:
         print()
     print("3. /write on loopback (gzip line protocol; server CPU = this process's CPU while a "
           "client process posts)")
-    print(f"  {'variant':<34} {'GPUs':>5} {'GPU/req':>7} {'reqs':>5} {'lines':>7} "
+    print(f"  {'variant':<52} {'GPUs':>5} {'GPU/req':>7} {'reqs':>5} {'lines':>7} "
           f"{'samples':>8} {'srv CPU':>8} {'wall':>7} {'lines/s':>9} {'samples/s':>10} "
           f"{'10k CPU':>8} {'10k wall':>8}")
     for r in rep.ingest:
-        print(f"  {r.variant:<34} {r.sim_gpus:>5} {r.gpus_per_request:>7} {r.requests:>5} "
+        print(f"  {r.variant:<52} {r.sim_gpus:>5} {r.gpus_per_request:>7} {r.requests:>5} "
               f"{r.lines:>7} {r.samples:>8} {r.server_cpu_s:>7.2f}s {r.client_wall_s:>6.2f}s "
               f"{r.lines_per_s_cpu:>9.0f} {r.samples_per_s_cpu:>10.0f} "
               f"{r.projected_cpu_s:>7.2f}s {r.projected_wall_s:>7.2f}s"
               + (f"  ({r.errors} non-204)" if r.errors else ""))
     print(f"  (10k = one {ROUND_S:g}-s round of {FLEET_GPUS} GPUs: {LINKS_PER_GPU} NVLink lines "
           "and 1 IB port per GPU, scaled linearly from the measured rounds)")
+    print("  FastAPI route -> lean route, 10k CPU (same run):")
+    for old, new in zip(rep.ingest[0::2], rep.ingest[1::2], strict=True):
+        print(f"    {new.variant.replace(', lean route', ''):<44} {new.gpus_per_request:>4} GPU/req"
+              f"  {old.projected_cpu_s:6.2f}s -> {new.projected_cpu_s:6.2f}s  "
+              f"(x{_ratio(old, new):.2f})")
     if rep.phases:
         print("  In-process phases, CPU s per 10k round (median round; parse = steady state, "
               "reference = point-by-point path)")

@@ -9,6 +9,13 @@ Figures, all from one run on one machine:
   per second of wall time, and the projected time for one 5-s round of 10,000 GPUs;
 - naive: one line per HTTP request (what a simple exporter does), lines per second;
 - history: latency of a 24-h query of one GPU (1-min means) over 24 h of 5-s samples.
+
+    python -m bench.influx --compare [--gpus 1000] [--rounds 14]
+
+Side by side in one influxd: the layout before issue 18 (every NVLink link and its rate every
+round) and today's (links written when they move, every 30 s, and the round before a change),
+the same ingest results into two databases; influxd's own CPU (from /proc) per 10,000-GPU
+round for each, their ratio, and lines and field values per round.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,11 +34,13 @@ import httpx
 
 from bench.pipeline import LINKS, PORTS, Fleet
 from collectors.agent.spool import Spool
+from collectors.catalog import EVENT_FIELD
+from collectors.frames import Batch, Entity
 from service.settings import InfluxSettings
-from service.stages.ingest import EventLog, Ingestor
+from service.stages.ingest import Derived, EventLog, Ingestor, IngestResult
 from service.stages.windows import WindowConfig, WindowStore
 from service.storage.influx.client import InfluxClient
-from service.storage.influx.lines import LineWriter
+from service.storage.influx.lines import LineWriter, ns
 from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 
@@ -167,13 +177,96 @@ def run(gpus: int, rounds: int) -> Report:
                   sink_lps / naive_lps, 17_280, hist_ms)
 
 
+class DenseWriter(LineWriter):
+    """The layout before issue 18, for the comparison only: every row of every frame."""
+
+    def batch(self, batch: Batch, rates: Batch | None = None,
+              derived: Iterable[Derived] = ()) -> Iterator[str]:
+        for f in batch.frames.values():
+            yield from self.frame(f)
+        for d in derived:
+            yield from self.derived(d)
+        if rates is not None:
+            for f in rates.frames.values():
+                yield from self.frame(f, rates=True)
+        ev = batch.events
+        for key, ts, metric, value in zip(ev.keys, ev.ts, ev.metrics, ev.values, strict=True):
+            yield f"{self._head(metric, Entity.parse(key))} {EVENT_FIELD}={int(value)}i {ns(ts)}"
+
+
+@dataclass
+class Layout:
+    lines_per_round: float
+    fields_per_round: float
+    influxd_cpu_per_round_s: float  # projected to 10,000 GPUs, steady state
+    first_round_influxd_cpu_s: float
+
+
+def _write(srv: InfluxServer, db: str, chunks: list[list[str]]) -> float:
+    """Each round's lines into `db` in 50,000-line gzip requests; influxd's CPU for them."""
+    c = InfluxClient(InfluxSettings(url=srv.url, database=db))
+    try:
+        c.query(f'CREATE DATABASE "{db}"', write=True, database=False)
+        c0 = _cpu(srv)
+        for chunk in chunks:
+            for i in range(0, len(chunk), 50_000):
+                r = c.write(gzip.compress(("\n".join(chunk[i:i + 50_000]) + "\n").encode(), 1))
+                assert r.status == 204, r
+        time.sleep(0.5)  # let the WAL settle into the count, the same for both layouts
+        return _cpu(srv) - c0
+    finally:
+        c.close()
+
+
+def _fields(lines: list[str]) -> int:
+    return sum(ln.split(" ", 2)[1].count("=") for ln in lines)
+
+
+def compare(gpus: int, rounds: int) -> dict[str, Layout]:
+    results: list[IngestResult] = _results(gpus, rounds)  # type: ignore[assignment]
+    scale = FLEET_GPUS / gpus
+    out: dict[str, Layout] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        srv = InfluxServer(Path(tmp) / "influxd")
+        srv.start()
+        try:
+            for name, writer in (("before", DenseWriter("bench")), ("after", LineWriter("bench"))):
+                lines = [list(writer.batch(r.clean, r.rates, r.derived)) for r in results]
+                first = _write(srv, name, lines[:1])  # creates every series
+                steady = _write(srv, name, lines[1:])
+                n = len(lines) - 1
+                out[name] = Layout(sum(map(len, lines[1:])) / n * scale,
+                                   sum(_fields(x) for x in lines[1:]) / n * scale,
+                                   steady / n * scale, first * scale)
+        finally:
+            srv.stop()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=1000, help="simulated GPUs (8 per node, "
                     f"{LINKS} NVLinks per GPU, {PORTS} IB ports per node)")
     ap.add_argument("--rounds", type=int, default=8, help="rounds (the first is measured apart)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--compare", action="store_true",
+                    help="influxd CPU of the layout before issue 18 and today's, side by side")
     a = ap.parse_args(argv)
+    if a.compare:
+        got = compare(a.gpus, a.rounds)
+        if a.json:
+            print(json.dumps({k: asdict(v) for k, v in got.items()}, indent=2))
+            return 0
+        print(f"{a.gpus} simulated GPUs x {a.rounds} rounds, per 10,000-GPU round "
+              "(steady state; the first round, creating every series, apart):")
+        for k, v in got.items():
+            print(f"{k:8} {v.lines_per_round:10,.0f} lines {v.fields_per_round:12,.0f} values "
+                  f"{v.influxd_cpu_per_round_s:8.2f} s influxd CPU "
+                  f"(first round {v.first_round_influxd_cpu_s:.2f} s)")
+        b, n = got["before"], got["after"]
+        print(f"after / before: {n.influxd_cpu_per_round_s / b.influxd_cpu_per_round_s:.2f} of "
+              f"the CPU, {n.lines_per_round / b.lines_per_round:.2f} of the lines")
+        return 0
     rep = run(a.gpus, a.rounds)
     if a.json:
         print(json.dumps(asdict(rep), indent=2))

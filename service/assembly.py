@@ -137,7 +137,8 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
     parts.notification = _notification(s, w, alerts, db)
     parts.remediation, parts.controller = _remediation(s, w, alerts, db, parts.fleet_count.size)
     if w.sample_history and s.storage.write_samples:
-        parts.sinks.append(SQLiteSink(s.storage.sqlite_path))
+        parts.sinks.append(SQLiteSink(s.storage.sqlite_path,
+                                      retention_s=s.storage.sample_retention_days * 86400.0))
     if w.sample_history and s.storage.risk_history_days > 0 and not s.storage.influxdb.url:
         from service.storage.risk_history import RiskHistory
 

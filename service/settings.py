@@ -80,6 +80,9 @@ class StorageSettings(BaseModel):
     # Without InfluxDB, risk and alert level history in SQLite for the charts (at most a row
     # per entity a minute, service.storage.risk_history); days kept, 0 turns it off.
     risk_history_days: float = Field(default=3.0, ge=0)
+    # Days of sample history (samples, events) kept in SQLite, counted back from the newest
+    # sample; older rows are deleted in small batches by a background thread. 0 keeps all.
+    sample_retention_days: float = Field(default=14.0, ge=0)
     influxdb: InfluxSettings = InfluxSettings()
     # After a restart, replay this much history from the store into the window store and the
     # detectors, so sustained-duration rules and baselines keep their state. 0 disables.

@@ -16,6 +16,7 @@ from service.api import alerting, fleet, history, openapi, problems, read, verdi
 from service.api.auth import ApiAuth, require
 from service.api.principals import Permission
 from service.api.state import Running
+from service.api.write_lean import LeanWrite
 from service.console import routes as console
 from service.pipeline import Pipeline, build_pipeline
 from service.runtime.metrics import ServiceMetrics
@@ -36,6 +37,7 @@ def create_app(
     clock: Clock = time.time,
     schedule: bool = True,
     wall_clock: Clock = time.time,
+    lean_write: bool = True,
 ) -> FastAPI:
     """The service. `source` is the settings to build a Pipeline from, or a factory that builds
     one; `collectors` (or a factory given the pipeline) feed the scheduler's collect jobs;
@@ -43,7 +45,9 @@ def create_app(
     time token expiry, rate limits and idempotency keys run at, which is never data time (a
     replay must not revive an expired token or refill a rate limit by jumping ahead).
     `schedule=False` builds everything but leaves the jobs to the caller
-    (app.state.gpuhealth.scheduler), as tests do."""
+    (app.state.gpuhealth.scheduler), as tests do. `lean_write=False` leaves every write to the
+    FastAPI routes (service.api.write_lean says what the lean route answers; the benchmark
+    measures both)."""
     if source is None or isinstance(source, Settings):
         settings = source or Settings()
 
@@ -115,6 +119,8 @@ def create_app(
     app.include_router(alerting.router)
     app.include_router(verdicts.router)
     console.install(app)
+    if lean_write:
+        app.add_middleware(LeanWrite)
     return app
 
 

@@ -44,8 +44,7 @@ def install(app: FastAPI, influxdb_paths: Iterable[str] = ()) -> None:
     def respond(request: Request, body: dict[str, Any], status: int,
                 headers: dict[str, str] | None = None) -> Response:
         if request.url.path in influx:
-            return JSONResponse(jsonable_encoder({"error": body["detail"], **body}),
-                                status_code=status, headers=headers)
+            return _influx(body, status, headers)
         return JSONResponse(jsonable_encoder(body), status_code=status, headers=headers,
                             media_type=PROBLEM_JSON)
 
@@ -79,6 +78,17 @@ def install(app: FastAPI, influxdb_paths: Iterable[str] = ()) -> None:
     app.add_exception_handler(HTTPException, http)
     app.add_exception_handler(RequestValidationError, not_valid)
     app.add_exception_handler(Exception, unexpected)
+
+
+def influx_response(exc: GpuhealthError, path: str) -> Response:
+    """`exc` answered InfluxDB's way, as the handler answers it on an InfluxDB path (for the
+    lean write route, service.api.write_lean, which answers outside FastAPI's handlers)."""
+    return _influx(exc.problem(path), exc.status, exc.headers)
+
+
+def _influx(body: dict[str, Any], status: int, headers: dict[str, str] | None) -> Response:
+    return JSONResponse(jsonable_encoder({"error": body["detail"], **body}), status_code=status,
+                        headers=headers)
 
 
 async def _authenticate_first(request: Request) -> GpuhealthError | None:

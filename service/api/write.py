@@ -112,9 +112,14 @@ async def write(
         st.metrics.write_requests.labels("204").inc()
         return Response(status_code=204)
     st.metrics.write_requests.labels("400").inc()
-    raise PartialWrite(partial_write_message(res), accepted=res.accepted, rejected=res.rejected,
-                       rejections=[_rejection(r).model_dump() for r in res.rejections],
-                       truncated=cut)
+    raise partial_write(res, cut)
+
+
+def partial_write(res: IngestResult, cut: bool) -> PartialWrite:
+    """The 400 of a write with refused lines (every valid sample was kept)."""
+    return PartialWrite(partial_write_message(res), accepted=res.accepted, rejected=res.rejected,
+                        rejections=[_rejection(r).model_dump() for r in res.rejections],
+                        truncated=cut)
 
 
 def partial_write_message(res: IngestResult, shown: int = 5) -> str:

@@ -71,16 +71,28 @@ def _states(title: str, fields: list[str], description: str) -> Json:
                           steps=[(None, "green"), (1, "red")], description=description)
 
 
+# The sink writes a link when it moves and every 55 s (service.storage.influx.sparse): with
+# intervals of at least a minute (rounds up to 5 s apart), every interval holds a point of
+# every reporting link, and its min or max is the min or max over all its rounds.
+LINK_INTERVAL = "1m"
+
+
+def _per_link(panel: Json) -> Json:
+    panel["interval"] = LINK_INTERVAL
+    return panel
+
+
 def _nvlink_errors() -> list[Json]:
     """One panel per NVLink error counter of the catalog, a series per GPU link."""
     panels = []
     for m in counters(Scope.NVLINK):
         query = select(NVLINK_RATE, [col("max", NVLINK_RATE.field(m.name))], variables=VARS,
                        by=["gpu", "link"])
-        panels.append(timeseries(m.description, [target(query, alias="gpu$tag_gpu link$tag_link")],
-                                 unit="short", w=12, h=7, minimum=0,
-                                 description=f"{m.name}: per-second rate ({m.unit}/s), "
-                                             "highest in each interval, per link."))
+        panels.append(_per_link(timeseries(
+            m.description, [target(query, alias="gpu$tag_gpu link$tag_link")], unit="short",
+            w=12, h=7, minimum=0, description=f"{m.name}: per-second rate ({m.unit}/s), "
+                                              "highest in each interval (a minute or more), "
+                                              "per link.")))
     return panels
 
 
@@ -136,11 +148,11 @@ def build() -> Json:
         _xid(),
         row("NVLink"),
         *_nvlink_errors(),
-        state_timeline("NVLink link state", [target(
+        _per_link(state_timeline("NVLink link state", [target(
             select(NVLINK, [col("min", NVLINK.field(metric("nvlink_state", Scope.NVLINK).name))],
                    variables=VARS, by=["gpu", "link"]), alias="gpu$tag_gpu link$tag_link")],
             steps=[(None, "red"), (1, "green")], w=24, h=7,
-            description="Red while a link is inactive."),
+            description="Red while a link is inactive (in intervals of a minute or more).")),
         row("Power, clocks and throttling"),
         _series("Power draw", "samples", [_m("power_draw")], "mean", unit="watt",
                 description="Board power per GPU.", w=8),

@@ -1,9 +1,10 @@
 """History from the embedded SQLite store (service.stages.sinks.SQLiteSink's tables), read through a
 read-only connection of its own so the sink's write path is never blocked or touched.
 
-The SQLite sink keeps samples and events, not rates or derived gauges: rates are derived here
-with the ingest's rule (a reset's increase is the new value); derived gauges (ib_ber) and a
-node's own metrics are NotStored. Risk and level come from service.storage.risk_history (one
+The SQLite sink keeps samples (written change-only; service.storage.samples_read rebuilds each
+one) and events, not rates or derived gauges: rates are derived here with the ingest's rule (a
+reset's increase is the new value); derived gauges (ib_ber) and a node's own metrics are
+NotStored. Risk and level come from service.storage.risk_history (one
 value a minute)."""
 
 from __future__ import annotations
@@ -12,50 +13,11 @@ import sqlite3
 from pathlib import Path
 
 from collectors.catalog import Scope
-from service.storage.history import Agg, NotStored, SeriesOut, SeriesQuery, ValueOrigin, Wanted
+from service.storage.history import NotStored, SeriesOut, SeriesQuery, ValueOrigin, Wanted
 from service.storage.risk_history import read_buckets
+from service.storage.samples_read import before, bucketed, rates, samples
 
-_SQL_AGG = {Agg.MEAN: "AVG", Agg.MAX: "MAX", Agg.MIN: "MIN", Agg.COUNT: "COUNT"}
 _SAMPLED = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
-
-
-def _col(name: str) -> str:
-    # Metric names come from the catalog (validated by build_query); quoted all the same.
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _bucketed(table: str, value: str, agg: Agg) -> str:
-    """SQL giving (bucket, value) rows for one entity and range; params (step, entity, start,
-    end). `last` uses SQLite's documented rule that a bare column beside MAX() comes from the
-    row holding the maximum."""
-    b = "CAST(ts / ? AS INTEGER)"
-    where = f"entity = ? AND ts >= ? AND ts < ? AND {value} IS NOT NULL"
-    if agg is Agg.LAST:
-        return (f"SELECT b, v FROM (SELECT {b} AS b, {value} AS v, MAX(ts) FROM {table} "
-                f"WHERE {where} GROUP BY b) ORDER BY b")
-    return f"SELECT {b} AS b, {_SQL_AGG[agg]}({value}) FROM {table} WHERE {where} " \
-           "GROUP BY b ORDER BY b"
-
-
-def _rate_sql(table: str, col: str, agg: Agg, resets: bool) -> str:
-    """Per-second rate between consecutive readings (the reading before `start` included, so
-    the first bucket has its rate), bucketed; params (entity, start, entity, end, step,
-    start). A drop of a counter that never resets is bad data: no rate, as ingest does."""
-    on_drop = "v / (ts - pts)" if resets else "NULL"
-    inner = (
-        f"WITH s AS (SELECT ts, {col} AS v FROM {table} WHERE entity = ?1 AND {col} IS NOT NULL"
-        f" AND ts >= COALESCE((SELECT MAX(ts) FROM {table} WHERE entity = ?1 AND {col} IS NOT"
-        f" NULL AND ts < ?2), ?2) AND ts < ?3), "
-        "p AS (SELECT ts, v, LAG(v) OVER w AS pv, LAG(ts) OVER w AS pts FROM s "
-        "WINDOW w AS (ORDER BY ts)), "
-        f"r AS (SELECT ts, CASE WHEN v >= pv THEN (v - pv) / (ts - pts) ELSE {on_drop} END "
-        "AS v FROM p WHERE pv IS NOT NULL AND ts > pts AND ts >= ?2) ")
-    b = "CAST(ts / ?4 AS INTEGER)"
-    if agg is Agg.LAST:
-        return inner + (f"SELECT b, v FROM (SELECT {b} AS b, v, MAX(ts) FROM r WHERE v IS NOT "
-                        "NULL GROUP BY b) ORDER BY b")
-    return inner + f"SELECT {b} AS b, {_SQL_AGG[agg]}(v) FROM r WHERE v IS NOT NULL " \
-                   "GROUP BY b ORDER BY b"
 
 
 class SQLiteHistory:
@@ -103,14 +65,16 @@ class SQLiteHistory:
     def _rows(db: sqlite3.Connection, q: SeriesQuery, w: Wanted) -> list[tuple[int, float]]:
         if w.origin is ValueOrigin.RISK:
             return read_buckets(db, q, w)
-        key, table = q.entity.key, f"{q.scope.value}_samples"
+        key = q.entity.key
         if w.origin is ValueOrigin.EVENT:
             sql = ("SELECT CAST(ts / ? AS INTEGER) AS b, COUNT(*) FROM events WHERE entity = ? "
                    "AND metric = ? AND ts >= ? AND ts < ? GROUP BY b ORDER BY b")
             return db.execute(sql, (q.step, key, w.name, q.start, q.end)).fetchall()
-        col = _col(w.name)
+        got = samples(db, q.scope, key, q.entity.node, q.start, q.end, [w.name])
+        points = [(ts, float(v[0])) for ts, v in got if v[0] is not None]
         if w.origin is ValueOrigin.RATE:
-            return db.execute(_rate_sql(table, col, w.agg, w.resets),
-                              (key, q.start, q.end, q.step)).fetchall()
-        return db.execute(_bucketed(table, col, w.agg),
-                          (q.step, key, q.start, q.end)).fetchall()
+            first = before(db, q.scope, key, q.entity.node, q.start, w.name)
+            readings = ([(first[0], float(first[1][0]))] if first and first[1][0] is not None
+                        else []) + points
+            return bucketed(rates(readings, q.start, w.resets), q.step, w.agg)
+        return bucketed(points, q.step, w.agg)

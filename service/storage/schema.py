@@ -79,9 +79,27 @@ def _v2_risk_history(db: sqlite3.Connection) -> None:
             db.execute(statement)
 
 
+def _v3_change_only_samples(db: sqlite3.Connection) -> None:
+    """Sample tables written change-only (service.storage.samples_sqlite): each row says when
+    its entity's previous sample was (`since`) and whether it marks the entity gone. Rows of
+    older files are one per sample (since NULL: they fill nothing). The (entity, ts) index
+    beside the unique one was the same index twice."""
+    for scope in ("gpu", "nvlink", "ib_port"):
+        table = f"{scope}_samples"
+        if table not in _tables(db):
+            continue
+        have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+        if "since" not in have:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN since REAL")
+        if "gone" not in have:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN gone INTEGER NOT NULL DEFAULT 0")
+        db.execute(f"DROP INDEX IF EXISTS {scope}_by_entity")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "sample tables keep one row per entity and time", _v1_one_row_per_sample),
     Migration(2, "risk and alert level history (risk_history)", _v2_risk_history),
+    Migration(3, "sample tables written change-only (since, gone)", _v3_change_only_samples),
 )
 CURRENT = MIGRATIONS[-1].version
 

@@ -52,7 +52,10 @@ def test_samples_rates_risk_and_alerts_land_in_influxdb(influx_server: InfluxSer
         p.close()
     q = influx_server
     assert q.count("gpu", "gpu_temp", db) == rounds * 8
-    assert q.count("nvlink", "nvlink_state", db) == rounds * 16
+    # Quiet links are written once and then every 55 s (150 s of rounds: 3 points each), and
+    # every GPU's point says which of its links reported (both, bits 0 and 1).
+    assert q.count("nvlink", "nvlink_state", db) == 3 * 16
+    assert q.count("gpu", "nvlink_mask", db, "\"nvlink_mask\" = 3") == rounds * 8
     assert q.count("ib_port", "ib_state", db) == rounds * 2
     # The BER is derived from the second reading on, merged into the port's own points.
     assert q.count("ib_port", "ib_ber", db) == (rounds - 1) * 2

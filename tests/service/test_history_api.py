@@ -157,7 +157,7 @@ def _tables(db: sqlite3.Connection) -> dict[str, int]:
 def test_hostile_names_find_nothing_and_change_nothing(api: Api, settings: Settings) -> None:
     db = sqlite3.connect(settings.storage.sqlite_path)
     before = _tables(db)
-    assert before["gpu_samples"] == 24 * 4
+    assert before["gpu_samples"] > 0 and before["gpu_rounds"] > 0
     span = {"from": str(T0), "to": str(T0 + 120)}
     answered = 0
     for evil in EVIL:

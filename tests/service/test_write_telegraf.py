@@ -27,6 +27,7 @@ from service.api.app import create_app
 from service.api.state import Running
 from service.settings import Settings
 from service.stages.sinks import SQLiteSink
+from service.storage.samples_read import samples
 from tests.service.fleet import T0, ManualClock
 
 S = 10**9
@@ -429,11 +430,11 @@ def test_the_sqlite_store_keeps_one_row_per_point_merged(client: TestClient,
                        ).status_code == 204
     db = sqlite3.connect(settings.storage.sqlite_path)
     try:
-        rows = db.execute("SELECT ts, gpu_temp, power_draw, ecc_sbe_volatile FROM gpu_samples "
-                          "WHERE entity = 'gpu-b01:gpu0'").fetchall()
+        rows = samples(db, Scope.GPU, "gpu-b01:gpu0", "gpu-b01", T0 - 60, T0 + 60,
+                       ["gpu_temp", "power_draw", "ecc_sbe_volatile"])
     finally:
         db.close()
-    assert rows == [(T0, 66.0, 333.5, 4.0)]
+    assert rows == [(T0, (66.0, 333.5, 4.0))]
 
 
 def test_a_store_written_before_keeps_its_newest_duplicate(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """Line protocol of what the service stores in InfluxDB (docs/influxdb.md): samples, derived
-rates and events, each point tagged with the cluster. Field types are the catalog's
-(collectors.lineprotocol_format.format_number: counters and states integers, gauges floats)
-and every rate a float, so InfluxDB never refuses a type change, whichever source the sample
-came from."""
+rates and events, each point tagged with the cluster. NVLink rows are written when they move
+(service.storage.influx.sparse), with each GPU's point saying which links reported. Field
+types are the catalog's (collectors.lineprotocol_format.format_number: counters and states
+integers, gauges floats) and every rate a float, so InfluxDB never refuses a type change,
+whichever source the sample came from."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collectors.catalog import EVENT_FIELD as EVENT_FIELD  # re-exported for wri
 from collectors.frames import Batch, Entity, Frame
 from collectors.lineprotocol_format import escape_key, format_number
 from service.stages.ingest import Derived
+from service.storage.influx.sparse import MASK_FIELD, LinkGate, masks
 
 # The tags naming an entity of each scope, in Entity order (node, unit, sub).
 ENTITY_TAGS: dict[Scope, tuple[str, ...]] = {
@@ -56,6 +58,7 @@ class LineWriter:
     def __init__(self, cluster: str) -> None:
         self.cluster = cluster
         self._heads: dict[tuple[str, Entity], str] = {}  # entities repeat every round
+        self._gates = {False: LinkGate(), True: LinkGate()}  # nvlink, nvlink_rate
 
     def _head(self, measurement: str, e: Entity) -> str:
         h = self._heads.get((measurement, e))
@@ -66,7 +69,9 @@ class LineWriter:
                 measurement, {"cluster": self.cluster, **entity_tags(e)})
         return h
 
-    def frame(self, frame: Frame, *, rates: bool = False) -> Iterator[str]:
+    def frame(self, frame: Frame, *, rates: bool = False,
+              extra: dict[tuple[Entity, float], str] | None = None) -> Iterator[str]:
+        """`extra`: fields to add to an entity's line at a time (popped as they are used)."""
         scope = frame.scope
         metrics = CATALOG.columns(scope)
         measurement = scope.value + (RATE_SUFFIX if rates else "")
@@ -79,6 +84,8 @@ class LineWriter:
                 names[j] + text for j, v in enumerate(row)
                 if (text := format_number(types[j], v)) is not None  # NaN: not reported
             )
+            if extra and (more := extra.pop((ents[slot], ts), None)):
+                body = f"{body},{more}" if body else more
             if body:
                 yield f"{self._head(measurement, ents[slot])} {body} {ns(ts)}"
 
@@ -97,12 +104,21 @@ class LineWriter:
 
     def batch(self, batch: Batch, rates: Batch | None = None,
               derived: Iterable[Derived] = ()) -> Iterator[str]:
+        links = batch.frames.get(Scope.NVLINK)
+        # Each GPU's mask rides on its own sample line of the same time (one point, not two).
+        extra = {k: f"{MASK_FIELD}={m}i" for k, m in masks(links).items()} if links else {}
         for f in batch.frames.values():
-            yield from self.frame(f)
+            if f.scope is Scope.NVLINK:
+                f = self._gates[False].select(f)
+            yield from self.frame(f, extra=extra if f.scope is Scope.GPU else None)
+        for (gpu, ts), more in extra.items():  # links of a GPU without a sample at that time
+            yield f"{self._head(Scope.GPU.value, gpu)} {more} {ns(ts)}"
         for d in derived:
             yield from self.derived(d)
         if rates is not None:
             for f in rates.frames.values():
+                if f.scope is Scope.NVLINK:
+                    f = self._gates[True].select(f)
                 yield from self.frame(f, rates=True)
         ev = batch.events
         for key, ts, metric, value in zip(ev.keys, ev.ts, ev.metrics, ev.values, strict=True):

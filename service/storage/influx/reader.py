@@ -29,6 +29,7 @@ from service.storage.history import (
 from service.storage.influx.client import InfluxClient, InfluxError, Series
 from service.storage.influx.influxql import duration, ident, parse_duration, string, time_ns
 from service.storage.influx.lines import ENTITY_TAGS, EVENT_FIELD, RATE_SUFFIX, entity_tags
+from service.storage.influx.links import LOOKBACK_S, bucket, fill, mask_query, read_masks
 from service.storage.influx.schema import ROLLED_UP, ROLLUP_EVERY_S, ROLLUP_RP
 
 RISK_MEASUREMENT = "risk"
@@ -97,6 +98,12 @@ class InfluxHistory:
         return min(q.end, math.ceil(horizon / q.step) * q.step)
 
     def _read(self, query: SeriesQuery, outs: Sequence[SeriesOut], *, rollup: bool) -> None:
+        if not rollup and query.scope is Scope.NVLINK:
+            links = [s for s in outs if s.metric.origin in (ValueOrigin.SAMPLE, ValueOrigin.RATE)]
+            for m in {self._measurement(query.scope, s.metric) for s in links}:
+                self._read_link(query, m, [s for s in links
+                                           if self._measurement(query.scope, s.metric) == m])
+            outs = [s for s in outs if s not in links]
         groups: dict[str, list[SeriesOut]] = {}
         for s in outs:
             groups.setdefault(self._measurement(query.scope, s.metric), []).append(s)
@@ -111,9 +118,31 @@ class InfluxHistory:
             for series in self._query(stmt):
                 _fill(ss, series)
 
-    def _query(self, statement: str) -> list[Series]:
+    def _read_link(self, q: SeriesQuery, measurement: str, outs: Sequence[SeriesOut]) -> None:
+        """A link's rows, the rounds the sink did not write filled in, bucketed here (InfluxDB
+        would aggregate the stored points only)."""
+        e = q.entity
         try:
-            return _series(self.client, statement, "s")
+            fields = ", ".join(ident(s.metric.name) for s in outs)
+            tags = " AND ".join(f"{ident(k)} = {string(v)}" for k, v in entity_tags(e).items())
+        except ValueError as exc:
+            raise QueryError(str(exc)) from None
+        cluster = f"{ident('cluster')} = {string(self.cluster)}"
+        a, b = round(q.start * 1e9), round(q.end * 1e9)
+        stored = self._query(f"SELECT {fields} FROM {ident(measurement)} WHERE {cluster} AND "
+                             f"{tags} AND time >= {a - round(LOOKBACK_S * 1e9)} AND time < {b} "
+                             f"GROUP BY *", "ns")
+        masks = read_masks(self._query(mask_query(
+            f"{cluster} AND time >= {a} AND time < {b}", e.node, e.unit), "ns"))
+        rows = fill(stored, masks, a)
+        for s in outs:
+            for t, v in bucket(rows, s.metric.name, s.metric.agg.value, round(q.step * 1e9)):
+                s.times.append(t / 1e9)
+                s.values.append(v)
+
+    def _query(self, statement: str, epoch: str = "s") -> list[Series]:
+        try:
+            return _series(self.client, statement, epoch)
         except InfluxError as exc:
             raise HistoryUnavailable(f"InfluxDB could not answer: {exc}") from None
 
@@ -154,8 +183,11 @@ def _expr(w: Wanted) -> str:
 
 def _rolled(scope: Scope, w: Wanted) -> bool:
     """Whether the rollups keep this aggregation of this metric (mean and max, not events)."""
+    # A link's stored points are its changes (and heartbeats), whose mean is not the mean of
+    # its rounds: its means are read from raw, where they are filled in (the max is the same).
     return (w.agg in (Agg.MEAN, Agg.MAX) and w.origin is not ValueOrigin.EVENT
-            and InfluxHistory._measurement(scope, w) in ROLLED_UP)
+            and InfluxHistory._measurement(scope, w) in ROLLED_UP
+            and not (scope is Scope.NVLINK and w.agg is Agg.MEAN))
 
 
 def _rollup_expr(w: Wanted) -> str:
@@ -216,7 +248,10 @@ class RawReader:
                                   f"WHERE {cond} GROUP BY *")
         batch = Batch()
         for (scope, event), stmt in zip(plan, statements, strict=True):
-            result = self._query(stmt)
+            if scope is Scope.NVLINK and event is None:
+                result = self.links(cond, int(a_ns), int(b_ns))
+            else:
+                result = self._query(stmt)
             if event is None:
                 frame = self._frame(scope, result)
                 if frame is not None:
@@ -227,6 +262,13 @@ class RawReader:
 
     def _query(self, statement: str) -> list[Series]:
         return _series(self.client, statement, "ns")
+
+    def links(self, cond: str, a: int, b: int) -> list[Series]:
+        """NVLink series of [a, b) (ns) with the rounds the sink did not write filled in."""
+        since = f"{ident('cluster')} = {string(self.cluster)} AND time >= " \
+                f"{a - round(LOOKBACK_S * 1e9)} AND time < {b}"
+        stored = self._query(f"SELECT * FROM {ident(Scope.NVLINK.value)} WHERE {since} GROUP BY *")
+        return fill(stored, read_masks(self._query(mask_query(cond))), a)
 
     def _entity(self, scope: Scope, tags: dict[str, str], points: int) -> Entity | None:
         names = [tags.get(t, "") for t in ENTITY_TAGS[scope]]
@@ -251,7 +293,6 @@ class RawReader:
             e = self._entity(scope, s.tags, len(s.values))
             if e is None or not s.values:
                 continue
-            slot = slots.setdefault(e, len(slots))
             take = [(i, cols[c]) for i, c in enumerate(s.columns) if c in cols]
             t = s.columns.index("time")
             vals = np.full((len(s.values), width), np.nan)
@@ -261,6 +302,11 @@ class RawReader:
                 vals[:, list(dst)] = np.array([[row[i] for i in src] for row in s.values],
                                               dtype=float)
             ts = np.array([row[t] for row in s.values], dtype=np.int64) / 1e9
+            some = ~np.isnan(vals).all(axis=1)  # a GPU point with only its NVLink mask: no row
+            if not some.any():
+                continue
+            vals, ts = vals[some], ts[some]
+            slot = slots.setdefault(e, len(slots))
             parts.append((np.full(len(ts), slot, np.int32), ts, vals))
         if not parts:
             return None

@@ -12,6 +12,8 @@ from collectors.lineprotocol import FieldValue, Point
 from collectors.schema import SchemaMapper
 from service.storage.influx.client import InfluxClient
 from service.storage.influx.influxql import ident, string, time_ns
+from service.storage.influx.reader import RawReader
+from service.storage.influx.sparse import MASK_FIELD
 
 MEASUREMENTS = ("gpu", "nvlink", "ib_port", "xid")
 
@@ -21,21 +23,28 @@ class InfluxRounds:
         self.client = client
         self.cluster = cluster
         self.chunk_s = chunk_s
+        self.raw = RawReader(client, cluster)
 
     def _points(self, start: float, end: float) -> list[Point]:
         out: list[Point] = []
+        cond = f"{ident('cluster')} = {string(self.cluster)}"
         for m in MEASUREMENTS:
-            q = (f"SELECT * FROM {ident(m)} WHERE {ident('cluster')} = {string(self.cluster)} "
-                 f"AND time >= {time_ns(start)} AND time < {time_ns(end)} GROUP BY *")
-            for statement in self.client.query(q, epoch="ns"):
-                for s in statement:
-                    tags = {k: v for k, v in s.tags.items() if k != "cluster" and v != ""}
-                    names = s.columns[1:]
-                    for row in s.values:
-                        fields: dict[str, FieldValue] = {
-                            k: v for k, v in zip(names, row[1:], strict=True) if v is not None}
-                        if fields:
-                            out.append(Point(m, tags, fields, int(row[0])))
+            if m == "nvlink":  # the rounds the sink did not write, filled in
+                series = self.raw.links(cond + f" AND time >= {time_ns(start)} AND time < "
+                                        f"{time_ns(end)}", int(time_ns(start)), int(time_ns(end)))
+            else:
+                q = (f"SELECT * FROM {ident(m)} WHERE {cond} "
+                     f"AND time >= {time_ns(start)} AND time < {time_ns(end)} GROUP BY *")
+                series = [s for statement in self.client.query(q, epoch="ns") for s in statement]
+            for s in series:
+                tags = {k: v for k, v in s.tags.items() if k != "cluster" and v != ""}
+                names = s.columns[1:]
+                for row in s.values:
+                    fields: dict[str, FieldValue] = {
+                        k: v for k, v in zip(names, row[1:], strict=True)
+                        if v is not None and k != MASK_FIELD}
+                    if fields:
+                        out.append(Point(m, tags, fields, int(row[0])))
         return out
 
     def rounds(self, start: float, end: float, step_s: float) -> Iterator[tuple[float, Batch]]:

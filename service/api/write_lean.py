@@ -1,0 +1,172 @@
+"""The lean route for line-protocol writes: node agents' POSTs answered before FastAPI routes.
+
+Every node agent posts every round, so the write endpoints take most of the service's requests;
+FastAPI's routing, dependency solving, query validation and exception middleware cost more CPU
+per request than inflating, parsing and ingesting one 8-GPU body (`python -m bench.collectors`,
+section 3). This ASGI middleware answers a write whose query it can read in full (the same
+parameters, value sets and body limit as service.api.write) with the same work
+(`write._write_body`) and the same answers: 204, or the partial write's 400 with every refused
+line named, or a refusal (413, 400) in InfluxDB's shape (service.api.problems).
+
+Anything else it hands to the FastAPI routes unchanged, with the body bytes it already read
+replayed: a request without a valid token (their 401), a query FastAPI would refuse or read
+differently (a repeated or unknown value: their 422), an unsupported Content-Encoding (415), a
+body over the limit (413), a sender that went away, or a service not running (503). So every
+error a sender can provoke before its body is parsed is answered by the one code path it
+always was, and the lean path only ever answers what it fully understands.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import parse_qsl
+
+from anyio.to_thread import run_sync
+from starlette.datastructures import Headers
+from starlette.responses import Response
+
+from service.api import problems, write
+from service.api.state import Running
+from service.api.write_auth import authorize
+from service.errors import GpuhealthError
+
+log = logging.getLogger(__name__)
+
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
+
+# Per path, the query parameters the FastAPI route declares (service.api.write).
+_PARAMS = {
+    "/write": frozenset({"db", "precision", "strict", "u", "p"}),
+    "/v1/write": frozenset({"db", "precision", "strict", "u", "p"}),
+    "/api/v2/write": frozenset({"org", "bucket", "precision", "strict", "u", "p"}),
+}
+_PRECISIONS = frozenset({"ns", "n", "us", "u", "ms", "s", "m", "h"})
+_STRICT = {"true": True, "false": False}  # other spellings FastAPI reads go to FastAPI
+
+
+class LeanWrite:
+    """ASGI middleware: POSTs to the write paths that it can answer in full, answered here."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Receive,
+                       send: Send) -> None:
+        params = _PARAMS.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if params is None or scope["method"] != "POST" or scope.get("root_path"):
+            await self.app(scope, receive, send)
+            return
+        st = getattr(scope["app"].state, "gpuhealth", None) if "app" in scope else None
+        query = _query(scope.get("query_string", b""), params)
+        headers = Headers(scope=scope)
+        if not isinstance(st, Running) or query is None or not _authorized(headers, st, query):
+            await self.app(scope, receive, send)
+            return
+        encoding = headers.get("content-encoding", "").strip().lower()
+        if encoding not in ("", "identity", "gzip"):
+            await self.app(scope, receive, send)
+            return
+        limit = st.settings.ingest.max_body_bytes
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            await self.app(scope, receive, send)
+            return
+        body, whole, replay = await _read(receive, limit)
+        if not whole:  # over the limit or a disconnect: FastAPI answers, seeing what we saw
+            await self.app(scope, _replay(replay, receive), send)
+            return
+        response = await _answer(st, body, encoding == "gzip", query, scope["path"])
+        await response(scope, receive, send)
+
+
+def _query(raw: bytes, params: frozenset[str]) -> dict[str, str] | None:
+    """The declared parameters, or None where FastAPI might read the query otherwise."""
+    try:
+        pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
+    except ValueError:
+        return None
+    out: dict[str, str] = {}
+    for k, v in pairs:
+        if k in params:
+            if k in out:
+                return None
+            out[k] = v
+    if out.get("precision", "ns") not in _PRECISIONS or out.get("strict", "false") not in _STRICT:
+        return None
+    return out
+
+
+def _authorized(headers: Headers, st: Running, query: dict[str, str]) -> bool:
+    try:
+        authorize(_HeadersOnly(headers), st, query.get("u"), query.get("p"))  # type: ignore[arg-type]
+    except GpuhealthError:
+        return False  # answered (401) by the FastAPI route, as it always was
+    return True
+
+
+class _HeadersOnly:
+    """What write_auth.authorize reads of a request."""
+
+    __slots__ = ("headers",)
+
+    def __init__(self, headers: Headers) -> None:
+        self.headers = headers
+
+
+async def _read(receive: Receive, limit: int) -> tuple[bytes, bool, list[Message]]:
+    """The body; whether it was read whole within `limit`; if not, the messages to replay
+    (what was read as one message, then the one that stopped the read: a disconnect)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        msg = await receive()
+        if msg["type"] != "http.request":
+            return b"".join(chunks), False, [_request(chunks, True), msg]
+        chunk = msg.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
+        more = bool(msg.get("more_body", False))
+        if size > limit:
+            return b"".join(chunks), False, [_request(chunks, more)]
+        if not more:
+            return b"".join(chunks), True, []
+
+
+def _request(chunks: list[bytes], more: bool) -> Message:
+    return {"type": "http.request", "body": b"".join(chunks), "more_body": more}
+
+
+def _replay(queue: list[Message], receive: Receive) -> Receive:
+    """A receive that gives `queue` first, then what `receive` gives."""
+
+    async def again() -> Message:
+        return queue.pop(0) if queue else await receive()
+
+    return again
+
+
+async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
+                  path: str) -> Response:
+    precision = query.get("precision", "ns")
+    strict = _STRICT[query.get("strict", "false")]
+    try:
+        res, cut = await run_sync(write._write_body, st, body, gz, precision, strict)
+    except GpuhealthError as refused:
+        st.metrics.write_requests.labels(str(refused.status)).inc()
+        for name, value in write._NOTHING_WRITTEN.items():
+            refused.extensions.setdefault(name, value)
+        return problems.influx_response(refused, path)
+    except Exception:  # as the FastAPI route's last handler answers it (service.api.problems)
+        log.exception("a write failed")
+        return problems.influx_response(
+            GpuhealthError("the service failed to answer this request"), path)
+    if not res.rejected:
+        st.metrics.write_requests.labels("204").inc()
+        return Response(status_code=204)
+    st.metrics.write_requests.labels("400").inc()
+    return problems.influx_response(write.partial_write(res, cut), path)
