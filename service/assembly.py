@@ -92,6 +92,7 @@ class Parts:
     remediation: Remediation | None = None
     controller: RemediationController | None = None  # the one behind `remediation`, if ours
     model: ModelSlot | None = None
+    labeller: AutoLabeller | None = None
     sinks: list[Sink] = field(default_factory=list)
     observers: list[TickObserver] = field(default_factory=list)
 
@@ -145,8 +146,8 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
         parts.observers.append(RiskHistory(s.storage.sqlite_path,
                                            retention_s=s.storage.risk_history_days * 86400.0))
     if w.autolabel:
-        parts.observers.append(AutoLabeller(parts.labels, alerts, stale_after_s=max(
-            s.alerts.stale_after_s, 3 * s.window.step_s)))
+        parts.labeller = AutoLabeller(parts.labels, alerts, stale_after_s=max(
+            s.alerts.stale_after_s, 3 * s.window.step_s))
     parts.sinks += w.sinks
     parts.observers += w.observers
     if w.influxdb and s.storage.influxdb.url:

@@ -47,6 +47,7 @@ class Pipeline:
         self.alerts = parts.alerts
         self.labels = parts.labels
         self.verdicts = parts.verdicts
+        self.labeller = parts.labeller
         self.notification = parts.notification
         self.remediation = parts.remediation
         self.controller = parts.controller
@@ -183,6 +184,9 @@ class Pipeline:
         self.stats.last_tick_s = duration
         result = TickResult(now, duration, risk, transitions, [a for _, a in changed], changed,
                             flags, sent, deliveries, audit, levels, derived)
+        if self.labeller is not None:
+            self.labeller.observe(result)
+        result.labels = self.labels.drain()
         for obs in self.observers:
             obs.observe(result)
         return result

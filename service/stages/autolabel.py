@@ -37,7 +37,8 @@ Key = tuple[str, str]  # (entity, mode)
 
 
 class AutoLabeller:
-    """A tick observer: hard failures and repairs into the label store."""
+    """A stage of the tick, after alerts and remediation: hard failures and repairs into the
+    label store (which hands them to the tick's result)."""
 
     def __init__(self, labels: LabelStore, alerts: AlertStore, stale_after_s: float) -> None:
         self.labels = labels

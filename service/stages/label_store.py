@@ -11,6 +11,7 @@ it; and a `false_alarm` or `maintenance` verdict overrules the auto failures of 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from collectors.catalog import Scope
 from collectors.labels import FailureMode, Label
 from service.storage.sqlite_db import SqliteStore
 
+log = logging.getLogger(__name__)
 Kind = Literal["failure", "benign", "repair"]
 
 _SCHEMA = """
@@ -117,9 +119,27 @@ class NewLabel:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+MAX_PENDING = 100_000  # changes kept for the next tick; past this the oldest are dropped
+
+
 class LabelStore(SqliteStore):
     def __init__(self, path: str | Path = ":memory:") -> None:
         super().__init__(path, _SCHEMA)
+        self._pending: list[StoredLabel] = []  # added or withdrawn since the last drain
+
+    def drain(self) -> list[StoredLabel]:
+        """Labels added or withdrawn since the last call (auto or by verdict), for the tick's
+        result: the InfluxDB recorder writes them beside the scores."""
+        with self._lock:
+            out, self._pending = self._pending, []
+        return out
+
+    def _note(self, labels: list[StoredLabel]) -> None:
+        self._pending += labels
+        if len(self._pending) > MAX_PENDING:
+            log.warning("%d label changes were never drained; dropping the oldest",
+                        len(self._pending) - MAX_PENDING)
+            del self._pending[: len(self._pending) - MAX_PENDING]
 
     def add(self, labels: Sequence[NewLabel], now: float,
             close: Sequence[int] = ()) -> list[StoredLabel]:
@@ -136,7 +156,9 @@ class LabelStore(SqliteStore):
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-            return self._by_ids(ids)
+            out = self._by_ids(ids)
+            self._note(out)
+            return out
 
     def _insert(self, lb: NewLabel, now: float) -> int:
         detail = lb.detail if not lb.extra else json.dumps({"text": lb.detail, **lb.extra})
@@ -172,14 +194,19 @@ class LabelStore(SqliteStore):
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.execute("UPDATE labels SET withdrawn_at = ? WHERE alert_id = ? AND "
-                                 "source = 'verdict' AND withdrawn_at IS NULL", (now, alert_id))
+                gone = [r[0] for r in self._db.execute(
+                    "SELECT id FROM labels WHERE alert_id = ? AND source = 'verdict' AND "
+                    "withdrawn_at IS NULL", (alert_id,))]
+                self._db.executemany("UPDATE labels SET withdrawn_at = ? WHERE id = ?",
+                                     [(now, i) for i in gone])
                 ids = [self._insert(lb, now) for lb in labels]
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-            return self._by_ids(ids)
+            out = self._by_ids(ids)
+            self._note(self._by_ids(gone) + out)
+            return out
 
     def find(self, *, since: float | None = None, until: float | None = None,
              kind: str | None = None, entity: str | None = None, node: str | None = None,
