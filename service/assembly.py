@@ -28,6 +28,8 @@ from service.stages.autolabel import AutoLabeller
 from service.stages.fleet_alerts import FleetAlerts
 from service.stages.ingest import EventLog, Ingestor
 from service.stages.label_store import LabelStore
+from service.stages.model_registry import ModelRegistry
+from service.stages.model_roles import ModelRoles
 from service.stages.scoring import Scorer
 from service.stages.sinks import Sink, SQLiteSink
 from service.stages.verdicts import VerdictStore
@@ -62,13 +64,15 @@ class Wiring:
     shared: tuple[WindowStore, EventLog] | None = None
     # Label hard failures and repairs in the label store as they happen (docs/learning.md).
     autolabel: bool = True
+    # Follow the model registry: promotions, rollbacks and a challenger in shadow.
+    model_roles: bool = True
 
     @classmethod
     def offline(cls, **choices: Any) -> Wiring:
         """Alerts kept in memory, nothing sent or remediated, no sample history; `choices`
         change any of it (an alert file, receivers, the detectors...)."""
         return replace(cls(alert_db=":memory:", notifiers=(), sample_history=False,
-                           remediate=False, autolabel=False), **choices)
+                           remediate=False, autolabel=False, model_roles=False), **choices)
 
 
 @dataclass(slots=True)
@@ -93,6 +97,8 @@ class Parts:
     controller: RemediationController | None = None  # the one behind `remediation`, if ours
     model: ModelSlot | None = None
     labeller: AutoLabeller | None = None
+    registry: ModelRegistry | None = None
+    roles: ModelRoles | None = None
     sinks: list[Sink] = field(default_factory=list)
     observers: list[TickObserver] = field(default_factory=list)
 
@@ -145,6 +151,14 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
 
         parts.observers.append(RiskHistory(s.storage.sqlite_path,
                                            retention_s=s.storage.risk_history_days * 86400.0))
+    if w.model_roles:
+        m = s.detectors.model
+        parts.registry = ModelRegistry(db)
+        parts.roles = ModelRoles(
+            parts.registry, parts.model, m.resolved(),
+            m.predictor_config() if parts.model is not None else None, s.alerts,
+            stale_after_s=max(s.alerts.stale_after_s, 3 * s.window.step_s), check_s=m.recheck_s)
+        parts.roles.check(force=True)
     if w.autolabel:
         parts.labeller = AutoLabeller(parts.labels, alerts, stale_after_s=max(
             s.alerts.stale_after_s, 3 * s.window.step_s))

@@ -48,6 +48,8 @@ class Pipeline:
         self.labels = parts.labels
         self.verdicts = parts.verdicts
         self.labeller = parts.labeller
+        self.registry = parts.registry
+        self.roles = parts.roles
         self.notification = parts.notification
         self.remediation = parts.remediation
         self.controller = parts.controller
@@ -184,8 +186,11 @@ class Pipeline:
         self.stats.last_tick_s = duration
         result = TickResult(now, duration, risk, transitions, [a for _, a in changed], changed,
                             flags, sent, deliveries, audit, levels, derived)
-        if self.labeller is not None:
-            self.labeller.observe(result)
+        with self.lock:  # both read the window store, which an ingest may be changing
+            if self.labeller is not None:
+                self.labeller.observe(result)
+            if self.roles is not None:
+                self.roles.step(result, self.scorer.view)
         result.labels = self.labels.drain()
         for obs in self.observers:
             obs.observe(result)
@@ -217,6 +222,8 @@ class Pipeline:
                         out.append(Transition(scope, -1, e.key, e.node, int(old), 0, now, 0.0))
                 self.machine.forget(scope, keep)
                 self.scorer.forget(scope, keep)
+                if self.roles is not None:
+                    self.roles.forget(scope, keep)
             self.generation = c.generation
         return out
 
@@ -310,6 +317,8 @@ class Pipeline:
         self.alerts.close()
         self.labels.close()
         self.verdicts.close()
+        if self.registry is not None:
+            self.registry.close()
         for s in [*self.sinks, *self.observers]:
             if isinstance(s, Closable):
                 s.close()

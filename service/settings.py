@@ -25,6 +25,7 @@ from models.predictor.policy import PredictorConfig
 from service.notify.config import NotifySettings
 from service.remediation.config import RemediationSettings
 from service.stages.alert_machine import AlertPolicy
+from service.stages.scoreboard import PromotionPolicy
 from service.stages.windows import EntityLimits, WindowConfig
 from service.storage.influx.influxql import parse_duration
 
@@ -162,6 +163,8 @@ class ModelSettings(BaseModel):
     # silence the model: fused equals the rules). Below it the model mostly adds false alarms
     # on benign correctable-ECC carriers and single remaps, which the rules' baselines ignore.
     floor: float = Field(default=0.8, ge=0, le=1)
+    # When a challenger in shadow counts as better (gpuhealth model promote, docs/learning.md).
+    promotion: PromotionPolicy = PromotionPolicy()
 
     def predictor_config(self) -> PredictorConfig:
         return PredictorConfig(caps=self.caps(), floor=self.floor)

@@ -12,7 +12,17 @@ from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from collectors.base import Closes, Collector, Starts
-from service.api import alerting, fleet, history, openapi, problems, read, verdicts, write
+from service.api import (
+    alerting,
+    fleet,
+    history,
+    models,
+    openapi,
+    problems,
+    read,
+    verdicts,
+    write,
+)
 from service.api.auth import ApiAuth, require
 from service.api.principals import Permission
 from service.api.state import Running
@@ -118,6 +128,7 @@ def create_app(
                        responses=problems.READ_ERRORS)
     app.include_router(alerting.router)
     app.include_router(verdicts.router)
+    app.include_router(models.router)
     console.install(app)
     if lean_write:
         app.add_middleware(LeanWrite)

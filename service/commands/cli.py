@@ -58,7 +58,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     f"service.commands.{module}": names for module, names in (
         ("demo", ("demo",)), ("simulate", ("simulate",)), ("evaluate", ("evaluate",)),
         ("agent", ("agent", "parse")), ("train", ("train",)), ("export", ("export",)),
-        ("tokens", ("token",)), ("route", ("route-test",)))}
+        ("tokens", ("token",)), ("route", ("route-test",)), ("models", ("model", "labels")))}
 
 
 def register(name: str, configure: Configure, run: Run, help: str = "") -> None:

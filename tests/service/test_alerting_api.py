@@ -70,6 +70,10 @@ MUTATING = [
     ("POST", "/v1/actions/nope/abort", None, "operate"),
     ("POST", "/v1/nodes/n001/release", None, "operate"),
     ("POST", "/v1/breaker/reset", None, "admin"),
+    ("POST", "/v1/models/challenger", {"path": "/nowhere"}, "admin"),
+    ("DELETE", "/v1/models/challenger", None, "admin"),
+    ("POST", "/v1/models/promote", {}, "admin"),
+    ("POST", "/v1/models/rollback", {}, "admin"),
 ]
 
 
