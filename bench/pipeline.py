@@ -9,7 +9,11 @@ rollup-based rules recompute), and reports them as shares of the 5-s budget on o
 window-store and detector memory per GPU. The ingest of a minute's first round closes the
 finished minute into the 1-minute tier: it is timed apart (ingest@1m), alternating minutes
 with the store's running sums and with the re-read of the raw ring they replaced
-(ingest@1m re-read), side by side in one run.
+(ingest@1m re-read), side by side in one run. The tick at a minute boundary alternates the same
+way between the tiers' running window sums (`ScopeWindows.window_sum`) and the re-sum of every
+window they replaced (tick@1m re-sum). Warm-up ends on a whole hour and the run goes on past
+`--hours` more hour boundaries (an hour's first tick also refits from the hour tier): the first
+is timed with the re-sum, the second with the running sums (tick@1h).
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ class Result:
     ingest_minute_reread_s: float
     tick_s: float
     tick_minute_s: float
+    tick_minute_resum_s: float
+    tick_hour_s: float
+    tick_hour_resum_s: float
     tick_amortised_s: float
     share_of_budget: float
     store_bytes_per_gpu: float
@@ -106,24 +113,35 @@ def rss_mb() -> float:
     return float("nan")
 
 
-def run(gpus: int, warmup_min: float, repeats: int) -> Result:
+def run(gpus: int, warmup_min: float, repeats: int, hours: int = 2) -> Result:
     fleet = Fleet(gpus)
     pipe = build_pipeline(Settings(), Wiring.offline())
-    t0 = 1_699_999_200.0  # on a whole hour, so minute boundaries fall at known rounds
     steps = int(warmup_min * 60 / 5)
+    # Warm-up ends on a whole hour, so minute and hour boundaries fall at known rounds.
+    t0 = 1_699_999_200.0 - 5 * steps
     for k in range(steps):
         pipe.process(fleet.round(t0 + 5 * k), t0 + 5 * k)
+    # As the service does after start-up: what is loaded (torch, the model) leaves the garbage
+    # collector's scans, so the collection before each timed round costs little.
+    gc.collect()
+    gc.freeze()
     ingest: list[float] = []
     ingest_min: dict[bool, list[float]] = {False: [], True: []}  # re-read: timings
     tick: list[float] = []
-    minute: list[float] = []
+    minute: dict[bool, list[float]] = {False: [], True: []}  # re-sum: timings
+    hour: dict[bool, list[float]] = {False: [], True: []}
     k = steps
-    while len(minute) < 2 * repeats or len(tick) < repeats:
+    while (min(len(x) for x in minute.values()) < repeats or len(tick) < repeats
+           or sum(len(x) for x in hour.values()) < hours):
         ts = t0 + 5 * k
         boundary = int(ts) % 60 == 0
-        reread = boundary and len(minute) % 2 == 1
+        on_hour = int(ts) % 3600 == 0
+        # The old ways in alternate minutes, and in the first hour boundary of the run.
+        reread = boundary and (not hour[True] if on_hour
+                                else len(minute[True]) < len(minute[False]))
         for w in pipe.store.scopes.values():
             w.reread_rollups = reread  # the next round's advance picks the sums up again
+            w.running_sums = not reread
         batch = fleet.round(ts)
         gc.collect()
         a = time.perf_counter()
@@ -132,18 +150,22 @@ def run(gpus: int, warmup_min: float, repeats: int) -> Result:
         pipe.tick(ts)
         c = time.perf_counter()
         (ingest_min[reread] if boundary else ingest).append(b - a)
-        (minute if boundary else tick).append(c - b)
+        (hour[reread] if on_hour else minute[reread] if boundary else tick).append(c - b)
         k += 1
     for w in pipe.store.scopes.values():
-        w.reread_rollups = False
+        w.reread_rollups, w.running_sums = False, True
     samples = sum(int(np.count_nonzero(~np.isnan(f.values))) for f in batch.frames.values())
-    t_ing, t_tick, t_min = (statistics.median(x) for x in (ingest, tick, minute))
+    t_ing, t_tick = statistics.median(ingest), statistics.median(tick)
+    t_min, t_min_resum = (statistics.median(minute[r]) for r in (False, True))
+    t_hour, t_hour_resum = (statistics.median(hour[r]) if hour[r] else float("nan")
+                            for r in (False, True))
     t_ing_min, t_ing_reread = (statistics.median(ingest_min[r]) for r in (False, True))
     amortised = (11 * t_tick + t_min) / 12
     return Result(
         gpus=gpus, links=len(fleet.tables[Scope.NVLINK]), ports=len(fleet.tables[Scope.IB_PORT]),
         samples_per_round=samples, ingest_s=t_ing, ingest_minute_s=t_ing_min,
         ingest_minute_reread_s=t_ing_reread, tick_s=t_tick, tick_minute_s=t_min,
+        tick_minute_resum_s=t_min_resum, tick_hour_s=t_hour, tick_hour_resum_s=t_hour_resum,
         tick_amortised_s=amortised,
         share_of_budget=((11 * t_ing + t_ing_min) / 12 + amortised) / BUDGET_S,
         store_bytes_per_gpu=pipe.store.nbytes() / gpus, rss_mb=rss_mb())
@@ -154,9 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", type=int, nargs="+", default=[1000, 10000])
     ap.add_argument("--warmup-min", type=float, default=12.0)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--hours", type=int, default=2,
+                    help="hour boundaries to time (the first with the re-sum)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    results = [run(g, args.warmup_min, args.repeats) for g in args.gpus]
+    results = [run(g, args.warmup_min, args.repeats, args.hours) for g in args.gpus]
     if args.json:
         json.dump([asdict(r) for r in results], sys.stdout, indent=2)
         print()
@@ -180,6 +204,13 @@ def main(argv: list[str] | None = None) -> int:
               f"(re-read {r.ingest_minute_reread_s / r.ingest_s:.1f}x); round@1m/round "
               f"{(r.ingest_minute_s + r.tick_minute_s) / plain:.1f}x "
               f"(re-read {(r.ingest_minute_reread_s + r.tick_minute_s) / plain:.1f}x)")
+    print("\nThe tick at a minute and at an hour boundary: running window sums | re-sum:")
+    for r in results:
+        print(f"{r.gpus:>7} GPUs: tick {r.tick_s * 1e3:.1f}ms; "
+              f"tick@1m {r.tick_minute_s * 1e3:.1f}ms = {r.tick_minute_s / r.tick_s:.1f}x | "
+              f"{r.tick_minute_resum_s * 1e3:.1f}ms = {r.tick_minute_resum_s / r.tick_s:.1f}x; "
+              f"tick@1h {r.tick_hour_s * 1e3:.0f}ms = {r.tick_hour_s / r.tick_s:.1f}x | "
+              f"{r.tick_hour_resum_s * 1e3:.0f}ms = {r.tick_hour_resum_s / r.tick_s:.1f}x")
     return 0
 
 

@@ -21,7 +21,7 @@ from service.settings import Settings
 from service.stages.alert_machine import FlagChange, Transition
 from service.stages.alert_store import Alert
 from service.stages.fleet_alerts import FLEET, MISSING, STORM
-from service.stages.ingest import IngestResult
+from service.stages.ingest import MAX_DETAILED_REJECTIONS, IngestResult
 from service.stages.scoring import SCOPES, RiskState
 from service.tick import Closable, Stats, TickResult
 
@@ -90,13 +90,14 @@ class Pipeline:
                                  flapping=a.flapping)
 
     def ingest(self, batch: Batch, now: float | None = None, *,
-               from_wire: bool = False) -> IngestResult:
+               from_wire: bool = False, detail_limit: int = MAX_DETAILED_REJECTIONS
+               ) -> IngestResult:
         now = time.time() if now is None else now
         if not self.owns_store:
             return IngestResult()
         t0 = time.perf_counter()
         with self.lock:
-            res = self.ingestor.ingest(batch, now, from_wire=from_wire)
+            res = self.ingestor.ingest(batch, now, from_wire=from_wire, detail_limit=detail_limit)
             for sink in self.sinks:
                 sink.write(res)
             st = self.stats

@@ -128,6 +128,10 @@ class IngestSettings(BaseModel):
     # (7 days) are forgotten.
     max_gpus: int = Field(default=20_000, gt=0)
     max_new_gpus_per_batch: int = Field(default=1_024, gt=0)
+    # Line-protocol writes wait this long (ms) to be ingested together with the other
+    # senders' (one window-store ingest and one sink write for many node agents; each
+    # request still gets its own answer). 0: each request is ingested alone.
+    coalesce_ms: float = Field(default=20.0, ge=0, le=1000)
 
     def limits(self) -> EntityLimits:
         return EntityLimits(self.max_gpus, self.max_new_gpus_per_batch)

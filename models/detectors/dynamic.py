@@ -18,7 +18,7 @@ import numpy.typing as npt
 from collectors.catalog import Scope
 from models.detectors.findings import F64, Finding, kept
 from models.detectors.growth import GrowthConfig, assess, level_risk
-from models.detectors.view import FleetView, ScopeView, recent, tier_version
+from models.detectors.view import FleetView, ScopeView, recent, recent_sum, tier_version
 
 B = npt.NDArray[np.bool_]
 T = TypeVar("T")
@@ -123,13 +123,6 @@ class Baseline:
     def get_peak(self, n: int) -> F64:
         self._fit(n)
         return np.where(self.count[:n] > 0, self.peak[:n], np.nan)
-
-
-def _sum(win: npt.NDArray[np.float32]) -> F64:
-    """Sum over time that stays NaN when every bucket was missing."""
-    total: F64 = np.asarray(np.nansum(win, axis=1, dtype=np.float64))
-    total[np.all(np.isnan(win), axis=1)] = np.nan
-    return total
 
 
 def _nanmean(win: npt.NDArray[np.float32]) -> F64:
@@ -287,8 +280,8 @@ class DynamicThresholds:
                        f"hours with HBM temperature above {c.hbm_temp_c:g} degC")
 
     def _sbe_hours(self, g: ScopeView, seconds: float) -> F64:
-        vol = _sum(recent(g, "ecc_sbe_volatile", seconds)[0])
-        agg = _sum(recent(g, "ecc_sbe_aggregate", seconds)[0])
+        vol = recent_sum(g, "ecc_sbe_volatile", seconds)
+        agg = recent_sum(g, "ecc_sbe_aggregate", seconds)
         return np.where(np.isnan(vol), agg, vol)
 
     def _sbe(self, g: ScopeView) -> list[Finding]:
@@ -318,7 +311,7 @@ class DynamicThresholds:
         has_day = np.ones(n, bool) if usual_days is None else ~np.isnan(usual_days)
         risk = self._level(fires, ttf, (recur >= c.sbe_recur_hours) & has_day, days,
                            "sbe_growth")
-        remaps = _sum(recent(g, "remapped_rows_correctable", c.remap_window_s)[0])
+        remaps = recent_sum(g, "remapped_rows_correctable", c.remap_window_s)
         with np.errstate(invalid="ignore"):
             remapped = remaps >= c.remap_min
         return [
@@ -420,10 +413,10 @@ class DynamicThresholds:
         if n == 0:
             return []
         ber = _nanmean(recent(ib, "ib_ber", HOUR)[0])
-        flaps = _sum(recent(ib, "ib_link_error_recovery", HOUR)[0])
-        flaps = np.nan_to_num(flaps) + np.nan_to_num(_sum(recent(ib, "ib_link_downed", HOUR)[0]))
+        flaps = recent_sum(ib, "ib_link_error_recovery", HOUR)
+        flaps = np.nan_to_num(flaps) + np.nan_to_num(recent_sum(ib, "ib_link_downed", HOUR))
         # Short flaps seen by the collector between reads (no link_downed bump, under 30 s).
-        flaps += np.nan_to_num(_sum(recent(ib, "ib_link_flaps", HOUR)[0]))
+        flaps += np.nan_to_num(recent_sum(ib, "ib_link_flaps", HOUR))
         base = np.maximum(np.nan_to_num(self.ber_base.get(n), nan=c.ber_floor), c.ber_floor)
         with np.errstate(invalid="ignore"):
             high = ber > c.ber_limit
@@ -454,7 +447,7 @@ class DynamicThresholds:
         total: F64 = np.zeros(len(nvl))
         seen = np.zeros(len(nvl), bool)
         for metric in ("nvlink_crc_flit", "nvlink_crc_data", "nvlink_replay"):
-            s = _sum(recent(nvl, metric, seconds)[0])
+            s = recent_sum(nvl, metric, seconds)
             seen |= ~np.isnan(s)
             total += np.nan_to_num(s)
         total[~seen] = np.nan
@@ -465,7 +458,7 @@ class DynamicThresholds:
         if n == 0:
             return []
         errs = self._nvl_errors(nvl, HOUR)
-        recov = np.nan_to_num(_sum(recent(nvl, "nvlink_recovery", HOUR)[0]))
+        recov = np.nan_to_num(recent_sum(nvl, "nvlink_recovery", HOUR))
         learned = self.nvl_base.get(n)
         base = np.where(np.isnan(learned), np.inf, learned)
         hours = self._memo("nvl_hours", nvl, 6 * HOUR, lambda: np.sum(sum(

@@ -108,6 +108,27 @@ def recent(view: ScopeView, metric: str, seconds: float, stat: str = "agg") -> t
     return view.window(metric, n, tier=tier, stat=stat), tier
 
 
+def time_total(win: F32) -> F64:
+    """[entity] the sum over time of a window [entity, time] in float64, NaN where every bucket
+    was missing: the one definition of "the total over a window" (the store's running sums,
+    `ScopeWindows.window_sum`, give the same numbers)."""
+    total: F64 = np.asarray(np.nansum(win, axis=1, dtype=np.float64))
+    total[np.all(np.isnan(win), axis=1)] = np.nan
+    return total
+
+
+def recent_sum(view: ScopeView, metric: str, seconds: float) -> F64:
+    """time_total(recent(view, metric, seconds)[0]), from the view's running sums of a tier
+    where it keeps them (`window_sum`: the window store's, kept as buckets close) instead of
+    re-summing every bucket."""
+    tier, n = resolution(view, seconds)
+    summed = getattr(view, "window_sum", None)
+    if tier is not None and summed is not None:
+        out: F64 = summed(metric, n, tier)
+        return out
+    return time_total(recent(view, metric, seconds)[0])
+
+
 def tier_version(view: ScopeView, seconds: float) -> tuple[int, int, str, int] | None:
     """What the windows covering the last `seconds` read, as a stamp that changes whenever
     they could read differently, where the view tells (the window store's `tier_version`);

@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 
 from collectors.base import Collector, CollectorStatus
 from collectors.schema import SchemaMapper
+from service.api.coalesce import Coalescer
 from service.errors import ServiceUnavailable
 from service.pipeline import Pipeline
 from service.runtime.metrics import ServiceMetrics
@@ -35,6 +36,8 @@ class Running:
     mappers: dict[bool, SchemaMapper] = field(default_factory=lambda: {
         True: SchemaMapper(strict=True), False: SchemaMapper(strict=False)})
     mapper_lock: Lock = field(default_factory=Lock)
+    # Writes ingested together (service.api.coalesce); made by the lean route when enabled.
+    coalescer: Coalescer | None = None
     # Node agents' collector reports. A collector reads as down after STALE_AFTER_ROUNDS rounds
     # without one; agents are assumed to run at the service's collect interval.
     remote: RemoteCollectors = field(init=False)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from collectors.frames import Rejection
+from collectors.frames import Batch, Rejection
 from service.api import influx_compat
 from service.api.inflate import inflate
 from service.api.schemas import RejectionOut, WriteError
@@ -155,20 +156,57 @@ def _gzip(encoding: str) -> bool:
     return True
 
 
+@dataclass(slots=True)
+class Parsed:
+    """One body inflated and parsed: its Batch (with the parse rejections), the service time
+    it was parsed at, and where a gzip body was cut short (its reason and line) if it was."""
+
+    batch: Batch
+    now: float
+    cut: tuple[str, int] | None = None
+
+
 def _write_body(st: Running, body: bytes, gz: bool, precision: str, strict: bool
                 ) -> tuple[IngestResult, bool]:
     """Inflate (bounded), parse and ingest one body; runs in a worker thread. The flag: the
     gzip body was cut short (a sender may resend it whole; points merge, last write wins)."""
+    parsed = parse_body(st, body, gz, precision, strict)
+    t0 = time.perf_counter()
+    res = st.pipeline.ingest(parsed.batch, parsed.now, from_wire=True)
+    st.metrics.ingest_seconds.labels("write").observe(time.perf_counter() - t0)
+    return finish(st, parsed, res, strict)
+
+
+def parse_body(st: Running, body: bytes, gz: bool, precision: str, strict: bool) -> Parsed:
+    """Inflate (bounded) and parse one body, noting node agents' collector reports."""
     if not gz:
-        return _ingest_lines(st, body, precision, strict), False
+        return _parse_lines(st, body, precision, strict)
     got = inflate(body, limit=st.settings.ingest.max_body_bytes)
-    res = _ingest_lines(st, got.data, precision, strict)
+    parsed = _parse_lines(st, got.data, precision, strict)
     if got.cut is not None:  # the whole lines before the cut were kept; say where it ended
-        res.refuse(1, got.cut, line=got.data.count(b"\n") + 1)
-    return res, got.cut is not None
+        parsed.cut = (got.cut, got.data.count(b"\n") + 1)
+    return parsed
 
 
-def _ingest_lines(st: Running, data: bytes, precision: str, strict: bool) -> IngestResult:
+def finish(st: Running, parsed: Parsed, res: IngestResult, strict: bool
+           ) -> tuple[IngestResult, bool]:
+    """After a body's ingest: a cut gzip body's refusal, and the mapper kept bounded."""
+    if parsed.cut is not None:
+        res.refuse(1, parsed.cut[0], line=parsed.cut[1])
+    held = sum(len(w) for w in st.pipeline.store.scopes.values())
+    mapper = st.mappers[strict]
+    # Names the store turned away must not live on in the mapper: past twice what the store
+    # holds it starts over, so a flood of names costs neither memory nor the garbage
+    # collector's time (a full collection scans every object held). Looked at first without
+    # the lock: this may run on the event loop, which must not wait for a parse.
+    if mapper.remembered > 2 * held + MAPPER_SLACK:
+        with st.mapper_lock:
+            if mapper.remembered > 2 * held + MAPPER_SLACK:
+                mapper.forget_entities()
+    return res, parsed.cut is not None
+
+
+def _parse_lines(st: Running, data: bytes, precision: str, strict: bool) -> Parsed:
     now = st.now()
     mapper = st.mappers[strict]
     with st.mapper_lock:
@@ -181,17 +219,7 @@ def _ingest_lines(st: Running, data: bytes, precision: str, strict: bool) -> Ing
     st.metrics.ignored.note(ignored)
     if reports:  # node agents' collector status: not samples, kept for /metrics
         st.remote.record(reports)
-    t0 = time.perf_counter()
-    res = st.pipeline.ingest(batch, now, from_wire=True)
-    st.metrics.ingest_seconds.labels("write").observe(time.perf_counter() - t0)
-    held = sum(len(w) for w in st.pipeline.store.scopes.values())
-    with st.mapper_lock:
-        # Names the store turned away must not live on in the mapper: past twice what the
-        # store holds it starts over, so a flood of names costs neither memory nor the
-        # garbage collector's time (a full collection scans every object held).
-        if mapper.remembered > 2 * held + MAPPER_SLACK:
-            mapper.forget_entities()
-    return res
+    return Parsed(batch, now)
 
 
 MAPPER_SLACK = 10_000  # entities a mapper may remember beyond twice what the store holds

@@ -5,7 +5,8 @@ FastAPI's routing, dependency solving, query validation and exception middleware
 per request than inflating, parsing and ingesting one 8-GPU body (`python -m bench.collectors`,
 section 3). This ASGI middleware answers a write whose query it can read in full (the same
 parameters, value sets and body limit as service.api.write) with the same work
-(`write._write_body`) and the same answers: 204, or the partial write's 400 with every refused
+(`write._write_body`, or parsing alone and a coalesced ingest with other senders' writes:
+service.api.coalesce) and the same answers: 204, or the partial write's 400 with every refused
 line named, or a refusal (413, 400) in InfluxDB's shape (service.api.problems).
 
 Anything else it hands to the FastAPI routes unchanged, with the body bytes it already read
@@ -28,6 +29,7 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 
 from service.api import problems, write
+from service.api.coalesce import Coalescer, plan
 from service.api.state import Running
 from service.api.write_auth import authorize
 from service.errors import GpuhealthError
@@ -80,8 +82,20 @@ class LeanWrite:
         if not whole:  # over the limit or a disconnect: FastAPI answers, seeing what we saw
             await self.app(scope, _replay(replay, receive), send)
             return
-        response = await _answer(st, body, encoding == "gzip", query, scope["path"])
+        response = await _answer(st, body, encoding == "gzip", query, scope["path"],
+                                 _coalescing(st))
         await response(scope, receive, send)
+
+
+def _coalescing(st: Running) -> Coalescer | None:
+    """The running service's coalescer; None when writes are ingested alone."""
+    window = st.settings.ingest.coalesce_ms / 1e3
+    if window <= 0:
+        return None
+    if st.coalescer is None:
+        st.coalescer = Coalescer(st.pipeline, window, st.now,
+                                 st.metrics.ingest_seconds.labels("write").observe)
+    return st.coalescer
 
 
 def _query(raw: bytes, params: frozenset[str]) -> dict[str, str] | None:
@@ -151,11 +165,16 @@ def _replay(queue: list[Message], receive: Receive) -> Receive:
 
 
 async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
-                  path: str) -> Response:
+                  path: str, coalescer: Coalescer | None) -> Response:
     precision = query.get("precision", "ns")
     strict = _STRICT[query.get("strict", "false")]
     try:
-        res, cut = await run_sync(write._write_body, st, body, gz, precision, strict)
+        if coalescer is None:
+            res, cut = await run_sync(write._write_body, st, body, gz, precision, strict)
+        else:  # parsed alone, ingested with other senders' batches (service.api.coalesce)
+            parsed, plan = await run_sync(_parse, st, body, gz, precision, strict)
+            res, cut = write.finish(st, parsed, await coalescer.ingest(parsed.batch, plan),
+                                    strict)
     except GpuhealthError as refused:
         st.metrics.write_requests.labels(str(refused.status)).inc()
         for name, value in write._NOTHING_WRITTEN.items():
@@ -170,3 +189,9 @@ async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
         return Response(status_code=204)
     st.metrics.write_requests.labels("400").inc()
     return problems.influx_response(write.partial_write(res, cut), path)
+
+
+def _parse(st: Running, body: bytes, gz: bool, precision: str, strict: bool
+           ) -> tuple[write.Parsed, tuple[frozenset[str], int, bool]]:
+    parsed = write.parse_body(st, body, gz, precision, strict)
+    return parsed, plan(st.pipeline, parsed.batch)

@@ -102,12 +102,17 @@ class IngestResult:
     rates: Batch = field(default_factory=Batch)
     # Metrics ingest derives (the IB bit-error rate), per accepted row of `clean`.
     derived: list[Derived] = field(default_factory=list)
+    # Rejections listed in detail; a coalesced ingest of many requests (service.api.coalesce)
+    # lists every one, so each request's own can be told apart and counted (`refused_n`).
+    detail_limit: int = MAX_DETAILED_REJECTIONS
+    refused_n: list[int] = field(default_factory=list)  # samples each listed rejection refused
 
     def refuse(self, n: int, reason: str, entity: str | None = None, metric: str | None = None,
                line: int | None = None) -> None:
         self.rejected += n
-        if len(self.rejections) < MAX_DETAILED_REJECTIONS:
+        if len(self.rejections) < self.detail_limit:
             self.rejections.append(Rejection(reason, line=line, entity=entity, metric=metric))
+            self.refused_n.append(n)
 
 
 @functools.cache
@@ -125,12 +130,15 @@ class Ingestor:
         self.max_future_s = max_future_s
         self.max_samples = max_samples
 
-    def ingest(self, batch: Batch, now: float, *, from_wire: bool = False) -> IngestResult:
+    def ingest(self, batch: Batch, now: float, *, from_wire: bool = False,
+               detail_limit: int = MAX_DETAILED_REJECTIONS) -> IngestResult:
         """`from_wire`: a request from a sender (the write API), whose new entities are
-        capped per request as well as in total."""
-        res = IngestResult()
+        capped per request as well as in total. `detail_limit`: rejections listed one by one
+        (the rest summarised)."""
+        res = IngestResult(detail_limit=detail_limit)
         res.rejected = len(batch.rejected)
-        res.rejections.extend(batch.rejected[:MAX_DETAILED_REJECTIONS])
+        res.rejections.extend(batch.rejected[:detail_limit])
+        res.refused_n.extend([1] * len(res.rejections))
         budget = self.max_samples
         admit = self.store.admission(per_batch=from_wire)
         frames = list(batch.frames.values())
@@ -352,10 +360,10 @@ class Ingestor:
         out = slots < 0
         reason = admit.reason(frame.scope)
         ents = frame.entities.entities
-        for i in np.flatnonzero(out)[:MAX_DETAILED_REJECTIONS].tolist():
+        for i in np.flatnonzero(out)[:res.detail_limit].tolist():
             res.refuse(int(np.count_nonzero(~np.isnan(frame.values[i]))) or 1, reason,
                        entity=ents[frame.rows[i]].key)
-        extra = int(out.sum()) - MAX_DETAILED_REJECTIONS
+        extra = int(out.sum()) - res.detail_limit
         if extra > 0:
             res.refuse(extra, f"{reason}: {extra} more rows")
         ok = ~out
@@ -366,10 +374,10 @@ class Ingestor:
                      reason: str) -> None:
         if not mask.any():
             return
-        for i in np.flatnonzero(mask)[:MAX_DETAILED_REJECTIONS]:
+        for i in np.flatnonzero(mask)[:res.detail_limit]:
             res.refuse(int(np.count_nonzero(~np.isnan(frame.values[i]))) or 1,
                        f"{reason}: ts={float(frame.ts[i])!r}", entity=w.entities[slots[i]].key)
-        extra = int(mask.sum()) - MAX_DETAILED_REJECTIONS
+        extra = int(mask.sum()) - res.detail_limit
         if extra > 0:
             res.refuse(extra, f"{reason}: {extra} more rows")
 
@@ -388,12 +396,12 @@ class Ingestor:
             return frame
         metrics = CATALOG.columns(frame.scope)
         rows, cols = np.nonzero(bad)
-        for i, j in zip(rows[:MAX_DETAILED_REJECTIONS], cols[:MAX_DETAILED_REJECTIONS],
+        for i, j in zip(rows[:res.detail_limit], cols[:res.detail_limit],
                         strict=True):
             m = metrics[j]
             res.refuse(1, m.out_of_range(float(v[i, j])) or f"{m.name} is out of range",
                        entity=w.entities[slots[i]].key, metric=m.name)
-        extra = len(rows) - MAX_DETAILED_REJECTIONS
+        extra = len(rows) - res.detail_limit
         if extra > 0:
             res.refuse(extra, f"value outside its metric's valid range: {extra} more values")
         v = v.copy()

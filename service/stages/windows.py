@@ -20,7 +20,9 @@ import numpy.typing as npt
 
 from collectors.catalog import CATALOG, Kind, Metric, Scope
 from collectors.frames import Entity, EntityTable
+from models.detectors.view import time_total
 from service.stages.rollup import FOLD_LAG, RunningBucket, reduce_rows
+from service.stages.tier_sums import WindowSum
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -262,6 +264,11 @@ class ScopeWindows:
         # True: close every bucket by re-reading its rows, as before the running sums (the
         # pipeline benchmark times both in one run).
         self.reread_rollups = False
+        # Sums over the last n buckets of a tier, per (tier, n, column), made on first read and
+        # kept as buckets close (service/stages/tier_sums.py). False: every read re-sums the
+        # window (the pipeline benchmark times both in one run).
+        self._sums: dict[tuple[int, int, int], WindowSum] = {}
+        self.running_sums = True
 
     @property
     def raw_length(self) -> int:
@@ -381,6 +388,8 @@ class ScopeWindows:
             t.grow(capacity)
         if self.running is not None:
             self.running.grow(lambda a, fill: _widened_last(a, capacity, fill))
+        for s in self._sums.values():
+            s.resize(lambda a, fill: _widened_last(a, capacity, fill))
         self.capacity = capacity
 
     def silent(self, now: float) -> npt.NDArray[np.bool_]:
@@ -419,6 +428,8 @@ class ScopeWindows:
         self._versions = [v + 1 for v in self._versions]
         if self.running is not None:
             self.running.take(lambda a, fill: _squeeze(a, keep, n_old, fill, axis=a.ndim - 1))
+        for s in self._sums.values():
+            s.resize(lambda a, fill: _squeeze(a, keep, n_old, fill, axis=0))
 
     # ---- writing ----------------------------------------------------------------------------
     def advance(self, k: int) -> None:
@@ -491,12 +502,17 @@ class ScopeWindows:
             start = max(self._rolled[i] + 1, done - tier.length + 1)
             if start <= done:
                 self._versions[i] += 1
+            sums = [s for (t, _, _), s in self._sums.items() if t == i]
             for b in range(start, done + 1):
+                for s in sums:  # before the row of b, which may hold one of them, is reused
+                    s.retire_before(tier.agg, tier.held, b - s.n + 1)
                 run = self._running() if i == 0 else None
                 if run is not None and run.bucket == b:
                     self._close_running(run, tier, b, ratio)
                 else:
                     self._rollup(parent, tier, b, ratio)
+                for s in sums:
+                    s.add(tier.agg, tier.held, b)
             if done > self._rolled[i]:
                 self._rolled[i] = done
             # The next tier is finished by the clock, not by what this one rolled so far.
@@ -568,6 +584,26 @@ class ScopeWindows:
         out[:, ~held] = np.nan
         return out
 
+    def window_sum(self, metric: str, n: int, tier: str) -> F64:
+        """[entity] time_total(window(metric, n, tier)): the sum over the last n finished
+        buckets, NaN where all were missing, from running sums kept as the tier closes
+        buckets (the first read of a (metric, n, tier) sums the window once and starts them)."""
+        c = self.col(metric)
+        i = [t.name for t in self.tier_specs].index(tier)
+        ring, last, n_used = self.tiers[i], self._rolled[i], len(self.entities)
+        if not self.running_sums or n > ring.length:
+            return time_total(self.window(metric, n, tier))
+        s = self._sums.get((i, n, c))
+        if s is None:
+            s = self._sums[(i, n, c)] = WindowSum(c, n, self.capacity)
+            if last >= 0:
+                held = ring.rows(last, n)[1]
+                for b in np.arange(last - n + 1, last + 1)[held].tolist():
+                    s.add(ring.agg, ring.held, b)
+        if last < 0 or n_used == 0:
+            return np.full(n_used, np.nan)
+        return s.read(ring.agg, ring.held, last, n_used)
+
     def finished(self, tier: str) -> int:
         return self._rolled[[t.name for t in self.tier_specs].index(tier)]
 
@@ -583,7 +619,8 @@ class ScopeWindows:
         arrays = (self.node_of, self.gpu_of, self.last_val, self.last_ts, self.last_k)
         running = self.running.nbytes() if self.running is not None else 0
         return (self.raw.nbytes() + sum(t.nbytes() for t in self.tiers)
-                + sum(a.nbytes for a in arrays) + running)
+                + sum(a.nbytes for a in arrays) + running
+                + sum(s.nbytes() for s in self._sums.values()))
 
 
 class EntityRegistry:

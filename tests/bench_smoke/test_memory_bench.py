@@ -1,0 +1,24 @@
+"""bench.memory runs: a tiny fleet through the real assembly with the shipped model, past an
+hour boundary (no figures asserted: the bench reports them, docs/design.md records them)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.memory import main
+
+
+def test_the_memory_bench_runs_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--gpus", "16", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["gpus"] == 16 and r["links"] == 16 * 18 and r["ports"] == 16
+    assert r["store_nbytes_mb"] > 0 and 0 < r["rss_mb"] <= r["peak_mb"]
+    assert r["service_mb"] == pytest.approx(r["rss_mb"] - r["generator_mb"])
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--gpus", "4"])
+    assert exc.value.code == 2
