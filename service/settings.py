@@ -189,6 +189,27 @@ class DetectorSettings(BaseModel):
     model: ModelSettings = ModelSettings()
 
 
+class RetrainSettings(BaseModel):
+    """Scheduled retraining (service.runtime.retrain): train from history, shadow, promote
+    only if better, tell `notify_receiver` either way."""
+
+    enabled: bool = False
+    every_days: float = Field(default=7.0, gt=0)  # a new model this often
+    since_days: float = Field(default=90.0, gt=0)  # of history to train on
+    shadow_days: float = Field(default=7.0, gt=0)  # judged after this long in shadow
+    check_s: float = Field(default=3600.0, gt=0)  # how often the job looks
+    notify_receiver: str | None = None  # told of every outcome (a receiver's name)
+    out_dir: Path | None = None  # artifacts; default <data_dir>/models
+    train_args: list[str] = Field(default_factory=list)  # more `gpuhealth train` flags
+    timeout_s: float = Field(default=6 * 3600.0, gt=0)
+
+
+class LearningSettings(BaseModel):
+    """Learning from the fleet (docs/learning.md): scheduled retraining."""
+
+    retrain: RetrainSettings = RetrainSettings()
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUHEALTH_", env_nested_delimiter="__",
                                       extra="forbid")
@@ -203,6 +224,7 @@ class Settings(BaseSettings):
     notify: NotifySettings = NotifySettings()
     remediation: RemediationSettings = RemediationSettings()
     api: ApiSettings = ApiSettings()
+    learning: LearningSettings = LearningSettings()
 
     @model_validator(mode="after")
     def _plugins(self) -> Settings:
