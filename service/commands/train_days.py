@@ -70,6 +70,16 @@ class DayBook:
         else:
             path.write_text(json.dumps(key, indent=1, sort_keys=True), encoding="utf-8")
 
+    @staticmethod
+    def held(work: Path) -> dict[str, Any] | None:
+        """The manifest of a work directory, None when there is none (or it is unreadable:
+        DayBook then refuses it)."""
+        try:
+            d = json.loads((work / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return d if isinstance(d, dict) else None
+
     def path(self, day: int) -> Path:
         return self.work / f"day-{day:04d}.npz"
 

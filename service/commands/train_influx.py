@@ -119,6 +119,11 @@ def run(args: argparse.Namespace) -> int:
     if args.stop_after_days is not None and args.stop_after_days < 1:
         raise UsageError("--stop-after-days: give 1 or more")
     start, end = span(args, time.time())
+    work = args.work or args.out / "history-work"
+    held = DayBook.held(work)
+    if held and held.get("args") == [args.since, args.until]:
+        # The same relative span ("90d" up to now) resumes over the times it first meant.
+        start, end = float(held["start"]), float(held["end"])
     extra: list[dict[str, Any]] = []
     if args.labels is not None:
         try:
@@ -142,12 +147,12 @@ def run(args: argparse.Namespace) -> int:
         except NoHistory as exc:
             raise UsageError(f"{exc} (check --since/--until, --cluster and the database "
                              f"{cfg.database!r})") from None
-        # Days from the first stored sample: a 90-day range over 10 days of data is 10 days.
-        days = day_edges(math.floor(first / step) * step, end)
-        work = args.work or args.out / "history-work"
+        # Days from the first stored sample to the last: a 90-day range over 10 days of data
+        # is 10 days.
+        days = day_edges(math.floor(first / step) * step, min(end, last + step))
         book = DayBook(work, {"cluster": cluster, "database": cfg.database, "start": start,
                               "end": end, "first": days[0][0], "step_s": step,
-                              "chunk_s": args.chunk})
+                              "chunk_s": args.chunk, "args": [args.since, args.until]})
         plan = replay_plan(book, days)
         resumed = sum(book.done(i) for i in range(len(days)))
         total = (days[-1][1] - days[plan[0]][0]) / 3600.0 if plan else 0.0
@@ -200,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
     if not results:
         raise UsageError("no model could be trained: " + "; ".join(notes))
     wall = time.perf_counter() - started
-    history = {"cluster": cluster, "database": cfg.database, "from": days[0][0], "to": end,
+    history = {"cluster": cluster, "database": cfg.database, "from": days[0][0],
+               "to": days[-1][1], "asked": [start, end],
                "data_from": first, "data_to": last, "step_s": step, "days": len(days),
                "label_counts": counts, "label_periods": periods, "notes": notes,
                "split_times": {"train_from": edges[0], "val_from": edges[1],
@@ -208,9 +214,9 @@ def run(args: argparse.Namespace) -> int:
                "labels_file": str(args.labels) if args.labels else None}
     nodes = sorted(set(gpu.nodes))
     meta = {"data": [{"source": f"influx:{cluster}", "nodes": len(nodes), "gpus": len(gpu.keys),
-                      "days": (end - days[0][0]) / DAY, "step_s": step,
+                      "days": (days[-1][1] - days[0][0]) / DAY, "step_s": step,
                       "failures": len(failures)}],
-            "history": history, "train_wall_s": round(wall, 1), "command": _command(args)}
+            "learned_from": history, "train_wall_s": round(wall, 1), "command": _command(args)}
     blob = json.dumps({"h": {k: v for k, v in history.items() if k != "notes"},
                        "cfg": tc.as_dict()}, sort_keys=True, default=str)
     artifact = to_artifact(results, tc, meta,
