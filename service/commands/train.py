@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
 
         if not 0 < args.lr < 1:
             raise UsageError(f"--lr {args.lr:g}: give a learning rate between 0 and 1")
-        return train_influx.run(args)
+        return train_influx.run(args, _progress)
     if args.days is not None and args.days <= 0:
         raise UsageError(f"--days {args.days:g}: give a positive number of days")
     if not 0 < args.lr < 1:

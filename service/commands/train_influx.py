@@ -19,6 +19,7 @@ import logging
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,9 @@ def label_counts(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     return {m: dict(sorted(c.items())) for m, c in sorted(out.items())}
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any]) -> int:
+    """`epoch_bar(scope, epochs, enabled)`: train's own per-epoch bar (passed in: this module
+    is imported by service/commands/train.py)."""
     from collectors.catalog import Scope
     from collectors.labels import LabelError, load_labels
     from models.evaluation.events import truth_from_labels
@@ -100,7 +103,6 @@ def run(args: argparse.Namespace) -> int:
     from models.predictor.package import to_artifact
     from models.predictor.train import TrainConfig, train_scope
     from service.commands.progress import Progress
-    from service.commands.train import _progress
     from service.commands.train_days import (
         DayBook,
         WorkMismatch,
@@ -193,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
                          "not trained")
             continue
         tg = targets(rf, failures, tc.horizons, tc.window_h)
-        bar2 = _progress(scope.value, tc.epochs, not args.no_progress)
+        bar2 = epoch_bar(scope.value, tc.epochs, not args.no_progress)
         try:
             results.append(train_scope(scope, [rf], [tg], tc, progress=bar2.update))
         except ValueError as exc:
