@@ -375,7 +375,7 @@ def _node_of(line: str) -> str:
 
 
 def _client(conn: Connection, url: str, gpus: int, per_request: int, rounds: int,
-            nvlink: bool, t0: float) -> None:
+            nvlink: bool, t0: float, arrow: bool = False) -> None:
     """The pushing side, in its own process: builds gzip bodies (one per `per_request` GPUs per
     round, as node agents or a Telegraf relay would), posts one warm-up round (the service
     meets every entity for the first time there), says ready, posts the rest on a go."""
@@ -391,8 +391,9 @@ def _client(conn: Connection, url: str, gpus: int, per_request: int, rounds: int
             samples += s
             lines_n += len(lines)
         for text in _requests(lines, per_request):
-            (bodies if k else warmup).append(gzip.compress(text.encode(), 6))
-    headers = {"Content-Encoding": "gzip", "Content-Type": "text/plain"}
+            (bodies if k else warmup).append(gzip.compress(_payload(text, arrow), 6))
+    headers = {"Content-Encoding": "gzip",
+               "Content-Type": "application/vnd.apache.arrow.stream" if arrow else "text/plain"}
     with httpx.Client(timeout=60) as client:
         for body in warmup:
             client.post(url, content=body, headers=headers)
@@ -424,6 +425,16 @@ def _client(conn: Connection, url: str, gpus: int, per_request: int, rounds: int
     conn.close()
 
 
+def _payload(text: str, arrow: bool) -> bytes:
+    """One request's body: the lines, or the same round as our agent's Arrow IPC."""
+    if not arrow:
+        return text.encode()
+    from collectors.arrow_batch import encode
+    from collectors.schema import SchemaMapper
+
+    return encode(SchemaMapper().parse(text, max_bytes=None))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -449,20 +460,25 @@ def _service(data_dir: Path, clock: Callable[[], float], srv: Server) -> Iterato
 
     app = create_app(pipeline, clock=clock, schedule=False, lean_write=srv.lean)
     port = _free_port()
+    if srv.profile is not None:
+        srv.profile.start()  # every thread started from here on: uvicorn's, the workers
+
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            access_log=False, http=srv.http, loop=srv.loop))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + (120 if srv.profile is not None else 20)
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.02)
     if not server.started:
-        raise RuntimeError("the service did not start within 20 s")
+        raise RuntimeError("the service did not start in time")
     try:
         yield f"http://127.0.0.1:{port}/write"
     finally:
         server.should_exit = True
         thread.join(timeout=20)
+        if srv.profile is not None:
+            srv.profile.stop()
 
 
 @dataclass(frozen=True)
@@ -477,6 +493,47 @@ class Server:
     http: str = "h11"
     loop: str = "asyncio"
     sink: bool = True
+    arrow: bool = False  # agents post Arrow IPC (collectors.arrow_batch) instead of lines
+    profile: ThreadProfile | None = field(default=None, compare=False)
+
+
+class ThreadProfile:
+    """cProfile of every thread started while it runs (uvicorn's event loop, the worker
+    threads parsing and ingesting): the server's CPU split by function (`--profile`). Each
+    thread profiles itself from its first event, timed by its own CPU clock that only runs
+    while `on` (the measured rounds: not start-up, imports or the warm-up round); the stats
+    are merged at the end."""
+
+    def __init__(self) -> None:
+        self.profiles: list[Any] = []
+        self.on = False
+        self._local = threading.local()
+
+    def _clock(self) -> float:
+        loc = self._local
+        t = time.thread_time()
+        dt = t - getattr(loc, "last", t)
+        loc.last = t
+        loc.v = getattr(loc, "v", 0.0) + (dt if self.on else 0.0)
+        return float(loc.v)
+
+    def start(self) -> None:
+        import cProfile
+
+        def boot(frame: Any, event: str, arg: Any) -> None:
+            p = cProfile.Profile(self._clock)
+            self.profiles.append(p)
+            p.enable()  # replaces this bootstrap as the thread's profile function
+
+        threading.setprofile(boot)
+
+    def stop(self) -> None:
+        threading.setprofile(None)
+
+    def dump(self, path: str) -> None:
+        import pstats
+
+        pstats.Stats(*self.profiles).dump_stats(path)
 
 
 FASTAPI = Server("FastAPI route")
@@ -505,14 +562,18 @@ def bench_ingest(sim_gpus: int, per_request: int, rounds: int, nvlink: bool, srv
         ours, theirs = ctx.Pipe()
         data_clock[0] = t0 + ROUND_S * (rounds + 1)
         proc = ctx.Process(target=_client, args=(theirs, url, sim_gpus, per_request, rounds,
-                                                 nvlink, t0))
+                                                 nvlink, t0, srv.arrow))
         proc.start()
         theirs.close()
         requests, lines, samples, nbytes = ours.recv()
+        if srv.profile is not None:
+            srv.profile.on = True
         c0 = time.process_time()
         ours.send("go")
         wall, errors = ours.recv()
         cpu = time.process_time() - c0
+        if srv.profile is not None:
+            srv.profile.on = False
         proc.join()
     fleet_lines = FLEET_GPUS * (2 + (LINKS_PER_GPU if nvlink else 0))
     scale = FLEET_GPUS / (sim_gpus * rounds)
@@ -630,6 +691,11 @@ def run(runs: int, sim_gpus: int, rounds: int, per_request: list[int],
             servers = [FASTAPI, LEAN, COALESCED, best] if agents else [FASTAPI, best]
             if agents:
                 servers.append(replace(best, sink=False))
+                # our agent's Arrow payload; then a longer coalescing window
+                arrow = replace(best, name=best.name + ", Arrow", arrow=True)
+                servers += [arrow, replace(arrow, sink=False)]
+                servers.append(replace(arrow, name=arrow.name + " 150 ms", coalesce_ms=150.0,
+                                       sink=False))
             base = None
             for srv in dict.fromkeys(servers):
                 run_ = bench_ingest(sim_gpus, n, rounds, nvlink, srv)
@@ -644,6 +710,20 @@ def run(runs: int, sim_gpus: int, rounds: int, per_request: list[int],
             rep.phases.append(bench_phases(sim_gpus, n, rounds, nvlink))
     _goals(rep)
     return rep
+
+
+def profile(path: str, sim_gpus: int, rounds: int) -> None:
+    """The best node-agent variant (without the SQLite sink, whose cost is its own) under
+    cProfile in every server thread; the top functions by own time are printed."""
+    import pstats
+
+    prof = ThreadProfile()
+    best = HTTPTOOLS if _fast_http() else COALESCED
+    r = bench_ingest(sim_gpus, NODE_GPUS, rounds, True, replace(best, sink=False, profile=prof))
+    prof.dump(path)
+    print(f"{r.variant}: {r.projected_cpu_s:.2f} s per 10k round under the profiler "
+          f"({r.requests} requests); stats in {path}")
+    pstats.Stats(path).sort_stats("tottime").print_stats(40)
 
 
 def _goals(rep: Report) -> None:
@@ -744,11 +824,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="GPUs per POST: 8 = one node agent, more = a relay batching nodes")
     ap.add_argument("--only-ingest", action="store_true",
                     help="section 3's loopback runs only (no scrapes, parsers or phases)")
+    ap.add_argument("--profile", metavar="PATH",
+                    help="instead: profile the best node-agent variant's server (every thread) "
+                         "and write cProfile stats to PATH (read with python -m pstats)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     # The fixtures are real and show real faults (saturated IB counters, unmapped Xid bus ids):
     # the collectors' warnings about them are not what is measured here.
     logging.getLogger("collectors").setLevel(logging.ERROR)
+    if args.profile:
+        profile(args.profile, args.sim_gpus, args.rounds)
+        return 0
     rep = run(args.runs, args.sim_gpus, args.rounds, args.gpus_per_request, args.only_ingest)
     if args.json:
         json.dump(asdict(rep), sys.stdout, indent=2)

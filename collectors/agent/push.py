@@ -1,13 +1,29 @@
-"""Pushing gzip line protocol to the service or to InfluxDB, and what to do with the answer."""
+"""Pushing gzip line protocol to the service or to InfluxDB, and what to do with the answer.
+
+With pyarrow installed (the `agent-arrow` extra) a segment goes to the service as Arrow IPC
+(collectors.arrow_batch), which costs the service less CPU to read. The spool keeps line
+protocol; each segment is converted when it is sent. A target that does not read Arrow (answers
+415, or an older service or InfluxDB that read the body as line protocol and refused it: a 400
+without `X-Gpuhealth-Payload: arrow`) is sent the segment again as line protocol at once, and
+line protocol from then on (tried again after `arrow_retry_s`). A segment our own mapper cannot
+carry whole in Arrow (a line it refuses or fields it ignores) goes as line protocol, so the
+target names its lines.
+"""
 
 from __future__ import annotations
 
 import gzip
+import logging
+import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
 import httpx
+
+log = logging.getLogger(__name__)
+ARROW_TYPE = "application/vnd.apache.arrow.stream"  # collectors.arrow_batch.MEDIA_TYPE
 
 
 class Outcome(Enum):
@@ -61,19 +77,82 @@ class Pusher:
     write wins, so nothing is doubled)."""
 
     def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 10.0,
-                 client: httpx.Client | None = None) -> None:
+                 client: httpx.Client | None = None, arrow: bool = True,
+                 arrow_retry_s: float = 3600.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """`arrow`: post Arrow where pyarrow is importable and the target reads it."""
         self.url = url
         self.headers = {"Content-Encoding": "gzip", "Content-Type": "text/plain; charset=utf-8"}
         if token:
             self.headers["Authorization"] = f"Token {token}"
         self.client = client or httpx.Client(timeout=timeout_s)
+        self.arrow = arrow and _arrow_available()
+        self.arrow_retry_s, self.clock = arrow_retry_s, clock
+        self._no_arrow_until = float("-inf")
+        self.sent_arrow = self.sent_lines = 0  # segments, by the format that was answered
 
     def push(self, body: bytes) -> PushResult:
+        if self.arrow and self.clock() >= self._no_arrow_until:
+            payload = _as_arrow(body)
+            if payload is not None:
+                res = self._post(payload, {**self.headers, "Content-Type": ARROW_TYPE}, True)
+                if res is not None:
+                    self.sent_arrow += res.outcome is not Outcome.RETRY
+                    return res
+        res = self._post(body, self.headers, False)
+        assert res is not None
+        self.sent_lines += res.outcome is not Outcome.RETRY
+        return res
+
+    def _post(self, body: bytes, headers: dict[str, str], arrow: bool) -> PushResult | None:
+        """The answer's outcome; None when an Arrow body must go again as line protocol."""
         try:
-            r = self.client.post(self.url, content=body, headers=self.headers)
+            r = self.client.post(self.url, content=body, headers=headers)
         except httpx.HTTPError as exc:
             return PushResult(Outcome.RETRY, None, f"{type(exc).__name__}: {exc}")
+        if arrow and r.status_code in (400, 415):
+            if r.headers.get("x-gpuhealth-payload") != "arrow" or r.status_code == 415:
+                log.warning("%s does not read Arrow (%s); sending line protocol", self.url,
+                            r.status_code)
+                self._no_arrow_until = self.clock() + self.arrow_retry_s
+                return None
+            if _slug(r) == "arrow-payload-refused":  # nothing of it was written
+                log.error("the target refused an Arrow segment: %s; sending it as line "
+                          "protocol", r.text[:300])
+                return None
         return outcome_of(r, body)
 
     def close(self) -> None:
         self.client.close()
+
+
+def _arrow_available() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _as_arrow(body: bytes) -> bytes | None:
+    """A spooled gzip segment as gzip Arrow, or None when it does not convert whole."""
+    from collectors.arrow_batch import encode
+    from collectors.schema import SchemaMapper
+
+    try:
+        text = gzip.decompress(body)
+    except (OSError, EOFError, zlib.error):
+        return None  # a damaged segment: the target says which lines it could read
+    mapper = SchemaMapper()
+    batch = mapper.parse(text, max_bytes=None)
+    if batch.rejected or mapper.take_ignored():
+        return None
+    return gzip.compress(encode(batch, mapper.take_reports()), compresslevel=6, mtime=0)
+
+
+def _slug(r: httpx.Response) -> str:
+    try:
+        said = r.json()
+    except ValueError:
+        return ""
+    return str(said.get("type", "")).rsplit("/", 1)[-1] if isinstance(said, dict) else ""

@@ -6,7 +6,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from threading import Lock
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
@@ -38,6 +38,9 @@ class Running:
     mapper_lock: Lock = field(default_factory=Lock)
     # Writes ingested together (service.api.coalesce); made by the lean route when enabled.
     coalescer: Coalescer | None = None
+    # Our agent's Arrow payloads (service.api.write_arrow): a collectors.arrow_batch.Decoder,
+    # made on the first one (pyarrow is imported only then), used under mapper_lock.
+    arrow: Any = None
     # Node agents' collector reports. A collector reads as down after STALE_AFTER_ROUNDS rounds
     # without one; agents are assumed to run at the service's collect interval.
     remote: RemoteCollectors = field(init=False)

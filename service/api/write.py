@@ -32,6 +32,7 @@ router.include_router(influx_compat.router)
 # Where errors answer InfluxDB's way (service.api.problems): these and influx_compat's.
 INFLUXDB_PATHS = ("/api/v2/write", "/write", "/v1/write", *influx_compat.PATHS)
 # What a refused write's body says beside the problem members: nothing was written.
+ARROW = "application/vnd.apache.arrow.stream"  # service.api.write_arrow.MEDIA_TYPE
 _NOTHING_WRITTEN = {"accepted": 0, "rejected": 0, "rejections": [], "truncated": False}
 
 
@@ -94,6 +95,11 @@ async def write(
     limit = st.settings.ingest.max_body_bytes
     try:
         authorize(request, st, u, p)
+        if request.headers.get("content-type", "").split(";", 1)[0].strip().lower() == ARROW:
+            # Arrow is read on the lean route only (service.api.write_arrow); a sender that
+            # meets this answer sends line protocol instead.
+            raise UnsupportedMediaType(f"Content-Type {ARROW} is read only by the lean write "
+                                       "route (disabled here); send line protocol")
         try:
             body = await _read_body(request, limit)
         except ClientDisconnect:  # the sender went away mid-body: nothing to answer

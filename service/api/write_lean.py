@@ -20,6 +20,7 @@ always was, and the lean path only ever answers what it fully understands.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl
@@ -28,11 +29,12 @@ from anyio.to_thread import run_sync
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
-from service.api import problems, write
+from service.api import problems, write, write_arrow
 from service.api.coalesce import Coalescer, plan
 from service.api.state import Running
 from service.api.write_auth import authorize
 from service.errors import GpuhealthError
+from service.stages.ingest import IngestResult
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +84,11 @@ class LeanWrite:
         if not whole:  # over the limit or a disconnect: FastAPI answers, seeing what we saw
             await self.app(scope, _replay(replay, receive), send)
             return
+        arrow = write_arrow.is_arrow(headers.get("content-type", ""))
         response = await _answer(st, body, encoding == "gzip", query, scope["path"],
-                                 _coalescing(st))
+                                 _coalescing(st), arrow)
+        if arrow:  # this service read it as Arrow (a sender tells us from one that did not)
+            response.headers[write_arrow.PAYLOAD_HEADER] = "arrow"
         await response(scope, receive, send)
 
 
@@ -165,11 +170,16 @@ def _replay(queue: list[Message], receive: Receive) -> Receive:
 
 
 async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
-                  path: str, coalescer: Coalescer | None) -> Response:
+                  path: str, coalescer: Coalescer | None, arrow: bool = False) -> Response:
     precision = query.get("precision", "ns")
     strict = _STRICT[query.get("strict", "false")]
     try:
-        if coalescer is None:
+        if arrow:  # our agent's columnar payload (service.api.write_arrow)
+            parsed, plan_ = await run_sync(_parse_arrow, st, body, gz)
+            got = (await coalescer.ingest(parsed.batch, plan_) if coalescer is not None else
+                   await run_sync(_ingest_alone, st, parsed))
+            res, cut = write.finish(st, parsed, got, strict)
+        elif coalescer is None:
             res, cut = await run_sync(write._write_body, st, body, gz, precision, strict)
         else:  # parsed alone, ingested with other senders' batches (service.api.coalesce)
             parsed, plan = await run_sync(_parse, st, body, gz, precision, strict)
@@ -189,6 +199,19 @@ async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
         return Response(status_code=204)
     st.metrics.write_requests.labels("400").inc()
     return problems.influx_response(write.partial_write(res, cut), path)
+
+
+def _parse_arrow(st: Running, body: bytes, gz: bool
+                 ) -> tuple[write.Parsed, tuple[frozenset[str], int, bool]]:
+    parsed = write_arrow.parse_arrow(st, body, gz)
+    return parsed, plan(st.pipeline, parsed.batch)
+
+
+def _ingest_alone(st: Running, parsed: write.Parsed) -> IngestResult:
+    t0 = time.perf_counter()
+    res = st.pipeline.ingest(parsed.batch, parsed.now, from_wire=True)
+    st.metrics.ingest_seconds.labels("write").observe(time.perf_counter() - t0)
+    return res
 
 
 def _parse(st: Running, body: bytes, gz: bool, precision: str, strict: bool

@@ -1,0 +1,421 @@
+"""A Batch as Arrow IPC: the columnar payload our own node agent posts beside line protocol.
+
+Line protocol costs the service about 4 µs of parsing per line; an agent's round is ~160 lines
+per node, so 1,250 agents cost most of a core in parsing alone (`python -m bench.collectors`,
+section 3). The same round as Arrow IPC is a few columns the service takes without a per-line
+step. The format is Arrow's own (the IPC streaming format, `application/vnd.apache.arrow.stream`),
+nothing home-made; what is ours is which streams a body holds and what their columns mean:
+
+- a body is a sequence of complete IPC streams (each with its schema and end-of-stream marker),
+  at most one per kind; schema metadata `gpuhealth.format` = FORMAT_VERSION and `gpuhealth.kind`
+  = a scope (`gpu`, `nvlink`, `ib_port`, `node`), `events` or `collectors`;
+- a scope's stream: `entity` (dictionary<int32, utf8>: entity keys as Entity.key spells them),
+  `ts` (float64 epoch seconds) and any of the scope's catalog metric columns (float64, null
+  where not reported; a column left out is not reported for any row). Batch's NaN ("not
+  reported") is written as null and read back as NaN, so Batch -> Arrow -> Batch is exact;
+- `events`: `entity` (utf8 or dictionary), `ts` float64, `metric` (an event metric of the
+  entity's scope), `value` float64;
+- `collectors`: node agents' collector status (collectors.collector_status): `host`,
+  `collector`, `error` (utf8), `up` (bool), `scrape_seconds` (float64), `samples` (int64), `ts`.
+
+Decoding is strict and refuses the whole body (ArrowPayloadError, naming the problem) before
+anything is handed on: this format is only ever written by our agent, which can resend the
+segment whole (or as line protocol). Work and memory are bounded before decoding: the body is
+read in place from its own buffer (a declared length past it is an error, not an allocation),
+compressed Arrow buffers are refused (their declared sizes would allocate; gzip the body
+instead), and streams, record batches, columns and rows are counted from the messages'
+metadata first. Every record batch is fully validated (offsets, UTF-8, dictionary indices).
+Value ranges are the ingest stage's to check, as for line protocol.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from collectors.catalog import CATALOG, Kind, Scope
+from collectors.collector_status import CollectorReport, read_report
+from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
+from collectors.lineprotocol import Point
+
+MEDIA_TYPE = "application/vnd.apache.arrow.stream"
+FORMAT_VERSION = "1"
+META_FORMAT = b"gpuhealth.format"
+META_KIND = b"gpuhealth.kind"
+EVENTS = "events"
+COLLECTORS = "collectors"
+KINDS = frozenset([s.value for s in Scope] + [EVENTS, COLLECTORS])
+MAX_BATCHES = 64  # record batches per stream; an agent writes one
+_F64_ID = pa.float64().id
+_STR_ID = pa.string().id
+_COLUMN_AT = {s: {m.name: j for j, m in enumerate(CATALOG.columns(s))} for s in Scope}
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+_REPORT_TYPES = {"host": pa.string(), "collector": pa.string(), "error": pa.string(),
+                 "up": pa.bool_(), "scrape_seconds": pa.float64(), "samples": pa.int64(),
+                 "ts": pa.float64()}
+
+
+class ArrowPayloadError(ValueError):
+    """The body is not a payload this module writes; the message names what is wrong."""
+
+
+@dataclass(slots=True)
+class Decoded:
+    batch: Batch
+    reports: list[CollectorReport] = field(default_factory=list)
+    rows: int = 0
+
+
+# ---- writing ----------------------------------------------------------------------------------
+
+def encode(batch: Batch, reports: Sequence[CollectorReport] = ()) -> bytes:
+    """The batch's frames, events and collector reports as one body (parse rejections are not
+    data: a caller with rejections sends line protocol, whose lines the service names)."""
+    out = pa.BufferOutputStream()
+    for scope, frame in batch.frames.items():
+        if len(frame):
+            _write(out, scope.value, _frame_table(frame))
+    if len(batch.events):
+        ev = batch.events
+        _write(out, EVENTS, pa.table({
+            "entity": pa.array(ev.keys, pa.string()).dictionary_encode(),
+            "ts": pa.array(ev.ts, pa.float64()),
+            "metric": pa.array(ev.metrics, pa.string()).dictionary_encode(),
+            "value": pa.array(ev.values, pa.float64())}))
+    if reports:
+        _write(out, COLLECTORS, pa.table(
+            {name: pa.array([getattr(r, name) for r in reports], t)
+             for name, t in _REPORT_TYPES.items()}))
+    return bytes(out.getvalue())
+
+
+def _frame_table(frame: Frame) -> pa.Table:
+    used, idx = np.unique(frame.rows, return_inverse=True)  # only the entities rows name
+    ents = frame.entities.entities
+    keys = pa.array([ents[i].key for i in used.tolist()], pa.string())
+    cols: dict[str, pa.Array] = {
+        "entity": pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32)), keys),
+        "ts": pa.array(frame.ts, pa.float64())}
+    for j, metric in enumerate(CATALOG.columns(frame.scope)):
+        col = frame.values[:, j]
+        missing = np.isnan(col)
+        if not missing.all():
+            cols[metric.name] = pa.array(col, pa.float64(), mask=missing)
+    return pa.table(cols)
+
+
+def _write(out: pa.BufferOutputStream, kind: str, table: pa.Table) -> None:
+    schema = table.schema.with_metadata({META_FORMAT: FORMAT_VERSION, META_KIND: kind})
+    with ipc.new_stream(out, schema) as w:
+        w.write_table(table.replace_schema_metadata(schema.metadata))
+
+
+# ---- reading ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_rows: int = 1_000_000  # rows of all streams together (as lines per request)
+    max_columns: int = 256
+
+
+class Decoder:
+    """Reads bodies into Batches. Entity tables are kept per dictionary (a node's agent sends
+    the same keys every round), so the window store meets the same table object again and
+    its slot lookup is cached; bounded: past `max_tables` it starts over."""
+
+    def __init__(self, limits: Limits = Limits(), max_tables: int = 16_384) -> None:
+        self.limits = limits
+        self.max_tables = max_tables
+        self._tables: dict[tuple[Scope, tuple[str, ...]], EntityTable] = {}
+
+    def forget(self) -> None:
+        self._tables.clear()
+
+    def decode(self, body: bytes) -> Decoded:
+        buf = pa.py_buffer(body)
+        src = pa.BufferReader(buf)
+        out = Decoded(Batch())
+        seen: set[str] = set()
+        while src.tell() < buf.size:
+            start = src.tell()
+            _, rows = _scan(src, len(seen) + 1)
+            out.rows += rows
+            if out.rows > self.limits.max_rows:
+                raise ArrowPayloadError(f"more than {self.limits.max_rows} rows")
+            stream = ipc.open_stream(buf.slice(start, src.tell() - start))
+            kind = _kind(stream.schema, seen)
+            if len(stream.schema) > self.limits.max_columns:
+                raise ArrowPayloadError(f"stream {kind!r} has more than "
+                                        f"{self.limits.max_columns} columns")
+            try:
+                table = pa.Table.from_batches(list(stream), stream.schema)
+            except (pa.ArrowException, ValueError) as exc:
+                raise ArrowPayloadError(f"stream {kind!r} does not decode: {exc}") from None
+            if table.num_rows != rows:
+                raise ArrowPayloadError(f"stream {kind!r} disagrees with its metadata")
+            for b in table.to_batches():
+                try:
+                    b.validate(full=True)
+                except pa.ArrowException as exc:  # offsets out of bounds, non-UTF-8 text...
+                    raise ArrowPayloadError(f"stream {kind!r} is malformed: {exc}") from None
+            if kind == EVENTS:
+                out.batch.events = _events(table)
+            elif kind == COLLECTORS:
+                out.reports = _reports(table)
+            else:
+                frame = self._frame(Scope(kind), table)
+                if len(frame):
+                    out.batch.add(frame)
+        return out
+
+    def _frame(self, scope: Scope, table: pa.Table) -> Frame:
+        cols = CATALOG.columns(scope)
+        at = _COLUMN_AT[scope]
+        names = table.column_names
+        if names[:2] != ["entity", "ts"]:
+            raise ArrowPayloadError(f"stream {scope.value!r}: the first columns must be "
+                                    f"'entity' and 'ts', got {names[:2]}")
+        rb = table.combine_chunks().to_batches()
+        n = table.num_rows
+        values = np.full((n, len(cols)), np.nan)
+        if not rb:
+            return Frame.empty(EntityTable(scope, ()))
+        batch = rb[0]  # one chunk per column after combine_chunks
+        taken: set[int] = set()
+        for i, f in enumerate(batch.schema):
+            if i < 2:
+                continue
+            j = at.get(f.name)
+            if j is None:
+                raise ArrowPayloadError(f"stream {scope.value!r}: {f.name[:80]!r} is not a "
+                                        f"{scope.value} metric of the catalog")
+            if f.type.id != _F64_ID:
+                raise ArrowPayloadError(f"stream {scope.value!r}: column {f.name!r} is "
+                                        f"{f.type}, not float64")
+            if j in taken:
+                raise ArrowPayloadError(f"stream {scope.value!r}: column {f.name!r} repeated")
+            taken.add(j)
+            values[:, j] = batch.column(i).to_numpy(zero_copy_only=False)  # null: NaN
+        ts = _finite_ts(table, scope.value)
+        ent = batch.column(0)
+        if not pa.types.is_dictionary(ent.type) or ent.type.value_type.id != _STR_ID:
+            raise ArrowPayloadError(f"stream {scope.value!r}: 'entity' must be "
+                                    f"dictionary<utf8>, got {ent.type}")
+        if ent.null_count:
+            raise ArrowPayloadError(f"stream {scope.value!r}: 'entity' has nulls")
+        table_ = self._table(scope, ent.dictionary.to_pylist())
+        rows = ent.indices.to_numpy().astype(np.int32, copy=False)
+        return Frame(table_, rows, ts, values)
+
+    def _table(self, scope: Scope, keys: list[str | None]) -> EntityTable:
+        k = (scope, tuple(keys))
+        got = self._tables.get(k)  # type: ignore[arg-type]
+        if got is not None:
+            return got
+        if len(set(keys)) != len(keys):
+            raise ArrowPayloadError(f"stream {scope.value!r}: the entity dictionary repeats "
+                                    "a key")
+        ents = []
+        for key in keys:
+            if key is None:
+                raise ArrowPayloadError(f"stream {scope.value!r}: a null entity key")
+            e = _entity(key, scope.value)
+            if e.scope is not scope:
+                raise ArrowPayloadError(f"stream {scope.value!r}: {key[:80]!r} is a "
+                                        f"{e.scope.value} key, not a {scope.value} one")
+            ents.append(e)
+        if len(self._tables) >= self.max_tables:
+            self._tables.clear()
+        table = self._tables[k] = EntityTable(scope, ents)  # type: ignore[index]
+        return table
+
+
+def _entity(key: str, where: str) -> Entity:
+    try:
+        return Entity.parse(key)
+    except ValueError as exc:
+        raise ArrowPayloadError(f"stream {where!r}: {exc}") from None
+
+
+def _finite_ts(table: pa.Table, where: str) -> np.ndarray:
+    col = table.column("ts")
+    if col.type != pa.float64() or col.null_count:
+        raise ArrowPayloadError(f"stream {where!r}: 'ts' must be float64 without nulls, "
+                                f"got {col.type}" + (" with nulls" if col.null_count else ""))
+    ts = np.asarray(col.to_numpy(), np.float64)
+    if not np.isfinite(ts).all():
+        raise ArrowPayloadError(f"stream {where!r}: 'ts' holds a value that is not finite")
+    return ts
+
+
+def _kind(schema: pa.Schema, seen: set[str]) -> str:
+    meta = schema.metadata or {}
+    if meta.get(META_FORMAT) != FORMAT_VERSION.encode():
+        raise ArrowPayloadError(f"schema metadata {META_FORMAT.decode()!r} must be "
+                                f"{FORMAT_VERSION!r}, got {meta.get(META_FORMAT)!r}")
+    try:
+        kind = str(meta.get(META_KIND, b"").decode())
+    except UnicodeDecodeError:
+        kind = ""
+    if kind not in KINDS:
+        raise ArrowPayloadError(f"schema metadata {META_KIND.decode()!r} must be one of "
+                                f"{sorted(KINDS)}, got {meta.get(META_KIND)!r}")
+    if kind in seen:
+        raise ArrowPayloadError(f"a second {kind!r} stream")
+    seen.add(kind)
+    return kind
+
+
+def _events(table: pa.Table) -> EventFrame:
+    _expect(table, EVENTS, {"entity": None, "ts": pa.float64(), "metric": None,
+                            "value": pa.float64()})
+    ts = _finite_ts(table, EVENTS)
+    keys = _strings(table, "entity", EVENTS)
+    metrics = _strings(table, "metric", EVENTS)
+    values = table.column("value").to_numpy()
+    for key, metric in set(zip(keys, metrics, strict=True)):
+        e = _entity(key, EVENTS)
+        try:
+            m = CATALOG[metric]
+        except KeyError:
+            m = None
+        if m is None or m.kind is not Kind.EVENT or m.scope is not e.scope:
+            raise ArrowPayloadError(f"stream 'events': {metric[:80]!r} is not an event metric "
+                                    f"of {e.scope.value} entities")
+    return EventFrame(keys, ts.tolist(), metrics, values.tolist())
+
+
+def _reports(table: pa.Table) -> list[CollectorReport]:
+    _expect(table, COLLECTORS, _REPORT_TYPES)
+    out = []
+    for i, r in enumerate(table.to_pylist()):
+        if r["ts"] is None or not math.isfinite(r["ts"]):
+            raise ArrowPayloadError(f"stream 'collectors', row {i}: 'ts' is not finite")
+        fields = {"up": int(r["up"]) if r["up"] is not None else None,
+                  "scrape_seconds": r["scrape_seconds"], "samples": r["samples"],
+                  "error": r["error"]}
+        p = Point("gpuhealth_collector", {"host": r["host"] or "", "collector":
+                                         r["collector"] or ""},
+                  {k: v for k, v in fields.items() if v is not None},
+                  round(r["ts"] * 1e9))
+        got = read_report(p)
+        if isinstance(got, str):
+            raise ArrowPayloadError(f"stream 'collectors', row {i}: {got}")
+        out.append(got)
+    return out
+
+
+def _expect(table: pa.Table, kind: str, types: dict[str, pa.DataType | None]) -> None:
+    if sorted(table.column_names) != sorted(types):
+        raise ArrowPayloadError(f"stream {kind!r} must have the columns {sorted(types)}, got "
+                                f"{table.column_names[:20]}")
+    for name, t in types.items():
+        got = table.column(name).type
+        if t is not None and got != t:
+            raise ArrowPayloadError(f"stream {kind!r}: column {name!r} is {got}, not {t}")
+
+
+def _strings(table: pa.Table, name: str, kind: str) -> list[str]:
+    col = table.column(name)
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    if col.type != pa.string() or col.null_count:
+        raise ArrowPayloadError(f"stream {kind!r}: {name!r} must be utf8 without nulls")
+    return [str(x) for x in col.to_pylist()]
+
+
+# ---- bounds from the messages' metadata, before anything is decoded ---------------------------
+
+def _scan(src: pa.BufferReader, nth: int) -> tuple[int, int]:
+    """Reads one stream's messages in place; (record batches, rows). Refuses a stream without
+    its end-of-stream marker (a truncated body), compressed buffers, too many batches."""
+    try:
+        reader = ipc.MessageReader.open_stream(src)
+    except pa.ArrowException as exc:
+        raise ArrowPayloadError(f"stream {nth} is not an Arrow IPC stream: {exc}") from None
+    batches = rows = schemas = 0
+    first = True
+    while True:
+        pos = src.tell()
+        try:
+            msg = reader.read_next_message()
+        except StopIteration:
+            if src.tell() - pos != len(_EOS) or first:
+                raise ArrowPayloadError(f"stream {nth} is truncated (no end-of-stream marker"
+                                        f"{'' if not first else ' or no schema'})") from None
+            return batches, rows
+        except (pa.ArrowException, OSError) as exc:
+            raise ArrowPayloadError(f"stream {nth} is truncated or malformed: "
+                                    f"{exc}") from None
+        if first and msg.type != "schema":
+            raise ArrowPayloadError(f"stream {nth} does not start with a schema")
+        first = False
+        if msg.type == "schema":
+            if schemas:
+                raise ArrowPayloadError(f"stream {nth} holds a second schema")
+            schemas += 1
+            continue
+        if msg.type not in ("record batch", "dictionary"):
+            raise ArrowPayloadError(f"stream {nth} holds a {msg.type} message")
+        length, compressed = _batch_header(msg.metadata.to_pybytes(), msg.type)
+        if compressed:
+            raise ArrowPayloadError(f"stream {nth} has compressed buffers: send it "
+                                    "uncompressed (gzip the body instead)")
+        if msg.type == "record batch":
+            batches += 1
+            rows += length
+            if batches > MAX_BATCHES:
+                raise ArrowPayloadError(f"stream {nth} holds more than {MAX_BATCHES} batches")
+
+
+_U32 = struct.Struct("<I")
+_I32 = struct.Struct("<i")
+_U16 = struct.Struct("<H")
+_I64 = struct.Struct("<q")
+_HEADER_TYPE = {"dictionary": 2, "record batch": 3}  # Arrow's MessageHeader union
+
+
+def _batch_header(meta: bytes, kind: str) -> tuple[int, bool]:
+    """(rows, compressed) of a record or dictionary batch, read from the flatbuffer `Message`
+    (format/Message.fbs: Message.header -> RecordBatch{length, nodes, buffers, compression};
+    DictionaryBatch{id, data: RecordBatch}). Arrow has verified the flatbuffer already; a
+    lookup that falls outside it is refused all the same."""
+    try:
+        msg = _U32.unpack_from(meta, 0)[0]
+        htype = _field(meta, msg, 1)
+        if htype is None or meta[htype] != _HEADER_TYPE[kind]:
+            raise ArrowPayloadError("a batch message's header disagrees with its type")
+        header = _ref(meta, _field(meta, msg, 2))
+        if kind == "dictionary":
+            header = _ref(meta, _field(meta, header, 1))
+        at = _field(meta, header, 0)
+        length = _I64.unpack_from(meta, at)[0] if at is not None else 0
+        compressed = _field(meta, header, 3) is not None
+    except (struct.error, IndexError, TypeError):
+        raise ArrowPayloadError("a batch message's metadata is malformed") from None
+    if length < 0:
+        raise ArrowPayloadError("a batch declares a negative length")
+    return length, compressed
+
+
+def _field(buf: bytes, table: int, i: int) -> int | None:
+    """Position of field `i` of the flatbuffer table at `table`, None when absent."""
+    vt = table - _I32.unpack_from(buf, table)[0]
+    vt_len = _U16.unpack_from(buf, vt)[0]
+    slot = 4 + 2 * i
+    if slot + 2 > vt_len:
+        return None
+    off = _U16.unpack_from(buf, vt + slot)[0]
+    return table + off if off else None
+
+
+def _ref(buf: bytes, at: int | None) -> int:
+    if at is None:
+        raise TypeError("absent table")
+    return at + int(_U32.unpack_from(buf, at)[0])

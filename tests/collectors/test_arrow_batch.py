@@ -1,0 +1,161 @@
+"""collectors.arrow_batch: Batch -> Arrow IPC -> Batch is exact, and hostile payloads are
+refused whole with a message naming the problem."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pytest
+
+from collectors.arrow_batch import (
+    FORMAT_VERSION,
+    META_FORMAT,
+    META_KIND,
+    ArrowPayloadError,
+    Decoder,
+    Limits,
+    encode,
+)
+from collectors.catalog import CATALOG, Scope
+from collectors.collector_status import CollectorReport
+from collectors.frames import Batch, Entity, EntityTable, Frame
+from collectors.schema import SchemaMapper
+
+T = 1_750_000_000.0
+# Our own capture in the agent's shape: two GPUs (one with a metric missing, one counter
+# NaN), a link, an IB port and an Xid.
+LINES = f"""gpu,host=n1,gpu=0 gpu_temp=41.5,ecc_sbe_volatile=3i,power_draw=301.25 {int(T * 1e9)}
+gpu,host=n1,gpu=1 gpu_temp=40 {int(T * 1e9)}
+gpu,host=n1,gpu=0 gpu_temp=42 {int((T + 5) * 1e9)}
+nvlink,host=n1,gpu=0,link=3 nvlink_crc_flit=7i {int(T * 1e9)}
+ib_port,host=n1,device=mlx5_0,port=1 ib_symbol_error=2i {int(T * 1e9)}
+xid,host=n1,gpu=1 code=79i {int(T * 1e9)}
+"""
+
+
+def _batch() -> Batch:
+    b = SchemaMapper().parse(LINES)
+    assert not b.rejected, b.rejected
+    return b
+
+
+def _same(a: Batch, b: Batch) -> None:
+    assert set(a.frames) == set(b.frames)
+    for scope, fa in a.frames.items():
+        fb = b.frames[scope]
+        assert [fa.entities[i] for i in fa.rows] == [fb.entities[i] for i in fb.rows]
+        assert np.array_equal(fa.ts, fb.ts)
+        assert np.array_equal(fa.values, fb.values, equal_nan=True)
+    assert a.events == b.events
+
+
+def test_round_trip_is_exact_with_nan_missing_events_and_scopes() -> None:
+    b = _batch()
+    gpu = b.frames[Scope.GPU]
+    gpu.values[0, 0] = np.nan  # a reported-as-missing value among present ones
+    report = CollectorReport("n1", "nvml", False, 0.25, 0, "NVML is gone", T)
+    got = Decoder().decode(encode(b, [report]))
+    _same(b, got.batch)
+    assert got.reports == [report]
+    assert len(b.frames) == 3 and len(b.events) == 1
+
+
+def test_a_fleet_round_and_a_table_with_unused_entities() -> None:
+    ents = [Entity.gpu("n2", i) for i in range(4)]
+    cols = len(CATALOG.columns(Scope.GPU))
+    vals = np.full((2, cols), np.nan)
+    vals[0, 1] = 1e300
+    vals[1, 2] = -0.0
+    f = Frame(EntityTable(Scope.GPU, ents), np.array([3, 1], np.int32), np.array([T, T]), vals)
+    b = Batch()
+    b.add(f)
+    got = Decoder().decode(encode(b)).batch.frames[Scope.GPU]
+    assert [got.entities[i] for i in got.rows] == [ents[3], ents[1]]
+    assert np.array_equal(got.values, vals, equal_nan=True)
+    assert np.signbit(got.values[1, 2])
+
+
+def test_the_same_dictionary_gives_the_same_entity_table() -> None:
+    d = Decoder()
+    body = encode(_batch())
+    t1 = d.decode(body).batch.frames[Scope.NVLINK].entities
+    assert d.decode(body).batch.frames[Scope.NVLINK].entities is t1
+
+
+def _stream(table: pa.Table, meta: dict[bytes, bytes] | None = None,
+            options: ipc.IpcWriteOptions | None = None) -> bytes:
+    meta = {META_FORMAT: FORMAT_VERSION.encode(), META_KIND: b"gpu"} if meta is None else meta
+    sink = pa.BufferOutputStream()
+    schema = table.schema.with_metadata(meta)
+    with ipc.new_stream(sink, schema, options=options) as w:
+        w.write_table(table.replace_schema_metadata(meta))
+    return bytes(sink.getvalue())
+
+
+def _gpu(keys: list[str], **cols: pa.Array) -> pa.Table:
+    ent = pa.DictionaryArray.from_arrays(pa.array(range(len(keys)), pa.int32()),
+                                         pa.array(keys, pa.string()))
+    return pa.table({"entity": ent, "ts": pa.array([T] * len(keys)), **cols})
+
+
+GOOD = _stream(_gpu(["n1:gpu0"], gpu_temp=pa.array([40.0])))
+_HOSTILE: list[tuple[str, bytes, str]] = [
+    ("truncated", GOOD[:-20], "truncated"),
+    ("cut after the schema", GOOD[:-8][:120], "truncated"),
+    ("no end marker", GOOD[:-8], "truncated"),
+    ("not arrow", b"gpu,host=n1,gpu=0 gpu_temp=40 1\n", "stream 1"),
+    ("unknown column", _stream(_gpu(["n1:gpu0"], weather=pa.array([1.0]))),
+     "'weather' is not a gpu metric"),
+    ("wrong type", _stream(_gpu(["n1:gpu0"], gpu_temp=pa.array(["hot"]))), "not float64"),
+    ("integer column", _stream(_gpu(["n1:gpu0"], gpu_temp=pa.array([40]))), "not float64"),
+    ("key of another scope", _stream(_gpu(["n1:gpu0:nvlink3"], gpu_temp=pa.array([1.0]))),
+     "is a nvlink key, not a gpu one"),
+    ("bad host", _stream(_gpu(["-rf:gpu0"], gpu_temp=pa.array([1.0]))), "starts with '-'"),
+    ("no format", _stream(_gpu(["n1:gpu0"]), {META_KIND: b"gpu"}), "gpuhealth.format"),
+    ("unknown kind", _stream(_gpu(["n1:gpu0"]), {META_FORMAT: b"1", META_KIND: b"fan"}),
+     "gpuhealth.kind"),
+    ("two gpu streams", GOOD + GOOD, "a second 'gpu' stream"),
+    ("nan ts", _stream(pa.table({
+        "entity": pa.array(["n1:gpu0"]).dictionary_encode(), "ts": pa.array([float("nan")])})),
+     "not finite"),
+    ("compressed", _stream(_gpu(["n1:gpu0"], gpu_temp=pa.array([40.0] * 1)),
+                           options=ipc.IpcWriteOptions(compression="zstd")), "compressed"),
+]
+
+
+@pytest.mark.parametrize(("name", "body", "says"), _HOSTILE, ids=[c[0] for c in _HOSTILE])
+def test_hostile_payloads_are_refused_naming_the_problem(name: str, body: bytes,
+                                                         says: str) -> None:
+    with pytest.raises(ArrowPayloadError, match=says.replace("(", r"\(")):
+        Decoder().decode(body)
+
+
+def test_non_utf8_keys_are_refused() -> None:
+    body = bytearray(_stream(_gpu(["n1:gpuX"], gpu_temp=pa.array([1.0]))))
+    at = body.index(b"n1:gpuX")
+    body[at + 6] = 0xFF  # inside the dictionary's string data
+    with pytest.raises(ArrowPayloadError, match=r"(?i)utf-?8"):
+        Decoder().decode(bytes(body))
+
+
+def test_huge_declared_lengths_do_not_allocate() -> None:
+    body = bytearray(GOOD)
+    # the second message's length prefix (after the schema): claim 2 GiB of metadata
+    at = 8 + int.from_bytes(body[4:8], "little")
+    body[at + 4:at + 8] = (0x7FFFFFF0).to_bytes(4, "little")
+    with pytest.raises(ArrowPayloadError):
+        Decoder().decode(bytes(body))
+
+
+def test_rows_are_counted_before_decoding() -> None:
+    body = _stream(_gpu([f"n1:gpu{i}" for i in range(5)]))
+    with pytest.raises(ArrowPayloadError, match="more than 4 rows"):
+        Decoder(Limits(max_rows=4)).decode(body)
+
+
+def test_gzip_is_the_callers() -> None:
+    with pytest.raises(ArrowPayloadError):
+        Decoder().decode(gzip.compress(GOOD))

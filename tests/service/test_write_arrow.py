@@ -1,0 +1,159 @@
+"""Arrow IPC writes over real HTTP on loopback: the lean route ingests them like line protocol,
+refuses a malformed one whole (nothing ingested), the FastAPI route answers 415, and the
+agent's Pusher falls back to line protocol for a target that does not read Arrow."""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from collectors.agent.push import Outcome, Pusher
+from collectors.arrow_batch import MEDIA_TYPE, encode
+from collectors.frames import Entity
+from collectors.schema import SchemaMapper
+from service.api.app import create_app
+from service.settings import Settings
+from tests.service.fleet import T0
+
+NS = int(T0 * 1e9)
+LINES = "".join(f"gpu,host=n001,gpu={g} gpu_temp={40 + g}.5,ecc_sbe_volatile={g}i {NS}\n"
+                for g in range(4))
+
+
+@pytest.fixture
+def services(tmp_path: Path) -> Iterator[dict[str, tuple[str, object]]]:
+    """name -> (write URL, app): "lean" reads Arrow, "fastapi" (lean_write=False) does not."""
+    out: dict[str, tuple[str, object]] = {}
+    servers = []
+    for name, lean in (("fastapi", False), ("lean", True)):
+        app = create_app(Settings(storage={"data_dir": tmp_path / name}),  # type: ignore[arg-type]
+                         clock=lambda: T0 + 1, schedule=False, lean_write=lean)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                               log_level="warning"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        out[name] = (f"http://127.0.0.1:{port}/write", app)
+    deadline = time.monotonic() + 20
+    while not all(s.started for s, _ in servers) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert all(s.started for s, _ in servers)
+    try:
+        yield out
+    finally:
+        for server, thread in servers:
+            server.should_exit = True
+            thread.join(timeout=20)
+
+
+def _held(app: object, key: str) -> bool:
+    store = app.state.gpuhealth.pipeline.store  # type: ignore[attr-defined]
+    e = Entity.parse(key)
+    return store[e.scope].slot(e) is not None
+
+
+def _arrow(text: str = LINES) -> bytes:
+    return encode(SchemaMapper().parse(text))
+
+
+def test_arrow_is_ingested_like_line_protocol(services: dict[str, tuple[str, object]]) -> None:
+    url, app = services["lean"]
+    r = httpx.post(url, content=gzip.compress(_arrow()),
+                   headers={"Content-Type": MEDIA_TYPE, "Content-Encoding": "gzip"})
+    assert r.status_code == 204, r.text
+    assert r.headers["x-gpuhealth-payload"] == "arrow"
+    assert all(_held(app, f"n001:gpu{g}") for g in range(4))
+    # the ingest stage's checks apply: a negative counter is refused by entity, the rest kept
+    bad = LINES.replace("ecc_sbe_volatile=2i", "ecc_sbe_volatile=1i").replace(
+        str(NS), str(NS + 5_000_000_000)).replace("gpu=3 gpu_temp=43.5", "gpu=3 gpu_temp=1e300")
+    r = httpx.post(url, content=_arrow(bad), headers={"Content-Type": MEDIA_TYPE})
+    assert r.status_code == 400, r.text
+    said = r.json()
+    assert said["rejected"] >= 1 and said["accepted"] >= 1
+    assert any(x["entity"] == "n001:gpu3" for x in said["rejections"])
+
+
+def test_a_malformed_payload_is_refused_whole(services: dict[str, tuple[str, object]]) -> None:
+    url, app = services["lean"]
+    good = _arrow("gpu,host=n009,gpu=0 gpu_temp=40 " + str(NS) + "\n")
+    other = _arrow(f"gpu,host=n009,gpu=1 gpu_temp=40 {NS}\n").replace(b"gpu", b"fan", 1)
+    for body, says in ((good + good[:-30], "truncated"), (good + other, "gpuhealth")):
+        r = httpx.post(url, content=body, headers={"Content-Type": MEDIA_TYPE})
+        assert r.status_code == 400, r.text
+        assert "Arrow payload refused, nothing written" in r.json()["error"]
+        assert says in r.json()["error"]
+        assert r.json()["accepted"] == 0
+    assert not _held(app, "n009:gpu0")  # its valid first stream was not ingested either
+
+
+def test_the_fastapi_route_answers_415(services: dict[str, tuple[str, object]]) -> None:
+    url, _ = services["fastapi"]
+    r = httpx.post(url, content=_arrow(), headers={"Content-Type": MEDIA_TYPE})
+    assert r.status_code == 415
+    assert "line protocol" in r.json()["error"]
+
+
+def test_the_agent_sends_arrow_and_falls_back(services: dict[str, tuple[str, object]]) -> None:
+    segment = gzip.compress(LINES.encode())
+    lean_url, _ = services["lean"]
+    p = Pusher(lean_url)
+    assert p.push(segment).outcome is Outcome.SENT
+    assert (p.sent_arrow, p.sent_lines) == (1, 0)
+    fast_url, fast_app = services["fastapi"]
+    p = Pusher(fast_url)
+    res = p.push(segment)  # 415, then the same segment as line protocol
+    assert res.outcome is Outcome.SENT and res.status == 204
+    assert (p.sent_arrow, p.sent_lines) == (0, 1)
+    assert _held(fast_app, "n001:gpu3")
+    assert p.push(segment).status == 204 and p.sent_lines == 2  # remembered: no Arrow try
+
+
+class _Influx(threading.Thread):
+    """An InfluxDB-like stub: reads every body as line protocol, so Arrow is a 400."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        seen: list[str] = []
+        self.seen = seen
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                seen.append(self.headers["Content-Type"])
+                ok = self.headers["Content-Type"].startswith("text/plain")
+                self.send_response(204 if ok else 400)
+                msg = b"" if ok else b'{"error":"unable to parse \'\\xff\\xff\': bad timestamp"}'
+                self.send_header("Content-Length", str(len(msg)))
+                self.end_headers()
+                self.wfile.write(msg)
+                del body
+
+            def log_message(self, *a: object) -> None:
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), H)
+        super().__init__(target=self.server.serve_forever, daemon=True)
+
+
+def test_the_agent_falls_back_for_influxdb() -> None:
+    stub = _Influx()
+    stub.start()
+    try:
+        p = Pusher(f"http://127.0.0.1:{stub.server.server_address[1]}/write")
+        assert p.push(gzip.compress(LINES.encode())).status == 204
+        assert p.push(gzip.compress(LINES.encode())).status == 204
+    finally:
+        stub.server.shutdown()
+    assert stub.seen == [MEDIA_TYPE, "text/plain; charset=utf-8", "text/plain; charset=utf-8"]
