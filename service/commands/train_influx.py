@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import math
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -202,8 +203,8 @@ def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any]) ->
             notes.append(f"{scope}: not trained: {exc}")
         finally:
             bar2.close()
-    for n in notes:
-        print(f"gpuhealth train: {n}")
+    for n in notes:  # beside --json's document, not in it
+        print(f"gpuhealth train: {n}", file=sys.stderr if args.json else sys.stdout)
     if not results:
         raise UsageError("no model could be trained: " + "; ".join(notes))
     wall = time.perf_counter() - started

@@ -5,9 +5,13 @@ without a message sent or a node drained.
 Four streams of level crossings are kept per shadow run (service.stages.model_registry), so
 both models are judged the same way against the labels that arrive (service.stages.scoreboard):
 
-- `active:fused`: the service's own alerts (rules and the active model), from the tick;
+- `active:fused`: the service's own fused risk (rules and the active model);
 - `challenger:fused`: what the service would have alerted with the challenger instead;
 - `active:model` and `challenger:model`: each model alone, as the evaluation's `model` set.
+
+Every stream has its own alert machine, started with the run: the service's real alerts began
+before the run, so entities already alerting would cross no level in them, while a fresh machine
+would raise them all at once; judging both models from the same fresh start keeps them equal.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from service.tick import TickResult
 
 log = logging.getLogger(__name__)
 STREAMS = ("active:fused", "active:model", "challenger:fused", "challenger:model")
-MAX_GAP_S = 60.0  # node-time counts between ticks at most this apart (a stop is no exposure)
+MAX_GAP_S = 60.0  # node-time counts between ticks at most this (or 3 steps) apart: a stop
+# is no exposure
 
 
 class Shadow:
@@ -36,7 +41,7 @@ class Shadow:
         self.run_id = run_id
         self.challenger = challenger
         self.stale_after_s = stale_after_s
-        self.machines = {s: AlertMachine(policy) for s in STREAMS if s != "active:fused"}
+        self.machines = {s: AlertMachine(policy) for s in STREAMS}
         self._last: float | None = None
 
     def forget(self, scope: Scope, keep: np.ndarray) -> None:
@@ -59,14 +64,12 @@ class Shadow:
         all_found = [f for s in SCOPES for f in scopes[s].findings]
         rules = [f for f in all_found if f.source != "model"]
         ours = [f for f in all_found if f.source == "model"]
-        rows: list[tuple[str, float, str, str, str, int, int, str]] = [
-            ("active:fused", t.at, t.entity, str(t.scope), t.node, t.new, t.old,
-             _rule(scopes[t.scope].explain(t.slot)) if t.slot >= 0 else "")
-            for t in tick.transitions if t.new > t.old and not t.derived]
-        for stream, found in (("active:model", ours), ("challenger:model", theirs),
-                              ("challenger:fused", rules + theirs)):
+        rows: list[tuple[str, float, str, str, str, int, int, str]] = []
+        for stream, found in (("active:fused", rules + ours), ("active:model", ours),
+                              ("challenger:model", theirs), ("challenger:fused", rules + theirs)):
             rows += self._stream(stream, found, sizes, view, now)
-        dt = 0.0 if self._last is None else min(max(now - self._last, 0.0), MAX_GAP_S)
+        gap = max(MAX_GAP_S, 3 * view.store.config.step_s)
+        dt = 0.0 if self._last is None else min(max(now - self._last, 0.0), gap)
         self._last = now
         self.registry.add_alarms(self.run_id, rows, dt * len(tick.risk.node_names), now)
 
