@@ -18,7 +18,7 @@ from service.assembly import Parts, Wiring, build_parts
 from service.notify.sender import Sent
 from service.remediation.actions import AuditEntry
 from service.settings import Settings
-from service.stages.alert_machine import FlagChange, Transition
+from service.stages.alert_machine import FlagChange, Transition, step_inputs
 from service.stages.alert_store import Alert
 from service.stages.fleet_alerts import FLEET, MISSING, STORM
 from service.stages.ingest import MAX_DETAILED_REJECTIONS, IngestResult
@@ -242,12 +242,7 @@ class Pipeline:
             sr = risk.scopes[scope]
             sw = self.store[scope]
             n = len(sr.risk)
-            last = sw.last_ts[:n]
-            last_seen = np.fmax.reduce(last, axis=1) if last.shape[1] else np.full(n, np.nan)
-            conf = np.zeros(n, np.float32)
-            for f in sr.findings:
-                if f.source == "model":
-                    np.maximum(conf, f.risk, out=conf)
+            last_seen, conf = step_inputs(sr, sw.last_ts)
             transitions += self.machine.step(scope, sr.risk, sr.hard, now, sw.entities,
                                              last_seen=last_seen, confidence=conf,
                                              stale_after_s=stale_after)

@@ -146,16 +146,10 @@ class LabelStore(SqliteStore):
         """Add labels and close the episodes `close` names, in one transaction."""
         if not labels and not close:
             return []
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                ids = [self._insert(lb, now) for lb in labels]
-                self._db.executemany("UPDATE labels SET episode_open = 0 WHERE id = ?",
-                                     [(i,) for i in close])
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self.transaction():
+            ids = [self._insert(lb, now) for lb in labels]
+            self._db.executemany("UPDATE labels SET episode_open = 0 WHERE id = ?",
+                                 [(i,) for i in close])
             out = self._by_ids(ids)
             self._note(out)
             return out
@@ -191,19 +185,13 @@ class LabelStore(SqliteStore):
                         now: float) -> list[StoredLabel]:
         """The labels of an alert's newest verdict: those of an earlier verdict are withdrawn
         in the same transaction."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                gone = [r[0] for r in self._db.execute(
-                    "SELECT id FROM labels WHERE alert_id = ? AND source = 'verdict' AND "
-                    "withdrawn_at IS NULL", (alert_id,))]
-                self._db.executemany("UPDATE labels SET withdrawn_at = ? WHERE id = ?",
-                                     [(now, i) for i in gone])
-                ids = [self._insert(lb, now) for lb in labels]
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self.transaction():
+            gone = [r[0] for r in self._db.execute(
+                "SELECT id FROM labels WHERE alert_id = ? AND source = 'verdict' AND "
+                "withdrawn_at IS NULL", (alert_id,))]
+            self._db.executemany("UPDATE labels SET withdrawn_at = ? WHERE id = ?",
+                                 [(now, i) for i in gone])
+            ids = [self._insert(lb, now) for lb in labels]
             out = self._by_ids(ids)
             self._note(self._by_ids(gone) + out)
             return out

@@ -177,21 +177,15 @@ class ModelRegistry(SqliteStore):
     # -- changes --------------------------------------------------------------------------
     def shadow(self, version: str, path: str, actor: str, now: float) -> ModelEntry:
         """Make a model the challenger (a running shadow run of another one ends, stopped)."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._end_challenger(now, "stopped")
-                cur = self._db.execute(
-                    "INSERT INTO model_entries (version, path, role, since, added_by) "
-                    "VALUES (?,?,?,?,?)", (version, path, "challenger", now, actor))
-                entry = int(cur.lastrowid or 0)
-                self._db.execute("INSERT INTO shadow_runs (challenger, started_at, updated_at) "
-                                 "VALUES (?,?,?)", (str(entry), now, now))
-                self._audit(now, actor, "shadow", version)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self.transaction():
+            self._end_challenger(now, "stopped")
+            cur = self._db.execute(
+                "INSERT INTO model_entries (version, path, role, since, added_by) "
+                "VALUES (?,?,?,?,?)", (version, path, "challenger", now, actor))
+            entry = int(cur.lastrowid or 0)
+            self._db.execute("INSERT INTO shadow_runs (challenger, started_at, updated_at) "
+                             "VALUES (?,?,?)", (str(entry), now, now))
+            self._audit(now, actor, "shadow", version)
         got = self.challenger()
         assert got is not None
         return got
@@ -201,15 +195,9 @@ class ModelRegistry(SqliteStore):
         ch = self.challenger()
         if ch is None:
             raise RegistryError("no challenger is in shadow")
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._end_challenger(now, "stopped")
-                self._audit(now, actor, "stop", ch.version, reason=reason)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self.transaction():
+            self._end_challenger(now, "stopped")
+            self._audit(now, actor, "stop", ch.version, reason=reason)
         return ch
 
     def promote(self, actor: str, now: float, *, current: tuple[str, str], forced: bool,
@@ -220,20 +208,14 @@ class ModelRegistry(SqliteStore):
         if ch is None:
             raise RegistryError("no challenger to promote: put one in shadow first "
                                 "(gpuhealth model shadow PATH)")
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                retired = self._retire_active(current, now, actor)
-                self._end_challenger(now, "promoted", keep=True)
-                self._db.execute("UPDATE model_entries SET role = 'active', since = ? "
-                                 "WHERE id = ?", (now, ch.id))
-                self._audit(now, actor, "promote", ch.version, previous=current[0],
-                            forced=forced, reason=reason,
-                            detail=detail | {"retired_entry": retired})
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self.transaction():
+            retired = self._retire_active(current, now, actor)
+            self._end_challenger(now, "promoted", keep=True)
+            self._db.execute("UPDATE model_entries SET role = 'active', since = ? "
+                             "WHERE id = ?", (now, ch.id))
+            self._audit(now, actor, "promote", ch.version, previous=current[0],
+                        forced=forced, reason=reason,
+                        detail=detail | {"retired_entry": retired})
         got = self.active()
         assert got is not None
         return got
@@ -244,18 +226,12 @@ class ModelRegistry(SqliteStore):
         prev = self.previous()
         if prev is None:
             raise RegistryError("nothing to roll back to: no model was active before this one")
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                retired = self._retire_active(current, now, actor)
-                self._db.execute("UPDATE model_entries SET role = 'active', since = ? "
-                                 "WHERE id = ?", (now, prev.id))
-                self._audit(now, actor, "rollback", prev.version, previous=current[0],
-                            reason=reason, detail={"retired_entry": retired})
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self.transaction():
+            retired = self._retire_active(current, now, actor)
+            self._db.execute("UPDATE model_entries SET role = 'active', since = ? "
+                             "WHERE id = ?", (now, prev.id))
+            self._audit(now, actor, "rollback", prev.version, previous=current[0],
+                        reason=reason, detail={"retired_entry": retired})
         got = self.active()
         assert got is not None
         return got
@@ -264,17 +240,11 @@ class ModelRegistry(SqliteStore):
                    node_seconds: float, now: float) -> None:
         """A tick's level crossings per stream (stream, time, entity, scope, node, level,
         prev, rule), and the node-seconds it observed."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany("INSERT INTO shadow_alarms VALUES (?,?,?,?,?,?,?,?,?)",
-                                     [(run_id, *r) for r in rows])
-                self._db.execute("UPDATE shadow_runs SET node_seconds = node_seconds + ?, "
-                                 "updated_at = ? WHERE id = ?", (node_seconds, now, run_id))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self.transaction():
+            self._db.executemany("INSERT INTO shadow_alarms VALUES (?,?,?,?,?,?,?,?,?)",
+                                 [(run_id, *r) for r in rows])
+            self._db.execute("UPDATE shadow_runs SET node_seconds = node_seconds + ?, "
+                             "updated_at = ? WHERE id = ?", (node_seconds, now, run_id))
 
     def restart_run(self, run_id: int, at: float) -> None:
         """The first scored tick of a run (data time) starts its span."""

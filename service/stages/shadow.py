@@ -23,7 +23,7 @@ import numpy as np
 from collectors.catalog import Scope
 from models.detectors.findings import Detector, Finding, Forgets, Signal
 from models.detectors.fusion import fuse
-from service.stages.alert_machine import AlertMachine, AlertPolicy, Transition
+from service.stages.alert_machine import AlertMachine, AlertPolicy, Transition, step_inputs
 from service.stages.model_registry import ModelRegistry
 from service.stages.scoring import SCOPES, StoreView
 from service.tick import TickResult
@@ -83,12 +83,7 @@ class Shadow:
             sr = fused[scope]
             sw = view.store[scope]
             n = len(sr.risk)
-            last = sw.last_ts[:n]
-            seen = np.fmax.reduce(last, axis=1) if last.shape[1] else np.full(n, np.nan)
-            conf = np.zeros(n, np.float32)
-            for f in sr.findings:
-                if f.source == "model":
-                    np.maximum(conf, f.risk, out=conf)
+            seen, conf = step_inputs(sr, sw.last_ts)
             trans: list[Transition] = m.step(scope, sr.risk, sr.hard, now, sw.entities[:n],
                                              last_seen=seen, confidence=conf,
                                              stale_after_s=self.stale_after_s)

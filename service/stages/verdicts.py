@@ -84,26 +84,20 @@ class VerdictStore(SqliteStore):
                 raise VerdictRefused("mode and time belong to a `failed` verdict only")
         else:
             mode, failed_at = self._failure(alert, mode, failed_at, now)
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                cur = self._db.execute(
-                    "INSERT INTO alert_verdicts (alert_id, verdict, mode, failed_at, comment, "
-                    "actor, via, at) VALUES (?,?,?,?,?,?,?,?)",
-                    (alert_id, verdict, mode, failed_at, comment, actor, via, now))
-                vid = int(cur.lastrowid or 0)
-                title = (f"Verdict on alert {alert_id} ({alert.entity}): {verdict}"
-                         f"{f' ({mode})' if mode else ''} by {actor}")
-                body = json.dumps({"alert_id": alert_id, "fingerprint": alert.fingerprint,
-                                   "verdict": verdict, "mode": mode, "failed_at": failed_at,
-                                   "comment": comment, "via": via})
-                self._db.execute("INSERT INTO deliveries VALUES (?,?,?,?,?,?,?,?,?)",
-                                 (now, "verdict", "verdict", f"alert:{alert_id}",
-                                  alert.peak_level, verdict, 1, title, body))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self.transaction():
+            cur = self._db.execute(
+                "INSERT INTO alert_verdicts (alert_id, verdict, mode, failed_at, comment, "
+                "actor, via, at) VALUES (?,?,?,?,?,?,?,?)",
+                (alert_id, verdict, mode, failed_at, comment, actor, via, now))
+            vid = int(cur.lastrowid or 0)
+            title = (f"Verdict on alert {alert_id} ({alert.entity}): {verdict}"
+                     f"{f' ({mode})' if mode else ''} by {actor}")
+            body = json.dumps({"alert_id": alert_id, "fingerprint": alert.fingerprint,
+                               "verdict": verdict, "mode": mode, "failed_at": failed_at,
+                               "comment": comment, "via": via})
+            self._db.execute("INSERT INTO deliveries VALUES (?,?,?,?,?,?,?,?,?)",
+                             (now, "verdict", "verdict", f"alert:{alert_id}",
+                              alert.peak_level, verdict, 1, title, body))
             got = self._get(vid)
         # The labels follow in the label store's own transaction: a crash between the two
         # leaves a verdict whose labels the next verdict (or `gpuhealth labels` repair) gives.
