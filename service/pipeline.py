@@ -48,6 +48,7 @@ class Pipeline:
         self.labels = parts.labels
         self.verdicts = parts.verdicts
         self.labeller = parts.labeller
+        self._swapped: dict[str, float] = {}  # entity -> when a counter proved a new device
         self.registry = parts.registry
         self.roles = parts.roles
         self.notification = parts.notification
@@ -107,6 +108,8 @@ class Pipeline:
             st.rows_late += res.late
             st.counter_drops += res.counter_drops
             st.counter_resets += res.resets
+            if res.swapped:  # a new device under an old name: the labeller's repair
+                self._swapped.update(res.swapped)
             st.last_ingest_s = time.perf_counter() - t0
             if res.ahead:
                 self._note_ahead(res.ahead, now)
@@ -189,7 +192,8 @@ class Pipeline:
                             flags, sent, deliveries, audit, levels, derived)
         with self.lock:  # both read the window store, which an ingest may be changing
             if self.labeller is not None:
-                self.labeller.observe(result)
+                swapped, self._swapped = self._swapped, {}
+                self.labeller.observe(result, swapped)
             if self.roles is not None:
                 self.roles.step(result, self.scorer.view)
         result.labels = self.labels.drain()

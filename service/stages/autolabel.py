@@ -49,7 +49,9 @@ class AutoLabeller:
         self._clear_since: dict[Key, float] = {}
         self.added = 0  # labels written since start (/metrics)
 
-    def observe(self, tick: TickResult) -> None:
+    def observe(self, tick: TickResult, swapped: dict[str, float] | None = None) -> None:
+        """`swapped`: entities whose persistent counters proved a new device since the last
+        tick (service.stages.ingest), with when."""
         now = tick.at
         alert_of = {a.entity: a.id for _, a in tick.changed if a.state == "firing"}
         pending: dict[Key, NewLabel] = {}
@@ -97,7 +99,11 @@ class AutoLabeller:
                 fresh[t.entity] = True  # it reports again: the store saw it this round
         new = list(pending.values())
         close: list[StoredLabel] = []
+        for entity, at in (swapped or {}).items():
+            new += self._swap(entity, at, close)
         for key, lb in self._open.items():
+            if lb in close:
+                continue
             if key in firing:
                 self._clear_since.pop(key, None)
                 continue
@@ -128,6 +134,20 @@ class AutoLabeller:
                 self._open[(lb.entity, str(lb.mode))] = lb
             log.info("label %s %s %s (%s)", lb.kind, lb.entity, lb.mode or lb.action, lb.source)
         self.added += len(stored)
+
+    def _swap(self, entity: str, at: float, close: list[StoredLabel]) -> list[NewLabel]:
+        """A device replaced under the same name: the repair of its open failures (closed
+        now), or a repair of its own when none was open."""
+        e = Entity.parse(entity)
+        action = "gpu_swapped" if e.scope is Scope.GPU else "device_replaced"
+        mine = [lb for lb in self._open.values() if lb.entity == entity]
+        close += mine
+        detail = "persistent counters restarted lower: a new device under this name"
+        if not mine:
+            return [NewLabel("repair", at, e.node, entity, e.scope, "counters", action=action,
+                             detail=detail)]
+        return [NewLabel("repair", at, lb.node, entity, lb.scope, "counters", mode=lb.mode,
+                         action=action, alert_id=lb.alert_id, detail=detail) for lb in mine]
 
     def _alert(self, entity: str, alert_of: dict[str, int]) -> int | None:
         """The entity's open alert: the hard rule fired one this tick, or one was open already

@@ -12,6 +12,7 @@ from service.assembly import Wiring
 from service.pipeline import Pipeline, build_pipeline
 from service.settings import Settings
 from service.stages.autolabel import CLEAR_FOR_S
+from service.stages.ingest import REBASE_AFTER
 from service.stages.label_store import LabelStore
 from tests.pipeline.builders import T0, Rounds
 
@@ -150,3 +151,28 @@ def test_precursors_and_resettable_xids_are_not_failures(tmp_path: Path) -> None
         assert pipe.labels.find() == []
     finally:
         pipe.close()
+
+
+def test_a_gpu_swapped_under_the_same_name_repairs_its_open_failure(tmp_path: Path) -> None:
+    pipe = _pipe(tmp_path)
+    r = Rounds(nodes=1, gpus=2)
+    try:
+        r.set("n0:gpu0", "ecc_sbe_aggregate", 5000)  # a lifetime count: persists across resets
+        _run(pipe, r, 0, 4)
+        r.set("n0:gpu0", "retired_pages_sbe", 64)  # past DCGM's limit: an HBM failure
+        _run(pipe, r, 4, 8)
+        assert [(lb.kind, lb.source) for lb in pipe.labels.find()] == [
+            ("failure", "rule:retired_pages_limit")]
+        # A new GPU in the slot: its lifetime counters start again, lower.
+        r.set("n0:gpu0", "retired_pages_sbe", 0)
+        r.set("n0:gpu0", "ecc_sbe_aggregate", 3)
+        _run(pipe, r, 8, 8 + REBASE_AFTER + 1)
+        got = pipe.labels.find()
+    finally:
+        pipe.close()
+    assert [(lb.kind, str(lb.mode), lb.action, lb.source) for lb in got] == [
+        ("failure", "M1_hbm", None, "rule:retired_pages_limit"),
+        ("repair", "M1_hbm", "gpu_swapped", "counters")]
+    assert got[1].time == T0 + (8 + REBASE_AFTER - 1) * STEP  # the reading that proved it
+    assert got[1].alert_id == got[0].alert_id and not got[0].open  # the swap closed it
+    assert _labels(tmp_path)[1][3] == "gpu_swapped"
