@@ -9,10 +9,17 @@ nothing home-made; what is ours is which streams a body holds and what their col
 - a body is a sequence of complete IPC streams (each with its schema and end-of-stream marker),
   at most one per kind; schema metadata `gpuhealth.format` = FORMAT_VERSION and `gpuhealth.kind`
   = a scope (`gpu`, `nvlink`, `ib_port`, `node`), `events` or `collectors`;
-- a scope's stream: `entity` (dictionary<int32, utf8>: entity keys as Entity.key spells them),
-  `ts` (float64 epoch seconds) and any of the scope's catalog metric columns (float64, null
-  where not reported; a column left out is not reported for any row). Batch's NaN ("not
-  reported") is written as null and read back as NaN, so Batch -> Arrow -> Batch is exact;
+- a scope's stream (format 2): `entity` (dictionary<int32, utf8>: entity keys as Entity.key
+  spells them), `ts` (float64 epoch seconds) and `values`, a fixed_size_list<float64>[k] whose
+  k items are the metrics named, in order, by schema metadata `gpuhealth.metrics` (catalog
+  metrics of the scope, comma-separated, none twice; a metric left out is not reported for
+  any row; no metric at all: no `values` column and an empty list). One column for every
+  metric: a request decodes in a handful of Arrow calls, not one per metric. Batch's NaN
+  ("not reported") is written as a null item and read back as NaN, so Batch -> Arrow -> Batch
+  is exact;
+- format 1 (the first agents' payload) is still read: a scope's metrics are then float64
+  columns named after them, one per metric. Its other streams are as format 2's. A body's
+  streams must all be of one format;
 - `events`: `entity` (utf8 or dictionary), `ts` float64, `metric` (an event metric of the
   entity's scope), `value` float64;
 - `collectors`: node agents' collector status (collectors.collector_status): `host`,
@@ -30,6 +37,7 @@ Value ranges are the ingest stage's to check, as for line protocol.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Sequence
@@ -45,9 +53,12 @@ from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
 from collectors.lineprotocol import Point
 
 MEDIA_TYPE = "application/vnd.apache.arrow.stream"
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"
+FORMATS = frozenset({"1", FORMAT_VERSION})  # read; format 2 is written
 META_FORMAT = b"gpuhealth.format"
 META_KIND = b"gpuhealth.kind"
+META_METRICS = b"gpuhealth.metrics"
+VALUES = "values"
 EVENTS = "events"
 COLLECTORS = "collectors"
 KINDS = frozenset([s.value for s in Scope] + [EVENTS, COLLECTORS])
@@ -80,7 +91,7 @@ def encode(batch: Batch, reports: Sequence[CollectorReport] = ()) -> bytes:
     out = pa.BufferOutputStream()
     for scope, frame in batch.frames.items():
         if len(frame):
-            _write(out, scope.value, _frame_table(frame))
+            _write(out, scope.value, *_frame_table(frame))
     if len(batch.events):
         ev = batch.events
         _write(out, EVENTS, pa.table({
@@ -95,23 +106,29 @@ def encode(batch: Batch, reports: Sequence[CollectorReport] = ()) -> bytes:
     return bytes(out.getvalue())
 
 
-def _frame_table(frame: Frame) -> pa.Table:
+def _frame_table(frame: Frame) -> tuple[pa.Table, bytes]:
+    """The frame's columns, and the metric names its `values` lists hold."""
     used, idx = np.unique(frame.rows, return_inverse=True)  # only the entities rows name
     ents = frame.entities.entities
     keys = pa.array([ents[i].key for i in used.tolist()], pa.string())
     cols: dict[str, pa.Array] = {
         "entity": pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32)), keys),
         "ts": pa.array(frame.ts, pa.float64())}
-    for j, metric in enumerate(CATALOG.columns(frame.scope)):
-        col = frame.values[:, j]
-        missing = np.isnan(col)
-        if not missing.all():
-            cols[metric.name] = pa.array(col, pa.float64(), mask=missing)
-    return pa.table(cols)
+    reported = np.flatnonzero(~np.isnan(frame.values).all(axis=0))
+    if len(reported):
+        flat = np.ascontiguousarray(frame.values[:, reported]).ravel()
+        cols[VALUES] = pa.FixedSizeListArray.from_arrays(
+            pa.array(flat, pa.float64(), mask=np.isnan(flat)), len(reported))
+    metrics = CATALOG.columns(frame.scope)
+    return pa.table(cols), ",".join(metrics[j].name for j in reported.tolist()).encode()
 
 
-def _write(out: pa.BufferOutputStream, kind: str, table: pa.Table) -> None:
-    schema = table.schema.with_metadata({META_FORMAT: FORMAT_VERSION, META_KIND: kind})
+def _write(out: pa.BufferOutputStream, kind: str, table: pa.Table,
+           metrics: bytes | None = None) -> None:
+    meta = {META_FORMAT: FORMAT_VERSION, META_KIND: kind}
+    if metrics is not None:
+        meta[META_METRICS] = metrics  # type: ignore[assignment]
+    schema = table.schema.with_metadata(meta)
     with ipc.new_stream(out, schema) as w:
         w.write_table(table.replace_schema_metadata(schema.metadata))
 
@@ -141,7 +158,7 @@ class Decoder:
         buf = pa.py_buffer(body)
         src = pa.BufferReader(buf)
         out = Decoded(Batch())
-        seen: set[str] = set()
+        seen: dict[str, str] = {}  # kind -> format of the streams read
         while src.tell() < buf.size:
             start = src.tell()
             _, rows = _scan(src, len(seen) + 1)
@@ -149,60 +166,32 @@ class Decoder:
             if out.rows > self.limits.max_rows:
                 raise ArrowPayloadError(f"more than {self.limits.max_rows} rows")
             stream = ipc.open_stream(buf.slice(start, src.tell() - start))
-            kind = _kind(stream.schema, seen)
-            if len(stream.schema) > self.limits.max_columns:
+            schema = stream.schema
+            kind, fmt = _kind(schema, seen)
+            if len(schema) > self.limits.max_columns:
                 raise ArrowPayloadError(f"stream {kind!r} has more than "
                                         f"{self.limits.max_columns} columns")
-            try:
-                table = pa.Table.from_batches(list(stream), stream.schema)
-            except (pa.ArrowException, ValueError) as exc:
-                raise ArrowPayloadError(f"stream {kind!r} does not decode: {exc}") from None
-            if table.num_rows != rows:
-                raise ArrowPayloadError(f"stream {kind!r} disagrees with its metadata")
-            for b in table.to_batches():
-                try:
-                    b.validate(full=True)
-                except pa.ArrowException as exc:  # offsets out of bounds, non-UTF-8 text...
-                    raise ArrowPayloadError(f"stream {kind!r} is malformed: {exc}") from None
+            batch = _read(stream, kind, rows)
             if kind == EVENTS:
-                out.batch.events = _events(table)
+                out.batch.events = _events(pa.Table.from_batches([batch], schema))
             elif kind == COLLECTORS:
-                out.reports = _reports(table)
+                out.reports = _reports(pa.Table.from_batches([batch], schema))
             else:
-                frame = self._frame(Scope(kind), table)
+                frame = self._frame(Scope(kind), schema, batch, fmt)
                 if len(frame):
                     out.batch.add(frame)
         return out
 
-    def _frame(self, scope: Scope, table: pa.Table) -> Frame:
-        cols = CATALOG.columns(scope)
-        at = _COLUMN_AT[scope]
-        names = table.column_names
+    def _frame(self, scope: Scope, schema: pa.Schema, batch: pa.RecordBatch,
+               fmt: str) -> Frame:
+        names = schema.names
         if names[:2] != ["entity", "ts"]:
             raise ArrowPayloadError(f"stream {scope.value!r}: the first columns must be "
                                     f"'entity' and 'ts', got {names[:2]}")
-        rb = table.combine_chunks().to_batches()
-        n = table.num_rows
-        values = np.full((n, len(cols)), np.nan)
-        if not rb:
+        values = _columns_v1(scope, batch) if fmt == "1" else _values(scope, schema, batch)
+        if not batch.num_rows:
             return Frame.empty(EntityTable(scope, ()))
-        batch = rb[0]  # one chunk per column after combine_chunks
-        taken: set[int] = set()
-        for i, f in enumerate(batch.schema):
-            if i < 2:
-                continue
-            j = at.get(f.name)
-            if j is None:
-                raise ArrowPayloadError(f"stream {scope.value!r}: {f.name[:80]!r} is not a "
-                                        f"{scope.value} metric of the catalog")
-            if f.type.id != _F64_ID:
-                raise ArrowPayloadError(f"stream {scope.value!r}: column {f.name!r} is "
-                                        f"{f.type}, not float64")
-            if j in taken:
-                raise ArrowPayloadError(f"stream {scope.value!r}: column {f.name!r} repeated")
-            taken.add(j)
-            values[:, j] = batch.column(i).to_numpy(zero_copy_only=False)  # null: NaN
-        ts = _finite_ts(table, scope.value)
+        ts = _finite_ts(batch, scope.value)
         ent = batch.column(0)
         if not pa.types.is_dictionary(ent.type) or ent.type.value_type.id != _STR_ID:
             raise ArrowPayloadError(f"stream {scope.value!r}: 'entity' must be "
@@ -243,7 +232,99 @@ def _entity(key: str, where: str) -> Entity:
         raise ArrowPayloadError(f"stream {where!r}: {exc}") from None
 
 
-def _finite_ts(table: pa.Table, where: str) -> np.ndarray:
+def _read(stream: ipc.RecordBatchStreamReader, kind: str, rows: int) -> pa.RecordBatch:
+    """The stream's record batches, each fully validated (offsets, UTF-8, dictionary
+    indices), as one."""
+    try:
+        batches = list(stream)
+    except (pa.ArrowException, ValueError) as exc:
+        raise ArrowPayloadError(f"stream {kind!r} does not decode: {exc}") from None
+    if sum(b.num_rows for b in batches) != rows:
+        raise ArrowPayloadError(f"stream {kind!r} disagrees with its metadata")
+    for b in batches:
+        try:
+            b.validate(full=True)
+        except pa.ArrowException as exc:  # offsets out of bounds, non-UTF-8 text...
+            raise ArrowPayloadError(f"stream {kind!r} is malformed: {exc}") from None
+    if len(batches) == 1:  # what our agent writes
+        return batches[0]
+    try:
+        table = pa.Table.from_batches(batches, stream.schema).combine_chunks()
+    except (pa.ArrowException, ValueError) as exc:
+        raise ArrowPayloadError(f"stream {kind!r} does not decode: {exc}") from None
+    got = table.to_batches()
+    return got[0] if got else pa.RecordBatch.from_pylist([], stream.schema)
+
+
+def _values(scope: Scope, schema: pa.Schema, batch: pa.RecordBatch) -> np.ndarray:
+    """Format 2: the `values` lists as the frame's (rows, catalog columns) matrix."""
+    cols = _metric_columns(scope, (schema.metadata or {}).get(META_METRICS))
+    want = ["entity", "ts", VALUES] if cols else ["entity", "ts"]
+    if schema.names != want:
+        raise ArrowPayloadError(f"stream {scope.value!r}: the columns must be {want} (format "
+                                f"{FORMAT_VERSION}), got {schema.names[:20]}")
+    n = batch.num_rows
+    values = np.full((n, len(CATALOG.columns(scope))), np.nan)
+    if not cols:
+        return values
+    col = batch.column(2)
+    t = col.type
+    if (not pa.types.is_fixed_size_list(t) or t.value_type.id != _F64_ID
+            or t.list_size != len(cols)):
+        raise ArrowPayloadError(f"stream {scope.value!r}: 'values' must be "
+                                f"fixed_size_list<float64>[{len(cols)}] (one item per metric "
+                                f"named), got {t}")
+    if col.null_count:
+        raise ArrowPayloadError(f"stream {scope.value!r}: 'values' has a null list (a "
+                                "metric not reported is a null item)")
+    flat = col.flatten().to_numpy(zero_copy_only=False)  # null items: NaN
+    values[:, cols] = flat.reshape(n, len(cols))
+    return values
+
+
+@functools.lru_cache(maxsize=64)
+def _metric_columns(scope: Scope, raw: bytes | None) -> list[int]:
+    """Catalog columns of the metric names a format-2 stream's metadata lists."""
+    if raw is None:
+        raise ArrowPayloadError(f"stream {scope.value!r}: schema metadata "
+                                f"{META_METRICS.decode()!r} is missing")
+    text = raw.decode("utf-8", "replace")
+    at = _COLUMN_AT[scope]
+    cols = []
+    for name in text.split(",") if text else []:
+        j = at.get(name)
+        if j is None:
+            raise ArrowPayloadError(f"stream {scope.value!r}: {name[:80]!r} is not a "
+                                    f"{scope.value} metric of the catalog")
+        if j in cols:
+            raise ArrowPayloadError(f"stream {scope.value!r}: metric {name!r} repeated")
+        cols.append(j)
+    return cols
+
+
+def _columns_v1(scope: Scope, batch: pa.RecordBatch) -> np.ndarray:
+    """Format 1: one float64 column per metric, named after it."""
+    at = _COLUMN_AT[scope]
+    values = np.full((batch.num_rows, len(CATALOG.columns(scope))), np.nan)
+    taken: set[int] = set()
+    for i, f in enumerate(batch.schema):
+        if i < 2:
+            continue
+        j = at.get(f.name)
+        if j is None:
+            raise ArrowPayloadError(f"stream {scope.value!r}: {f.name[:80]!r} is not a "
+                                    f"{scope.value} metric of the catalog")
+        if f.type.id != _F64_ID:
+            raise ArrowPayloadError(f"stream {scope.value!r}: column {f.name!r} is "
+                                    f"{f.type}, not float64")
+        if j in taken:
+            raise ArrowPayloadError(f"stream {scope.value!r}: column {f.name!r} repeated")
+        taken.add(j)
+        values[:, j] = batch.column(i).to_numpy(zero_copy_only=False)  # null: NaN
+    return values
+
+
+def _finite_ts(table: pa.Table | pa.RecordBatch, where: str) -> np.ndarray:
     col = table.column("ts")
     if col.type != pa.float64() or col.null_count:
         raise ArrowPayloadError(f"stream {where!r}: 'ts' must be float64 without nulls, "
@@ -254,11 +335,17 @@ def _finite_ts(table: pa.Table, where: str) -> np.ndarray:
     return ts
 
 
-def _kind(schema: pa.Schema, seen: set[str]) -> str:
+def _kind(schema: pa.Schema, seen: dict[str, str]) -> tuple[str, str]:
+    """The stream's kind and format; a body's streams are all of one format."""
     meta = schema.metadata or {}
-    if meta.get(META_FORMAT) != FORMAT_VERSION.encode():
+    raw = meta.get(META_FORMAT)
+    fmt = raw.decode("ascii", "replace") if raw is not None else None
+    if fmt not in FORMATS:
         raise ArrowPayloadError(f"schema metadata {META_FORMAT.decode()!r} must be "
-                                f"{FORMAT_VERSION!r}, got {meta.get(META_FORMAT)!r}")
+                                f"{FORMAT_VERSION!r} (or the older '1'), got {raw!r}")
+    if seen and fmt not in seen.values():
+        raise ArrowPayloadError(f"streams of formats {sorted({*seen.values(), fmt})} in one "
+                                "body")
     try:
         kind = str(meta.get(META_KIND, b"").decode())
     except UnicodeDecodeError:
@@ -268,8 +355,8 @@ def _kind(schema: pa.Schema, seen: set[str]) -> str:
                                 f"{sorted(KINDS)}, got {meta.get(META_KIND)!r}")
     if kind in seen:
         raise ArrowPayloadError(f"a second {kind!r} stream")
-    seen.add(kind)
-    return kind
+    seen[kind] = fmt
+    return kind, fmt
 
 
 def _events(table: pa.Table) -> EventFrame:

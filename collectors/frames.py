@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import chain
 
 import numpy as np
 import numpy.typing as npt
@@ -167,6 +168,23 @@ class EntityTable:
         if self._index is None:
             self._index = {e: i for i, e in enumerate(self.entities)}
         return self._index[entity]
+
+
+class JoinedTable(EntityTable):
+    """Several tables of one scope end to end (a coalesced ingest of many senders' frames).
+    Each part was checked when it was made; `parts` lets a consumer that caches a lookup per
+    table identity (the window store's slots) reuse each part's instead of resolving the
+    joined table entity by entity."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, scope: Scope, parts: Sequence[EntityTable]) -> None:
+        self.scope = scope
+        self.parts: tuple[EntityTable, ...] = tuple(parts)
+        if any(t.scope is not scope for t in self.parts):
+            raise ValueError(f"a joined table of scope {scope} takes only {scope} tables")
+        self.entities = tuple(chain.from_iterable(t.entities for t in self.parts))
+        self._index = None
 
 
 @dataclass(slots=True)

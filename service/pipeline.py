@@ -21,6 +21,7 @@ from service.settings import Settings
 from service.stages.alert_machine import FlagChange, Transition, step_inputs
 from service.stages.alert_store import Alert
 from service.stages.fleet_alerts import FLEET, MISSING, STORM
+from service.stages.heap import HeapTrim
 from service.stages.ingest import MAX_DETAILED_REJECTIONS, IngestResult
 from service.stages.scoring import SCOPES, RiskState
 from service.tick import Closable, Stats, TickResult
@@ -58,6 +59,10 @@ class Pipeline:
         self.sinks = parts.sinks
         self.observers = parts.observers
         self.generation = self.store.generation  # of the store's forgetting this has followed
+        # Freed heap pages go back to the system after ticks (service/stages/heap.py): at once when
+        # the store grew or forgot entities, else at most once a minute.
+        self.heap = HeapTrim()
+        self._layout = self._store_layout()
         self.forget_every_s = FORGET_EVERY_S
         self._forgot_at = -np.inf
         self.risk: RiskState | None = None
@@ -199,7 +204,14 @@ class Pipeline:
         result.labels = self.labels.drain()
         for obs in self.observers:
             obs.observe(result)
+        layout = self._store_layout()
+        self.heap.after_tick(now, changed=layout != self._layout)
+        self._layout = layout
         return result
+
+    def _store_layout(self) -> tuple[int, ...]:
+        """What changes when the store's arrays are reallocated or compacted."""
+        return (self.store.generation, *(w.capacity for w in self.store.scopes.values()))
 
     def _forget(self, now: float) -> list[Transition]:
         """Forget entities silent past their longest window (the store's owner decides, at

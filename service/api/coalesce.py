@@ -40,9 +40,10 @@ import numpy as np
 from anyio.to_thread import run_sync
 
 from collectors.catalog import CATALOG, Kind, Scope
-from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
+from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame, JoinedTable
 from service.pipeline import Pipeline
 from service.stages.ingest import MAX_DETAILED_REJECTIONS, IngestResult
+from service.stages.windows import WindowStore
 
 log = logging.getLogger(__name__)
 
@@ -62,25 +63,37 @@ class Pending:
     done: asyncio.Future[IngestResult] = field(repr=False)
 
 
-def plan(pipeline: Pipeline, batch: Batch) -> tuple[frozenset[str], int, bool]:
+def plan(pipeline: Pipeline, batch: Batch, cache: PlanCache | None = None
+         ) -> tuple[frozenset[str], int, bool]:
     """The entity keys a batch names, its values, and whether it must go alone (it names an
-    entity the store does not hold, or it is large). Run beside parsing, off the event loop."""
+    entity the store does not hold, or it is large). Run beside parsing, off the event loop.
+    With a `cache`, a frame whose table was met before costs no per-entity work."""
     store = pipeline.store
-    keys: list[str] = []
+    generation = store.generation  # what was found held is remembered only for this one
+    keys: set[str] = set()
     cells = 0
     new = False
     for frame in batch.frames.values():
         if not len(frame):
             continue
         cells += frame.values.size
+        held = cache.held(store, frame) if cache is not None else None
+        if held is not None:
+            keys |= held
+            continue
         w = store[frame.scope]
         ents = frame.entities.entities
-        for i in np.unique(frame.rows).tolist():
+        fresh = False
+        used = np.unique(frame.rows).tolist()
+        for i in used:
             e = ents[i]
-            keys.append(e.key)
-            new = new or w.slot(e) is None
+            keys.add(e.key)
+            fresh = fresh or w.slot(e) is None
+        new = new or fresh
+        if cache is not None and not fresh and len(used) == len(ents):
+            cache.remember(generation, frame.entities)
     for key in set(batch.events.keys):
-        keys.append(key)
+        keys.add(key)
         cells += 1
         try:
             e = Entity.parse(key)
@@ -88,6 +101,39 @@ def plan(pipeline: Pipeline, batch: Batch) -> tuple[frozenset[str], int, bool]:
             continue  # refused by ingest, naming this key
         new = new or store[e.scope].slot(e) is None
     return frozenset(keys), cells, new or cells > ALONE_CELLS
+
+
+class PlanCache:
+    """Per entity table (by identity: a mapper or decoder keeps one per sender layout), its
+    entity keys, kept once the store held every one of them. The store forgets entities only
+    in a compaction, which moves `store.generation`: then everything is looked at again."""
+
+    def __init__(self, max_tables: int = 32_768) -> None:
+        self.max_tables = max_tables
+        self._generation = -1
+        self._keys: dict[int, tuple[EntityTable, frozenset[str]]] = {}
+
+    def held(self, store: WindowStore, frame: Frame) -> frozenset[str] | None:
+        """The keys of the frame's entities when its table is known to be held whole and
+        the frame's rows name every entity of it; None: look at the entities."""
+        if store.generation != self._generation:
+            self._keys.clear()
+            self._generation = store.generation
+            return None
+        got = self._keys.get(id(frame.entities))
+        if got is None or got[0] is not frame.entities:
+            return None
+        if not np.bincount(frame.rows, minlength=len(frame.entities)).all():
+            return None  # some entity has no row: only the named ones count
+        return got[1]
+
+    def remember(self, generation: int, table: EntityTable) -> None:
+        """The table was found held whole by the store at `generation`."""
+        if generation != self._generation:
+            return  # the store has forgotten entities since (or held() has not seen it yet)
+        if len(self._keys) >= self.max_tables:
+            self._keys.clear()
+        self._keys[id(table)] = (table, frozenset(e.key for e in table.entities))
 
 
 class Coalescer:
@@ -101,8 +147,13 @@ class Coalescer:
         self.observe = observe
         self._pending: list[Pending] = []
         self._flusher: asyncio.Task[None] | None = None
+        self.plans = PlanCache()
         self.ingests = 0  # pipeline ingests made, and the requests they took (for the bench)
         self.requests = 0
+
+    def plan(self, batch: Batch) -> tuple[frozenset[str], int, bool]:
+        """`plan` with this coalescer's cache; in a worker thread, beside parsing."""
+        return plan(self.pipeline, batch, self.plans)
 
     async def ingest(self, batch: Batch, plan_: tuple[frozenset[str], int, bool]
                      ) -> IngestResult:
@@ -214,12 +265,7 @@ def merge(batches: Sequence[Batch]) -> Merged:
             if id(f.entities) not in offset:
                 offset[id(f.entities)] = sum(map(len, tables))
                 tables.append(f.entities)
-        if len(tables) == 1:
-            table = tables[0]
-        else:
-            table = EntityTable.__new__(EntityTable)  # each part's table was checked when made
-            table.scope, table._index = scope, None
-            table.entities = tuple(e for t in tables for e in t.entities)
+        table = tables[0] if len(tables) == 1 else JoinedTable(scope, tables)
         rows = [f.rows + np.int32(offset[id(f.entities)]) for _, f in parts]
         merged_rows = np.concatenate(rows).astype(np.int32, copy=False)
         out.add(Frame(table, merged_rows, np.concatenate([f.ts for _, f in parts]),
@@ -251,9 +297,10 @@ def split(res: IngestResult, group: Sequence[Pending], merged: Merged) -> list[I
         r = IngestResult(rejected=len(it.batch.rejected))
         r.rejections = it.batch.rejected[:MAX_DETAILED_REJECTIONS]
         per.append(r)
-    owner = {key: i for i, it in enumerate(group) for key in it.keys}
     events_refused = [0] * len(group)
     parsed = len(merged.batch.rejected)  # listed first; each request has its own already
+    owner = ({key: i for i, it in enumerate(group) for key in it.keys}
+             if len(res.rejections) > parsed else {})  # rare: not built for a clean ingest
     for rej, n in zip(res.rejections[parsed:], res.refused_n[parsed:], strict=True):
         i = owner.get(rej.entity) if rej.entity is not None else None
         if i is None:  # every refusal of a merged ingest names one of its entities

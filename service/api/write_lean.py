@@ -30,7 +30,7 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 
 from service.api import problems, write, write_arrow
-from service.api.coalesce import Coalescer, plan
+from service.api.coalesce import Coalescer
 from service.api.state import Running
 from service.api.write_auth import authorize
 from service.errors import GpuhealthError
@@ -175,14 +175,15 @@ async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
     strict = _STRICT[query.get("strict", "false")]
     try:
         if arrow:  # our agent's columnar payload (service.api.write_arrow)
-            parsed, plan_ = await run_sync(_parse_arrow, st, body, gz)
-            got = (await coalescer.ingest(parsed.batch, plan_) if coalescer is not None else
+            parsed, plan_ = await run_sync(_parse_arrow, st, body, gz, coalescer)
+            got = (await coalescer.ingest(parsed.batch, plan_)
+                   if coalescer is not None and plan_ is not None else
                    await run_sync(_ingest_alone, st, parsed))
             res, cut = write.finish(st, parsed, got, strict)
         elif coalescer is None:
             res, cut = await run_sync(write._write_body, st, body, gz, precision, strict)
         else:  # parsed alone, ingested with other senders' batches (service.api.coalesce)
-            parsed, plan = await run_sync(_parse, st, body, gz, precision, strict)
+            parsed, plan = await run_sync(_parse, st, body, gz, precision, strict, coalescer)
             res, cut = write.finish(st, parsed, await coalescer.ingest(parsed.batch, plan),
                                     strict)
     except GpuhealthError as refused:
@@ -201,10 +202,10 @@ async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
     return problems.influx_response(write.partial_write(res, cut), path)
 
 
-def _parse_arrow(st: Running, body: bytes, gz: bool
-                 ) -> tuple[write.Parsed, tuple[frozenset[str], int, bool]]:
+def _parse_arrow(st: Running, body: bytes, gz: bool, coalescer: Coalescer | None
+                 ) -> tuple[write.Parsed, tuple[frozenset[str], int, bool] | None]:
     parsed = write_arrow.parse_arrow(st, body, gz)
-    return parsed, plan(st.pipeline, parsed.batch)
+    return parsed, coalescer.plan(parsed.batch) if coalescer is not None else None
 
 
 def _ingest_alone(st: Running, parsed: write.Parsed) -> IngestResult:
@@ -214,7 +215,7 @@ def _ingest_alone(st: Running, parsed: write.Parsed) -> IngestResult:
     return res
 
 
-def _parse(st: Running, body: bytes, gz: bool, precision: str, strict: bool
-           ) -> tuple[write.Parsed, tuple[frozenset[str], int, bool]]:
+def _parse(st: Running, body: bytes, gz: bool, precision: str, strict: bool,
+           coalescer: Coalescer) -> tuple[write.Parsed, tuple[frozenset[str], int, bool]]:
     parsed = write.parse_body(st, body, gz, precision, strict)
-    return parsed, plan(st.pipeline, parsed.batch)
+    return parsed, coalescer.plan(parsed.batch)

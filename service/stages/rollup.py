@@ -33,9 +33,9 @@ FOLD_LAG = 1
 
 def reduce_rows(agg: F32, hi: F32, lo: F32, is_counter: B,
                 is_state: B) -> tuple[F32 | npt.NDArray[np.float64], F32, F32]:
-    """A bucket from its rows: agg[metric, row, slot] (hi/lo: the gauge columns' max/min
-    rows), reduced over rows: a counter's sum, a state's max, a gauge's mean; the gauges'
-    max and min. NaN where no row held a value."""
+    """A bucket from its rows: agg[metric, row, slot] (hi/lo: the max/min rows of the gauge
+    columns the tier keeps them for), reduced over rows: a counter's sum, a state's max, a
+    gauge's mean; those gauges' max and min. NaN where no row held a value."""
     present = ~np.isnan(agg)
     cnt = present.sum(axis=1)
     total = np.where(present, agg, 0).sum(axis=1)
@@ -51,14 +51,16 @@ def reduce_rows(agg: F32, hi: F32, lo: F32, is_counter: B,
 class RunningBucket:
     """Running aggregates of the open bucket of the first tier, per metric and slot."""
 
-    def __init__(self, n_metrics: int, gauge_cols: Idx, capacity: int) -> None:
-        self.gauge_cols = gauge_cols
+    def __init__(self, n_metrics: int, hi_cols: Idx, lo_cols: Idx, capacity: int) -> None:
+        """hi_cols, lo_cols: the (gauge) columns whose max, whose min the tier keeps; the max
+        of every column is summed anyway (a state's bucket is its max)."""
+        self.hi_cols, self.lo_cols = hi_cols, lo_cols
         self.bucket = -1  # the bucket being summed
         self.folded = -1  # newest raw step folded into it
         self.total: F32 = np.zeros((n_metrics, capacity), np.float32)
         self.count: I16 = np.zeros((n_metrics, capacity), np.int16)
         self.hi: F32 = np.full((n_metrics, capacity), np.nan, np.float32)
-        self.lo: F32 = np.full((len(gauge_cols), capacity), np.nan, np.float32)
+        self.lo: F32 = np.full((len(lo_cols), capacity), np.nan, np.float32)
         self.dirty: B = np.zeros(capacity, bool)
 
     def _arrays(self) -> tuple[tuple[npt.NDArray[np.generic], float], ...]:
@@ -78,7 +80,7 @@ class RunningBucket:
         np.add(self.total, row, out=self.total, where=present)
         self.count += present
         np.fmax(self.hi, row, out=self.hi)
-        np.fmin(self.lo, row[self.gauge_cols], out=self.lo)
+        np.fmin(self.lo, row[self.lo_cols], out=self.lo)
         self.folded += 1
 
     def skip(self) -> None:
@@ -93,7 +95,7 @@ class RunningBucket:
             self.dirty[slots[late]] = True
 
     def close(self, is_counter: B, is_state: B) -> tuple[F32, F32, F32]:
-        """The bucket from its sums: (agg, gauges' max, gauges' min), as reduce_rows gives."""
+        """The bucket from its sums: (agg, kept max, kept min), as reduce_rows gives."""
         with np.errstate(invalid="ignore", divide="ignore"):
             # float64 division, as the reduction's float32 sum over an int64 count gave
             mean = (self.total.astype(np.float64) / self.count).astype(np.float32)
@@ -101,7 +103,7 @@ class RunningBucket:
         total = np.where(empty, np.float32(np.nan), self.total)
         mean[empty] = np.nan
         res = np.where(is_counter[:, None], total, np.where(is_state[:, None], self.hi, mean))
-        return res.astype(np.float32), self.hi[self.gauge_cols], self.lo.copy()
+        return res.astype(np.float32), self.hi[self.hi_cols], self.lo.copy()
 
     def grow(self, widen: Callable[[npt.NDArray[np.generic], float], npt.NDArray[np.generic]]
              ) -> None:

@@ -3,8 +3,8 @@
 Three resolutions (docs/design.md, "Columnar hot path"): raw samples at the base step for the last
 minutes, and rollup tiers (1 min, 1 h by default) for hours to days. Counters are stored as the
 increase over each step (reset-corrected by ingest), gauges as values, states as values. A rollup
-bucket holds `agg` (gauge mean, counter sum, state max) plus `hi`/`lo` (max/min) for every column.
-Missing data stays NaN all the way up.
+bucket holds `agg` (gauge mean, counter sum, state max), plus the max (`hi`) or min (`lo`) of the
+gauges some reader asks for (`WindowConfig.ranges`). Missing data stays NaN all the way up.
 
 Layout is [metric, time, slot] so a detector's read of one metric over a window is a gather of a
 few contiguous rows, vectorised over every entity at once.
@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import CATALOG, Kind, Metric, Scope
-from collectors.frames import Entity, EntityTable
+from collectors.frames import Entity, EntityTable, JoinedTable
 from models.detectors.view import time_total
 from service.stages.rollup import FOLD_LAG, RunningBucket, reduce_rows
 from service.stages.tier_sums import WindowSum
@@ -37,6 +37,16 @@ class TierSpec:
     length: int
 
 
+# The gauge maxima and minima the rollup tiers keep, as (metric, stat): what some reader asks a
+# tier for with stat="hi"/"lo". Only the predictor's hourly inputs do (models/predictor/
+# features.py: the hour's GPU and HBM temperature peaks, its least thermal margin); no rule,
+# API route or sink reads a tier's max or min. Keeping both for every gauge cost 22 KB a GPU
+# (about 224 MB at 10,000 GPUs) that nothing read. A read of a range not kept raises, so a
+# reader added later fails its tests until its range is listed here.
+RANGES: tuple[tuple[str, str], ...] = (
+    ("gpu_temp", "hi"), ("mem_temp", "hi"), ("gpu_temp_margin", "lo"))
+
+
 @dataclass(frozen=True, slots=True)
 class WindowConfig:
     step_s: float = 5.0
@@ -49,6 +59,23 @@ class WindowConfig:
     # under budget; link rules look at minutes to a day.
     nvlink_raw_length: int = 60
     nvlink_tiers: tuple[TierSpec, ...] = (TierSpec("1m", 60.0, 60), TierSpec("1h", 3600.0, 72))
+    # None: every gauge keeps both max and min in every tier (the layout before; the memory
+    # benchmark measures both).
+    ranges: tuple[tuple[str, str], ...] | None = RANGES
+
+    def __post_init__(self) -> None:
+        gauges = {m.name for m in CATALOG if m.kind is Kind.GAUGE}
+        for metric, stat in self.ranges or ():
+            if metric not in gauges or stat not in ("hi", "lo"):
+                raise ValueError(f"window ranges: ({metric!r}, {stat!r}) is not a gauge "
+                                 "metric with stat 'hi' or 'lo'")
+
+    def range_cols(self, metrics: tuple[Metric, ...], stat: str) -> npt.NDArray[np.intp]:
+        """Columns of `metrics` whose `stat` ("hi" or "lo") the tiers keep, ascending."""
+        if self.ranges is None:
+            return np.flatnonzero([m.kind is Kind.GAUGE for m in metrics]).astype(np.intp)
+        want = {m for m, s in self.ranges if s == stat}
+        return np.flatnonzero([m.name in want for m in metrics]).astype(np.intp)
 
     def for_scope(self, scope: Scope) -> tuple[int, tuple[TierSpec, ...]]:
         if scope is Scope.NVLINK:
@@ -59,36 +86,43 @@ class WindowConfig:
 # An entity whose reports span less than this many steps is on probation: forgotten after the
 # raw window of silence, not the longest window (a flood of one-line names frees its room).
 PROBATION_STEPS = 3
+# Tables whose slots are cached per scope (by identity): a mapper keeps one per sender layout,
+# so one per node agent; a coalesced ingest joins them and reuses each one's slots.
+TABLE_CACHE = 32_768
 PRESSED = 0.9  # share of the entity limit from which entities on probation are forgotten
 
 
 class _Ring:
     """One resolution: data[metric, row, slot], with the absolute bucket index held per row."""
 
-    def __init__(self, n_metrics: int, length: int, capacity: int, n_range: int) -> None:
-        """n_range: how many (gauge) columns also keep max and min; 0 for the raw ring."""
+    def __init__(self, n_metrics: int, length: int, capacity: int, n_hi: int = 0,
+                 n_lo: int = 0) -> None:
+        """n_hi, n_lo: how many (gauge) columns also keep their max, their min; 0 for the raw
+        ring."""
         self.length = length
         self.agg: F32 = np.full((n_metrics, length, capacity), np.nan, np.float32)
         self.hi: F32 | None = None
         self.lo: F32 | None = None
-        if n_range:
-            self.hi = np.full((n_range, length, capacity), np.nan, np.float32)
-            self.lo = np.full((n_range, length, capacity), np.nan, np.float32)
+        if n_hi:
+            self.hi = np.full((n_hi, length, capacity), np.nan, np.float32)
+        if n_lo:
+            self.lo = np.full((n_lo, length, capacity), np.nan, np.float32)
         self.held: I64 = np.full(length, -1, np.int64)  # which bucket index each row holds
 
     def grow(self, capacity: int) -> None:
         self.agg = _widened(self.agg, capacity)
-        if self.hi is not None and self.lo is not None:
-            self.hi, self.lo = _widened(self.hi, capacity), _widened(self.lo, capacity)
+        if self.hi is not None:
+            self.hi = _widened(self.hi, capacity)
+        if self.lo is not None:
+            self.lo = _widened(self.lo, capacity)
 
     def open(self, bucket: int) -> int:
         """Claim the row for `bucket`, clearing what it held before."""
         row = bucket % self.length
         if self.held[row] != bucket:
-            self.agg[:, row, :] = np.nan
-            if self.hi is not None and self.lo is not None:
-                self.hi[:, row, :] = np.nan
-                self.lo[:, row, :] = np.nan
+            for a in (self.agg, self.hi, self.lo):
+                if a is not None:
+                    a[:, row, :] = np.nan
             self.held[row] = bucket
         return row
 
@@ -109,6 +143,7 @@ class _Ring:
 
 
 SQUEEZE_CHUNK = 256  # slots moved at once: bounds the copy a compaction makes
+ROLLUP_CHUNK = 16_384  # slots a bucket's close re-reads at once: bounds its temporaries
 
 
 def _widened(a: F32, capacity: int) -> F32:
@@ -150,11 +185,11 @@ def _squeeze(a: npt.NDArray[np.generic], keep: npt.NDArray[np.intp], n_old: int,
 
 @dataclass(frozen=True, slots=True)
 class EntityLimits:
-    """How many entities the store takes: window memory is fixed per entity (about 62 KB a
-    GPU, 4 KB an NVLink link, 26 KB an IB port), so names from the wire must not allocate it
+    """How many entities the store takes: window memory is fixed per entity (about 45 KB a
+    GPU, 4 KB an NVLink link, 22 KB an IB port), so names from the wire must not allocate it
     without bound. Limits are given in GPUs; links and ports scale with them."""
 
-    max_gpus: int = 20_000  # held at once (about 3.7 GB of windows with links and ports)
+    max_gpus: int = 20_000  # held at once (about 3.2 GB of windows with links and ports)
     max_new_gpus_per_batch: int = 1_024  # taken from one request; the rest in later ones
     links_per_gpu: int = 18  # NVSwitch systems (H100/H200: 18 NVLink links per GPU)
     ports_per_gpu: int = 2  # DGX: 8 compute + up to 4 storage ports per 8 GPUs
@@ -214,10 +249,14 @@ class ScopeWindows:
         kinds = [m.kind for m in self.metrics]
         self.is_counter = np.array([k is Kind.COUNTER for k in kinds])
         self.is_state = np.array([k is Kind.STATE for k in kinds])
-        # Only gauges keep max/min in rollups: a counter's bucket is its sum, a state's its max.
-        self.gauge_cols: npt.NDArray[np.intp] = np.flatnonzero(
-            [k is Kind.GAUGE for k in kinds]).astype(np.intp)
-        self._range_of = {int(c): i for i, c in enumerate(self.gauge_cols)}
+        # Only gauges keep max/min in rollups: a counter's bucket is its sum, a state's its max;
+        # and of those, only the ones a reader asks for (WindowConfig.ranges).
+        self.is_gauge = np.array([k is Kind.GAUGE for k in kinds])
+        self.gauge_cols: npt.NDArray[np.intp] = np.flatnonzero(self.is_gauge).astype(np.intp)
+        self.hi_cols = config.range_cols(self.metrics, "hi")
+        self.lo_cols = config.range_cols(self.metrics, "lo")
+        self._hi_of = {int(c): i for i, c in enumerate(self.hi_cols)}
+        self._lo_of = {int(c): i for i, c in enumerate(self.lo_cols)}
         self.resets = np.array([m.resets for m in self.metrics])
         self.capacity = capacity
         self.entities: list[Entity] = []
@@ -240,9 +279,10 @@ class ScopeWindows:
         # Consecutive refused decreases of a persistent counter, per entity and metric.
         self.drop_streak = np.zeros((capacity, m), np.int16)
         raw_len, tier_specs = config.for_scope(scope)
-        self.raw = _Ring(m, raw_len, capacity, n_range=0)
+        self.raw = _Ring(m, raw_len, capacity)  # no ranges: a sample is its own max and min
         self.tier_specs = tier_specs
-        self.tiers = [_Ring(m, t.length, capacity, len(self.gauge_cols)) for t in tier_specs]
+        self.tiers = [_Ring(m, t.length, capacity, len(self.hi_cols), len(self.lo_cols))
+                      for t in tier_specs]
         self.ratios: list[int] = []
         parent = config.step_s
         for t in tier_specs:
@@ -260,7 +300,7 @@ class ScopeWindows:
         # its bucket spans more steps than the raw ring holds.
         self.running: RunningBucket | None = None
         if self.tiers and self.ratios[0] <= raw_len:
-            self.running = RunningBucket(m, self.gauge_cols, capacity)
+            self.running = RunningBucket(m, self.hi_cols, self.lo_cols, capacity)
         # True: close every bucket by re-reading its rows, as before the running sums (the
         # pipeline benchmark times both in one run).
         self.reread_rollups = False
@@ -318,6 +358,10 @@ class ScopeWindows:
         cached = self._table_cache.get(id(table))
         if cached is not None and cached[0] is table:
             return cached[1]
+        if isinstance(table, JoinedTable):  # a coalesced ingest: its parts were met alone
+            got = [self._table_cache.get(id(t)) for t in table.parts]
+            if all(c is not None and c[0] is t for c, t in zip(got, table.parts, strict=True)):
+                return np.concatenate([c[1] for c in got])  # type: ignore[index]
         out = np.full(len(table), -1, np.int32)
         rows = range(len(table)) if used is None else np.unique(used).tolist()
         ents = table.entities
@@ -332,8 +376,9 @@ class ScopeWindows:
         for i in rows:
             s = self._slot.get(ents[i])
             out[i] = self._add(ents[i], registry, admit) if s is None else s
-        if (out >= 0).all():  # a refusal, or a row not asked for, is looked at again
-            if len(self._table_cache) > 64:
+        if (out >= 0).all() and not isinstance(table, JoinedTable):  # met once: not kept
+            # (a refusal, or a row not asked for, is looked at again)
+            if len(self._table_cache) >= TABLE_CACHE:
                 self._table_cache.clear()
             self._table_cache[id(table)] = (table, out)
         return out
@@ -527,8 +572,10 @@ class ScopeWindows:
         row = tier.open(bucket)
         agg, hi, lo = run.close(self.is_counter, self.is_state)
         tier.agg[:, row, :] = agg
-        if tier.hi is not None and tier.lo is not None:
-            tier.hi[:, row, :], tier.lo[:, row, :] = hi, lo
+        if tier.hi is not None:
+            tier.hi[:, row, :] = hi
+        if tier.lo is not None:
+            tier.lo[:, row, :] = lo
         dirty = np.flatnonzero(run.dirty)
         if len(dirty):
             self._rollup(self.raw, tier, bucket, ratio, dirty)
@@ -541,22 +588,36 @@ class ScopeWindows:
         rows, held = parent.rows(bucket * ratio + ratio - 1, ratio)
         cols = slice(None) if slots is None else slots
         if not held.any():
-            tier.agg[:, row, cols] = np.nan
-            if tier.hi is not None and tier.lo is not None:
-                tier.hi[:, row, cols] = tier.lo[:, row, cols] = np.nan
+            for a in (tier.agg, tier.hi, tier.lo):
+                if a is not None:
+                    a[:, row, cols] = np.nan
             return
         rows = rows[held]
-        # The rows of the slots wanted only: a dirty slot's re-read costs its own rows.
-        pick = (slice(None), rows, slice(None)) if slots is None else \
-            (slice(None), rows[:, None], slots[None, :])
+        if slots is not None:  # a dirty slot's re-read costs its own rows
+            self._reduce_into(parent, tier, row, rows, slots)
+            return
+        # A slice of slots at a time: an hour's close re-reads 60 rows of every slot, and at
+        # 180,000 NVLink links the whole gather and its temporaries were about 500 MB at once
+        # (the process's peak). Each slot is reduced over its own rows alone, so the chunks
+        # give the whole's numbers.
+        for c0 in range(0, self.capacity, ROLLUP_CHUNK):
+            self._reduce_into(parent, tier, row, rows, slice(c0, c0 + ROLLUP_CHUNK))
+
+    def _reduce_into(self, parent: _Ring, tier: _Ring, row: int, rows: npt.NDArray[np.intp],
+                     cols: slice | npt.NDArray[np.intp]) -> None:
+        """Reduce the parent's `rows` of slots `cols` into the tier's `row`."""
+        pick = (slice(None), rows, cols) if isinstance(cols, slice) else \
+            (slice(None), rows[:, None], cols[None, :])
         agg = parent.agg[pick]
-        g = self.gauge_cols
-        hi = parent.hi[pick] if parent.hi is not None else agg[g]
-        lo = parent.lo[pick] if parent.lo is not None else agg[g]
+        # The raw ring keeps no range (a sample is its own max and min); a tier keeps the
+        # same columns' ranges as the tiers above it, or none when it keeps no column's.
+        hi = parent.hi[pick] if parent.hi is not None else agg[self.hi_cols]
+        lo = parent.lo[pick] if parent.lo is not None else agg[self.lo_cols]
         res, hi_b, lo_b = reduce_rows(agg, hi, lo, self.is_counter, self.is_state)
         tier.agg[:, row, cols] = res
-        if tier.hi is not None and tier.lo is not None:
+        if tier.hi is not None:
             tier.hi[:, row, cols] = hi_b
+        if tier.lo is not None:
             tier.lo[:, row, cols] = lo_b
 
     # ---- reading -----------------------------------------------------------------------------
@@ -573,16 +634,28 @@ class ScopeWindows:
         n_used = len(self.entities)
         if last < 0 or n_used == 0:
             return np.full((n_used, n), np.nan, np.float32)
-        if stat not in ("agg", "hi", "lo"):
-            raise ValueError(f"unknown stat {stat!r}")
-        source = ring.agg
-        rc = self._range_of.get(c)
-        if stat != "agg" and rc is not None and ring.hi is not None and ring.lo is not None:
-            source, c = (ring.hi if stat == "hi" else ring.lo), rc
+        source = self._source(ring, c, stat, tier)
+        if source is not ring.agg:
+            c = (self._hi_of if stat == "hi" else self._lo_of)[c]
         rows, held = ring.rows(last, n)
         out = source[c, rows, :n_used].T.copy()
         out[:, ~held] = np.nan
         return out
+
+    def _source(self, ring: _Ring, c: int, stat: str, tier: str | None) -> F32:
+        """The array a window of column c with `stat` reads. A counter or state has no range
+        of its own (its bucket is its sum, its max) and a raw sample is its own max and min:
+        those read agg. A gauge's range in a tier is there only where WindowConfig.ranges
+        keeps it; asking for another is an error, never a silent mean."""
+        if stat not in ("agg", "hi", "lo"):
+            raise ValueError(f"unknown stat {stat!r}")
+        if stat == "agg" or tier is None or not self.is_gauge[c]:
+            return ring.agg
+        source = ring.hi if stat == "hi" else ring.lo
+        if c not in (self._hi_of if stat == "hi" else self._lo_of) or source is None:
+            raise KeyError(f"{self.metrics[c].name}: the {tier} tier keeps no {stat!r} "
+                           "(add it to WindowConfig.ranges)")
+        return source
 
     def window_sum(self, metric: str, n: int, tier: str) -> F64:
         """[entity] time_total(window(metric, n, tier)): the sum over the last n finished
@@ -616,7 +689,8 @@ class ScopeWindows:
         return self.last_val[: len(self.entities), self.col(metric)]
 
     def nbytes(self) -> int:
-        arrays = (self.node_of, self.gpu_of, self.last_val, self.last_ts, self.last_k)
+        arrays = (self.node_of, self.gpu_of, self.last_val, self.last_ts, self.last_k,
+                  self.touched, self.born, self.drop_streak)
         running = self.running.nbytes() if self.running is not None else 0
         return (self.raw.nbytes() + sum(t.nbytes() for t in self.tiers)
                 + sum(a.nbytes for a in arrays) + running

@@ -22,3 +22,23 @@ def test_bad_arguments_are_refused() -> None:
     with pytest.raises(SystemExit) as exc:
         main(["--gpus", "4"])
     assert exc.value.code == 2
+
+
+def test_the_layout_before_runs_and_leaves_the_module_as_it_was(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import service.stages.windows as windows
+
+    chunk = windows.ROLLUP_CHUNK
+    assert main(["--gpus", "16", "--json", "--before"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["layout"] == "before" and chunk == windows.ROLLUP_CHUNK
+    assert main(["--gpus", "16", "--json"]) == 0
+    now = json.loads(capsys.readouterr().out)
+    # Every gauge's range in every tier, against three of them: the arrays are larger.
+    assert now["layout"] == "now" and now["store_nbytes_mb"] < r["store_nbytes_mb"]
+
+
+def test_before_and_compare_do_not_go_together() -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--before", "--compare"])
+    assert exc.value.code == 2

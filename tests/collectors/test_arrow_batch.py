@@ -14,6 +14,7 @@ from collectors.arrow_batch import (
     FORMAT_VERSION,
     META_FORMAT,
     META_KIND,
+    META_METRICS,
     ArrowPayloadError,
     Decoder,
     Limits,
@@ -87,7 +88,8 @@ def test_the_same_dictionary_gives_the_same_entity_table() -> None:
 
 def _stream(table: pa.Table, meta: dict[bytes, bytes] | None = None,
             options: ipc.IpcWriteOptions | None = None) -> bytes:
-    meta = {META_FORMAT: FORMAT_VERSION.encode(), META_KIND: b"gpu"} if meta is None else meta
+    # Format 1's layout (one column per metric), which the decoder still reads.
+    meta = {META_FORMAT: b"1", META_KIND: b"gpu"} if meta is None else meta
     sink = pa.BufferOutputStream()
     schema = table.schema.with_metadata(meta)
     with ipc.new_stream(sink, schema, options=options) as w:
@@ -102,6 +104,62 @@ def _gpu(keys: list[str], **cols: pa.Array) -> pa.Table:
 
 
 GOOD = _stream(_gpu(["n1:gpu0"], gpu_temp=pa.array([40.0])))
+
+
+def _v2(keys: list[str], metrics: bytes, values: pa.Array | None, **cols: pa.Array) -> bytes:
+    """A format-2 gpu stream: the metrics named in the metadata, one list per row."""
+    extra = {"values": values} if values is not None else {}
+    return _stream(_gpu(keys, **extra, **cols), {META_FORMAT: FORMAT_VERSION.encode(),
+                                                 META_KIND: b"gpu", META_METRICS: metrics})
+
+
+def _lists(rows: list[list[float | None]], size: int, t: pa.DataType | None = None
+           ) -> pa.Array:
+    items = pa.array([v for r in rows for v in r], t or pa.float64())
+    return pa.FixedSizeListArray.from_arrays(items, size)
+
+
+def test_format_2_lists_and_format_1_columns_decode_alike() -> None:
+    v1 = Decoder().decode(_stream(_gpu(["n1:gpu0", "n1:gpu1"], gpu_temp=pa.array([40.0, None]),
+                                       power_draw=pa.array([300.0, 310.0])))).batch
+    v2 = Decoder().decode(_v2(["n1:gpu0", "n1:gpu1"], b"gpu_temp,power_draw",
+                              _lists([[40.0, 300.0], [None, 310.0]], 2))).batch
+    _same(v1, v2)
+    f = v2.frames[Scope.GPU]
+    assert np.isnan(f.values[1, CATALOG.column(Scope.GPU, "gpu_temp")])
+    assert f.values[1, CATALOG.column(Scope.GPU, "power_draw")] == 310.0
+    # What the encoder writes is format 2, one stream per scope with one values column.
+    body = encode(_batch())
+    reader = ipc.open_stream(body)
+    assert reader.schema.metadata[META_FORMAT] == FORMAT_VERSION.encode() == b"2"
+    assert reader.schema.names == ["entity", "ts", "values"]
+
+
+V2_HOSTILE: list[tuple[str, bytes, str]] = [
+    ("no metric list", _stream(_gpu(["n1:gpu0"], values=_lists([[1.0]], 1)),
+                               {META_FORMAT: b"2", META_KIND: b"gpu"}), "gpuhealth.metrics"),
+    ("unknown metric", _v2(["n1:gpu0"], b"weather", _lists([[1.0]], 1)),
+     "'weather' is not a gpu metric"),
+    ("metric twice", _v2(["n1:gpu0"], b"gpu_temp,gpu_temp", _lists([[1.0, 2.0]], 2)),
+     "repeated"),
+    ("list size", _v2(["n1:gpu0"], b"gpu_temp", _lists([[1.0, 2.0]], 2)), r"\[1\]"),
+    ("integer items", _v2(["n1:gpu0"], b"gpu_temp", _lists([[1]], 1, pa.int64())),
+     "fixed_size_list<float64>"),
+    ("a column per metric", _v2(["n1:gpu0"], b"gpu_temp", None, gpu_temp=pa.array([1.0])),
+     "the columns must be"),
+    ("a null list", _v2(["n1:gpu0", "n1:gpu1"], b"gpu_temp", pa.array(
+        [[1.0], None], pa.list_(pa.float64(), 1))), "null list"),
+    ("formats mixed", GOOD + _v2(["n1:gpu0"], b"", None),
+     "formats"),
+    ("unknown format", _stream(_gpu(["n1:gpu0"]), {META_FORMAT: b"3", META_KIND: b"gpu"}),
+     "or the older '1'"),
+]
+
+
+@pytest.mark.parametrize(("name", "body", "says"), V2_HOSTILE, ids=[c[0] for c in V2_HOSTILE])
+def test_format_2_payloads_are_checked_as_strictly(name: str, body: bytes, says: str) -> None:
+    with pytest.raises(ArrowPayloadError, match=says):
+        Decoder().decode(body)
 _HOSTILE: list[tuple[str, bytes, str]] = [
     ("truncated", GOOD[:-20], "truncated"),
     ("cut after the schema", GOOD[:-8][:120], "truncated"),

@@ -211,3 +211,17 @@ def test_layout_lookalikes_and_sub_microsecond_stamps_agree() -> None:
         f"gpu,host=n1,gpu=3 gpu_temp=2,power_draw=2 {T0 + 2 * STEP - 10}",
     ])]
     assert run_both(bodies) == 4 + 6
+
+
+def test_values_longer_than_line_protocol_reads_take_the_reference_path() -> None:
+    """numpy would read a 65-character number; line protocol refuses it, naming the line.
+    First, last, and inner tokens of a field's joined values are each checked."""
+    long_f, long_i = "1" * 60 + ".0000", "1" * 64 + "i"  # 65 characters
+    rounds = [fleet(T0 + k * STEP) for k in range(4)]
+    rounds[1][0] = gpu("n0", 0, T0 + STEP, temp=long_f)
+    rounds[2][-1] = (f"ib_port,device=mlx5_0,host=n2,port=1 ib_symbol_error={long_i},"
+                     f"ib_rate=400.0 {T0 + 2 * STEP}")
+    rounds[3][0] = gpu("n0", 0, T0 + 3 * STEP, temp="1" * 59 + ".0000")  # 64: fast, kept
+    bodies = ["\n".join(r) for r in rounds]
+    assert run_both(bodies) == 3 * len(rounds[0]) - 2
+    assert len(SchemaMapper().parse(bodies[1]).rejected) == 1

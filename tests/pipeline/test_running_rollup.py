@@ -46,7 +46,9 @@ def _old_rollup(self: ScopeWindows, parent: _Ring, tier: _Ring, bucket: int,
 
 
 TIERS = (TierSpec("1m", 60, 12), TierSpec("5m", 300, 6))
-CONFIG = WindowConfig(raw_length=30, tiers=TIERS, nvlink_raw_length=24, nvlink_tiers=TIERS)
+# Every gauge keeps both ranges (ranges=None), as the reference re-read below does.
+CONFIG = WindowConfig(raw_length=30, tiers=TIERS, nvlink_raw_length=24, nvlink_tiers=TIERS,
+                      ranges=None)
 
 
 def _pair() -> tuple[WindowStore, WindowStore]:

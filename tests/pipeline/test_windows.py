@@ -23,7 +23,7 @@ def _write(store: WindowStore, ts: float, temp: float, sbe_delta: float) -> None
 
 
 def test_rollups_hold_mean_max_min_for_gauges_and_sums_for_counters() -> None:
-    store = _store()
+    store = _store(ranges=None)  # every gauge keeps both (tests/pipeline/test_window_ranges.py)
     for i in range(12 * 3 + 2):  # three full minutes and a bit
         _write(store, T0 + 5 * i, temp=float(i), sbe_delta=1.0)
     w = store[Scope.GPU]
