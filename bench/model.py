@@ -19,6 +19,10 @@ Training (skipped with --quick): the shipped model's own command from its card, 
 temporary directory; wall time and the child's peak RSS (os.wait4), then the weights' sha256
 against the shipped one (equal: a bit-identical reproduction here) and the test-split average
 precision per head against the shipped card. The goal: under 10 minutes on 2 cores.
+
+Retraining from history (`--from-influx GPUS DAYS`, bench/model_history.py): the time and peak
+memory of `gpuhealth train --from-influx` over a simulated fleet's history in a local influxd,
+per GPU-day and extrapolated to 4,096 GPUs over 90 days (`--from-influx 4096 90` runs it).
 """
 
 from __future__ import annotations
@@ -447,7 +451,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="skip the training re-run")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--from-influx", type=float, nargs=2, metavar=("GPUS", "DAYS"),
+                    help="only time `train --from-influx` over a simulated history of GPUS x "
+                         "DAYS in a local influxd (the issue's size: 4096 90); "
+                         "bench/model_history.py")
     args = ap.parse_args(argv)
+    if args.from_influx:
+        from bench.model_history import main as history
+
+        return history(int(args.from_influx[0]), args.from_influx[1], args.json)
     if args.worker:
         print(json.dumps(infer(args.worker, args.repeats, args.threads)))
         return 0

@@ -24,10 +24,15 @@ from service.remediation.wiring import Remediator, build_remediation
 from service.settings import Settings
 from service.stages.alert_machine import AlertMachine
 from service.stages.alert_store import AlertStore
+from service.stages.autolabel import AutoLabeller
 from service.stages.fleet_alerts import FleetAlerts
 from service.stages.ingest import EventLog, Ingestor
+from service.stages.label_store import LabelStore
+from service.stages.model_registry import ModelRegistry
+from service.stages.model_roles import ModelRoles
 from service.stages.scoring import Scorer
 from service.stages.sinks import Sink, SQLiteSink
+from service.stages.verdicts import VerdictStore
 from service.stages.windows import WindowStore
 from service.tick import FleetCount, Remediation, TickObserver
 
@@ -57,14 +62,17 @@ class Wiring:
     # Read another pipeline's windows and events (several detector sets judged on one
     # ingest, as the evaluator does); this pipeline's own ingest is then a no-op.
     shared: tuple[WindowStore, EventLog] | None = None
-
+    # Label hard failures and repairs in the label store as they happen (docs/learning.md).
+    autolabel: bool = True
+    # Follow the model registry: promotions, rollbacks and a challenger in shadow.
+    model_roles: bool = True
 
     @classmethod
     def offline(cls, **choices: Any) -> Wiring:
         """Alerts kept in memory, nothing sent or remediated, no sample history; `choices`
         change any of it (an alert file, receivers, the detectors...)."""
         return replace(cls(alert_db=":memory:", notifiers=(), sample_history=False,
-                           remediate=False), **choices)
+                           remediate=False, autolabel=False, model_roles=False), **choices)
 
 
 @dataclass(slots=True)
@@ -81,11 +89,16 @@ class Parts:
     machine: AlertMachine
     fleet: FleetAlerts
     alerts: AlertStore
+    labels: LabelStore
+    verdicts: VerdictStore
     fleet_count: FleetCount
     notification: Notification | None = None
     remediation: Remediation | None = None
     controller: RemediationController | None = None  # the one behind `remediation`, if ours
     model: ModelSlot | None = None
+    labeller: AutoLabeller | None = None
+    registry: ModelRegistry | None = None
+    roles: ModelRoles | None = None
     sinks: list[Sink] = field(default_factory=list)
     observers: list[TickObserver] = field(default_factory=list)
 
@@ -116,6 +129,7 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
     detectors = w.detectors if w.detectors is not None else default_detectors(s)
     db = w.alert_db if w.alert_db is not None else str(s.storage.sqlite_path)
     alerts = AlertStore(db)
+    labels = LabelStore(db)
     parts = Parts(
         settings=s, db=db, store=store, events=events, owns_store=True,
         ingestor=Ingestor(store, events, max_future_s=s.ingest.max_future_s,
@@ -123,7 +137,8 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
         scorer=Scorer(store, events, detectors), machine=AlertMachine(s.alerts),
         fleet=FleetAlerts(s.notify.storm, grace_s=max(s.alerts.stale_after_s,
                                                       3 * s.window.step_s)),
-        alerts=alerts, fleet_count=FleetCount(s.remediation.fleet_size))
+        alerts=alerts, labels=labels, verdicts=VerdictStore(db, alerts, labels),
+        fleet_count=FleetCount(s.remediation.fleet_size))
     parts.owns_store = w.shared is None
     parts.model = _model_of(detectors)
     parts.notification = _notification(s, w, alerts, db)
@@ -136,6 +151,17 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
 
         parts.observers.append(RiskHistory(s.storage.sqlite_path,
                                            retention_s=s.storage.risk_history_days * 86400.0))
+    if w.model_roles:
+        m = s.detectors.model
+        parts.registry = ModelRegistry(db)
+        parts.roles = ModelRoles(
+            parts.registry, parts.model, m.resolved(),
+            m.predictor_config() if parts.model is not None else None, s.alerts,
+            stale_after_s=max(s.alerts.stale_after_s, 3 * s.window.step_s), check_s=m.recheck_s)
+        parts.roles.check(force=True)
+    if w.autolabel:
+        parts.labeller = AutoLabeller(parts.labels, alerts, stale_after_s=max(
+            s.alerts.stale_after_s, 3 * s.window.step_s))
     parts.sinks += w.sinks
     parts.observers += w.observers
     if w.influxdb and s.storage.influxdb.url:

@@ -18,7 +18,7 @@ from service.assembly import Parts, Wiring, build_parts
 from service.notify.sender import Sent
 from service.remediation.actions import AuditEntry
 from service.settings import Settings
-from service.stages.alert_machine import FlagChange, Transition
+from service.stages.alert_machine import FlagChange, Transition, step_inputs
 from service.stages.alert_store import Alert
 from service.stages.fleet_alerts import FLEET, MISSING, STORM
 from service.stages.heap import HeapTrim
@@ -46,6 +46,12 @@ class Pipeline:
         self.machine = parts.machine
         self.fleet = parts.fleet
         self.alerts = parts.alerts
+        self.labels = parts.labels
+        self.verdicts = parts.verdicts
+        self.labeller = parts.labeller
+        self._swapped: dict[str, float] = {}  # entity -> when a counter proved a new device
+        self.registry = parts.registry
+        self.roles = parts.roles
         self.notification = parts.notification
         self.remediation = parts.remediation
         self.controller = parts.controller
@@ -107,6 +113,8 @@ class Pipeline:
             st.rows_late += res.late
             st.counter_drops += res.counter_drops
             st.counter_resets += res.resets
+            if res.swapped:  # a new device under an old name: the labeller's repair
+                self._swapped.update(res.swapped)
             st.last_ingest_s = time.perf_counter() - t0
             if res.ahead:
                 self._note_ahead(res.ahead, now)
@@ -187,6 +195,13 @@ class Pipeline:
         self.stats.last_tick_s = duration
         result = TickResult(now, duration, risk, transitions, [a for _, a in changed], changed,
                             flags, sent, deliveries, audit, levels, derived)
+        with self.lock:  # both read the window store, which an ingest may be changing
+            if self.labeller is not None:
+                swapped, self._swapped = self._swapped, {}
+                self.labeller.observe(result, swapped)
+            if self.roles is not None:
+                self.roles.step(result, self.scorer.view)
+        result.labels = self.labels.drain()
         for obs in self.observers:
             obs.observe(result)
         layout = self._store_layout()
@@ -224,6 +239,8 @@ class Pipeline:
                         out.append(Transition(scope, -1, e.key, e.node, int(old), 0, now, 0.0))
                 self.machine.forget(scope, keep)
                 self.scorer.forget(scope, keep)
+                if self.roles is not None:
+                    self.roles.forget(scope, keep)
             self.generation = c.generation
         return out
 
@@ -241,12 +258,7 @@ class Pipeline:
             sr = risk.scopes[scope]
             sw = self.store[scope]
             n = len(sr.risk)
-            last = sw.last_ts[:n]
-            last_seen = np.fmax.reduce(last, axis=1) if last.shape[1] else np.full(n, np.nan)
-            conf = np.zeros(n, np.float32)
-            for f in sr.findings:
-                if f.source == "model":
-                    np.maximum(conf, f.risk, out=conf)
+            last_seen, conf = step_inputs(sr, sw.last_ts)
             transitions += self.machine.step(scope, sr.risk, sr.hard, now, sw.entities,
                                              last_seen=last_seen, confidence=conf,
                                              stale_after_s=stale_after)
@@ -315,6 +327,10 @@ class Pipeline:
         if self.remediation is not None:
             self.remediation.close()
         self.alerts.close()
+        self.labels.close()
+        self.verdicts.close()
+        if self.registry is not None:
+            self.registry.close()
         for s in [*self.sinks, *self.observers]:
             if isinstance(s, Closable):
                 s.close()

@@ -25,6 +25,7 @@ from models.predictor.policy import PredictorConfig
 from service.notify.config import NotifySettings
 from service.remediation.config import RemediationSettings
 from service.stages.alert_machine import AlertPolicy
+from service.stages.scoreboard import PromotionPolicy
 from service.stages.windows import EntityLimits, WindowConfig
 from service.storage.influx.influxql import parse_duration
 
@@ -166,6 +167,8 @@ class ModelSettings(BaseModel):
     # silence the model: fused equals the rules). Below it the model mostly adds false alarms
     # on benign correctable-ECC carriers and single remaps, which the rules' baselines ignore.
     floor: float = Field(default=0.8, ge=0, le=1)
+    # When a challenger in shadow counts as better (gpuhealth model promote, docs/learning.md).
+    promotion: PromotionPolicy = PromotionPolicy()
 
     def predictor_config(self) -> PredictorConfig:
         return PredictorConfig(caps=self.caps(), floor=self.floor)
@@ -186,6 +189,27 @@ class DetectorSettings(BaseModel):
     model: ModelSettings = ModelSettings()
 
 
+class RetrainSettings(BaseModel):
+    """Scheduled retraining (service.runtime.retrain): train from history, shadow, promote
+    only if better, tell `notify_receiver` either way."""
+
+    enabled: bool = False
+    every_days: float = Field(default=7.0, gt=0)  # a new model this often
+    since_days: float = Field(default=90.0, gt=0)  # of history to train on
+    shadow_days: float = Field(default=7.0, gt=0)  # judged after this long in shadow
+    check_s: float = Field(default=3600.0, gt=0)  # how often the job looks
+    notify_receiver: str | None = None  # told of every outcome (a receiver's name)
+    out_dir: Path | None = None  # artifacts; default <data_dir>/models
+    train_args: list[str] = Field(default_factory=list)  # more `gpuhealth train` flags
+    timeout_s: float = Field(default=6 * 3600.0, gt=0)
+
+
+class LearningSettings(BaseModel):
+    """Learning from the fleet (docs/learning.md): scheduled retraining."""
+
+    retrain: RetrainSettings = RetrainSettings()
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUHEALTH_", env_nested_delimiter="__",
                                       extra="forbid")
@@ -200,6 +224,7 @@ class Settings(BaseSettings):
     notify: NotifySettings = NotifySettings()
     remediation: RemediationSettings = RemediationSettings()
     api: ApiSettings = ApiSettings()
+    learning: LearningSettings = LearningSettings()
 
     @model_validator(mode="after")
     def _plugins(self) -> Settings:

@@ -17,6 +17,7 @@ from service.notify.sender import Sent
 from service.remediation.actions import AuditEntry
 from service.stages.alert_machine import FlagChange, Transition
 from service.stages.alert_store import Alert
+from service.stages.label_store import StoredLabel
 from service.stages.scoring import RiskState
 
 
@@ -63,6 +64,9 @@ class TickResult:
     levels: dict[Scope, npt.NDArray[np.int8]] = field(default_factory=dict)
     # Open node and fleet alerts' levels by entity key (NodeNoData, GpuMissing, FleetStorm).
     derived: dict[str, int] = field(default_factory=dict)
+    # Labels added or withdrawn since the last tick: this tick's hard failures and repairs,
+    # and the labels of verdicts given meanwhile (service.stages.label_store).
+    labels: list[StoredLabel] = field(default_factory=list)
 
 
 class Remediation(Protocol):

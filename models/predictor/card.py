@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from models.predictor.artifact import ModelArtifact
+from models.predictor.card_history import history_lines
 from models.predictor.features import FEATURES
 
 
@@ -37,6 +38,8 @@ def model_card(art: ModelArtifact, digest: str) -> str:
         lines.append(f"| {d.get('source', '')} | {d.get('seed', '–')} | {d.get('nodes', '–')} "
                      f"| {d.get('gpus', '–')} | {_num(d.get('days'), '.1f')} | "
                      f"{_num(d.get('step_s'), '.0f')} | {d.get('failures', '–')} |")
+    if card.get("learned_from"):  # gpuhealth train --from-influx
+        lines += ["", *history_lines(card["learned_from"])]
     lines += ["", "Splits per run over time: the first 60 % of hours train, the next 20 % "
               "validate (early stopping, calibration), the last 20 % test; 10 % of nodes are "
               "held out of training and validation and scored separately over the test period. "

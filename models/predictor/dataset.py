@@ -123,6 +123,14 @@ class HourlyRecorder:
                 self._hour[scope].append(h.last - new + 1 + j)
             self._last[scope] = h.last
 
+    def take(self) -> dict[Scope, RunFeatures]:
+        """What was recorded since the last take, forgetting it; which hours are new is still
+        remembered, so recording in parts (a day at a time) gives the rows one run would."""
+        out = self.runs()
+        for scope in self.scopes:
+            self._rows[scope], self._t[scope], self._hour[scope] = [], [], []
+        return out
+
     def runs(self) -> dict[Scope, RunFeatures]:
         out: dict[Scope, RunFeatures] = {}
         if self._fleet is None:

@@ -84,6 +84,20 @@ class ModelSlot:
         self._reason = ""
         log.info("model %s loaded from %s", predictor.version, self.path)
 
+    def switch(self, path: Path | None) -> None:
+        """Run the artifact at `path` instead (a promotion or rollback): loaded now; if it is
+        refused, the model in hand is kept and `status` says why."""
+        if path == self.path:
+            return
+        log.info("model path %s -> %s", self.path, path)
+        self.path = path
+        self._seen = None
+        if path is None:
+            self.detector = None
+            self._reason = "no model configured (detectors.model.path)"
+            return
+        self.refresh(force=True)
+
     @property
     def status(self) -> ModelStatus:
         d = self.detector

@@ -8,11 +8,22 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
+from apscheduler.schedulers.background import BackgroundScheduler
 from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from collectors.base import Closes, Collector, Starts
-from service.api import alerting, fleet, history, openapi, problems, read, write
+from service.api import (
+    alerting,
+    fleet,
+    history,
+    models,
+    openapi,
+    problems,
+    read,
+    verdicts,
+    write,
+)
 from service.api.auth import ApiAuth, require
 from service.api.principals import Permission
 from service.api.state import Running
@@ -20,6 +31,7 @@ from service.api.write_lean import LeanWrite
 from service.console import routes as console
 from service.pipeline import Pipeline, build_pipeline
 from service.runtime.metrics import ServiceMetrics
+from service.runtime.retrain import start_retraining
 from service.runtime.scheduler import Clock, TickScheduler
 from service.runtime.warm import warm_start_from_settings
 from service.settings import Settings
@@ -60,6 +72,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pipeline = factory()
         scheduler: TickScheduler | None = None
+        retraining: BackgroundScheduler | None = None
         found: list[Collector] = []
         try:
             # Before the first live round, so detectors continue from where they stopped.
@@ -80,6 +93,7 @@ def create_app(
             app.state.gpuhealth = Running(pipeline, scheduler, metrics, clock, found)
             if schedule:
                 scheduler.start()
+                retraining = start_retraining(pipeline)
             # What start-up loaded (modules, the model, warm-started state) lives as long as
             # the process: out of the garbage collector's scans, a full collection under a
             # burst of writes pauses every thread for tens of ms instead of hundreds.
@@ -93,6 +107,8 @@ def create_app(
             if auth is not None:
                 auth.close()
             history.close_history(app)
+            if retraining is not None:
+                retraining.shutdown(wait=False)
             if scheduler is not None:
                 # Shutdown waits for a running tick: keep the event loop free meanwhile.
                 await run_in_threadpool(scheduler.shutdown)
@@ -117,6 +133,8 @@ def create_app(
     app.include_router(history.router, dependencies=[Depends(require(Permission.READ))],
                        responses=problems.READ_ERRORS)
     app.include_router(alerting.router)
+    app.include_router(verdicts.router)
+    app.include_router(models.router)
     console.install(app)
     if lean_write:
         app.add_middleware(LeanWrite)

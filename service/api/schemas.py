@@ -64,6 +64,16 @@ class AlertmanagerOut(BaseModel):
     checked_at: Timestamp
 
 
+class VerdictOut(BaseModel):
+    verdict: str  # failed, false_alarm, maintenance, unknown
+    mode: str | None  # failed: the failure mode
+    failed_at: Timestamp | None
+    comment: str
+    actor: str  # the token's name, or link[:name] for a signed link
+    via: str  # api or link
+    at: Timestamp
+
+
 class AlertOut(BaseModel):
     id: int
     alertname: str
@@ -85,6 +95,8 @@ class AlertOut(BaseModel):
         default_factory=list, description="where an alertmanager receiver is configured")
     acked_by: str | None = None  # who acknowledged it (no repeats until it resolves)
     acked_at: Timestamp | None = None
+    verdict: VerdictOut | None = Field(default=None, description=(
+        "the newest operator verdict (POST /v1/alerts/{id}/verdict); none yet: null"))
 
 
 class LevelChange(BaseModel):

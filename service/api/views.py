@@ -28,6 +28,7 @@ from service.api.schemas import (
     PredictionOut,
     SignalOut,
     TopSignal,
+    VerdictOut,
     WindowOut,
 )
 from service.notify.labels import alert_labels
@@ -65,11 +66,19 @@ def alert_out(p: Pipeline, a: Alert) -> AlertOut:
                     peak_level=a.peak_level, state=a.state, risk=a.risk,
                     started_at=a.started_at, updated_at=a.updated_at,
                     resolved_at=a.resolved_at, explanation=expl, acked_by=a.acked_by,
-                    acked_at=a.acked_at,
+                    acked_at=a.acked_at, verdict=_verdict(p, a.id),
                     alertmanager=[AlertmanagerOut(
                         receiver=u.receiver, url=u.url, state=u.state,
                         silenced_by=list(u.silenced_by), inhibited_by=list(u.inhibited_by),
                         checked_at=u.checked_at) for u in upstream])
+
+
+def _verdict(p: Pipeline, alert_id: int) -> VerdictOut | None:
+    v = p.verdicts.latest(alert_id)
+    if v is None:
+        return None
+    return VerdictOut(verdict=v.verdict, mode=v.mode, failed_at=v.failed_at, comment=v.comment,
+                      actor=v.actor, via=v.via, at=v.at)
 
 
 def _entity(risk: RiskState | None, scope: Scope, e: Entity, slot: int,

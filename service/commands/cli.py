@@ -12,6 +12,7 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -58,7 +59,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     f"service.commands.{module}": names for module, names in (
         ("demo", ("demo",)), ("simulate", ("simulate",)), ("evaluate", ("evaluate",)),
         ("agent", ("agent", "parse")), ("train", ("train",)), ("export", ("export",)),
-        ("tokens", ("token",)), ("route", ("route-test",)))}
+        ("tokens", ("token",)), ("route", ("route-test",)), ("models", ("model", "labels")))}
 
 
 def register(name: str, configure: Configure, run: Run, help: str = "") -> None:
@@ -98,6 +99,8 @@ def _run_serve(args: argparse.Namespace) -> int:
     if args.speed < 0:
         raise UsageError(f"--speed {args.speed:g}: give 0 (as fast as possible) or more")
     settings = load_settings(args.config)
+    if args.config is not None:  # children (scheduled retraining) read the same settings
+        os.environ["GPUHEALTH_CONFIG"] = str(Path(args.config).resolve())
     svc = settings.service
     why = exposure_problem(args.host or svc.host, settings.ingest.tokens,
                            args.insecure or svc.insecure)

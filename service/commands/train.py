@@ -3,6 +3,7 @@ train the failure predictor per scope, calibrate it, and write the artifact and 
 
     gpuhealth train --scenario ci --seeds 1000 1001 --out var/model
     gpuhealth train --trace DIR [--labels FILE] --out var/model
+    gpuhealth train --from-influx --since 90d [--config FILE] --out var/model
 
 Training data never comes from the seeds the evaluation scores (0-4 by default): a model is
 judged on fleets it has not seen. The features are the ones the live detector computes, from
@@ -49,6 +50,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    from service.commands.train_influx import add_arguments
+
+    add_arguments(p)
 
 
 def record_source(src: Any) -> tuple[dict[Any, Any], list[Any]]:
@@ -114,6 +118,12 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag} {getattr(args, flag)}: give 1 or more")
     out_dir(args.out)
+    if args.from_influx:
+        from service.commands import train_influx
+
+        if not 0 < args.lr < 1:
+            raise UsageError(f"--lr {args.lr:g}: give a learning rate between 0 and 1")
+        return train_influx.run(args, _progress)
     if args.days is not None and args.days <= 0:
         raise UsageError(f"--days {args.days:g}: give a positive number of days")
     if not 0 < args.lr < 1:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
 from service.notify.matchers import Matcher
+from service.notify.verdict_links import VerdictLinks
 
 
 def _check_matchers(v: list[str]) -> list[str]:
@@ -97,6 +98,16 @@ class NotifySettings(BaseModel):
     retry_max_s: float = Field(default=60.0, gt=0)
     send_timeout_s: float = Field(default=30.0, gt=0)
     resolved_keep_s: float = Field(default=86400.0, gt=0)  # how long a resolve waits to be sent
+    # Signed, expiring links in messages with which an on-call engineer gives a verdict on an
+    # alert without a token (service.notify.verdict_links); off while no secret is set.
+    verdict_link_secret: SecretStr | None = Field(default=None, min_length=16)
+    verdict_link_ttl_s: float = Field(default=7 * 86400.0, gt=0)
+
+    def verdict_links(self) -> VerdictLinks | None:
+        if self.verdict_link_secret is None:
+            return None
+        return VerdictLinks(self.verdict_link_secret.get_secret_value().encode(),
+                            self.external_url, self.verdict_link_ttl_s)
 
     @model_validator(mode="after")
     def _receivers_exist(self) -> NotifySettings:

@@ -113,6 +113,7 @@ class Dispatcher:
         self._revisit = set(notification_log.open_groups())  # groups a restart must look at again
         self._dirty = True
         self._cache: dict[int, _Routed] = {}
+        self.verdict_links = settings.verdict_links()
         self.refresh = dict(refresh or {})  # receiver -> seconds between refreshes
         self._refresh_at = dict.fromkeys(self.refresh, float("-inf"))
 
@@ -134,7 +135,7 @@ class Dispatcher:
             current = self.alerts.recent(now - self.settings.resolved_keep_s)
             firing = [a for a in current if a.state == "firing"]
             by_fp = {a.fingerprint: a for a in current}
-            routed = [self._routed(a) for a in firing]
+            routed = [self._routed(a, now) for a in firing]
             self._cache = {r.alert_id: r for r in routed}  # forget what no longer fires
             self._inhibit.prepare([r.labels for r in routed])
             for g in self.groups.values():
@@ -163,17 +164,23 @@ class Dispatcher:
                     del self.groups[gid]  # nothing firing and nothing left to say
             return self._limit(out, now) + self._refreshes(now)
 
-    def _routed(self, a: Alert) -> _Routed:
+    def _routed(self, a: Alert, now: float) -> _Routed:
         """An alert's labels, reference and routes, reused while its record is unchanged:
         with thousands firing, rebuilding them every changed tick was the flush's cost."""
-        version = (a.updated_at, a.level, a.acked_at, a.flapping, a.stale)
+        links = self.verdict_links
+        version = (a.updated_at, a.level, a.acked_at, a.flapping, a.stale,
+                   links.expiry(now) if links else 0)
         hit = self._cache.get(a.id)
         if hit is not None and hit.version == version:
             return hit
         lab = labels_of(a, self.cluster)
         routes = tuple((r, *r.group_key(lab)) for r in self.routes_for(lab))
-        return _Routed(a.id, version, lab, ref_of(a, self.cluster, self.settings.external_url),
+        return _Routed(a.id, version, lab, ref_of(a, self.cluster, self.settings.external_url,
+                                                  verdict_url=self._verdict_url(a.id, now)),
                        routes)
+
+    def _verdict_url(self, alert_id: int, now: float) -> str:
+        return "" if self.verdict_links is None else self.verdict_links.url(alert_id, now)
 
     def _muted(self, labels: dict[str, str], now: float) -> str | None:
         ids = self.silences.muting(labels, now)
@@ -213,7 +220,8 @@ class Dispatcher:
             if a is None:
                 continue
             resolved_refs.append(ref_of(a, self.cluster, self.settings.external_url,
-                                        status="resolved", level=lv))
+                                        status="resolved", level=lv,
+                                        verdict_url=self._verdict_url(a.id, now)))
         resolved = {r.fingerprint for r in resolved_refs}
         send_resolved = self.send_resolved.get(receiver, True)
         all_acked = bool(g.alerts) and all(

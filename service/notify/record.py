@@ -14,14 +14,18 @@ from service.storage.sqlite_db import open_db
 
 log = logging.getLogger(__name__)
 
+# The notification log as operators read it: every message, and every verdict on an alert
+# (service.stages.verdicts), in the order they happened.
+DELIVERIES_SQL = """
+CREATE TABLE IF NOT EXISTS deliveries (at REAL, receiver TEXT, reason TEXT, group_key TEXT,
+    level INTEGER, status TEXT, alerts INTEGER, title TEXT, body TEXT);
+"""
+
 
 class RecordReceiver:
     def __init__(self, path: str | Path = ":memory:", name: str = "record") -> None:
         self.name = name
-        self._db = open_db(path)
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS deliveries (at REAL, receiver TEXT, reason TEXT, "
-            "group_key TEXT, level INTEGER, status TEXT, alerts INTEGER, title TEXT, body TEXT)")
+        self._db = open_db(path, DELIVERIES_SQL)
         self._lock = threading.Lock()
         self.records: list[Message] = []
 

@@ -29,7 +29,7 @@ def predicted_window_of(a: Alert) -> str:
 
 
 def ref_of(a: Alert, cluster: str, external_url: str, *, status: Status | None = None,
-           level: int | None = None) -> AlertRef:
+           level: int | None = None, verdict_url: str = "") -> AlertRef:
     """`status`/`level` override the record's: an alert that fell below a route's level is
     resolved for that route's receivers while it still fires for others."""
     st: Status = status or ("firing" if a.state == "firing" else "resolved")
@@ -40,6 +40,8 @@ def ref_of(a: Alert, cluster: str, external_url: str, *, status: Status | None =
     window = predicted_window_of(a)
     if window:
         ann["predicted_window"] = window
+    if verdict_url:  # a signed link: was it a failure, a false alarm, maintenance?
+        ann["verdict_url"] = verdict_url
     if a.acked_by:
         ann["acknowledged"] = f"by {a.acked_by}: {a.ack_comment or ''}".strip()
     ends = a.resolved_at if st == "resolved" else None

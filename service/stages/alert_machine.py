@@ -34,6 +34,7 @@ import numpy.typing as npt
 
 from collectors.catalog import Scope
 from collectors.frames import Entity
+from models.detectors.fusion import ScopeRisk
 
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
@@ -286,3 +287,17 @@ class AlertMachine:
         self.flag_changes = [
             FlagChange(scope, i, entities[i].key, entities[i].node, bool(flapping[i]),
                        bool(stale[i]), now) for i in map(int, moved)]
+
+
+def step_inputs(risk: ScopeRisk, last_ts: npt.NDArray[np.float64]
+                ) -> tuple[F64, npt.NDArray[np.float32]]:
+    """What a scope's step needs beside the risk: each entity's newest sample time (over its
+    metrics' `last_ts` rows) and the model's calibrated probability, for corroboration."""
+    n = len(risk.risk)
+    last = last_ts[:n]
+    seen: F64 = np.fmax.reduce(last, axis=1) if last.shape[1] else np.full(n, np.nan)
+    conf = np.zeros(n, np.float32)
+    for f in risk.findings:
+        if f.source == "model":
+            np.maximum(conf, f.risk, out=conf)
+    return seen, conf

@@ -88,6 +88,7 @@ class IngestResult:
     rejected: int = 0
     resets: int = 0  # counter resets detected
     rebased: int = 0  # persistent counters that restarted lower (device replaced)
+    swapped: dict[str, float] = field(default_factory=dict)  # entity -> when it proved new
     # Persistent counters read lower than before, not yet taken as a new device: stored to
     # the sinks, left out of the window (a glitch, or the first readings of a swapped GPU).
     counter_drops: int = 0
@@ -270,6 +271,8 @@ class Ingestor:
         rebase = bad_drop & (streak >= REBASE_AFTER)
         if rebase.any():
             res.rebased += int(rebase.sum())
+            for i in np.flatnonzero(rebase.any(axis=1)).tolist():
+                res.swapped[w.entities[slots[i]].key] = float(ts[i])
             delta[rebase] = np.nan  # what happened between the devices is unknown
             w.drop_streak[slots] = np.where(rebase, 0, streak)
             bad_drop &= ~rebase

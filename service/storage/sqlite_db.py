@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from service.storage.schema import migrate, refuse_newer
@@ -40,6 +42,19 @@ class SqliteStore:
     def __init__(self, path: str | Path = ":memory:", schema: str = "") -> None:
         self._db = open_db(path, schema)
         self._lock: threading.Lock | threading.RLock = threading.Lock()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """The store's lock and one write transaction: committed when the block ends, rolled
+        back if it raises. IMMEDIATE: a deferred one cannot upgrade to a writer under WAL."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     def close(self) -> None:
         with self._lock:

@@ -246,6 +246,27 @@ def test_ack_and_silence_through_the_page(service: Service, browser: Browser,
     assert _unexpected(browser) == []
 
 
+def test_a_verdict_through_the_page(service: Service, browser: Browser) -> None:
+    _open(browser, service.url + "/#/alerts",
+          "document.querySelector('button[data-do=verdict]')", "the alerts list")
+    _set_token(browser, service.tokens["operate"])
+    alert = next(a for a in service.get("/v1/alerts?state=firing")["alerts"]
+                 if a["entity"] == "n001:gpu2")
+    row = f"tr[data-alert=\"{alert['id']}\"]"
+    browser.eval(f"document.querySelector('{row} select[data-verdict-for]').value = "
+                 "'false_alarm'")
+    browser.eval(f"document.querySelector('{row} button[data-do=verdict]').click()")
+    verdict = wait(lambda: service.get(f"/v1/alerts/{alert['id']}")["verdict"], "the verdict")
+    assert (verdict["verdict"], verdict["actor"], verdict["via"]) == (
+        "false_alarm", "console-operate", "api")
+    browser.wait_for(f"document.querySelector('{row} td.verdict').innerText"
+                     ".includes('false alarm')", "the verdict on the page")
+    labels = service.get("/v1/labels?overruled=false")["labels"]
+    assert [(lb["kind"], lb["action"]) for lb in labels if lb["alert_id"] == alert["id"]] == [
+        ("benign", "false_alarm")]
+    assert _unexpected(browser) == []
+
+
 def test_approve_and_abort_through_the_page(service: Service, browser: Browser,
                                             shots: Path) -> None:
     _open(browser, service.url + "/#/actions",

@@ -62,6 +62,7 @@ def svc(settings: Settings) -> Iterator[Svc]:
 
 MUTATING = [
     ("POST", "/v1/alerts/1/ack", {"comment": "looking"}, "operate"),
+    ("POST", "/v1/alerts/1/verdict", {"verdict": "false_alarm"}, "operate"),
     ("POST", "/v1/silences", {"matchers": ["node=n001"], "comment": "maintenance",
                               "duration_s": 3600}, "operate"),
     ("DELETE", "/v1/silences/nope", None, "operate"),
@@ -69,6 +70,10 @@ MUTATING = [
     ("POST", "/v1/actions/nope/abort", None, "operate"),
     ("POST", "/v1/nodes/n001/release", None, "operate"),
     ("POST", "/v1/breaker/reset", None, "admin"),
+    ("POST", "/v1/models/challenger", {"path": "/nowhere"}, "admin"),
+    ("DELETE", "/v1/models/challenger", None, "admin"),
+    ("POST", "/v1/models/promote", {}, "admin"),
+    ("POST", "/v1/models/rollback", {}, "admin"),
 ]
 
 

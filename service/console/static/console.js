@@ -5,6 +5,9 @@
 const POLL_MS = 5000;
 const LEVEL_NAMES = ["ok", "record", "email", "page"];
 const KEY_METRICS = ["gpu_temp", "mem_temp", "power_draw"];
+const VERDICTS = ["failed", "false_alarm", "maintenance", "unknown"];
+const MODES = ["M1_hbm", "M2_gpu_hard", "M3_nvlink", "M4_ib_link", "M5_thermal", "M6_sram",
+  "M7_unobservable"];
 const state = { page: null, arg: null, timer: null, gpu: null, busy: false, again: false,
                 remediationOff: false, notifyOff: false, offCheckedAt: 0 };
 
@@ -255,6 +258,8 @@ pages.alerts = {
         <label>Comment <input id="comment" value="seen from the console" size="28"></label>
         <label>Silence for <select id="duration"><option value="3600">1 h</option>
           <option value="14400">4 h</option><option value="86400">24 h</option></select></label>
+        <label>Failure mode <select id="vmode"><option value="">the alert's own</option>
+          ${MODES.map(m => `<option value="${m}">${m}</option>`).join("")}</select></label>
       </div><div id="flash" class="flash"></div><div id="alerts"></div></section>
       <section><h2>Silences</h2><div id="silences"></div></section>`;
   },
@@ -264,18 +269,30 @@ pages.alerts = {
     if (!res.ok) return problem(res);
     const rows = res.body.alerts;
     const more = res.body.next_cursor ? `<p class="muted">the newest ${rows.length} shown</p>` : "";
+    // A choice being made survives the 5-s refresh.
+    const chosen = new Map([...document.querySelectorAll("select[data-verdict-for]")]
+      .map(el => [el.dataset.verdictFor, el.value]));
     $("#alerts").innerHTML = rows.length ? `<table class="list"><thead><tr><th>id</th>
       <th>level</th><th>entity</th><th>risk</th><th>reason</th><th>since</th><th>state</th>
-      <th></th></tr></thead><tbody>${rows.map(a => `<tr data-alert="${a.id}">
+      <th>verdict</th><th></th></tr></thead><tbody>${rows.map(a => `<tr data-alert="${a.id}">
       <td class="num">${a.id}</td><td>${levelBadge(a.level)}</td>
       <td>${nodeLink(a.node)}${esc(a.entity.slice(a.node.length))}</td>
       <td class="num">${fmtRisk(a.risk)}</td><td>${reason(a.explanation[0])}</td>
       <td>${esc(fmtTime(a.started_at))}</td>
       <td>${esc(a.state)}${a.acked_by ? ` · acked by ${esc(a.acked_by)}` : ""}</td>
+      <td class="verdict">${a.verdict ? `${esc(a.verdict.verdict.replace("_", " "))}${
+        a.verdict.mode ? ` (${esc(a.verdict.mode)})` : ""} · ${esc(a.verdict.actor)}` : ""}</td>
       <td class="buttons">${a.state === "firing" && !a.acked_by
         ? `<button data-do="ack" data-id="${a.id}">Ack</button>` : ""}
-        <button data-do="silence" data-entity="${esc(a.entity)}">Silence</button></td>
+        <button data-do="silence" data-entity="${esc(a.entity)}">Silence</button>
+        <select data-verdict-for="${a.id}" aria-label="verdict on alert ${a.id}">
+          ${VERDICTS.map(v => `<option value="${v}">${v.replace("_", " ")}</option>`).join("")}
+        </select><button data-do="verdict" data-id="${a.id}">Say</button></td>
       </tr>`).join("")}</tbody></table>${more}` : `<p class="muted">no alerts</p>`;
+    for (const [id, value] of chosen) {
+      const el = $(`select[data-verdict-for="${id}"]`);
+      if (el) el.value = value;
+    }
     if (!state.notifyOff || Date.now() - state.offCheckedAt > 60000) {
       const s = await apiAll("/v1/silences", "silences");
       state.notifyOff = s.status === 503;
@@ -297,6 +314,13 @@ pages.alerts = {
     if (btn.dataset.do === "ack") {
       return [await api(`/v1/alerts/${btn.dataset.id}/ack`, { method: "POST", json: { comment } }),
         `alert ${btn.dataset.id} acknowledged`];
+    }
+    if (btn.dataset.do === "verdict") {
+      const verdict = $(`select[data-verdict-for="${btn.dataset.id}"]`).value;
+      const body = { verdict, comment };
+      if (verdict === "failed" && $("#vmode").value) body.mode = $("#vmode").value;
+      return [await api(`/v1/alerts/${btn.dataset.id}/verdict`, { method: "POST", json: body }),
+        `alert ${btn.dataset.id}: ${verdict.replace("_", " ")}`];
     }
     if (btn.dataset.do === "silence") {
       const res = await api("/v1/silences", { method: "POST", json: {

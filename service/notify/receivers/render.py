@@ -79,6 +79,8 @@ def text_body(msg: Message) -> str:
                 out += [f"      - {line}" for line in _signals(a)]
             if a.url:
                 out.append(f"    details: {a.url}")
+            if verdict := a.annotations.get("verdict_url"):
+                out.append(f"    failure, false alarm or maintenance? {verdict}")
             out.append("")
     if msg.digest_of:
         out.append(f"Digest of {len(msg.digest_of)} group(s) held back by a rate limit.")
@@ -114,6 +116,8 @@ def html_body(msg: Message) -> str:
                 out.append("</ul>")
             if a.url:
                 out.append(f"<p>Details: {_link(a.url, a.url)}</p>")
+            if verdict := a.annotations.get("verdict_url"):
+                out.append(f"<p>{_link(verdict, 'Failure, false alarm or maintenance?')}</p>")
     if msg.digest_of:
         out.append(f"<p>Digest of {len(msg.digest_of)} group(s) held back by a rate limit.</p>")
     if msg.external_url:

@@ -18,6 +18,7 @@ from service.remediation.actions import AuditEntry
 from service.stages.alert_machine import Transition
 from service.stages.alert_store import Alert
 from service.stages.fleet_alerts import FLEET
+from service.stages.label_store import StoredLabel
 from service.stages.scoring import SCOPES, RiskState
 from service.storage.influx.lines import entity_tags, head, ns
 
@@ -125,6 +126,21 @@ class TickRecorder:
                       f"state={_text(alert_state(tr.old, tr.new))},risk={float(tr.risk)!r},"
                       f"alert_id={a.id}i,summary={_text(summary)}")
             yield f"{head('alert', tags)} {fields} {ns(tr.at)}"
+
+    def labels(self, labels: Sequence[StoredLabel]) -> Iterator[str]:
+        """Labels learned from the fleet, at their own time; a withdrawn verdict label is
+        written again with `withdrawn=true` (same series and time: InfluxDB overwrites)."""
+        for lb in labels:
+            tags = {"cluster": self.cluster, "kind": lb.kind, "scope": str(lb.scope),
+                    "host": lb.node, "entity": lb.entity, "mode": str(lb.mode or ""),
+                    "source": lb.source, "label_id": str(lb.id)}
+            fields = (f"action={_text(lb.action or '')},detail={_text(lb.detail)},"
+                      f"withdrawn={format_value(lb.withdrawn_at is not None)}")
+            if lb.alert_id is not None:
+                fields += f",alert_id={lb.alert_id}i"
+            if lb.end_time is not None:
+                fields += f",end_time={float(lb.end_time)!r}"
+            yield f"{head('label', tags)} {fields} {ns(lb.time)}"
 
     def collectors(self, statuses: Mapping[tuple[str, str], CollectorStatus], at: float,
                    scrape_s: Mapping[tuple[str, str], float] | None = None) -> Iterator[str]:

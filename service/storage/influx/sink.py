@@ -87,6 +87,8 @@ class InfluxSink:
             self.spooler.put(rec.deliveries(tick.deliveries))
         if tick.audit:
             self.spooler.put(rec.actions(tick.audit))
+        if tick.labels:
+            self.spooler.put(rec.labels(tick.labels))
         statuses = self.statuses()
         if statuses:
             self.spooler.put(rec.collectors(statuses, tick.at))

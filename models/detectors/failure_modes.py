@@ -1,0 +1,65 @@
+"""The failure mode a hard rule's firing is evidence of: what turns the rules' hard findings into
+failure labels (service.stages.autolabel), in the modes of the labels file (collectors.labels,
+docs/trace-format.md). Only terminal evidence is mapped: a pending remap, a soft retired-pages
+limit or a thermal slowdown is a precursor, not a failure, and an Xid that a reset clears (the
+FATAL_RESET class) says the GPU needs a reset, not that it failed."""
+
+from __future__ import annotations
+
+import math
+
+from collectors.labels import FailureMode
+from models.detectors.xid import CRITICAL
+
+M = FailureMode
+
+# Hard rules (models.detectors.hard) whose firing is a failure of the device they name.
+RULE_MODES: dict[str, FailureMode] = {
+    "dbe": M.M1_HBM,  # an uncorrectable ECC error in device memory
+    "remap_failure": M.M1_HBM,  # spare rows exhausted: the HBM is out of repairs
+    "retired_pages_limit": M.M1_HBM,  # DCGM's retired-pages hard limit
+    "near_shutdown": M.M5_THERMAL,  # within 2 °C of the shutdown temperature
+    "nvlink_down": M.M3_NVLINK,
+    "ib_port_down": M.M4_IB_LINK,
+}
+
+# Critical Xids (models.detectors.xid.CRITICAL) by what failed, after NVIDIA's Xid catalog
+# (collectors/kernel_log/xid_catalog.py) and the simulator's terminal events (docs/simulator.md):
+# memory errors are HBM failures, NVLink Xids link failures, the rest the GPU itself (fallen off
+# the bus, GSP or firmware errors, engine faults).
+XID_MODES: dict[int, FailureMode] = {
+    48: M.M1_HBM,  # double-bit ECC error
+    63: M.M1_HBM,  # row remap recorded (only with a DBE: the remap rules decide otherwise)
+    64: M.M1_HBM,  # row remap failure
+    94: M.M1_HBM,  # contained ECC error
+    95: M.M1_HBM,  # uncontained ECC error
+    140: M.M1_HBM,  # unrecovered ECC error
+    74: M.M3_NVLINK,  # NVLink error
+}
+XID_DEFAULT = M.M2_GPU_HARD  # 79 fallen off the bus, 119/120 GSP, 62, 32, 38, 44, ...
+
+# What a rule's clearing means, when the rule holds until a repair (a GPU reset zeroes the
+# volatile DBE count; a new GPU clears the remap-failure flag; a link comes back up). An Xid's
+# risk lapses after its hold time whether or not anything was repaired, so it has none.
+RULE_REPAIRS: dict[str, str] = {
+    "dbe": "gpu_reset",
+    "remap_failure": "gpu_replaced",
+    "retired_pages_limit": "gpu_replaced",
+    "nvlink_down": "link_restored",
+    "ib_port_down": "port_restored",
+}
+
+
+def xid_mode(code: float) -> FailureMode | None:
+    """The mode of a critical Xid (a finding's value is its code), None for any other."""
+    if not math.isfinite(code) or int(code) not in CRITICAL:
+        return None
+    return XID_MODES.get(int(code), XID_DEFAULT)
+
+
+def mode_of(rule: str, value: float) -> FailureMode | None:
+    """The failure mode a hard rule firing with `value` is evidence of, None when it is not
+    a failure on its own."""
+    if rule == "xid":
+        return xid_mode(value)
+    return RULE_MODES.get(rule)

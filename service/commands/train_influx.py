@@ -1,0 +1,290 @@
+"""`gpuhealth train --from-influx --since 90d`: retrain from the fleet's own history.
+
+The samples the service wrote to InfluxDB are replayed a day at a time (each chunk of
+`--chunk` seconds one query, service.storage.influx.history_source) through a window store, the
+hourly features of every finished day saved in the work directory (service/commands/
+train_days.py: a rerun resumes), and the labels learned from the fleet (the `label`
+measurement: auto failures, repairs, operator verdicts; optionally a labels file beside them)
+are the targets. Training splits the span by time: the first 60 % of hours train, the next 20 %
+validate and calibrate, the last 20 % test; the card names the span, the failure labels per mode
+and source, and says which modes had too few labels to learn or to be scored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import math
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from service.commands.usage import UsageError
+
+log = logging.getLogger(__name__)
+DAY = 86400.0
+FRACTIONS = (0.6, 0.2)  # as models.predictor.dataset.split
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("retraining from InfluxDB history (docs/learning.md)")
+    g.add_argument("--from-influx", action="store_true",
+                   help="train on the samples and labels the service stored in InfluxDB")
+    g.add_argument("--since", default="90d", help="start: a duration before --until (90d, "
+                   "12h) or a time (epoch seconds, RFC 3339); default 90d")
+    g.add_argument("--until", help="end, exclusive: a time or a duration before now "
+                   "(default now)")
+    g.add_argument("--config", type=Path, help="settings file (YAML) naming storage.influxdb; "
+                   "default $GPUHEALTH_CONFIG")
+    g.add_argument("--cluster", help="cluster tag (default: storage.influxdb.cluster)")
+    g.add_argument("--work", type=Path, help="work directory for the recorded days (default "
+                   "OUT/history-work); a rerun with the same span resumes there")
+    g.add_argument("--chunk", type=float, default=3600.0,
+                   help="seconds of data per InfluxDB query (default 3600; divides a day)")
+    g.add_argument("--step", type=float, help="sample step in seconds (default: from the data)")
+    g.add_argument("--stop-after-days", type=int, help=argparse.SUPPRESS)  # tests: interrupt
+
+
+def _time(text: str, now: float, flag: str) -> float:
+    from service.storage.history import QueryError, parse_time
+    from service.storage.influx.influxql import parse_duration
+
+    try:
+        return parse_time(text)
+    except QueryError as exc:
+        try:
+            ago = parse_duration(text)
+        except ValueError:
+            raise UsageError(f"{flag} {text!r}: neither a duration (90d, 12h) nor a time "
+                             f"({exc})") from None
+        if ago is None:
+            raise UsageError(f"{flag} {text!r}: give a finite duration") from None
+        return now - ago
+
+
+def span(args: argparse.Namespace, now: float) -> tuple[float, float]:
+    until = now if args.until is None else _time(args.until, now, "--until")
+    since = _time(args.since, until, "--since")
+    if since >= until:
+        raise UsageError(f"--since {args.since} must be before --until {args.until or 'now'}")
+    return since, until
+
+
+def _source_kind(source: str) -> str:
+    if source == "verdict":
+        return "verdict"
+    if source == "file":
+        return "file"
+    return "auto" if source.startswith("rule:") or source in ("missing", "no_data") else source
+
+
+def label_counts(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Failure labels per mode and where they came from (auto, verdict, file)."""
+    out: dict[str, Counter[str]] = {}
+    for r in rows:
+        if r.get("kind") == "failure":
+            out.setdefault(str(r["mode"]), Counter())[_source_kind(str(r.get("source", "")))] += 1
+    return {m: dict(sorted(c.items())) for m, c in sorted(out.items())}
+
+
+def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any]) -> int:
+    """`epoch_bar(scope, epochs, enabled)`: train's own per-epoch bar (passed in: this module
+    is imported by service/commands/train.py)."""
+    from collectors.catalog import Scope
+    from collectors.labels import LabelError, load_labels
+    from models.evaluation.events import truth_from_labels
+    from models.predictor.artifact import save
+    from models.predictor.card import model_card
+    from models.predictor.dataset import MODES, targets
+    from models.predictor.package import to_artifact
+    from models.predictor.train import TrainConfig, train_scope
+    from service.commands.progress import Progress
+    from service.commands.train_days import (
+        DayBook,
+        WorkMismatch,
+        day_edges,
+        record_days,
+        replay_plan,
+    )
+    from service.commands.usage import load_settings
+    from service.storage.influx.client import InfluxClient, InfluxError
+    from service.storage.influx.history_source import InfluxSource, NoHistory
+
+    if args.trace:
+        raise UsageError("--from-influx and --trace are two sources: give one")
+    if args.chunk <= 0 or (DAY / args.chunk) % 1:
+        raise UsageError(f"--chunk {args.chunk:g}: give seconds that divide a day (3600, 600)")
+    if args.stop_after_days is not None and args.stop_after_days < 1:
+        raise UsageError("--stop-after-days: give 1 or more")
+    start, end = span(args, time.time())
+    work = args.work or args.out / "history-work"
+    held = DayBook.held(work)
+    if held and held.get("args") == [args.since, args.until]:
+        # The same relative span ("90d" up to now) resumes over the times it first meant.
+        start, end = float(held["start"]), float(held["end"])
+    extra: list[dict[str, Any]] = []
+    if args.labels is not None:
+        try:
+            extra = [{**lb.to_dict(), "source": "file"} for lb in load_labels(args.labels)]
+        except (OSError, LabelError) as exc:
+            raise UsageError(f"--labels {args.labels}: {exc}") from None
+    cfg = load_settings(args.config).storage.influxdb
+    if not cfg.url:
+        raise UsageError("--from-influx reads InfluxDB: set storage.influxdb.url (--config or "
+                         "GPUHEALTH_STORAGE__INFLUXDB__URL)")
+    tc = TrainConfig(window_h=args.window, hidden=args.hidden, epochs=args.epochs,
+                     seed=args.seed, threads=args.threads, lr=args.lr, patience=args.patience)
+    cluster = args.cluster or cfg.cluster
+    src = InfluxSource(InfluxClient(cfg), cluster, start, end, args.chunk)
+    started = time.perf_counter()
+    try:
+        try:
+            first, last = src.data_span()
+            step = args.step or src.infer_step(first)
+            labels = src.read_labels() + [r for r in extra if start <= _t(r) < end]
+        except NoHistory as exc:
+            raise UsageError(f"{exc} (check --since/--until, --cluster and the database "
+                             f"{cfg.database!r})") from None
+        # Days from the first stored sample to the last: a 90-day range over 10 days of data
+        # is 10 days.
+        days = day_edges(math.floor(first / step) * step, min(end, last + step))
+        book = DayBook(work, {"cluster": cluster, "database": cfg.database, "start": start,
+                              "end": end, "first": days[0][0], "step_s": step,
+                              "chunk_s": args.chunk, "args": [args.since, args.until]})
+        plan = replay_plan(book, days)
+        resumed = sum(book.done(i) for i in range(len(days)))
+        total = (days[-1][1] - days[plan[0]][0]) / 3600.0 if plan else 0.0
+        bar = Progress("replay", total, "h") if not args.no_progress and total else None
+        try:
+            rec = record_days(src.batches, book, days, step, stop_after=args.stop_after_days,
+                              progress=None if bar is None else bar.update)
+        finally:
+            if bar is not None:
+                bar.close()
+    except InfluxError as exc:
+        raise UsageError(f"InfluxDB: {exc}") from None
+    except WorkMismatch as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        src.close()
+    if rec.stopped:
+        print(f"stopped after {len(rec.days)} of {len(days)} days as asked; rerun the same "
+              f"command to resume from {work}")
+        return 3
+    runs = book.load(rec.days)
+    failures = list(truth_from_labels(labels).failures)
+    counts = label_counts(labels)
+    gpu = runs.get(Scope.GPU)
+    if gpu is None or gpu.hours == 0:
+        raise UsageError(f"no hour of features in {len(days)} day(s) of data: the span is "
+                         "too short (features need whole hours of samples)")
+    a, b = (int(gpu.hours * FRACTIONS[0]), int(gpu.hours * sum(FRACTIONS)))
+    edges = (float(gpu.t_pred[0]), float(gpu.t_pred[min(a, gpu.hours - 1)]),
+             float(gpu.t_pred[min(b, gpu.hours - 1)]), float(gpu.t_pred[-1]))
+    periods = mode_periods(labels, edges)
+    notes = too_few(periods, MODES)
+    results = []
+    for scope, rf in runs.items():
+        modes = MODES[scope]
+        if not any(periods.get(m, {}).get("train", 0) for m in modes):
+            notes.append(f"{scope}: no failure labelled in the training period: its model is "
+                         "not trained")
+            continue
+        tg = targets(rf, failures, tc.horizons, tc.window_h)
+        bar2 = epoch_bar(scope.value, tc.epochs, not args.no_progress)
+        try:
+            results.append(train_scope(scope, [rf], [tg], tc, progress=bar2.update))
+        except ValueError as exc:
+            notes.append(f"{scope}: not trained: {exc}")
+        finally:
+            bar2.close()
+    for n in notes:  # beside --json's document, not in it
+        print(f"gpuhealth train: {n}", file=sys.stderr if args.json else sys.stdout)
+    if not results:
+        raise UsageError("no model could be trained: " + "; ".join(notes))
+    wall = time.perf_counter() - started
+    history = {"cluster": cluster, "database": cfg.database, "from": days[0][0],
+               "to": days[-1][1], "asked": [start, end],
+               "data_from": first, "data_to": last, "step_s": step, "days": len(days),
+               "label_counts": counts, "label_periods": periods, "notes": notes,
+               "split_times": {"train_from": edges[0], "val_from": edges[1],
+                               "test_from": edges[2], "test_to": edges[3]},
+               "labels_file": str(args.labels) if args.labels else None}
+    nodes = sorted(set(gpu.nodes))
+    meta = {"data": [{"source": f"influx:{cluster}", "nodes": len(nodes), "gpus": len(gpu.keys),
+                      "days": (days[-1][1] - days[0][0]) / DAY, "step_s": step,
+                      "failures": len(failures)}],
+            "learned_from": history, "train_wall_s": round(wall, 1), "command": _command(args)}
+    blob = json.dumps({"h": {k: v for k, v in history.items() if k != "notes"},
+                       "cfg": tc.as_dict()}, sort_keys=True, default=str)
+    artifact = to_artifact(results, tc, meta,
+                           version="lstm-" + hashlib.sha256(blob.encode()).hexdigest()[:10])
+    args.out.mkdir(parents=True, exist_ok=True)
+    digest = save(artifact, args.out)
+    (args.out / "MODEL_CARD.md").write_text(model_card(artifact, digest), encoding="utf-8")
+    if args.json:
+        print(json.dumps({"artifact": str(args.out), "sha256": digest, **artifact.card},
+                         indent=2, default=str))
+    else:
+        print(f"trained on {len(days)} day(s) of cluster {cluster!r} ({rec.replayed_h:.0f} data "
+              f"hours replayed, {resumed} day(s) from an earlier run) in {wall:.0f} s; "
+              f"artifact {args.out} (weights sha256 {digest[:12]}); model card "
+              f"{args.out / 'MODEL_CARD.md'}")
+    return 0
+
+
+def _t(row: dict[str, Any]) -> float:
+    return float(row.get("time", row.get("start")) or 0.0)
+
+
+def mode_periods(labels: list[dict[str, Any]],
+                 edges: tuple[float, float, float, float]) -> dict[str, dict[str, int]]:
+    """Failure labels per mode in the training, validation and test periods."""
+    out: dict[str, dict[str, int]] = {}
+    for r in labels:
+        if r.get("kind") != "failure":
+            continue
+        t = _t(r)
+        part = "train" if t < edges[1] else "val" if t < edges[2] else "test"
+        c = out.setdefault(str(r["mode"]), {"train": 0, "val": 0, "test": 0})
+        c[part] += 1
+    return out
+
+
+def too_few(periods: dict[str, dict[str, int]], modes: Any) -> list[str]:
+    """What the card and the output say about modes whose heads cannot learn or be scored."""
+    notes = []
+    for scope_modes in modes.values():
+        for m in scope_modes:
+            c = periods.get(m, {"train": 0, "val": 0, "test": 0})
+            if not sum(c.values()):
+                notes.append(f"{m}: no failure labelled in the span: its heads learn nothing "
+                             "and have no metrics")
+                continue
+            miss = [p for p, label in (("train", "training"), ("val", "validation"),
+                                       ("test", "test")) if not c[p]]
+            if miss:
+                names = {"train": "training", "val": "validation (no calibration on "
+                         "positives)", "test": "test (no held-out metrics)"}
+                notes.append(f"{m}: too few labels ({c['train']} train, {c['val']} validation, "
+                             f"{c['test']} test): none in " + ", ".join(names[p] for p in miss))
+    return notes
+
+
+def _command(args: argparse.Namespace) -> str:
+    parts = ["gpuhealth train --from-influx", f"--since {args.since}"]
+    if args.until:
+        parts.append(f"--until {args.until}")
+    if args.cluster:
+        parts.append(f"--cluster {args.cluster}")
+    if args.labels:
+        parts.append(f"--labels {args.labels}")
+    parts += [f"--epochs {args.epochs}", f"--hidden {args.hidden}", f"--window {args.window}",
+              f"--lr {args.lr:g}", f"--patience {args.patience}", f"--seed {args.seed}",
+              f"--threads {args.threads}", f"--out {args.out}"]
+    return " ".join(parts)
