@@ -20,6 +20,9 @@ from collectors.catalog import CATALOG
 from service.api.timefmt import parse_instant
 from service.notify.receivers.webhook import rfc3339
 from service.stages.alert_machine import AlertPolicy
+from service.storage.influx.client import Series
+from service.storage.influx.links import LOOKBACK_S, fill, mask_query, read_masks
+from service.storage.influx.sparse import MASK_FIELD
 
 TICKS_LATE = 2  # a hard failure must be at level 3 within this many ticks of its evidence
 JITTER_S = 1.0  # the scheduler's start latency, allowed on top of the ticks
@@ -253,19 +256,40 @@ def drains(plan: Plan, requests: list[Received]) -> Check:
 
 def influx_counts(influx_url: str, since: float) -> dict[SeriesField, int]:
     """Values per series and field that InfluxDB holds, less what the service derives itself
-    (the IB bit-error rate), which no sender sent."""
-    derived = {m.name for m in CATALOG if m.derived}
+    (the IB bit-error rate, the GPUs' NVLink masks), which no sender sent. NVLink points are
+    written only when a link moved (docs/influxdb.md): its rounds are counted as the readers
+    see them, each stored point carried to the rounds its GPU's mask names it in."""
+    derived = {m.name for m in CATALOG if m.derived} | {MASK_FIELD}
     out: dict[SeriesField, int] = defaultdict(int)
     with httpx.Client(timeout=120.0) as client:
-        for m, tags in SCOPE_TAGS.items():
-            q = f'SELECT count(*) FROM "{m}" WHERE time >= {int(since)}s GROUP BY *'
-            r = client.post(f"{influx_url}/query", data={"q": q, "db": "gpuhealth"})
+        def query(q: str) -> list[dict[str, Any]]:
+            r = client.post(f"{influx_url}/query", data={"q": q, "db": "gpuhealth",
+                                                           "epoch": "ns"})
             r.raise_for_status()
-            for s in r.json()["results"][0].get("series", []):
-                key_tags = tuple(s.get("tags", {}).get(t, "") for t in tags)
-                for col, v in zip(s["columns"], s["values"][0], strict=True):
+            found: list[dict[str, Any]] = r.json()["results"][0].get("series", [])
+            return found
+
+        for m, tags in SCOPE_TAGS.items():
+            if m == "nvlink":
+                continue
+            for x in query(f'SELECT count(*) FROM "{m}" WHERE time >= {int(since)}s GROUP BY *'):
+                key_tags = tuple(x.get("tags", {}).get(t, "") for t in tags)
+                for col, v in zip(x["columns"], x["values"][0], strict=True):
                     if col.startswith("count_") and v and col[6:] not in derived:
                         out[(m, key_tags, col[6:])] += int(v)
+        start = int(since * 1e9)
+        masks = read_masks([Series("gpu", x.get("tags", {}), x["columns"], x["values"])
+                            for x in query(mask_query(f"time >= {start}"))])
+        stored = [Series("nvlink", x.get("tags", {}), x["columns"], x["values"])
+                  for x in query(f'SELECT * FROM "nvlink" WHERE time >= '
+                                 f'{start - int(LOOKBACK_S * 1e9)} GROUP BY *')]
+        tags = SCOPE_TAGS["nvlink"]
+        for link in fill(stored, masks, start):
+            key_tags = tuple(link.tags.get(t, "") for t in tags)
+            for j, col in enumerate(link.columns[1:], 1):
+                n = sum(1 for r in link.values if r[j] is not None)
+                if n and col not in derived and col not in tags:
+                    out[("nvlink", key_tags, col)] += n
     return out
 
 

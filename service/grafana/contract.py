@@ -92,11 +92,17 @@ COLLECTOR = Measurement(
     _BASE | {"collector"},
     frozenset({"up", "scrape_seconds", "error"}),
 )
+LABEL = Measurement(  # labels learned from the fleet (docs/learning.md)
+    "label",
+    _BASE | {"kind", "scope", "entity", "mode", "source", "label_id"},
+    frozenset({"action", "detail", "withdrawn", "alert_id", "end_time"}),
+)
 # Values the `alert.state` field takes, and the scopes risk is written for.
 ALERT_STATES = ("firing", "escalated", "deescalated", "resolved")
 RISK_SCOPES = ("gpu", "nvlink", "ib_port", "node")
 
 MEASUREMENTS: dict[str, Measurement] = {
     m.name: m
-    for m in (*SAMPLES.values(), *RATES.values(), XID, RISK, ALERT, ACTION, COLLECTOR)
+    for m in (*SAMPLES.values(), *RATES.values(), XID, RISK, ALERT, ACTION, COLLECTOR,
+              LABEL)
 }

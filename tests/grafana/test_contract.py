@@ -56,7 +56,7 @@ def test_tags_match_the_doc(name: str) -> None:
     assert tags <= _words(tags_cell), f"{name}: {sorted(tags - _words(tags_cell))}"
 
 
-@pytest.mark.parametrize("name", ["risk", "alert", "action", "collector", "xid"])
+@pytest.mark.parametrize("name", ["risk", "alert", "action", "collector", "xid", "label"])
 def test_service_fields_match_the_doc(name: str) -> None:
     _, fields_cell = _doc_rows()[name]
     assert MEASUREMENTS[name].fields == _backticked_outside_parens(fields_cell)

@@ -153,15 +153,44 @@ def test_the_agent_sends_again_a_segment_cut_in_transit_not_one_cut_on_disk(
         client: TestClient) -> None:
     lines = "".join(f"{_line(g, 40.0 + g)}\n" for g in range(8))
     whole = zlib.compress(lines.encode(), 0, wbits=31)
-    pusher = Pusher("http://gpuhealth/write", client=httpx.Client(transport=Cutting(client)))
+    # Line protocol (the proxy forwards it as such; an Arrow body cut in transit is refused
+    # whole and sent again as line protocol at once: tests/service/test_write_arrow.py).
+    pusher = Pusher("http://gpuhealth/write", client=httpx.Client(transport=Cutting(client)),
+                    arrow=False)
     first = pusher.push(whole)
     assert first.outcome is Outcome.RETRY and first.status == 400
     assert pusher.push(whole).outcome is Outcome.SENT  # resent whole: every GPU is there
     assert _gpus(client) == 8
     # A segment cut on the agent's own disk can never arrive whole: it stays sent.
-    on_disk = Pusher("http://gpuhealth/write", client=httpx.Client(transport=Cutting(client)))
+    on_disk = Pusher("http://gpuhealth/write", client=httpx.Client(transport=Cutting(client)),
+                     arrow=False)
     assert on_disk.push(whole[:-40]).outcome is Outcome.SENT  # cut twice over
     assert on_disk.push(whole[: len(whole) // 3]).outcome is Outcome.SENT
+
+
+class CuttingArrow(Cutting):
+    """The same proxy, forwarding the agent's own content headers (Arrow stays Arrow)."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        body = request.read()
+        if self.cut:
+            body, self.cut = body[: len(body) // 2], False
+        headers = {k: v for k, v in request.headers.items()
+                   if k.lower() in ("content-type", "content-encoding")}
+        r = self.client.post(request.url.path, content=body, headers=headers)
+        return httpx.Response(r.status_code, content=r.content, headers=r.headers)
+
+
+def test_an_arrow_segment_cut_in_transit_is_sent_again_as_line_protocol(
+        client: TestClient) -> None:
+    pytest.importorskip("pyarrow")
+    lines = "".join(f"{_line(g, 40.0 + g)}\n" for g in range(8))
+    whole = zlib.compress(lines.encode(), 0, wbits=31)
+    pusher = Pusher("http://gpuhealth/write",
+                    client=httpx.Client(transport=CuttingArrow(client)))
+    assert pusher.push(whole).outcome is Outcome.SENT  # refused whole, then sent as lines
+    assert (pusher.sent_arrow, pusher.sent_lines) == (0, 1)
+    assert _gpus(client) == 8
 
 
 def test_inflate_parse_and_ingest_run_off_the_event_loop(
