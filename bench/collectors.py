@@ -666,7 +666,7 @@ def _requests(lines: list[str], per_request: int) -> list[str]:
 # ---- main -------------------------------------------------------------------------------------
 
 def run(runs: int, sim_gpus: int, rounds: int, per_request: list[int],
-        only_ingest: bool = False) -> Report:
+        only_ingest: bool = False, only: list[str] | None = None) -> Report:
     rep = Report()
     if only_ingest:
         pass
@@ -696,6 +696,9 @@ def run(runs: int, sim_gpus: int, rounds: int, per_request: list[int],
                 servers += [arrow, replace(arrow, sink=False)]
                 servers.append(replace(arrow, name=arrow.name + " 150 ms", coalesce_ms=150.0,
                                        sink=False))
+            if only:  # the FastAPI route stays: every figure is a ratio to it
+                servers = [FASTAPI] + [s for s in servers[1:]
+                                       if any(o in _variant(nvlink, s) for o in only)]
             base = None
             for srv in dict.fromkeys(servers):
                 run_ = bench_ingest(sim_gpus, n, rounds, nvlink, srv)
@@ -712,14 +715,18 @@ def run(runs: int, sim_gpus: int, rounds: int, per_request: list[int],
     return rep
 
 
-def profile(path: str, sim_gpus: int, rounds: int) -> None:
-    """The best node-agent variant (without the SQLite sink, whose cost is its own) under
-    cProfile in every server thread; the top functions by own time are printed."""
+def profile(path: str, sim_gpus: int, rounds: int, arrow: bool = False,
+            sink: bool = False) -> None:
+    """The best node-agent variant (line protocol or our agent's Arrow; by default without the
+    SQLite sink, whose cost is its own) under cProfile in every server thread; the top
+    functions by own time are printed."""
     import pstats
 
     prof = ThreadProfile()
     best = HTTPTOOLS if _fast_http() else COALESCED
-    r = bench_ingest(sim_gpus, NODE_GPUS, rounds, True, replace(best, sink=False, profile=prof))
+    if arrow:
+        best = replace(best, name=best.name + ", Arrow", arrow=True)
+    r = bench_ingest(sim_gpus, NODE_GPUS, rounds, True, replace(best, sink=sink, profile=prof))
     prof.dump(path)
     print(f"{r.variant}: {r.projected_cpu_s:.2f} s per 10k round under the profiler "
           f"({r.requests} requests); stats in {path}")
@@ -827,15 +834,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", metavar="PATH",
                     help="instead: profile the best node-agent variant's server (every thread) "
                          "and write cProfile stats to PATH (read with python -m pstats)")
+    ap.add_argument("--profile-arrow", action="store_true",
+                    help="with --profile: the agents post Arrow IPC instead of line protocol")
+    ap.add_argument("--profile-sink", action="store_true",
+                    help="with --profile: keep the SQLite sink")
+    ap.add_argument("--servers", nargs="+", metavar="TEXT",
+                    help="only the loopback variants whose name contains one of these (the "
+                         "FastAPI route always runs first, as the baseline)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     # The fixtures are real and show real faults (saturated IB counters, unmapped Xid bus ids):
     # the collectors' warnings about them are not what is measured here.
     logging.getLogger("collectors").setLevel(logging.ERROR)
     if args.profile:
-        profile(args.profile, args.sim_gpus, args.rounds)
+        profile(args.profile, args.sim_gpus, args.rounds, args.profile_arrow,
+                args.profile_sink)
         return 0
-    rep = run(args.runs, args.sim_gpus, args.rounds, args.gpus_per_request, args.only_ingest)
+    rep = run(args.runs, args.sim_gpus, args.rounds, args.gpus_per_request, args.only_ingest,
+              args.servers)
     if args.json:
         json.dump(asdict(rep), sys.stdout, indent=2)
         print()
