@@ -375,7 +375,7 @@ def _node_of(line: str) -> str:
 
 
 def _client(conn: Connection, url: str, gpus: int, per_request: int, rounds: int,
-            nvlink: bool, t0: float, arrow: bool = False) -> None:
+            nvlink: bool, t0: float, arrow: bool = False, gz: bool = True) -> None:
     """The pushing side, in its own process: builds gzip bodies (one per `per_request` GPUs per
     round, as node agents or a Telegraf relay would), posts one warm-up round (the service
     meets every entity for the first time there), says ready, posts the rest on a go."""
@@ -391,8 +391,9 @@ def _client(conn: Connection, url: str, gpus: int, per_request: int, rounds: int
             samples += s
             lines_n += len(lines)
         for text in _requests(lines, per_request):
-            (bodies if k else warmup).append(gzip.compress(_payload(text, arrow), 6))
-    headers = {"Content-Encoding": "gzip",
+            body = _payload(text, arrow)
+            (bodies if k else warmup).append(gzip.compress(body, 6) if gz else body)
+    headers = {"Content-Encoding": "gzip" if gz else "identity",
                "Content-Type": "application/vnd.apache.arrow.stream" if arrow else "text/plain"}
     with httpx.Client(timeout=60) as client:
         for body in warmup:
@@ -494,6 +495,7 @@ class Server:
     loop: str = "asyncio"
     sink: bool = True
     arrow: bool = False  # agents post Arrow IPC (collectors.arrow_batch) instead of lines
+    gzip: bool = True  # bodies gzip-compressed (as agents send them), or sent as they are
     profile: ThreadProfile | None = field(default=None, compare=False)
 
 
@@ -562,7 +564,7 @@ def bench_ingest(sim_gpus: int, per_request: int, rounds: int, nvlink: bool, srv
         ours, theirs = ctx.Pipe()
         data_clock[0] = t0 + ROUND_S * (rounds + 1)
         proc = ctx.Process(target=_client, args=(theirs, url, sim_gpus, per_request, rounds,
-                                                 nvlink, t0, srv.arrow))
+                                                 nvlink, t0, srv.arrow, srv.gzip))
         proc.start()
         theirs.close()
         requests, lines, samples, nbytes = ours.recv()
@@ -694,6 +696,9 @@ def run(runs: int, sim_gpus: int, rounds: int, per_request: list[int],
                 # our agent's Arrow payload; then a longer coalescing window
                 arrow = replace(best, name=best.name + ", Arrow", arrow=True)
                 servers += [arrow, replace(arrow, sink=False)]
+                # the same uncompressed (on loopback: inflating against reading more bytes)
+                servers.append(replace(arrow, name=arrow.name + " uncompressed", sink=False,
+                                       gzip=False))
                 servers.append(replace(arrow, name=arrow.name + " 150 ms", coalesce_ms=150.0,
                                        sink=False))
             if only:  # the FastAPI route stays: every figure is a ratio to it
