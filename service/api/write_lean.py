@@ -52,10 +52,13 @@ _PARAMS = {
 }
 _PRECISIONS = frozenset({"ns", "n", "us", "u", "ms", "s", "m", "h"})
 _STRICT = {"true": True, "false": False}  # other spellings FastAPI reads go to FastAPI
-# A body this small (a node agent's round: ~10 KiB gzip) is parsed on the event loop: the
-# parse costs less than handing it to a worker thread and back, and with hundreds of agents a
-# second the thread hops and their contention for the GIL were most of the request's CPU
-# (`python -m bench.collectors`, section 3). Larger bodies (relays) go to a worker thread.
+# An uncompressed body this small (a node agent's round is ~17 KiB of Arrow, ~60 KiB of lines)
+# is parsed on the event loop: the parse costs less than handing it to a worker thread and
+# back, and with hundreds of agents a second the thread hops and the threads' GIL handovers
+# were most of such a request's CPU (`python -m bench.collectors`, section 3). Its work is
+# bounded by its size, known before anything is read. A gzip body goes to a worker thread
+# (what it inflates to is known only once inflated: tests/service/test_write_hostile.py), as
+# does a larger one.
 INLINE_BODY_BYTES = 64 * 1024
 
 
@@ -179,7 +182,7 @@ async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
                   path: str, coalescer: Coalescer | None, arrow: bool = False) -> Response:
     precision = query.get("precision", "ns")
     strict = _STRICT[query.get("strict", "false")]
-    inline = coalescer is not None and len(body) <= INLINE_BODY_BYTES
+    inline = coalescer is not None and not gz and len(body) <= INLINE_BODY_BYTES
     try:
         if arrow:  # our agent's columnar payload (service.api.write_arrow)
             parsed, plan_ = await _off_loop(st, inline, _parse_arrow, st, body, gz, coalescer)

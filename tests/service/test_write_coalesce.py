@@ -4,6 +4,7 @@ by one to a service that ingests each request alone."""
 
 from __future__ import annotations
 
+import gzip
 import socket
 import threading
 import time
@@ -230,14 +231,19 @@ def _parse_threads(svc: _Service, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-def test_a_node_agents_body_is_parsed_on_the_event_loop(
+def test_a_small_uncompressed_body_is_parsed_on_the_event_loop_a_gzip_one_is_not(
         services: dict[str, _Service], monkeypatch: pytest.MonkeyPatch) -> None:
     svc = services["coalesced"]
     with httpx.Client(base_url=svc.url, timeout=30) as c:  # the mapper exists from here on
         assert c.post("/write", content=_WARMUP[0].encode()).status_code == 204
         seen = _parse_threads(svc, monkeypatch)
         assert c.post("/write", content="\n".join(_node("n1", 1)).encode()).status_code == 204
-    assert seen == [svc.thread.name]  # uvicorn's event loop: no hop to a worker thread
+        assert seen == [svc.thread.name]  # uvicorn's event loop: no hop to a worker thread
+        # What a gzip body inflates to is known only once inflated: off the event loop.
+        r = c.post("/write", content=gzip.compress("\n".join(_node("n1", 2)).encode()),
+                   headers={"Content-Encoding": "gzip"})
+        assert r.status_code == 204
+    assert len(seen) == 2 and seen[1] != svc.thread.name
 
 
 class _WatchedLock:
