@@ -375,7 +375,7 @@ def _node_of(line: str) -> str:
 
 
 def _client(conn: Connection, url: str, gpus: int, per_request: int, rounds: int,
-            nvlink: bool, t0: float, arrow: bool = False) -> None:
+            nvlink: bool, t0: float, arrow: bool = False, gz: bool = True) -> None:
     """The pushing side, in its own process: builds gzip bodies (one per `per_request` GPUs per
     round, as node agents or a Telegraf relay would), posts one warm-up round (the service
     meets every entity for the first time there), says ready, posts the rest on a go."""
@@ -391,8 +391,9 @@ def _client(conn: Connection, url: str, gpus: int, per_request: int, rounds: int
             samples += s
             lines_n += len(lines)
         for text in _requests(lines, per_request):
-            (bodies if k else warmup).append(gzip.compress(_payload(text, arrow), 6))
-    headers = {"Content-Encoding": "gzip",
+            body = _payload(text, arrow)
+            (bodies if k else warmup).append(gzip.compress(body, 6) if gz else body)
+    headers = {"Content-Encoding": "gzip" if gz else "identity",
                "Content-Type": "application/vnd.apache.arrow.stream" if arrow else "text/plain"}
     with httpx.Client(timeout=60) as client:
         for body in warmup:
@@ -494,6 +495,7 @@ class Server:
     loop: str = "asyncio"
     sink: bool = True
     arrow: bool = False  # agents post Arrow IPC (collectors.arrow_batch) instead of lines
+    gzip: bool = True  # bodies gzip-compressed (as agents send them), or sent as they are
     profile: ThreadProfile | None = field(default=None, compare=False)
 
 
@@ -562,7 +564,7 @@ def bench_ingest(sim_gpus: int, per_request: int, rounds: int, nvlink: bool, srv
         ours, theirs = ctx.Pipe()
         data_clock[0] = t0 + ROUND_S * (rounds + 1)
         proc = ctx.Process(target=_client, args=(theirs, url, sim_gpus, per_request, rounds,
-                                                 nvlink, t0, srv.arrow))
+                                                 nvlink, t0, srv.arrow, srv.gzip))
         proc.start()
         theirs.close()
         requests, lines, samples, nbytes = ours.recv()
@@ -666,7 +668,7 @@ def _requests(lines: list[str], per_request: int) -> list[str]:
 # ---- main -------------------------------------------------------------------------------------
 
 def run(runs: int, sim_gpus: int, rounds: int, per_request: list[int],
-        only_ingest: bool = False) -> Report:
+        only_ingest: bool = False, only: list[str] | None = None) -> Report:
     rep = Report()
     if only_ingest:
         pass
@@ -694,8 +696,14 @@ def run(runs: int, sim_gpus: int, rounds: int, per_request: list[int],
                 # our agent's Arrow payload; then a longer coalescing window
                 arrow = replace(best, name=best.name + ", Arrow", arrow=True)
                 servers += [arrow, replace(arrow, sink=False)]
+                # the same uncompressed (on loopback: inflating against reading more bytes)
+                servers.append(replace(arrow, name=arrow.name + " uncompressed", sink=False,
+                                       gzip=False))
                 servers.append(replace(arrow, name=arrow.name + " 150 ms", coalesce_ms=150.0,
                                        sink=False))
+            if only:  # the FastAPI route stays: every figure is a ratio to it
+                servers = [FASTAPI] + [s for s in servers[1:]
+                                       if any(o in _variant(nvlink, s) for o in only)]
             base = None
             for srv in dict.fromkeys(servers):
                 run_ = bench_ingest(sim_gpus, n, rounds, nvlink, srv)
@@ -712,14 +720,18 @@ def run(runs: int, sim_gpus: int, rounds: int, per_request: list[int],
     return rep
 
 
-def profile(path: str, sim_gpus: int, rounds: int) -> None:
-    """The best node-agent variant (without the SQLite sink, whose cost is its own) under
-    cProfile in every server thread; the top functions by own time are printed."""
+def profile(path: str, sim_gpus: int, rounds: int, arrow: bool = False,
+            sink: bool = False) -> None:
+    """The best node-agent variant (line protocol or our agent's Arrow; by default without the
+    SQLite sink, whose cost is its own) under cProfile in every server thread; the top
+    functions by own time are printed."""
     import pstats
 
     prof = ThreadProfile()
     best = HTTPTOOLS if _fast_http() else COALESCED
-    r = bench_ingest(sim_gpus, NODE_GPUS, rounds, True, replace(best, sink=False, profile=prof))
+    if arrow:
+        best = replace(best, name=best.name + ", Arrow", arrow=True)
+    r = bench_ingest(sim_gpus, NODE_GPUS, rounds, True, replace(best, sink=sink, profile=prof))
     prof.dump(path)
     print(f"{r.variant}: {r.projected_cpu_s:.2f} s per 10k round under the profiler "
           f"({r.requests} requests); stats in {path}")
@@ -827,15 +839,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", metavar="PATH",
                     help="instead: profile the best node-agent variant's server (every thread) "
                          "and write cProfile stats to PATH (read with python -m pstats)")
+    ap.add_argument("--profile-arrow", action="store_true",
+                    help="with --profile: the agents post Arrow IPC instead of line protocol")
+    ap.add_argument("--profile-sink", action="store_true",
+                    help="with --profile: keep the SQLite sink")
+    ap.add_argument("--servers", nargs="+", metavar="TEXT",
+                    help="only the loopback variants whose name contains one of these (the "
+                         "FastAPI route always runs first, as the baseline)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     # The fixtures are real and show real faults (saturated IB counters, unmapped Xid bus ids):
     # the collectors' warnings about them are not what is measured here.
     logging.getLogger("collectors").setLevel(logging.ERROR)
     if args.profile:
-        profile(args.profile, args.sim_gpus, args.rounds)
+        profile(args.profile, args.sim_gpus, args.rounds, args.profile_arrow,
+                args.profile_sink)
         return 0
-    rep = run(args.runs, args.sim_gpus, args.rounds, args.gpus_per_request, args.only_ingest)
+    rep = run(args.runs, args.sim_gpus, args.rounds, args.gpus_per_request, args.only_ingest,
+              args.servers)
     if args.json:
         json.dump(asdict(rep), sys.stdout, indent=2)
         print()

@@ -278,8 +278,17 @@ def _values(scope: Scope, schema: pa.Schema, batch: pa.RecordBatch) -> np.ndarra
         raise ArrowPayloadError(f"stream {scope.value!r}: 'values' has a null list (a "
                                 "metric not reported is a null item)")
     flat = col.flatten().to_numpy(zero_copy_only=False)  # null items: NaN
-    values[:, cols] = flat.reshape(n, len(cols))
+    values[:, _index(tuple(cols))] = flat.reshape(n, len(cols))
     return values
+
+
+@functools.lru_cache(maxsize=64)
+def _index(cols: tuple[int, ...]) -> slice | np.ndarray:
+    """Catalog columns as an index: a slice when they are in catalog order, end to end (what
+    our agent sends), which numpy assigns without gathering."""
+    if cols == tuple(range(cols[0], cols[0] + len(cols))):
+        return slice(cols[0], cols[0] + len(cols))
+    return np.asarray(cols, np.intp)
 
 
 @functools.lru_cache(maxsize=64)
@@ -326,7 +335,7 @@ def _columns_v1(scope: Scope, batch: pa.RecordBatch) -> np.ndarray:
 
 def _finite_ts(table: pa.Table | pa.RecordBatch, where: str) -> np.ndarray:
     col = table.column("ts")
-    if col.type != pa.float64() or col.null_count:
+    if col.type != _F64 or col.null_count:
         raise ArrowPayloadError(f"stream {where!r}: 'ts' must be float64 without nulls, "
                                 f"got {col.type}" + (" with nulls" if col.null_count else ""))
     ts = np.asarray(col.to_numpy(), np.float64)
@@ -440,27 +449,29 @@ def _scan(src: pa.BufferReader, nth: int) -> tuple[int, int]:
         except (pa.ArrowException, OSError) as exc:
             raise ArrowPayloadError(f"stream {nth} is truncated or malformed: "
                                     f"{exc}") from None
-        if first and msg.type != "schema":
+        mtype = msg.type  # made anew on each read
+        if first and mtype != "schema":
             raise ArrowPayloadError(f"stream {nth} does not start with a schema")
         first = False
-        if msg.type == "schema":
+        if mtype == "schema":
             if schemas:
                 raise ArrowPayloadError(f"stream {nth} holds a second schema")
             schemas += 1
             continue
-        if msg.type not in ("record batch", "dictionary"):
-            raise ArrowPayloadError(f"stream {nth} holds a {msg.type} message")
-        length, compressed = _batch_header(msg.metadata.to_pybytes(), msg.type)
+        if mtype not in ("record batch", "dictionary"):
+            raise ArrowPayloadError(f"stream {nth} holds a {mtype} message")
+        length, compressed = _batch_header(msg.metadata.to_pybytes(), mtype)
         if compressed:
             raise ArrowPayloadError(f"stream {nth} has compressed buffers: send it "
                                     "uncompressed (gzip the body instead)")
-        if msg.type == "record batch":
+        if mtype == "record batch":
             batches += 1
             rows += length
             if batches > MAX_BATCHES:
                 raise ArrowPayloadError(f"stream {nth} holds more than {MAX_BATCHES} batches")
 
 
+_F64 = pa.float64()
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _U16 = struct.Struct("<H")

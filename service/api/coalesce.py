@@ -37,13 +37,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 from anyio.to_thread import run_sync
 
 from collectors.catalog import CATALOG, Kind, Scope
 from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame, JoinedTable
 from service.pipeline import Pipeline
 from service.stages.ingest import MAX_DETAILED_REJECTIONS, IngestResult
-from service.stages.windows import WindowStore
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,10 @@ class Pending:
 def plan(pipeline: Pipeline, batch: Batch, cache: PlanCache | None = None
          ) -> tuple[frozenset[str], int, bool]:
     """The entity keys a batch names, its values, and whether it must go alone (it names an
-    entity the store does not hold, or it is large). Run beside parsing, off the event loop.
-    With a `cache`, a frame whose table was met before costs no per-entity work."""
+    entity the store does not hold, or it is large). Run beside parsing. A frame whose table
+    the store has met (its slot lookup cached by table identity) costs no per-entity work:
+    the store tells which of its rows hold a slot, and `cache` keeps the table's keys."""
     store = pipeline.store
-    generation = store.generation  # what was found held is remembered only for this one
     keys: set[str] = set()
     cells = 0
     new = False
@@ -77,21 +77,16 @@ def plan(pipeline: Pipeline, batch: Batch, cache: PlanCache | None = None
         if not len(frame):
             continue
         cells += frame.values.size
-        held = cache.held(store, frame) if cache is not None else None
-        if held is not None:
-            keys |= held
-            continue
         w = store[frame.scope]
+        known = w.known_slots(frame.entities)
+        if known is not None and cache is not None and bool((known[frame.rows] >= 0).all()):
+            keys |= cache.keys(frame.entities, frame.rows)
+            continue
         ents = frame.entities.entities
-        fresh = False
-        used = np.unique(frame.rows).tolist()
-        for i in used:
+        for i in np.unique(frame.rows).tolist():
             e = ents[i]
             keys.add(e.key)
-            fresh = fresh or w.slot(e) is None
-        new = new or fresh
-        if cache is not None and not fresh and len(used) == len(ents):
-            cache.remember(generation, frame.entities)
+            new = new or w.slot(e) is None
     for key in set(batch.events.keys):
         keys.add(key)
         cells += 1
@@ -105,35 +100,27 @@ def plan(pipeline: Pipeline, batch: Batch, cache: PlanCache | None = None
 
 class PlanCache:
     """Per entity table (by identity: a mapper or decoder keeps one per sender layout), its
-    entity keys, kept once the store held every one of them. The store forgets entities only
-    in a compaction, which moves `store.generation`: then everything is looked at again."""
+    entity keys: all of them as one set (a node agent's own table, every row named each
+    round) and one by one (a mapper's table that many senders' frames share). Tables never
+    change, so nothing here goes stale; bounded, it starts over past `max_tables`."""
 
     def __init__(self, max_tables: int = 32_768) -> None:
         self.max_tables = max_tables
-        self._generation = -1
-        self._keys: dict[int, tuple[EntityTable, frozenset[str]]] = {}
+        self._keys: dict[int, tuple[EntityTable, frozenset[str], npt.NDArray[np.object_]]] = {}
 
-    def held(self, store: WindowStore, frame: Frame) -> frozenset[str] | None:
-        """The keys of the frame's entities when its table is known to be held whole and
-        the frame's rows name every entity of it; None: look at the entities."""
-        if store.generation != self._generation:
-            self._keys.clear()
-            self._generation = store.generation
-            return None
-        got = self._keys.get(id(frame.entities))
-        if got is None or got[0] is not frame.entities:
-            return None
-        if not np.bincount(frame.rows, minlength=len(frame.entities)).all():
-            return None  # some entity has no row: only the named ones count
-        return got[1]
-
-    def remember(self, generation: int, table: EntityTable) -> None:
-        """The table was found held whole by the store at `generation`."""
-        if generation != self._generation:
-            return  # the store has forgotten entities since (or held() has not seen it yet)
-        if len(self._keys) >= self.max_tables:
-            self._keys.clear()
-        self._keys[id(table)] = (table, frozenset(e.key for e in table.entities))
+    def keys(self, table: EntityTable, rows: npt.NDArray[np.int32]) -> frozenset[str]:
+        """The keys of the table's entities that `rows` name."""
+        got = self._keys.get(id(table))
+        if got is None or got[0] is not table:
+            if len(self._keys) >= self.max_tables:
+                self._keys.clear()
+            names = [e.key for e in table.entities]
+            arr = np.empty(len(names), object)
+            arr[:] = names
+            got = self._keys[id(table)] = (table, frozenset(names), arr)
+        if len(rows) >= len(table) and np.bincount(rows, minlength=len(table)).all():
+            return got[1]
+        return frozenset(got[2][np.unique(rows)].tolist())
 
 
 class Coalescer:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from threading import Lock
+from threading import RLock
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -35,7 +35,8 @@ class Running:
     # by entity-table identity) stays warm; mappers are not thread-safe, hence the lock.
     mappers: dict[bool, SchemaMapper] = field(default_factory=lambda: {
         True: SchemaMapper(strict=True), False: SchemaMapper(strict=False)})
-    mapper_lock: Lock = field(default_factory=Lock)
+    # Reentrant: the lean route takes it around a whole parse on the event loop (write_lean).
+    mapper_lock: RLock = field(default_factory=RLock)
     # Writes ingested together (service.api.coalesce); made by the lean route when enabled.
     coalescer: Coalescer | None = None
     # Our agent's Arrow payloads (service.api.write_arrow): a collectors.arrow_batch.Decoder,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
 from anyio.to_thread import run_sync
@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+_T = TypeVar("_T")
 ASGIApp = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
 
 # Per path, the query parameters the FastAPI route declares (service.api.write).
@@ -51,6 +52,14 @@ _PARAMS = {
 }
 _PRECISIONS = frozenset({"ns", "n", "us", "u", "ms", "s", "m", "h"})
 _STRICT = {"true": True, "false": False}  # other spellings FastAPI reads go to FastAPI
+# An uncompressed body this small (a node agent's round is ~17 KiB of Arrow, ~60 KiB of lines)
+# is parsed on the event loop: the parse costs less than handing it to a worker thread and
+# back, and with hundreds of agents a second the thread hops and the threads' GIL handovers
+# were most of such a request's CPU (`python -m bench.collectors`, section 3). Its work is
+# bounded by its size, known before anything is read. A gzip body goes to a worker thread
+# (what it inflates to is known only once inflated: tests/service/test_write_hostile.py), as
+# does a larger one.
+INLINE_BODY_BYTES = 64 * 1024
 
 
 class LeanWrite:
@@ -173,9 +182,10 @@ async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
                   path: str, coalescer: Coalescer | None, arrow: bool = False) -> Response:
     precision = query.get("precision", "ns")
     strict = _STRICT[query.get("strict", "false")]
+    inline = coalescer is not None and not gz and len(body) <= INLINE_BODY_BYTES
     try:
         if arrow:  # our agent's columnar payload (service.api.write_arrow)
-            parsed, plan_ = await run_sync(_parse_arrow, st, body, gz, coalescer)
+            parsed, plan_ = await _off_loop(st, inline, _parse_arrow, st, body, gz, coalescer)
             got = (await coalescer.ingest(parsed.batch, plan_)
                    if coalescer is not None and plan_ is not None else
                    await run_sync(_ingest_alone, st, parsed))
@@ -183,7 +193,8 @@ async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
         elif coalescer is None:
             res, cut = await run_sync(write._write_body, st, body, gz, precision, strict)
         else:  # parsed alone, ingested with other senders' batches (service.api.coalesce)
-            parsed, plan = await run_sync(_parse, st, body, gz, precision, strict, coalescer)
+            parsed, plan = await _off_loop(st, inline, _parse, st, body, gz, precision, strict,
+                                           coalescer)
             res, cut = write.finish(st, parsed, await coalescer.ingest(parsed.batch, plan),
                                     strict)
     except GpuhealthError as refused:
@@ -200,6 +211,17 @@ async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
         return Response(status_code=204)
     st.metrics.write_requests.labels("400").inc()
     return problems.influx_response(write.partial_write(res, cut), path)
+
+
+async def _off_loop(st: Running, inline: bool, fn: Callable[..., _T], *args: Any) -> _T:
+    """fn(*args) here when `inline` and the parsers are free (never waiting for a worker
+    thread's parse on the event loop), else in a worker thread."""
+    if inline and st.mapper_lock.acquire(blocking=False):
+        try:
+            return fn(*args)
+        finally:
+            st.mapper_lock.release()
+    return await run_sync(fn, *args)
 
 
 def _parse_arrow(st: Running, body: bytes, gz: bool, coalescer: Coalescer | None

@@ -353,17 +353,16 @@ class ScopeWindows:
                   admit: Admission | None = None, used: I32 | None = None) -> I32:
         """Slot per table row, allocating the new entities among rows `used` (all when None):
         a table may list entities no row of the frame refers to, and those must not come
-        back after they were forgotten. -1 where the limits turn one away or none was asked.
-        Cached by table identity once every entity of the table has its slot."""
-        cached = self._table_cache.get(id(table))
-        if cached is not None and cached[0] is table:
-            return cached[1]
-        if isinstance(table, JoinedTable):  # a coalesced ingest: its parts were met alone
-            got = [self._table_cache.get(id(t)) for t in table.parts]
-            if all(c is not None and c[0] is t for c, t in zip(got, table.parts, strict=True)):
-                return np.concatenate([c[1] for c in got])  # type: ignore[index]
-        out = np.full(len(table), -1, np.int32)
-        rows = range(len(table)) if used is None else np.unique(used).tolist()
+        back after they were forgotten. -1 where the limits turn one away or none was ever
+        asked. Cached by table identity, row by row: a table that many senders' frames share
+        (a line-protocol mapper's, each request naming some of its rows) resolves only the
+        rows it has not met; -1 rows are looked at again when asked."""
+        known = self.known_slots(table)
+        if known is not None and _all_held(known, used):
+            return known
+        out = np.full(len(table), -1, np.int32) if known is None else known.copy()
+        asked = range(len(table)) if used is None else np.unique(used).tolist()
+        rows = [i for i in asked if out[i] < 0]
         ents = table.entities
         new = sum(1 for i in rows if ents[i] not in self._slot)
         if admit is not None:
@@ -376,12 +375,24 @@ class ScopeWindows:
         for i in rows:
             s = self._slot.get(ents[i])
             out[i] = self._add(ents[i], registry, admit) if s is None else s
-        if (out >= 0).all() and not isinstance(table, JoinedTable):  # met once: not kept
-            # (a refusal, or a row not asked for, is looked at again)
+        if not isinstance(table, JoinedTable):  # a coalesced ingest's: met once, not kept
             if len(self._table_cache) >= TABLE_CACHE:
                 self._table_cache.clear()
             self._table_cache[id(table)] = (table, out)
         return out
+
+    def known_slots(self, table: EntityTable) -> I32 | None:
+        """The slots `slots_for` found for the table's rows (-1: not found yet), without
+        looking at any entity; None when the table was not met (since the last compaction).
+        A joined table (a coalesced ingest) is known when each of its parts is."""
+        cached = self._table_cache.get(id(table))
+        if cached is not None and cached[0] is table:
+            return cached[1]
+        if isinstance(table, JoinedTable):  # a coalesced ingest: its parts were met alone
+            got = [self._table_cache.get(id(t)) for t in table.parts]
+            if all(c is not None and c[0] is t for c, t in zip(got, table.parts, strict=True)):
+                return np.concatenate([c[1] for c in got])  # type: ignore[index]
+        return None
 
     def _add(self, e: Entity, registry: EntityRegistry, admit: Admission | None = None) -> int:
         if len(self.entities) >= self.max_entities:
@@ -817,3 +828,8 @@ def window_config_for(step_s: float) -> WindowConfig:
     nvl = tuple(TierSpec(t.name, t.step_s, max(1, t.length // 2)) for t in tiers)
     return WindowConfig(step_s=step_s, raw_length=raw, tiers=tiers,
                         nvlink_raw_length=max(12, raw // 2), nvlink_tiers=nvl)
+
+
+def _all_held(slots: I32, used: I32 | None) -> bool:
+    """Every row asked for (all when `used` is None) has its slot."""
+    return bool((slots >= 0).all() if used is None else (slots[used] >= 0).all())

@@ -217,3 +217,20 @@ def test_rows_are_counted_before_decoding() -> None:
 def test_gzip_is_the_callers() -> None:
     with pytest.raises(ArrowPayloadError):
         Decoder().decode(gzip.compress(GOOD))
+
+
+def test_values_land_in_their_catalog_columns_in_any_order() -> None:
+    """Our agent lists a scope's metrics in catalog order, end to end (assigned as one
+    slice); any other order or subset still puts each value in its own column."""
+    names = [m.name for m in CATALOG.columns(Scope.GPU)]
+    for order in (names[:4], names[2:5], [names[3], names[0]], [names[1], names[4], names[2]]):
+        meta = {META_FORMAT: FORMAT_VERSION.encode(), META_KIND: b"gpu",
+                META_METRICS: ",".join(order).encode()}
+        entity = pa.DictionaryArray.from_arrays(pa.array([0], pa.int32()),
+                                                pa.array(["n1:gpu0"]))
+        values = pa.FixedSizeListArray.from_arrays(
+            pa.array([float(i) for i in range(len(order))]), len(order))
+        table = pa.table({"entity": entity, "ts": pa.array([1.0]), "values": values})
+        frame = Decoder().decode(_stream(table, meta)).batch.frames[Scope.GPU]
+        got = {names[j]: v for j, v in enumerate(frame.values[0].tolist()) if v == v}
+        assert got == {m: float(i) for i, m in enumerate(order)}, order

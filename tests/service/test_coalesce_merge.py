@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, Frame, JoinedTable
@@ -124,3 +125,38 @@ def test_a_joined_table_reuses_its_parts_slots() -> None:
     slots = w.slots_for(joined, p.store.registry)
     assert slots.tolist() == [w.slot(e) for e in joined.entities] == [2, 3, 4, 0, 1]
     assert id(joined) not in w._table_cache  # met once: never kept
+
+
+def test_a_shared_table_is_resolved_row_by_row_and_planned_without_its_entities(
+        monkeypatch: Any) -> None:
+    """A line-protocol mapper keeps one table per scope for all its senders; each request's
+    frame names some of its rows. The store resolves only the rows it has not met (never one
+    no row asked for: a forgotten entity must not come back), and once it has met them a
+    request's plan looks at no entity."""
+    p = _Pipeline()
+    table = EntityTable(Scope.GPU, [Entity.gpu(n, g) for n in "abc" for g in range(2)])
+    w = p.store[Scope.GPU]
+
+    def frame(rows: list[int], k: int) -> Batch:
+        r = np.asarray(rows, np.int32)
+        v = np.full((len(r), len(CATALOG.columns(Scope.GPU))), np.nan)
+        v[:, CATALOG.column(Scope.GPU, "gpu_temp")] = 40.0 + k
+        b = Batch()
+        b.add(Frame(table, r, np.full(len(r), T0 + STEP * k), v))
+        return b
+
+    co = Coalescer(p, 0.05, lambda: T0)  # type: ignore[arg-type]
+    assert co.plan(frame([2, 3], 0))[2]  # new entities: alone
+    p.ingest(frame([2, 3], 0), T0, from_wire=True)
+    assert w.known_slots(table).tolist() == [-1, -1, 0, 1, -1, -1]
+    assert [e.key for e in w.entities] == ["b:gpu0", "b:gpu1"]  # no row asked for the others
+    p.ingest(frame([0], 1), T0 + STEP, from_wire=True)
+    assert w.known_slots(table).tolist() == [2, -1, 0, 1, -1, -1]
+    # Held rows: planned from the store's cached slots and the table's keys alone.
+    monkeypatch.setattr(type(w), "slot", lambda *a: pytest.fail("an entity looked up"))
+    keys, cells, alone = co.plan(frame([3, 0, 2], 2))
+    assert (keys, alone) == ({"a:gpu0", "b:gpu0", "b:gpu1"}, False)
+    assert cells == 3 * len(CATALOG.columns(Scope.GPU))
+    monkeypatch.undo()
+    # A row not met yet: its entity is looked at (and is new: the request goes alone).
+    assert co.plan(frame([1, 2], 3))[2]

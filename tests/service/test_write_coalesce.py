@@ -4,6 +4,7 @@ by one to a service that ingests each request alone."""
 
 from __future__ import annotations
 
+import gzip
 import socket
 import threading
 import time
@@ -214,3 +215,82 @@ def test_merge_offsets_rows_and_groups_keep_arrival_order() -> None:
     x, y, z, w = item({"a"}), item({"b"}), item({"a"}), item({"c"}, alone=True)
     v = item({"d"})
     assert groups([x, y, z, w, v]) == [[x, y], [z], [w], [v]]
+
+
+def _parse_threads(svc: _Service, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Names of the threads the line-protocol parses of `svc` run in, from now on."""
+    mapper = svc.running.mappers[False]
+    seen: list[str] = []
+    parse = mapper.parse
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        seen.append(threading.current_thread().name)
+        return parse(*args, **kwargs)
+
+    monkeypatch.setattr(mapper, "parse", recorded)
+    return seen
+
+
+def test_a_small_uncompressed_body_is_parsed_on_the_event_loop_a_gzip_one_is_not(
+        services: dict[str, _Service], monkeypatch: pytest.MonkeyPatch) -> None:
+    svc = services["coalesced"]
+    with httpx.Client(base_url=svc.url, timeout=30) as c:  # the mapper exists from here on
+        assert c.post("/write", content=_WARMUP[0].encode()).status_code == 204
+        seen = _parse_threads(svc, monkeypatch)
+        assert c.post("/write", content="\n".join(_node("n1", 1)).encode()).status_code == 204
+        assert seen == [svc.thread.name]  # uvicorn's event loop: no hop to a worker thread
+        # What a gzip body inflates to is known only once inflated: off the event loop.
+        r = c.post("/write", content=gzip.compress("\n".join(_node("n1", 2)).encode()),
+                   headers={"Content-Encoding": "gzip"})
+        assert r.status_code == 204
+    assert len(seen) == 2 and seen[1] != svc.thread.name
+
+
+class _WatchedLock:
+    """The parsers' lock, telling when a thread other than its holder wants it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.wanted = threading.Event()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        got = self.lock.acquire(blocking=False)
+        if not got:
+            self.wanted.set()
+            got = blocking and self.lock.acquire(timeout=timeout)
+        return got
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_a_body_meeting_a_busy_parser_waits_in_a_worker_thread(
+        services: dict[str, _Service], monkeypatch: pytest.MonkeyPatch) -> None:
+    """While another parse holds the parsers (a relay's large body in a worker thread), a
+    small body is not parsed on the event loop (which must never wait for a lock): it goes
+    to a worker thread, waits there, and is answered as any other."""
+    svc = services["coalesced"]
+    with httpx.Client(base_url=svc.url, timeout=30) as c:
+        assert c.post("/write", content=_WARMUP[0].encode()).status_code == 204
+    seen = _parse_threads(svc, monkeypatch)
+    lock = _WatchedLock()
+    monkeypatch.setattr(svc.running, "mapper_lock", lock)
+    answers: list[int] = []
+    with lock:
+        sender = threading.Thread(target=lambda: answers.append(httpx.post(
+            svc.url + "/write", content="\n".join(_node("n1", 1)).encode(),
+            timeout=30).status_code))
+        sender.start()
+        assert lock.wanted.wait(timeout=30)
+        with httpx.Client(base_url=svc.url, timeout=30) as c:  # the loop is not blocked
+            assert c.get("/healthz").status_code == 200
+    sender.join(timeout=30)
+    assert answers == [204]
+    assert len(seen) == 1 and seen[0] != svc.thread.name
+    assert _gpu_view(svc.url, "n1:gpu1") != 404
