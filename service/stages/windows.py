@@ -625,20 +625,30 @@ class ScopeWindows:
         """[entity, time] for the last n buckets (oldest first) of the raw ring or a tier;
         NaN where nothing was held. Raw windows end at the newest step, tier windows at the
         newest finished bucket."""
+        return self.window_slots(metric, n, slice(0, len(self.entities)), tier, stat)
+
+    def window_slots(self, metric: str, n: int, slots: slice, tier: str | None = None,
+                     stat: str = "agg") -> F32:
+        """window(...)[slots], reading only those slots: a reader that goes through a large
+        scope a slice at a time (the NVLink growth fit, models/detectors/dynamic.py) holds
+        one slice's temporaries, not the whole window's."""
         c = self.col(metric)
         if tier is None:
             ring, last = self.raw, self.head
         else:
             i = [t.name for t in self.tier_specs].index(tier)
             ring, last = self.tiers[i], self._rolled[i]
-        n_used = len(self.entities)
+        lo, hi, step = slots.indices(len(self.entities))
+        if step != 1:
+            raise ValueError("window_slots reads a contiguous range of slots")
+        n_used = max(0, hi - lo)
         if last < 0 or n_used == 0:
             return np.full((n_used, n), np.nan, np.float32)
         source = self._source(ring, c, stat, tier)
         if source is not ring.agg:
             c = (self._hi_of if stat == "hi" else self._lo_of)[c]
         rows, held = ring.rows(last, n)
-        out = source[c, rows, :n_used].T.copy()
+        out = source[c, rows, lo:hi].T.copy()
         out[:, ~held] = np.nan
         return out
 
