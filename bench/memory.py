@@ -79,7 +79,7 @@ def run(gpus: int, minutes_before: int = 3, minutes_after: int = 2,
     from service.stages.heap import HeapTrim
 
     imports = rss_mb()
-    chunk = windows.ROLLUP_CHUNK
+    chunk, chunk_bytes = windows.ROLLUP_CHUNK, windows.ROLLUP_BYTES
     fleet = Fleet(gpus)
     generator = rss_mb() - imports
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,7 +89,7 @@ def run(gpus: int, minutes_before: int = 3, minutes_after: int = 2,
         if old_layout:
             settings = settings.model_copy(update={
                 "window": dataclasses.replace(settings.window, ranges=None)})
-            windows.ROLLUP_CHUNK = 1 << 40  # put back below
+            windows.ROLLUP_CHUNK = windows.ROLLUP_BYTES = 1 << 40  # put back below
         before = rss_mb()
         detectors = default_detectors(settings)  # the model slot loads the shipped model
         model = rss_mb() - before
@@ -109,7 +109,7 @@ def run(gpus: int, minutes_before: int = 3, minutes_after: int = 2,
         peak = _status()["VmHWM"]
         nbytes = pipe.store.nbytes() / 2**20
         links, ports = len(pipe.store[Scope.NVLINK]), len(pipe.store[Scope.IB_PORT])
-    windows.ROLLUP_CHUNK = chunk
+    windows.ROLLUP_CHUNK, windows.ROLLUP_BYTES = chunk, chunk_bytes
     service = end - generator
     return Report(
         gpus=gpus, links=links, ports=ports, imports_mb=imports, generator_mb=generator,

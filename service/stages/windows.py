@@ -144,6 +144,10 @@ class _Ring:
 
 SQUEEZE_CHUNK = 256  # slots moved at once: bounds the copy a compaction makes
 ROLLUP_CHUNK = 16_384  # slots a bucket's close re-reads at once: bounds its temporaries
+# ... and at most about this many bytes of parent rows at once: an hour's close of the GPU scope
+# (60 rows of some 40 metrics) gathered 10,000 GPUs' rows in one chunk, 140 MB of temporaries and
+# the process's peak once the NVLink rules were sliced.
+ROLLUP_BYTES = 16 << 20
 
 
 def _widened(a: F32, capacity: int) -> F32:
@@ -600,8 +604,10 @@ class ScopeWindows:
         # 180,000 NVLink links the whole gather and its temporaries were about 500 MB at once
         # (the process's peak). Each slot is reduced over its own rows alone, so the chunks
         # give the whole's numbers.
-        for c0 in range(0, self.capacity, ROLLUP_CHUNK):
-            self._reduce_into(parent, tier, row, rows, slice(c0, c0 + ROLLUP_CHUNK))
+        width = max(1, min(ROLLUP_CHUNK, ROLLUP_BYTES // (parent.agg.itemsize * len(rows)
+                                                         * len(self.metrics))))
+        for c0 in range(0, self.capacity, width):
+            self._reduce_into(parent, tier, row, rows, slice(c0, c0 + width))
 
     def _reduce_into(self, parent: _Ring, tier: _Ring, row: int, rows: npt.NDArray[np.intp],
                      cols: slice | npt.NDArray[np.intp]) -> None:
