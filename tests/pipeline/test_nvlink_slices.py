@@ -171,6 +171,9 @@ def _run(config: WindowConfig, seed: int, check: object) -> None:
             else:
                 v[j] = 1.0
             v[j, rng.random(len(ents)) < 0.05] = np.nan
+            if w.is_counter[j]:  # what hour sums and float widening must not change
+                v[j, rng.random(len(ents)) < 0.03] = -0.0
+                v[j, rng.random(len(ents)) < 0.002] = 3e38  # near float32's largest
         w.write(slots, np.full(len(ents), k, np.int64), v)
         if i % per_h == 0 or i % 37 == 0:
             check(view, i)  # type: ignore[operator]
