@@ -37,7 +37,8 @@ class HourCache:
 
     def window(self, fleet: FleetView, scope: Scope, last: int, n: int,
                compute: HourlyFeatures) -> F32:
-        """[entity, n, F0]: the n hours ending at hour `last`."""
+        """[entity, n, F0]: the n hours ending at hour `last`. The array is the one held,
+        moved on in place at the next hour: read it before then, or copy it."""
         shape = (n, *(len(fleet.scope(s)) for s in _DEPENDS[scope]))
         held = self._held.get(scope)
         step = last - held.last if held is not None and held.shape == shape else n
