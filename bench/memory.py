@@ -9,7 +9,8 @@ rounds (8 GPUs, 18 NVLink links per GPU, 8 IB ports per node, every catalog metr
 minutes before a whole hour to past it, so the 1-minute and hour tiers close buckets and the
 rules' hour work runs, and reports the process's RSS (VmRSS, and the peak VmHWM) after each
 part: interpreter and imports, the benchmark's own fleet generator (not the service's), the
-model, the window store, and the rules' and alerts' state once warm; then bytes per GPU.
+model, the window store, and the rules' and alerts' state once warm; then bytes per GPU, and the
+service's peak (VmHWM less the generator), which the 2-GB budget bounds as well.
 
 --before runs the layout before issue 18's memory work: every gauge keeping its max and min in
 every tier (WindowConfig.ranges=None), no heap trim after ticks, and a bucket's close re-reading
@@ -61,8 +62,10 @@ class Report:
     rss_mb: float  # the process at the end
     peak_mb: float  # VmHWM: the most it held at any moment (a tick's temporaries)
     service_mb: float  # rss less the generator
+    service_peak_mb: float  # peak less the generator: the most the service held at any moment
     service_per_gpu_kb: float  # (service - imports - model) per GPU
-    within_budget: bool
+    within_budget: bool  # service_mb within BUDGET_MB
+    peak_within_budget: bool  # service_peak_mb within BUDGET_MB
     layout: str = "now"  # "before": the layout before issue 18's memory work
 
 
@@ -79,7 +82,7 @@ def run(gpus: int, minutes_before: int = 3, minutes_after: int = 2,
     from service.stages.heap import HeapTrim
 
     imports = rss_mb()
-    chunk = windows.ROLLUP_CHUNK
+    chunk, chunk_bytes = windows.ROLLUP_CHUNK, windows.ROLLUP_BYTES
     fleet = Fleet(gpus)
     generator = rss_mb() - imports
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,7 +92,7 @@ def run(gpus: int, minutes_before: int = 3, minutes_after: int = 2,
         if old_layout:
             settings = settings.model_copy(update={
                 "window": dataclasses.replace(settings.window, ranges=None)})
-            windows.ROLLUP_CHUNK = 1 << 40  # put back below
+            windows.ROLLUP_CHUNK = windows.ROLLUP_BYTES = 1 << 40  # put back below
         before = rss_mb()
         detectors = default_detectors(settings)  # the model slot loads the shipped model
         model = rss_mb() - before
@@ -109,14 +112,16 @@ def run(gpus: int, minutes_before: int = 3, minutes_after: int = 2,
         peak = _status()["VmHWM"]
         nbytes = pipe.store.nbytes() / 2**20
         links, ports = len(pipe.store[Scope.NVLINK]), len(pipe.store[Scope.IB_PORT])
-    windows.ROLLUP_CHUNK = chunk
+    windows.ROLLUP_CHUNK, windows.ROLLUP_BYTES = chunk, chunk_bytes
     service = end - generator
     return Report(
         gpus=gpus, links=links, ports=ports, imports_mb=imports, generator_mb=generator,
         model_mb=model, pipeline_mb=built - before, store_mb=first - built,
         store_nbytes_mb=nbytes, warm_mb=end - first, rss_mb=end, peak_mb=peak,
-        service_mb=service, service_per_gpu_kb=(service - imports - model) * 1024 / gpus,
-        within_budget=service <= BUDGET_MB, layout="before" if old_layout else "now")
+        service_mb=service, service_peak_mb=peak - generator,
+        service_per_gpu_kb=(service - imports - model) * 1024 / gpus,
+        within_budget=service <= BUDGET_MB, peak_within_budget=peak - generator <= BUDGET_MB,
+        layout="before" if old_layout else "now")
 
 
 def compare(gpus: int) -> list[Report]:
@@ -134,7 +139,8 @@ ROWS = (("interpreter and imports", "imports_mb"), ("fleet generator (benchmark)
         ("torch and the shipped model", "model_mb"), ("pipeline, empty", "pipeline_mb"),
         ("window store, first round", "store_mb"), ("  its arrays", "store_nbytes_mb"),
         ("rules, alerts once warm", "warm_mb"), ("process", "rss_mb"),
-        ("peak (VmHWM)", "peak_mb"), ("service (less the generator)", "service_mb"))
+        ("peak (VmHWM)", "peak_mb"), ("service (less the generator)", "service_mb"),
+        ("service peak (less the generator)", "service_peak_mb"))
 
 
 def _print_compare(reports: list[Report]) -> None:
@@ -147,7 +153,8 @@ def _print_compare(reports: list[Report]) -> None:
         print(f"  {label:<32} {a:>8.0f} {b:>8.0f} {b - a:>+8.0f}")
     for r in reports:
         print(f"  {r.layout}: service {r.service_mb:.0f} MB, "
-              f"{'within' if r.within_budget else 'OVER'} {BUDGET_MB:.0f} MB; "
+              f"{'within' if r.within_budget else 'OVER'} {BUDGET_MB:.0f} MB, peak "
+              f"{r.service_peak_mb:.0f} MB, {'within' if r.peak_within_budget else 'OVER'}; "
               f"{r.service_per_gpu_kb:.0f} KB per GPU beyond imports and model")
 
 
@@ -188,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'service (less the generator)':<36} {r.service_mb:>8.0f}  "
           f"{'within' if r.within_budget else 'OVER'} {BUDGET_MB:.0f} MB; "
           f"{r.service_per_gpu_kb:.0f} KB per GPU beyond imports and model")
+    print(f"  {'service peak (less the generator)':<36} {r.service_peak_mb:>8.0f}  "
+          f"{'within' if r.peak_within_budget else 'OVER'} {BUDGET_MB:.0f} MB")
     return 0
 
 

@@ -18,12 +18,24 @@ import numpy.typing as npt
 from collectors.catalog import Scope
 from models.detectors.findings import F64, Finding, kept
 from models.detectors.growth import GrowthConfig, assess, level_risk
-from models.detectors.view import FleetView, ScopeView, recent, recent_sum, tier_version
+from models.detectors.view import (
+    FleetView,
+    ScopeView,
+    recent,
+    recent_sum,
+    slot_ranges,
+    tier_version,
+)
 
 B = npt.NDArray[np.bool_]
 T = TypeVar("T")
 HOUR = 3600.0
 _NVL_ALL = ("nvlink_crc_flit", "nvlink_crc_data", "nvlink_replay", "nvlink_recovery")
+# NVLink slots the hour-resolution rules read at once. At 180,000 links the four counters' 48-h
+# windows, their float64 hourly sums and the growth fit's arrays were about 270 MB of
+# temporaries at once, the process's peak at an hour's first tick; a slice's are about 15 MB.
+# Every quantity is per link, so the slices give the whole's numbers.
+SLOT_CHUNK = 16_384
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,17 +144,47 @@ def _nanmean(win: npt.NDArray[np.float32]) -> F64:
         return out
 
 
-def hourly(view: ScopeView, metric: str, hours: int) -> npt.NDArray[np.float64]:
+def hourly(view: ScopeView, metric: str, hours: int,
+           slots: slice | None = None) -> npt.NDArray[np.float64]:
     """[entity, hour] sums over the last `hours` hours, folded from whatever resolution covers
-    them; missing buckets count as zero."""
-    win, res = recent(view, metric, hours * HOUR)
+    them; missing buckets count as zero. `slots`: only those entity slots."""
+    flat, per = _buckets(view, metric, hours, slots)
+    out: F64 = flat.astype(np.float64).reshape(len(flat), hours, per).sum(axis=2)
+    return out
+
+
+def _buckets(view: ScopeView, metric: str, hours: int,
+             slots: slice | None) -> tuple[npt.NDArray[np.float32], int]:
+    """The last `hours` hours' buckets [entity, hours * per], missing ones zero, and how many
+    buckets make an hour (`per`)."""
+    win, res = recent(view, metric, hours * HOUR, slots=slots)
     step = view.step_s if res == "raw" else next(
         t.step_s for t in view.tier_specs if t.name == res)
     per = max(1, round(HOUR / step))
-    flat: F64 = np.nan_to_num(win[:, -hours * per:]).astype(np.float64)
+    flat = np.nan_to_num(win[:, -hours * per:])
     if flat.shape[1] < hours * per:
         flat = np.pad(flat, ((0, 0), (hours * per - flat.shape[1], 0)))
-    out: F64 = flat.reshape(len(flat), hours, per).sum(axis=2)
+    return flat, per
+
+
+def hourly_total(view: ScopeView, metrics: tuple[str, ...], hours: int,
+                 slots: slice | None = None) -> F64:
+    """sum(hourly(view, m, hours, slots) for m in metrics), from zeros and in the metrics'
+    order (so the same numbers), added into one array rather than a new one per metric."""
+    out: F64 | None = None
+    for m in metrics:
+        flat, per = _buckets(view, m, hours, slots)
+        if out is None:
+            out = np.zeros((len(flat), hours))
+        if per == 1:
+            # One bucket an hour (the hour tier): its sum is the bucket, and adding it into
+            # zeros drops a -0.0 as the sum would; float32 widens to float64 exactly.
+            np.add(out, flat, out=out)
+        else:
+            np.add(out, flat.astype(np.float64).reshape(len(flat), hours, per).sum(axis=2),
+                   out=out)
+    if out is None:
+        raise ValueError("hourly_total needs at least one metric")
     return out
 
 
@@ -461,8 +503,7 @@ class DynamicThresholds:
         recov = np.nan_to_num(recent_sum(nvl, "nvlink_recovery", HOUR))
         learned = self.nvl_base.get(n)
         base = np.where(np.isnan(learned), np.inf, learned)
-        hours = self._memo("nvl_hours", nvl, 6 * HOUR, lambda: np.sum(sum(
-            hourly(nvl, m, 6) for m in _NVL_ALL) > 0, axis=1))
+        hours = self._memo("nvl_hours", nvl, 6 * HOUR, lambda: _active_hours(nvl, 6))
         with np.errstate(invalid="ignore"):
             rising = (errs >= c.nvl_min_errors) & (errs >= c.nvl_factor * np.maximum(base, 1.0))
         recurs = (rising | (recov > 0)) & (hours >= c.nvl_recur_hours)
@@ -477,8 +518,22 @@ class DynamicThresholds:
         hours = self.c.growth.block_h * self.c.growth.blocks
 
         def make() -> tuple[F64, F64, B | None]:
-            per_hour: F64 = sum((hourly(nvl, m, hours) for m in _NVL_ALL),
-                                np.zeros((len(nvl), hours)))
-            return self._growth(per_hour)
+            n = len(nvl)
+            rate, ttf = np.full(n, np.nan), np.full(n, np.nan)
+            days: B | None = np.zeros(n, bool) if self.c.fitted_days_keep_watch else None
+            for part in slot_ranges(nvl, SLOT_CHUNK):
+                r, t, d = self._growth(hourly_total(nvl, _NVL_ALL, hours, part))
+                rate[part], ttf[part] = r, t
+                if days is not None and d is not None:
+                    days[part] = d
+            return rate, ttf, days
 
         return self._memo("nvl_growth", nvl, hours * HOUR, make)
+
+
+def _active_hours(nvl: ScopeView, hours: int) -> npt.NDArray[np.int64]:
+    """Per link, how many of the last `hours` hours had any NVLink error or recovery."""
+    out = np.zeros(len(nvl), np.int64)
+    for part in slot_ranges(nvl, SLOT_CHUNK):
+        out[part] = np.sum(hourly_total(nvl, _NVL_ALL, hours, part) > 0, axis=1)
+    return out

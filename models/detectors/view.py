@@ -99,13 +99,33 @@ def resolution(view: ScopeView, seconds: float) -> tuple[str | None, int]:
     return chosen.name, max(1, min(chosen.length, int(np.ceil(seconds / chosen.step_s - 1e-9))))
 
 
-def recent(view: ScopeView, metric: str, seconds: float, stat: str = "agg") -> tuple[F32, str]:
+def recent(view: ScopeView, metric: str, seconds: float, stat: str = "agg",
+           slots: slice | None = None) -> tuple[F32, str]:
     """The last `seconds` of a metric at the finest resolution that covers them, with the
-    name of the resolution used ("raw" or a tier name). Tiers lag by up to one bucket."""
+    name of the resolution used ("raw" or a tier name). Tiers lag by up to one bucket.
+    `slots`: only those entity slots (see `slot_ranges`)."""
     tier, n = resolution(view, seconds)
+    if slots is not None:
+        part = getattr(view, "window_slots", None)
+        if part is not None:
+            win: F32 = part(metric, n, slots, tier, stat)
+        else:
+            win = view.window(metric, n, tier, stat)[slots]
+        return win, tier or "raw"
     if tier is None:
         return view.window(metric, n), "raw"
     return view.window(metric, n, tier=tier, stat=stat), tier
+
+
+def slot_ranges(view: ScopeView, size: int) -> list[slice]:
+    """The scope's entity slots as ranges of at most `size`, for readers that go through a
+    large scope a range at a time (`recent(..., slots=)`); one range where the view cannot read
+    part of its entities (no `window_slots`, as the window store has), so such a view is still
+    read once."""
+    n = len(view)
+    if getattr(view, "window_slots", None) is None or size >= n:
+        return [slice(0, n)]
+    return [slice(lo, min(n, lo + size)) for lo in range(0, n, size)]
 
 
 def time_total(win: F32) -> F64:

@@ -20,6 +20,7 @@ from models.detectors.view import FleetView
 
 F32 = npt.NDArray[np.float32]
 HourlyFeatures = Callable[[FleetView, int], F32]  # (fleet, n hours) -> [entity, n, F0]
+SHIFT_CHUNK = 1024  # entities whose held rows move at once
 
 
 @dataclass(slots=True)
@@ -36,14 +37,22 @@ class HourCache:
 
     def window(self, fleet: FleetView, scope: Scope, last: int, n: int,
                compute: HourlyFeatures) -> F32:
-        """[entity, n, F0]: the n hours ending at hour `last`."""
+        """[entity, n, F0]: the n hours ending at hour `last`. The array is the one held,
+        moved on in place at the next hour: read it before then, or copy it."""
         shape = (n, *(len(fleet.scope(s)) for s in _DEPENDS[scope]))
         held = self._held.get(scope)
         step = last - held.last if held is not None and held.shape == shape else n
         if step == 0 and held is not None:
             return held.x
         if 0 < step < n and held is not None:
-            x = np.concatenate([held.x[:, step:], compute(fleet, step)], axis=1)
+            fresh = compute(fleet, step)
+            x = held.x
+            # The window moved on in place: a new [entity, n, F0] array beside the held one
+            # was 73 MB more at 10,000 GPUs at every hour's first tick. A slice of entities
+            # at a time, so the overlapping move's own temporary stays small.
+            for lo in range(0, len(x), SHIFT_CHUNK):
+                x[lo:lo + SHIFT_CHUNK, : n - step] = x[lo:lo + SHIFT_CHUNK, step:]
+            x[:, n - step:] = fresh
         else:
             step = n
             x = compute(fleet, n)

@@ -144,6 +144,10 @@ class _Ring:
 
 SQUEEZE_CHUNK = 256  # slots moved at once: bounds the copy a compaction makes
 ROLLUP_CHUNK = 16_384  # slots a bucket's close re-reads at once: bounds its temporaries
+# ... and at most about this many bytes of parent rows at once: an hour's close of the GPU scope
+# (60 rows of some 40 metrics) gathered 10,000 GPUs' rows in one chunk, 140 MB of temporaries and
+# the process's peak once the NVLink rules were sliced.
+ROLLUP_BYTES = 16 << 20
 
 
 def _widened(a: F32, capacity: int) -> F32:
@@ -611,8 +615,10 @@ class ScopeWindows:
         # 180,000 NVLink links the whole gather and its temporaries were about 500 MB at once
         # (the process's peak). Each slot is reduced over its own rows alone, so the chunks
         # give the whole's numbers.
-        for c0 in range(0, self.capacity, ROLLUP_CHUNK):
-            self._reduce_into(parent, tier, row, rows, slice(c0, c0 + ROLLUP_CHUNK))
+        width = max(1, min(ROLLUP_CHUNK, ROLLUP_BYTES // (parent.agg.itemsize * len(rows)
+                                                         * len(self.metrics))))
+        for c0 in range(0, self.capacity, width):
+            self._reduce_into(parent, tier, row, rows, slice(c0, c0 + width))
 
     def _reduce_into(self, parent: _Ring, tier: _Ring, row: int, rows: npt.NDArray[np.intp],
                      cols: slice | npt.NDArray[np.intp]) -> None:
@@ -636,20 +642,30 @@ class ScopeWindows:
         """[entity, time] for the last n buckets (oldest first) of the raw ring or a tier;
         NaN where nothing was held. Raw windows end at the newest step, tier windows at the
         newest finished bucket."""
+        return self.window_slots(metric, n, slice(0, len(self.entities)), tier, stat)
+
+    def window_slots(self, metric: str, n: int, slots: slice, tier: str | None = None,
+                     stat: str = "agg") -> F32:
+        """window(...)[slots], reading only those slots: a reader that goes through a large
+        scope a slice at a time (the NVLink growth fit, models/detectors/dynamic.py) holds
+        one slice's temporaries, not the whole window's."""
         c = self.col(metric)
         if tier is None:
             ring, last = self.raw, self.head
         else:
             i = [t.name for t in self.tier_specs].index(tier)
             ring, last = self.tiers[i], self._rolled[i]
-        n_used = len(self.entities)
+        lo, hi, step = slots.indices(len(self.entities))
+        if step != 1:
+            raise ValueError("window_slots reads a contiguous range of slots")
+        n_used = max(0, hi - lo)
         if last < 0 or n_used == 0:
             return np.full((n_used, n), np.nan, np.float32)
         source = self._source(ring, c, stat, tier)
         if source is not ring.agg:
             c = (self._hi_of if stat == "hi" else self._lo_of)[c]
         rows, held = ring.rows(last, n)
-        out = source[c, rows, :n_used].T.copy()
+        out = source[c, rows, lo:hi].T.copy()
         out[:, ~held] = np.nan
         return out
 

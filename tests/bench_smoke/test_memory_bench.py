@@ -16,6 +16,8 @@ def test_the_memory_bench_runs_and_reports(capsys: pytest.CaptureFixture[str]) -
     assert r["gpus"] == 16 and r["links"] == 16 * 18 and r["ports"] == 16
     assert r["store_nbytes_mb"] > 0 and 0 < r["rss_mb"] <= r["peak_mb"]
     assert r["service_mb"] == pytest.approx(r["rss_mb"] - r["generator_mb"])
+    assert r["service_peak_mb"] == pytest.approx(r["peak_mb"] - r["generator_mb"])
+    assert r["peak_within_budget"] is (r["service_peak_mb"] <= 2048)
 
 
 def test_bad_arguments_are_refused() -> None:

@@ -165,10 +165,12 @@ def test_the_predictors_hourly_inputs_are_the_same_as_with_every_range_kept() ->
         np.testing.assert_array_equal(lean, full, err_msg=str(scope))
 
 
+@pytest.mark.parametrize("limit", ["ROLLUP_CHUNK", "ROLLUP_BYTES"])
 def test_a_bucket_closed_a_few_slots_at_a_time_equals_one_closed_whole(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, limit: str) -> None:
     """The re-read close works through the slots in chunks (it bounds the hour's temporaries):
-    chunks of 3 slots give the tiers one chunk gives, NaNs and the IB and NVLink scopes too."""
+    chunks of 3 slots give the tiers one chunk gives, NaNs and the IB and NVLink scopes too;
+    so do chunks bounded by bytes (one slot's rows of every metric, here: one slot)."""
     import service.stages.windows as windows
 
     rng = np.random.default_rng(7)
@@ -182,8 +184,8 @@ def test_a_bucket_closed_a_few_slots_at_a_time_equals_one_closed_whole(
             Scope.IB_PORT: [Entity.ib_port(f"n{i}", "mlx5_0", 1) for i in range(10)]}
     vals = {sc: _values(rng, len(whole[sc].metrics), len(e) * 12 * 40)
             for sc, e in ents.items()}
-    for store, chunk in ((whole, 1 << 20), (chunked, 3)):
-        monkeypatch.setattr(windows, "ROLLUP_CHUNK", chunk)
+    for store, chunk in ((whole, 1 << 40), (chunked, 3 if limit == "ROLLUP_CHUNK" else 1)):
+        monkeypatch.setattr(windows, limit, chunk)
         for i in range(12 * 40):
             store.advance(k0 + i)
             for sc, es in ents.items():
