@@ -2,7 +2,8 @@
 pipeline with the InfluxDB sink and the auto-labeller trains a model whose card names the span
 and the auto labels per mode; a run interrupted after some days and resumed records the same
 features bit for bit as an uninterrupted one (and would not without its warm-up); no data, a
-bad --since and InfluxDB down are refused with a clear message."""
+bad --since and InfluxDB down are refused with a clear message; fine-tuning the shipped model
+(`--init default`) writes a loadable artifact whose card names it."""
 
 from __future__ import annotations
 
