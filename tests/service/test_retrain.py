@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,19 @@ def test_an_unknown_notify_receiver_refuses_to_start(tmp_path: Path) -> None:
             start_retraining(pipe)
     finally:
         pipe.close()
+
+
+def test_the_child_process_is_told_the_init_model(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+
+    def run(cmd: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr("service.runtime.retrain.subprocess.run", run)
+    t = CommandTrainer(("--epochs", "5"))
+    t.train(tmp_path / "a", 30, SHIPPED_MODEL)
+    t.train(tmp_path / "b", 30)
+    assert seen[0][-4:] == ["--epochs", "5", "--init", str(SHIPPED_MODEL)]
+    assert "--init" not in seen[1]
