@@ -12,6 +12,7 @@ model's training data, against a real influxd:
 
     python -m bench.learning                    # 32 nodes, 28 days at 300 s (tens of minutes)
     python -m bench.learning --nodes 4 --days 4 --train-days 2 --epochs 2   # the smoke size
+    python -m bench.learning --init default     # fine-tune from the shipped model instead
 
 Figures: the label counts per mode the training saw, the training's wall time and peak memory,
 and per stream (active and challenger, fused and model alone) at the watch and warning views:
@@ -85,11 +86,13 @@ def _feed(pipe: Pipeline, rounds: Any, until: float) -> tuple[int, Any]:
     return n, None
 
 
-def _train(cfg: Path, start: float, end: float, out: Path, epochs: int) -> dict[str, Any]:
+def _train(cfg: Path, start: float, end: float, out: Path, epochs: int | None,
+           init: str | None) -> dict[str, Any]:
     cmd = [sys.executable, "-c", "import sys; from service.commands.cli import main; "
            "sys.exit(main())", "train", "--from-influx", "--since", str(start), "--until",
-           str(end), "--config", str(cfg), "--out", str(out), "--no-progress", "--epochs",
-           str(epochs), "--json"]
+           str(end), "--config", str(cfg), "--out", str(out), "--no-progress", "--json"]
+    cmd += [] if epochs is None else ["--epochs", str(epochs)]
+    cmd += [] if init is None else ["--init", init]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
@@ -102,7 +105,7 @@ def _train(cfg: Path, start: float, end: float, out: Path, epochs: int) -> dict[
 
 
 def run(nodes: int, days: float, train_days: float, seed: int, multiplier: float,
-        epochs: int, root: Path) -> dict[str, Any]:
+        epochs: int | None, root: Path, init: str | None = None) -> dict[str, Any]:
     cfg_sim = scenario(nodes, days, seed, multiplier)
     src = simulator_source(cfg_sim)
     step = src.step_s
@@ -128,7 +131,7 @@ def run(nodes: int, days: float, train_days: float, seed: int, multiplier: float
             phase1 = {"rounds": n1, "wall_s": round(time.perf_counter() - t0, 1),
                       "labels": pipe.labels.counts()}
             art = root / "retrained"
-            trained = _train(cfg, start, split, art, epochs)
+            trained = _train(cfg, start, split, art, epochs, init)
             assert pipe.registry is not None and pipe.roles is not None
             promotion.shadow(pipe.registry, art, "bench", split)
             pipe.roles.check(force=True)
@@ -154,6 +157,8 @@ def run(nodes: int, days: float, train_days: float, seed: int, multiplier: float
                 "phase1": phase1, "training": {k: trained[k] for k in ("wall_s",
                                                                        "peak_rss_mb")},
                 "learned_from": trained["card"].get("learned_from"),
+                "fine_tuned_from": trained["card"].get("fine_tuned_from"),
+                "history": trained["card"].get("history"),
                 "shadow": phase2, "compare": board}
     finally:
         srv.stop()
@@ -185,14 +190,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-days", type=float, default=14.0)
     p.add_argument("--seed", type=int, default=3000)
     p.add_argument("--rate-multiplier", type=float, default=30.0)
-    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--epochs", type=int, help="training epochs (default: train's, 20 from "
+                   "scratch, 8 with --init)")
+    p.add_argument("--init", metavar="PATH|default", help="fine-tune from this artifact "
+                   "(`default`: the shipped model) instead of training from scratch")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if not 0 < args.train_days < args.days:
         p.error("--train-days must lie between 0 and --days")
     with tempfile.TemporaryDirectory(prefix="gpuhealth-learning-") as tmp:
         out = run(args.nodes, args.days, args.train_days, args.seed, args.rate_multiplier,
-                  args.epochs, Path(tmp))
+                  args.epochs, Path(tmp), args.init)
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return 0
@@ -202,8 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"phase 1 (days 0-{sc['train_days']:g}): {out['phase1']['rounds']} rounds in "
           f"{out['phase1']['wall_s']} s; auto failure labels per mode "
           f"{out['phase1']['labels']}")
-    print(f"train --from-influx: {out['training']['wall_s']} s, peak RSS "
-          f"{out['training']['peak_rss_mb']} MB")
+    ft = out.get("fine_tuned_from")
+    print(f"train --from-influx{' fine-tuned from ' + ft['version'] if ft else ''}: "
+          f"{out['training']['wall_s']} s, peak RSS {out['training']['peak_rss_mb']} MB; "
+          "validation AP per epoch " + "; ".join(
+              f"{scope} " + " ".join(_n(r['val_ap']) for r in rows)
+              for scope, rows in (out.get("history") or {}).items()))
     print(f"shadow (days {sc['train_days']:g}-{sc['days']:g}): {out['shadow']['rounds']} "
           f"rounds in {out['shadow']['wall_s']} s; auto failure labels "
           f"{out['shadow']['labels']}")

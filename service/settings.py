@@ -201,6 +201,9 @@ class RetrainSettings(BaseModel):
     notify_receiver: str | None = None  # told of every outcome (a receiver's name)
     out_dir: Path | None = None  # artifacts; default <data_dir>/models
     train_args: list[str] = Field(default_factory=list)  # more `gpuhealth train` flags
+    # Start from the active model (`gpuhealth train --init`), not from scratch: a fleet's own
+    # labels are few, and fine-tuning keeps what the larger training set taught.
+    fine_tune: bool = True
     timeout_s: float = Field(default=6 * 3600.0, gt=0)
 
 

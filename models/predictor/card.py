@@ -17,6 +17,16 @@ def _num(x: Any, fmt: str = ".3f") -> str:
     return format(x, fmt)
 
 
+def _init_lines(ft: dict[str, Any] | None) -> list[str]:
+    if not ft:
+        return []
+    return [f"Fine-tuned from **{ft['version']}** (`{ft['path']}`): learning rate "
+            f"{ft['lr']:g}, at most {ft['epochs']} epochs, patience {ft['patience']}, the "
+            "init model's weights scored as epoch 0; input scaler kept from the init model; "
+            "calibration refitted on this data's validation split (a head without a positive "
+            "there keeps the init model's calibrator).", ""]
+
+
 def model_card(art: ModelArtifact, digest: str) -> str:
     card = art.card
     cfg = art.config
@@ -30,7 +40,7 @@ def model_card(art: ModelArtifact, digest: str) -> str:
              f"{2 * int(cfg['window_h'])} h, {cfg['window_h']} h apart, carried hour by hour; "
              "models/predictor/chunks.py), the last hour also fed to the heads directly; one "
              "sigmoid per failure mode and horizon, calibrated per head on the validation "
-             "split.", "",
+             "split.", "", *_init_lines(card.get("fine_tuned_from")),
              "## Data", "",
              "| Source | Seed | Nodes | GPUs | Days | Step s | Failures |",
              "|---|---|---|---|---|---|---|"]
@@ -61,8 +71,16 @@ def model_card(art: ModelArtifact, digest: str) -> str:
               "buckets (usual error rates, remaps, temperature offset, days reported, days "
               "since each error group was active).", "", "## Results (test split)", ""]
     for scope_name, m in card.get("metrics", {}).items():
+        if m.get("kept_from_init"):
+            lines += [f"### {scope_name}", "", f"Kept from {m['kept_from_init']} unchanged: no "
+                      "failure of its modes was labelled in the training period.", ""]
+            continue
+        kept = m.get("init_calibrators_kept")
         lines += [f"### {scope_name}", "",
-                  f"Samples: {m['samples']}. Best epoch {m.get('best_epoch')}.", "",
+                  f"Samples: {m['samples']}. Best epoch {m.get('best_epoch')}"
+                  + (" (0: the init model's weights)" if m.get("best_epoch") == 0 else "")
+                  + "." + (f" Heads without a validation positive, keeping the init model's "
+                           f"calibrator: {', '.join(kept)}." if kept else ""), "",
                   "| Head | positives (test) | prevalence | AP test | AP held-out nodes | "
                   "AP validation | ECE test |", "|---|---|---|---|---|---|---|"]
         for head, t in m["test"].items():

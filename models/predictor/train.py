@@ -28,6 +28,7 @@ from models.predictor.calibration import (
     reliability,
 )
 from models.predictor.dataset import HORIZONS_H, RunFeatures, Split, Targets, gather, split
+from models.predictor.finetune import ScopeInit
 from models.predictor.model import FailureLSTM, Scaler, predict
 
 F32 = npt.NDArray[np.float32]
@@ -125,7 +126,11 @@ def _batches(runs: Sequence[RunFeatures], s: Split, period: int, size: int,
 
 
 def train_scope(scope: Scope, runs: Sequence[RunFeatures], tgts: Sequence[Targets],
-                cfg: TrainConfig, progress: Progress | None = None) -> ScopeResult:
+                cfg: TrainConfig, progress: Progress | None = None,
+                init: ScopeInit | None = None) -> ScopeResult:
+    """`init`: start from an existing model's weights and scaler (models/predictor/finetune.py);
+    its weights are scored as epoch 0, so fine-tuning that never beats them on validation keeps
+    them (recalibrated)."""
     seed_everything(cfg.seed, cfg.threads)
     rng = np.random.default_rng(cfg.seed)
     parts = split(runs, tgts, seed=cfg.seed, neg_keep=cfg.neg_keep)
@@ -135,11 +140,13 @@ def train_scope(scope: Scope, runs: Sequence[RunFeatures], tgts: Sequence[Target
     probe = rng.choice(len(parts.train), size=min(len(parts.train), 4096), replace=False)
     period, length = cfg.window_h, 2 * cfg.window_h
     x_probe, _, _ = gather(runs, tgts, parts.train, np.sort(probe).astype(np.int64), length)
-    scaler = Scaler.fit(x_probe)
+    scaler = Scaler.fit(x_probe) if init is None else init.scaler
     y_train = np.concatenate([tgts[r].y[parts.train.hour[parts.train.run == r],
                                         parts.train.ent[parts.train.run == r]]
                               for r in np.unique(parts.train.run).tolist()])
     model = FailureLSTM(x_probe.shape[2], len(heads), cfg.hidden, cfg.dropout)
+    if init is not None:
+        model.load_state_dict(init.state_dict)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     loss_fn = nn.BCEWithLogitsLoss(pos_weight=_pos_weight(y_train, cfg.max_pos_weight))
     # Early stopping reads a class-balanced subsample of validation, weighted back.
@@ -153,6 +160,12 @@ def train_scope(scope: Scope, runs: Sequence[RunFeatures], tgts: Sequence[Target
     best: tuple[float, dict[str, torch.Tensor]] | None = None
     stale = 0
     history: list[dict[str, float]] = []
+    if init is not None:
+        model.eval()
+        p_val, y_val = _score(runs, tgts, parts.val, model, scaler, period, val_idx)
+        ap = _mean_ap(p_val, y_val, val_w)
+        best = (-math.inf if math.isnan(ap) else ap, copy.deepcopy(model.state_dict()))
+        history.append({"epoch": 0.0, "train_loss": math.nan, "val_ap": ap})
     for epoch in range(cfg.epochs):
         model.train()
         total, n = 0.0, 0
@@ -183,7 +196,9 @@ def train_scope(scope: Scope, runs: Sequence[RunFeatures], tgts: Sequence[Target
     model.load_state_dict(best[1])
     model.eval()
     p_val, y_val = _score(runs, tgts, parts.val, model, scaler, period)
-    cals = [fit_calibrator(p_val[:, j], y_val[:, j]) for j in range(len(heads))]
+    cals = [fit_calibrator(p_val[:, j], y_val[:, j])
+            if init is None or y_val[:, j].any() else init.calibrators[j]
+            for j in range(len(heads))]
     metrics: dict[str, Any] = {
         "samples": {"train": len(parts.train), "val": len(parts.val), "test": len(parts.test),
                     "held_out": len(parts.held_out)},
@@ -191,10 +206,24 @@ def train_scope(scope: Scope, runs: Sequence[RunFeatures], tgts: Sequence[Target
         "best_epoch": int(max(history, key=lambda r: r["val_ap"]
                               if not math.isnan(r["val_ap"]) else -1)["epoch"]),
     }
+    if init is not None:  # heads the fleet's validation split could not recalibrate
+        metrics["init_calibrators_kept"] = [h for j, h in enumerate(heads)
+                                            if not y_val[:, j].any()]
     for name, part in (("val", parts.val), ("test", parts.test), ("held_out", parts.held_out)):
         p, y = _score(runs, tgts, part, model, scaler, period)
         metrics[name] = evaluate_heads(p, y, cals, heads)
     return ScopeResult(scope, model, scaler, cals, heads, history, metrics)
+
+
+def kept_scope(scope: Scope, init: ScopeInit, cfg: TrainConfig, version: str) -> ScopeResult:
+    """A scope the data cannot train (no failure labelled in its training period), carried
+    over from the init model unchanged rather than dropped from the artifact."""
+    model = FailureLSTM(len(init.features), len(init.heads), cfg.hidden, cfg.dropout)
+    model.load_state_dict(init.state_dict)
+    model.eval()
+    metrics = {"samples": {}, "val": {}, "test": {}, "held_out": {}, "kept_from_init": version}
+    return ScopeResult(scope, model, init.scaler, list(init.calibrators), list(init.heads),
+                       [], metrics)
 
 
 def evaluate_heads(p_raw: F32, y: F32, cals: Sequence[Calibrator],

@@ -39,13 +39,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help="train on a recorded trace with labels instead (repeatable)")
     p.add_argument("--labels", type=Path, help="labels file for a single --trace")
     p.add_argument("--out", type=Path, required=True, help="artifact directory to write")
-    p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--hidden", type=int, default=24, help="LSTM hidden size")
-    p.add_argument("--window", type=int, default=24,
-                   help="the memory's period P in hours: the model reads the last P + 1 to 2P")
-    p.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate")
-    p.add_argument("--patience", type=int, default=4,
-                   help="epochs without a better validation score before stopping")
+    from service.commands import train_init
+
+    train_init.add_arguments(p)
     p.add_argument("--seed", type=int, default=0, help="training seed (weights, sampling)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -113,21 +109,21 @@ def run(args: argparse.Namespace) -> int:
     from models.predictor.dataset import targets
     from models.predictor.package import to_artifact
     from models.predictor.train import TrainConfig, train_scope
+    from service.commands.train_init import resolve
 
     for flag in ("epochs", "hidden", "window", "threads", "patience"):  # before hours of work
-        if getattr(args, flag) < 1:
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise UsageError(f"--{flag} {getattr(args, flag)}: give 1 or more")
+    if args.lr is not None and not 0 < args.lr < 1:
+        raise UsageError(f"--lr {args.lr:g}: give a learning rate between 0 and 1")
+    init = resolve(args)  # before any data is read: a mismatched init is refused at once
     out_dir(args.out)
     if args.from_influx:
         from service.commands import train_influx
 
-        if not 0 < args.lr < 1:
-            raise UsageError(f"--lr {args.lr:g}: give a learning rate between 0 and 1")
-        return train_influx.run(args, _progress)
+        return train_influx.run(args, _progress, init)
     if args.days is not None and args.days <= 0:
         raise UsageError(f"--days {args.days:g}: give a positive number of days")
-    if not 0 < args.lr < 1:
-        raise UsageError(f"--lr {args.lr:g}: give a learning rate between 0 and 1")
     cfg = TrainConfig(window_h=args.window, hidden=args.hidden, epochs=args.epochs,
                       seed=args.seed, threads=args.threads, lr=args.lr, patience=args.patience)
     started = time.perf_counter()
@@ -156,11 +152,15 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"no usable {scope} samples in the data")
         bar = _progress(scope.value, cfg.epochs, not args.no_progress)
         try:
-            results.append(train_scope(scope, rfs, tg, cfg, progress=bar.update))
+            results.append(train_scope(scope, rfs, tg, cfg, progress=bar.update,
+                                       init=None if init is None else init.scopes.get(scope)))
         finally:
             bar.close()
     wall = time.perf_counter() - started
-    meta = {"data": data, "train_wall_s": round(wall, 1), "command": _reconstruct(args)}
+    meta: dict[str, Any] = {"data": data, "train_wall_s": round(wall, 1),
+                            "command": _reconstruct(args)}
+    if init is not None:
+        meta["fine_tuned_from"] = init.describe(args.lr, args.epochs, args.patience)
     artifact = to_artifact(results, cfg, meta, version=_version(meta, cfg))
     args.out.mkdir(parents=True, exist_ok=True)
     digest = save(artifact, args.out)
@@ -175,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _reconstruct(args: argparse.Namespace) -> str:
+    from service.commands.train_init import command_flag
+
     parts = ["gpuhealth train"]
     if args.trace:
         parts += [f"--trace {t}" for t in args.trace]
@@ -184,13 +186,16 @@ def _reconstruct(args: argparse.Namespace) -> str:
             parts.append(f"--days {args.days:g}")
     parts += [f"--epochs {args.epochs}", f"--hidden {args.hidden}", f"--window {args.window}",
               f"--lr {args.lr:g}", f"--patience {args.patience}",
-              f"--seed {args.seed}", f"--threads {args.threads}", f"--out {args.out}"]
+              f"--seed {args.seed}", f"--threads {args.threads}", *command_flag(args),
+              f"--out {args.out}"]
     return " ".join(parts)
 
 
 def _version(meta: dict[str, Any], cfg: Any) -> str:
     blob = json.dumps({"data": [{k: v for k, v in d.items() if k != "record_s"}
-                                for d in meta["data"]], "cfg": cfg.as_dict()},
+                                for d in meta["data"]], "cfg": cfg.as_dict(),
+                       **({"init": meta["fine_tuned_from"]["version"]}
+                          if "fine_tuned_from" in meta else {})},
                       sort_keys=True, default=str)
     return "lstm-" + hashlib.sha256(blob.encode()).hexdigest()[:10]
 

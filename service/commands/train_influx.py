@@ -92,9 +92,11 @@ def label_counts(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     return {m: dict(sorted(c.items())) for m, c in sorted(out.items())}
 
 
-def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any]) -> int:
+def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any],
+        init: Any = None) -> int:
     """`epoch_bar(scope, epochs, enabled)`: train's own per-epoch bar (passed in: this module
-    is imported by service/commands/train.py)."""
+    is imported by service/commands/train.py); `init`: the model to fine-tune from
+    (models.predictor.finetune.InitModel, service/commands/train_init.py) or None."""
     from collectors.catalog import Scope
     from collectors.labels import LabelError, load_labels
     from models.evaluation.events import truth_from_labels
@@ -102,7 +104,7 @@ def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any]) ->
     from models.predictor.card import model_card
     from models.predictor.dataset import MODES, targets
     from models.predictor.package import to_artifact
-    from models.predictor.train import TrainConfig, train_scope
+    from models.predictor.train import TrainConfig, kept_scope, train_scope
     from service.commands.progress import Progress
     from service.commands.train_days import (
         DayBook,
@@ -192,13 +194,19 @@ def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any]) ->
     for scope, rf in runs.items():
         modes = MODES[scope]
         if not any(periods.get(m, {}).get("train", 0) for m in modes):
+            if init is not None and scope in init.scopes:
+                notes.append(f"{scope}: no failure labelled in the training period: kept "
+                             f"from {init.version} unchanged")
+                results.append(kept_scope(scope, init.scopes[scope], tc, init.version))
+                continue
             notes.append(f"{scope}: no failure labelled in the training period: its model is "
                          "not trained")
             continue
         tg = targets(rf, failures, tc.horizons, tc.window_h)
         bar2 = epoch_bar(scope.value, tc.epochs, not args.no_progress)
         try:
-            results.append(train_scope(scope, [rf], [tg], tc, progress=bar2.update))
+            results.append(train_scope(scope, [rf], [tg], tc, progress=bar2.update,
+                                       init=None if init is None else init.scopes.get(scope)))
         except ValueError as exc:
             notes.append(f"{scope}: not trained: {exc}")
         finally:
@@ -220,8 +228,12 @@ def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any]) ->
                       "days": (days[-1][1] - days[0][0]) / DAY, "step_s": step,
                       "failures": len(failures)}],
             "learned_from": history, "train_wall_s": round(wall, 1), "command": _command(args)}
+    if init is not None:
+        meta["fine_tuned_from"] = init.describe(args.lr, args.epochs, args.patience)
     blob = json.dumps({"h": {k: v for k, v in history.items() if k != "notes"},
-                       "cfg": tc.as_dict()}, sort_keys=True, default=str)
+                       "cfg": tc.as_dict(),
+                       **({} if init is None else {"init": init.version})},
+                      sort_keys=True, default=str)
     artifact = to_artifact(results, tc, meta,
                            version="lstm-" + hashlib.sha256(blob.encode()).hexdigest()[:10])
     args.out.mkdir(parents=True, exist_ok=True)
@@ -286,5 +298,7 @@ def _command(args: argparse.Namespace) -> str:
         parts.append(f"--labels {args.labels}")
     parts += [f"--epochs {args.epochs}", f"--hidden {args.hidden}", f"--window {args.window}",
               f"--lr {args.lr:g}", f"--patience {args.patience}", f"--seed {args.seed}",
-              f"--threads {args.threads}", f"--out {args.out}"]
+              f"--threads {args.threads}"]
+    parts += [f"--init {args.init}"] if args.init else []
+    parts.append(f"--out {args.out}")
     return " ".join(parts)

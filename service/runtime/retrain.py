@@ -36,9 +36,10 @@ DAY = 86400.0
 
 
 class Trainer(Protocol):
-    """One verb: train a model from history into `out`; TrainFailed says why not."""
+    """One verb: train a model from history into `out`, fine-tuned from `init` when given;
+    TrainFailed says why not."""
 
-    def train(self, out: Path, since_days: float) -> None: ...
+    def train(self, out: Path, since_days: float, init: Path | None = None) -> None: ...
 
 
 class TrainFailed(RuntimeError):
@@ -54,12 +55,13 @@ class CommandTrainer:
     args: tuple[str, ...] = ()
     timeout_s: float = 6 * 3600.0
 
-    def train(self, out: Path, since_days: float) -> None:
+    def train(self, out: Path, since_days: float, init: Path | None = None) -> None:
         # `-c`, not `-m service.commands.cli`: run as __main__, that module would be a second
         # copy which the subcommand modules do not register with.
         cmd = [sys.executable, "-c", "import sys; from service.commands.cli import main; "
                "sys.exit(main())", "train", "--from-influx",
                "--since", f"{since_days:g}d", "--out", str(out), "--no-progress", *self.args]
+        cmd += [] if init is None else ["--init", str(init)]
         log.info("retraining: %s", " ".join(cmd))
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s,
@@ -106,15 +108,29 @@ class Retrainer:
 
     def _train(self, now: float) -> str:
         out = self.out_dir / datetime.fromtimestamp(now, UTC).strftime("retrain-%Y%m%dT%H%M%SZ")
+        init = self._init()
         try:
-            self.trainer.train(out, self.settings.since_days)
+            self.trainer.train(out, self.settings.since_days, init)
             e = promotion.shadow(self.registry, out, ACTOR, now)
         except (TrainFailed, OSError, ValueError) as exc:
             self._tell(f"Retraining failed; the active model stays: {exc}", now, ok=False)
             return self._done(f"failed: {exc}")
-        self._tell(f"Retrained {e.version} on {self.settings.since_days:g} days of history; in "
-                   f"shadow for {self.settings.shadow_days:g} days before it is judged", now)
+        how = "" if init is None else f" (fine-tuned from {self._active()[0]})"
+        self._tell(f"Retrained {e.version}{how} on {self.settings.since_days:g} days of history; "
+                   f"in shadow for {self.settings.shadow_days:g} days before it is judged", now)
         return self._done(f"trained {e.version}, in shadow")
+
+    def _active(self) -> tuple[str, str]:
+        """(version, path) of the active model: the registry's (a promotion counts at once,
+        before the service's next model check loads it), else the one the service runs."""
+        e = self.registry.active()
+        return (e.version, e.path) if e is not None else self.roles.active()
+
+    def _init(self) -> Path | None:
+        """The active model's artifact to fine-tune from (`learning.retrain.fine_tune`), or
+        None: from scratch, also when no model is active."""
+        path = self._active()[1]
+        return Path(path) if self.settings.fine_tune and path else None
 
     def _judge(self, now: float) -> str:
         current = self.roles.active()

@@ -2,7 +2,8 @@
 pipeline with the InfluxDB sink and the auto-labeller trains a model whose card names the span
 and the auto labels per mode; a run interrupted after some days and resumed records the same
 features bit for bit as an uninterrupted one (and would not without its warm-up); no data, a
-bad --since and InfluxDB down are refused with a clear message."""
+bad --since and InfluxDB down are refused with a clear message; fine-tuning the shipped model
+(`--init default`) writes a loadable artifact whose card names it."""
 
 from __future__ import annotations
 
@@ -23,13 +24,14 @@ from models.evaluation.events import truth_from_labels
 from models.evaluation.rounds import feed_rounds
 from models.evaluation.sources import simulator_source
 from models.predictor.dataset import targets
+from models.predictor.package import Predictor
 from models.simulator.config import SimConfig
 from models.simulator.scenarios import scenario_tree
 from service.assembly import Wiring
 from service.commands.cli import main
 from service.commands.train_days import DayBook, day_edges, record_days
 from service.pipeline import build_pipeline
-from service.settings import InfluxSettings, Settings
+from service.settings import SHIPPED_MODEL, InfluxSettings, Settings
 from service.stages.windows import window_config_for
 from service.storage.influx.client import InfluxClient
 from service.storage.influx.history_source import InfluxSource
@@ -110,6 +112,34 @@ def test_trains_from_the_pipelines_history_and_auto_labels(
     # Modes the fleet never showed are named, not scored.
     assert "M6_sram: no failure labelled in the span" in text + cap.out
     assert (out / "model.json").exists() and (out / "history-work" / "day-0001.npz").exists()
+
+
+def test_fine_tunes_the_shipped_model_on_the_fleets_history(
+        pipeline_fleet: tuple[Path, Counter[str], SimConfig], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    config, auto, _ = pipeline_fleet
+    out = tmp_path / "tuned"
+    rc = main(["train", "--from-influx", "--since", "2025-01-01T00:00:00Z", "--until",
+               "2025-01-20T00:00:00Z", "--config", str(config), "--out", str(out), "--init",
+               "default", "--epochs", "1", "--threads", "1", "--no-progress", "--json"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    card = json.loads(cap.out[cap.out.index("{"):])
+    shipped = json.loads((SHIPPED_MODEL / "model.json").read_text())
+    ft = card["fine_tuned_from"]
+    assert ft["version"] == shipped["version"] and ft["path"] == str(SHIPPED_MODEL)
+    assert (ft["epochs"], ft["lr"], ft["patience"]) == (1, 2e-4, 3)
+    assert card["learned_from"]["label_counts"] == {m: {"auto": n}
+                                                     for m, n in sorted(auto.items())}
+    assert "--init default" in card["command"]
+    assert f"Fine-tuned from **{shipped['version']}**" in (out / "MODEL_CARD.md").read_text()
+    p = Predictor.load(out)  # loadable, and every scope of the shipped model is there
+    assert p.version != shipped["version"] and set(p.scopes) == {Scope.GPU, Scope.IB_PORT}
+    mine = json.loads((out / "model.json").read_text())
+    for scope in ("gpu", "ib_port"):  # the input scaler is the shipped model's
+        assert mine["scopes"][scope]["scaler"] == shipped["scopes"][scope]["scaler"]
+    trained = [s for s, m in card["metrics"].items() if not m.get("kept_from_init")]
+    assert trained and all(card["history"][s][0]["epoch"] == 0 for s in trained)
 
 
 @pytest.fixture(scope="module")

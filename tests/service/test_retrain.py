@@ -4,7 +4,9 @@ the real child-process trainer's failure is reported, the active model kept."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,16 +22,17 @@ from service.stages.label_store import NewLabel
 from tests.pipeline.builders import T0
 
 DAY = 86400.0
+SHIPPED_VERSION = json.loads((SHIPPED_MODEL / "model.json").read_text())["version"]
 
 
 class CopyTrainer:
     """Stands in for the child process: writes a valid artifact where asked."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[Path, float]] = []
+        self.calls: list[tuple[Path, float, Path | None]] = []
 
-    def train(self, out: Path, since_days: float) -> None:
-        self.calls.append((out, since_days))
+    def train(self, out: Path, since_days: float, init: Path | None = None) -> None:
+        self.calls.append((out, since_days, init))
         shutil.copytree(SHIPPED_MODEL, out)
 
 
@@ -81,7 +84,9 @@ def test_train_shadow_then_promote_only_if_better(tmp_path: Path) -> None:
     try:
         assert pipe.registry is not None
         assert job.step().startswith("trained")
-        assert trainer.calls == [(tmp_path / "models" / "retrain-20231114T220000Z", 30.0)]
+        # Fine-tuned from the active model: the shipped one at first.
+        assert trainer.calls == [(tmp_path / "models" / "retrain-20231114T220000Z", 30.0,
+                                  SHIPPED_MODEL)]
         ch = pipe.registry.challenger()
         assert ch is not None and ch.added_by == "scheduler"
         clock.now += DAY
@@ -95,6 +100,7 @@ def test_train_shadow_then_promote_only_if_better(tmp_path: Path) -> None:
         assert job.step().startswith("last retrained")
         clock.now = T0 + 8 * DAY
         assert job.step().startswith("trained")  # and this one is worse
+        assert trainer.calls[-1][2] == Path(ch.path)  # from the model promoted since
         clock.now = T0 + 15 * DAY + 60
         _shadow_outcome(pipe, clock.now, challenger_false_alarms=40)
         assert job.step().startswith("kept")
@@ -104,9 +110,21 @@ def test_train_shadow_then_promote_only_if_better(tmp_path: Path) -> None:
         told = _told(pipe)
         assert len(told) == 4
         assert "in shadow for 7 days" in told[0] and "promoted" in told[1]
+        assert f"(fine-tuned from {SHIPPED_VERSION})" in told[0]
         assert "not promoted" in told[3] and "more false alarms" in told[3]
         assert [a.action for a in pipe.registry.audit()] == ["stop", "shadow", "promote",
                                                              "shadow"]
+    finally:
+        pipe.close()
+
+
+def test_fine_tune_off_trains_from_scratch(tmp_path: Path) -> None:
+    pipe, trainer = _pipe(tmp_path), CopyTrainer()
+    job = Retrainer(pipe, RetrainSettings(enabled=True, fine_tune=False), trainer,
+                    tmp_path / "m", clock=Clock())
+    try:
+        assert job.step().startswith("trained")
+        assert [c[2] for c in trainer.calls] == [None]
     finally:
         pipe.close()
 
@@ -149,3 +167,19 @@ def test_an_unknown_notify_receiver_refuses_to_start(tmp_path: Path) -> None:
             start_retraining(pipe)
     finally:
         pipe.close()
+
+
+def test_the_child_process_is_told_the_init_model(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+
+    def run(cmd: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr("service.runtime.retrain.subprocess.run", run)
+    t = CommandTrainer(("--epochs", "5"))
+    t.train(tmp_path / "a", 30, SHIPPED_MODEL)
+    t.train(tmp_path / "b", 30)
+    assert seen[0][-4:] == ["--epochs", "5", "--init", str(SHIPPED_MODEL)]
+    assert "--init" not in seen[1]
