@@ -18,6 +18,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,8 +105,6 @@ def sources(args: argparse.Namespace) -> list[Any]:
 
 def run(args: argparse.Namespace) -> int:
     from collectors.catalog import Scope
-    from models.predictor.artifact import save
-    from models.predictor.card import model_card
     from models.predictor.dataset import targets
     from models.predictor.package import to_artifact
     from models.predictor.train import TrainConfig, train_scope
@@ -162,16 +161,25 @@ def run(args: argparse.Namespace) -> int:
     if init is not None:
         meta["fine_tuned_from"] = init.describe(args.lr, args.epochs, args.patience)
     artifact = to_artifact(results, cfg, meta, version=_version(meta, cfg))
-    args.out.mkdir(parents=True, exist_ok=True)
-    digest = save(artifact, args.out)
-    (args.out / "MODEL_CARD.md").write_text(model_card(artifact, digest), encoding="utf-8")
-    if args.json:
-        print(json.dumps({"artifact": str(args.out), "sha256": digest, **artifact.card},
-                         indent=2, default=str))
-    else:
-        print(f"trained in {wall:.0f} s; artifact {args.out} (weights sha256 {digest[:12]}); "
-              f"model card {args.out / 'MODEL_CARD.md'}")
+    write_artifact(artifact, args.out, args.json, lambda digest: (
+        f"trained in {wall:.0f} s; artifact {args.out} (weights sha256 {digest[:12]}); "
+        f"model card {args.out / 'MODEL_CARD.md'}"))
     return 0
+
+
+def write_artifact(artifact: Any, out: Path, as_json: bool, said: Callable[[str], str]) -> None:
+    """Save a trained artifact and its model card; print the card as JSON, or `said(digest)`."""
+    from models.predictor.artifact import save
+    from models.predictor.card import model_card
+
+    out.mkdir(parents=True, exist_ok=True)
+    digest = save(artifact, out)
+    (out / "MODEL_CARD.md").write_text(model_card(artifact, digest), encoding="utf-8")
+    if as_json:
+        print(json.dumps({"artifact": str(out), "sha256": digest, **artifact.card}, indent=2,
+                         default=str))
+    else:
+        print(said(digest))
 
 
 def _reconstruct(args: argparse.Namespace) -> str:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from service.commands.train import write_artifact
 from service.commands.usage import UsageError
 
 log = logging.getLogger(__name__)
@@ -100,8 +101,6 @@ def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any],
     from collectors.catalog import Scope
     from collectors.labels import LabelError, load_labels
     from models.evaluation.events import truth_from_labels
-    from models.predictor.artifact import save
-    from models.predictor.card import model_card
     from models.predictor.dataset import MODES, targets
     from models.predictor.package import to_artifact
     from models.predictor.train import TrainConfig, kept_scope, train_scope
@@ -236,17 +235,11 @@ def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any],
                       sort_keys=True, default=str)
     artifact = to_artifact(results, tc, meta,
                            version="lstm-" + hashlib.sha256(blob.encode()).hexdigest()[:10])
-    args.out.mkdir(parents=True, exist_ok=True)
-    digest = save(artifact, args.out)
-    (args.out / "MODEL_CARD.md").write_text(model_card(artifact, digest), encoding="utf-8")
-    if args.json:
-        print(json.dumps({"artifact": str(args.out), "sha256": digest, **artifact.card},
-                         indent=2, default=str))
-    else:
-        print(f"trained on {len(days)} day(s) of cluster {cluster!r} ({rec.replayed_h:.0f} data "
-              f"hours replayed, {resumed} day(s) from an earlier run) in {wall:.0f} s; "
-              f"artifact {args.out} (weights sha256 {digest[:12]}); model card "
-              f"{args.out / 'MODEL_CARD.md'}")
+    write_artifact(artifact, args.out, args.json, lambda digest: (
+        f"trained on {len(days)} day(s) of cluster {cluster!r} ({rec.replayed_h:.0f} data "
+        f"hours replayed, {resumed} day(s) from an earlier run) in {wall:.0f} s; "
+        f"artifact {args.out} (weights sha256 {digest[:12]}); model card "
+        f"{args.out / 'MODEL_CARD.md'}"))
     return 0
 
 
