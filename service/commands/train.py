@@ -18,11 +18,11 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from service.commands.cli import register
+from service.commands.train_artifact import write_artifact
 from service.commands.usage import UsageError, no_data, out_dir, scenario_errors, trace_missing
 
 log = logging.getLogger(__name__)
@@ -165,21 +165,6 @@ def run(args: argparse.Namespace) -> int:
         f"trained in {wall:.0f} s; artifact {args.out} (weights sha256 {digest[:12]}); "
         f"model card {args.out / 'MODEL_CARD.md'}"))
     return 0
-
-
-def write_artifact(artifact: Any, out: Path, as_json: bool, said: Callable[[str], str]) -> None:
-    """Save a trained artifact and its model card; print the card as JSON, or `said(digest)`."""
-    from models.predictor.artifact import save
-    from models.predictor.card import model_card
-
-    out.mkdir(parents=True, exist_ok=True)
-    digest = save(artifact, out)
-    (out / "MODEL_CARD.md").write_text(model_card(artifact, digest), encoding="utf-8")
-    if as_json:
-        print(json.dumps({"artifact": str(out), "sha256": digest, **artifact.card}, indent=2,
-                         default=str))
-    else:
-        print(said(digest))
 
 
 def _reconstruct(args: argparse.Namespace) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from service.commands.train import write_artifact
+from service.commands.train_artifact import write_artifact
 from service.commands.usage import UsageError
 
 log = logging.getLogger(__name__)
