@@ -127,6 +127,9 @@ class PostgresDatabase(Database):
 
         return f"(({_ident(column)})::json ->> '{_ident(key)}')"
 
+    def now(self) -> float:
+        return float(self.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()[0])
+
     def close(self) -> None:
         self.conn.close()
 

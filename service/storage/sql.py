@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -69,6 +70,11 @@ class Database(ABC):
         """An SQL expression: the text of `key` in the JSON object held in `column`."""
 
     @abstractmethod
+    def now(self) -> float:
+        """Seconds since the epoch on the DATABASE's clock: what every replica sharing it
+        agrees on (leases expire by it, never by one replica's clock)."""
+
+    @abstractmethod
     def close(self) -> None: ...
 
     @contextmanager
@@ -106,6 +112,9 @@ class SqliteDatabase(Database):
 
     def json_text(self, column: str, key: str) -> str:
         return f"json_extract({_ident(column)}, '$.{_ident(key)}')"
+
+    def now(self) -> float:
+        return time.time()  # one file, one host: its clock is the only one
 
     def close(self) -> None:
         self.conn.close()

@@ -1,0 +1,1 @@
+"""Running as several processes: shards that own nodes, and leases for what only one may do."""
