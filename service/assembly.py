@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from models.detectors.dynamic import DynamicThresholds
 from models.detectors.findings import Detector
 from models.detectors.hard import HardRules
+from service.cluster.roles import SOLE, Roles
 from service.notify.build import Notification, build_notification
 from service.notify.message import Notifier
 from service.remediation.controller import RemediationController
@@ -101,6 +102,7 @@ class Parts:
     roles: ModelRoles | None = None
     sinks: list[Sink] = field(default_factory=list)
     observers: list[TickObserver] = field(default_factory=list)
+    cluster: Roles = SOLE  # which roles this replica holds (service.cluster.roles)
 
 
 def default_detectors(settings: Settings) -> list[Detector]:

@@ -15,6 +15,7 @@ from collectors.catalog import Scope
 from collectors.frames import Batch, Entity
 from models.detectors.findings import Signal
 from service.assembly import Parts, Wiring, build_parts
+from service.cluster.roles import SOLE
 from service.notify.sender import Sent
 from service.remediation.actions import AuditEntry
 from service.settings import Settings
@@ -55,6 +56,12 @@ class Pipeline:
         self.notification = parts.notification
         self.remediation = parts.remediation
         self.controller = parts.controller
+        # Which roles this replica holds (service.cluster.roles): alone, always both. A replica
+        # that gains one starts it from the shared state, as a restart would.
+        self.cluster = parts.cluster
+        self._writing = self._leading = self.cluster is SOLE
+        if self.controller is not None:
+            self.controller.acting = self.cluster.leader
         self.model = parts.model
         self.sinks = parts.sinks
         self.observers = parts.observers
@@ -157,14 +164,36 @@ class Pipeline:
         self.last_tick_ok = time.monotonic()
         return result
 
+    def _claim(self, now: float) -> tuple[bool, bool]:
+        """This tick's roles; a role just gained starts from the shared state."""
+        writing, leading = self.cluster.writer(), self.cluster.leader()
+        if writing and not self._writing:
+            log.warning("this replica now writes its shard's alerts: restoring them")
+            with self.lock:
+                self.machine.reset()
+                self.fleet.reset()
+                self._restore()
+        if leading and not self._leading:
+            log.warning("this replica is now the leader: notifications and remediation "
+                        "continue from the shared state")
+            if self.notification is not None:
+                self.notification.dispatcher.restart()
+            if self.controller is not None:
+                self.controller.reconcile(now)
+        self._writing, self._leading = writing, leading
+        return writing, leading
+
     def _tick(self, now: float | None) -> TickResult:
         now = time.time() if now is None else now
         t0 = time.perf_counter()
+        writing, leading = self._claim(now)
         with self.lock:
             forgotten = self._forget(now)
             risk = self.scorer.score(now)
-            transitions, flags = self._step_alerts(risk, now)
-            transitions = forgotten + transitions
+            transitions, flags = self._step_alerts(risk, now) if writing else ([], [])
+            # A standby scores (its windows and risk stay current) but leaves the alerts to
+            # its shard's writer: two writers would open every episode twice.
+            transitions = forgotten + transitions if writing else []
             explain: dict[tuple[str, str], list[Signal]] = {}
             for t in transitions:
                 if t.alertname == MISSING and t.new:
@@ -180,26 +209,28 @@ class Pipeline:
             derived = self.fleet.levels()
         sent = 0
         deliveries: list[Sent] = []
-        if self.notification is not None:
+        if self.notification is not None and leading:
             if changed or flags:
                 self.notification.dispatcher.mark()
             sent = self.notification.flush(now)
             deliveries = self.notification.sender.drain()
             for d in deliveries:
                 self._count(d)
+        elif self.notification is not None and (changed or flags):
+            self.notification.dispatcher.mark()  # the leader reads them; ours regroups later
         audit: list[AuditEntry] = []
         if self.remediation is not None:
-            self._remediate(changed, now)
+            self._remediate(changed, now, leading)
             audit = self.remediation.audit()
         duration = time.perf_counter() - t0
         self.stats.last_tick_s = duration
         result = TickResult(now, duration, risk, transitions, [a for _, a in changed], changed,
                             flags, sent, deliveries, audit, levels, derived)
         with self.lock:  # both read the window store, which an ingest may be changing
-            if self.labeller is not None:
+            if self.labeller is not None and writing:
                 swapped, self._swapped = self._swapped, {}
                 self.labeller.observe(result, swapped)
-            if self.roles is not None:
+            if self.roles is not None and writing:
                 self.roles.step(result, self.scorer.view)
         result.labels = self.labels.drain()
         for obs in self.observers:
@@ -294,10 +325,12 @@ class Pipeline:
                       "reports (fell off the bus, or its collector no longer sees it)",
                       now - seen, self.machine.policy.stale_after_s, 1.0, False)
 
-    def _remediate(self, changed: list[tuple[Transition, Alert]], now: float) -> None:
+    def _remediate(self, changed: list[tuple[Transition, Alert]], now: float,
+                   leading: bool = True) -> None:
         """Level 3 asks the controller to migrate jobs off the node when the alert is
         corroborated (a hard rule or a confident model), not flapping and not on stale data.
-        A storm trips the breaker instead. The controller's guards decide the rest."""
+        A storm trips the breaker instead. The controller's guards decide the rest. A shard's
+        writer records the request in the shared state; only the leader starts actions."""
         rem = self.remediation
         assert rem is not None
         # The breaker trips before any request of the same tick can start a drain.
@@ -308,7 +341,8 @@ class Pipeline:
             if (t.new == 3 and t.old < 3 and t.scope is not Scope.NODE and t.corroborated
                     and not t.flapping and t.entity != FLEET):
                 rem.migrate(a, now)
-        rem.step(now)
+        if leading:
+            rem.step(now)
 
     def _count(self, d: Sent) -> None:
         if d.delivery.ok:

@@ -117,6 +117,15 @@ class Dispatcher:
         self.refresh = dict(refresh or {})  # receiver -> seconds between refreshes
         self._refresh_at = dict.fromkeys(self.refresh, float("-inf"))
 
+    def restart(self) -> None:
+        """Start over as a restarted service would, from the shared alerts and notification
+        log: a replica that becomes the leader (what the old one sent is in the log, so it is
+        not sent again, and the groups it left firing are looked at for their resolve)."""
+        with self._lock:
+            self.groups, self._held, self._cache = {}, {}, {}
+            self._revisit = set(self.notification_log.open_groups())
+            self._dirty = True
+
     def mark(self) -> None:
         """Alerts, acknowledgements or silences changed: regroup at the next flush."""
         self._dirty = True

@@ -67,6 +67,9 @@ class RemediationController:
         # In flight in this process, timed-out ones included: a hung hook still holds a slot.
         self._running: dict[str, _Flight] = {}
         self._lock = threading.RLock()
+        # Whether this replica may start actions (the fleet's leader; service.cluster.roles).
+        # One that may not records requests and approvals; the leader's step starts them.
+        self.acting: Callable[[], bool] = lambda: True
 
     @property
     def breaker(self) -> CircuitBreaker:
@@ -132,7 +135,9 @@ class RemediationController:
         else:
             a = replace(a, deadline=a.requested_at + self._settings.event_ttl_s)
         a, created = self._store.insert(a, self._audit(a, event, now, note, steps=a.plan))
-        return self._advance(a, now) if created and a.state == ActionState.PLANNED else a
+        if created and a.state == ActionState.PLANNED and self.acting():
+            return self._advance(a, now)
+        return a  # a replica that is not the leader records it; the leader's step starts it
 
     def approve(self, action_id: str, actor: str, now: float) -> Action:
         with self._lock:
@@ -146,7 +151,7 @@ class RemediationController:
             a = self._store.update(a.id, self._audit(a, "approved", now, actor=actor),
                                    state=ActionState.PLANNED, approved_at=now, actor=actor,
                                    deadline=now + self._settings.event_ttl_s)
-            return self._advance(a, now)
+            return self._advance(a, now) if self.acting() else a
 
     def abort(self, action_id: str, actor: str, now: float) -> Action:
         """Stop an action. One executing is marked aborted when its hook returns (a scheduler

@@ -172,6 +172,11 @@ class AlertMachine:
             st = self._state[scope] = _ScopeState(self.policy.flap_enter)
         return st
 
+    def reset(self) -> None:
+        """Forget every level (a replica taking over restores them from the alert store)."""
+        self._state = {}
+        self.flag_changes = []
+
     def restore(self, scope: Scope, slot: int, level: int, *, since: float = -np.inf,
                 flapping: bool = False) -> None:
         """Take back a level persisted before a restart, so it neither re-pages nor is lost."""

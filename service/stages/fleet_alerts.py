@@ -42,6 +42,12 @@ class FleetAlerts:
         self.entered: dict[str, float] = {}  # node -> when it last entered level >= 2
         self.storm_level = 0
 
+    def reset(self) -> None:
+        """Forget every fleet-level alert (a replica taking over restores them)."""
+        self.first = None
+        self.nodata, self.missing, self.entered = {}, {}, {}
+        self.storm_level = 0
+
     def restore(self, alertname: str, node: str, level: int, entity: str = "") -> None:
         if alertname == NODATA:
             self.nodata[node] = level

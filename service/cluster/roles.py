@@ -1,0 +1,90 @@
+"""What this replica may do now. Two roles, each behind a lease in the shared state:
+
+- the **writer** of a shard (`writer:<shard>`): steps the alert machine of the shard's nodes and
+  persists its alerts (one writer per shard, or two replicas would open the same episode
+  twice);
+- the **leader** of the fleet (`leader`): sends notifications and runs remediation, for every
+  shard's alerts, which it reads from the shared state.
+
+A single process on its own file holds both, always (SOLE). Replicas that are neither still
+ingest and score, so a standby's windows are warm when it takes over."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Protocol
+
+from service.cluster.lease import Lease, LeaseKeeper
+from service.storage.state_db import StateTarget
+
+log = logging.getLogger(__name__)
+
+LEADER = "leader"
+
+
+class Roles(Protocol):
+    def writer(self) -> bool: ...
+
+    def leader(self) -> bool: ...
+
+
+class _Sole:
+    """One process, nobody to share with."""
+
+    def writer(self) -> bool:
+        return True
+
+    def leader(self) -> bool:
+        return True
+
+
+SOLE: Roles = _Sole()
+
+
+def default_replica_id(port: int) -> str:
+    return f"{socket.gethostname()}:{port}:{os.getpid()}"
+
+
+class LeasedRoles:
+    """Both roles from leases, renewed by keeper threads (`start`), or by `step` in tests."""
+
+    def __init__(self, target: StateTarget, *, replica_id: str, shard_id: str = "default",
+                 ttl_s: float = 15.0, renew_s: float = 5.0) -> None:
+        self.replica_id, self.shard_id = replica_id, shard_id
+        self.writer_lease = Lease(target, f"writer:{shard_id}", replica_id, ttl_s=ttl_s,
+                                  renew_s=renew_s)
+        self.leader_lease = Lease(target, LEADER, replica_id, ttl_s=ttl_s, renew_s=renew_s)
+        self._keepers = [LeaseKeeper(self.writer_lease), LeaseKeeper(self.leader_lease)]
+
+    def writer(self) -> bool:
+        return self.writer_lease.held()
+
+    def leader(self) -> bool:
+        return self.leader_lease.held()
+
+    def step(self) -> None:
+        for k in self._keepers:
+            k.step()
+
+    def start(self) -> None:
+        for k in self._keepers:
+            k.start()
+
+    def stop(self, release: bool = True) -> None:
+        for k in self._keepers:
+            k.stop(release)
+
+    def close(self) -> None:
+        self.stop()
+        self.writer_lease.close()
+        self.leader_lease.close()
+
+    def status(self) -> dict[str, object]:
+        out: dict[str, object] = {"replica": self.replica_id, "shard": self.shard_id}
+        for role, lease in (("writer", self.writer_lease), ("leader", self.leader_lease)):
+            cur = lease.current()
+            out[role] = {"held": lease.held(), "epoch": lease.epoch,
+                         "holder": cur.holder if cur is not None else ""}
+        return out
