@@ -242,11 +242,14 @@ def _combine(got: dict[str, tuple[int | None, bytes]], path: str, local: str) ->
     rejected = sum(int(s.get("rejected", 0)) for s in refused.values())
     rejections = [{**r, "shard": sid} for sid, s in sorted(refused.items())
                   for r in s.get("rejections", [])][:SHOWN]
+    # `accepted` counts the parts with refusals (a 204 says no count); the rest are named.
+    whole = sorted(sid for sid, (status, _) in got.items() if status == 204)
     return problems.influx_response(PartialWrite(
-        f"partial write: {rejected} refused across shards {', '.join(sorted(refused))} "
-        f"(others stored whole) dropped={rejected}", accepted=accepted, rejected=rejected,
-        rejections=rejections, truncated=any(s.get("truncated") for s in refused.values())),
-        path)
+        f"partial write: {rejected} refused on shard {', '.join(sorted(refused))}, "
+        f"{accepted} samples kept there" + (f", shard {', '.join(whole)} stored its part "
+                                            "whole" if whole else "") + f" dropped={rejected}",
+        accepted=accepted, rejected=rejected, rejections=rejections, stored_whole=whole,
+        truncated=any(s.get("truncated") for s in refused.values())), path)
 
 
 def _said(body: bytes) -> dict[str, Any]:
