@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
     BaseModel,
+    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -19,6 +21,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from collectors.frames import name_problem
 from models.detectors.dynamic import DynamicConfig
 from models.detectors.hard import HardRuleConfig
 from models.predictor.policy import PredictorConfig
@@ -213,6 +216,60 @@ class LearningSettings(BaseModel):
     retrain: RetrainSettings = RetrainSettings()
 
 
+class ShardSettings(BaseModel):
+    """One shard of `cluster.shards`: its id and the base URL agents and peers reach it at."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    url: str
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        # Ids appear in logs, metrics labels and problem bodies: the host-name grammar.
+        why = name_problem(v, "shard id")
+        if why is not None:
+            raise ValueError(why)
+        return v
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("shard url is not an http(s) URL with a host")
+        if parts.query or parts.fragment:
+            raise ValueError("shard url has a query or fragment; give its base URL")
+        return v.rstrip("/")
+
+
+class ClusterSettings(BaseModel):
+    """Sharding by node and the leader lease (docs/design.md, "Sharding"). `shards` empty: this
+    process owns every node (one shard, today's behaviour)."""
+
+    replica_id: str = ""  # default: <hostname>:<service.port>
+    shard_id: str = ""  # this process's shard; must name one of `shards` when shards is set
+    shards: list[ShardSettings] = Field(default_factory=list)
+    vnodes: int = Field(default=64, ge=1, le=4096)  # virtual nodes per shard on the ring
+    lease_ttl_s: float = Field(default=15.0, gt=0)
+    lease_renew_s: float = Field(default=5.0, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ClusterSettings:
+        ids = [s.id for s in self.shards]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise ValueError(f"cluster.shards: shard ids must be unique ({', '.join(twice)} "
+                             "given twice)")
+        if self.shards and self.shard_id not in ids:
+            raise ValueError("cluster.shard_id must name one of cluster.shards "
+                             f"({', '.join(ids)}), got {self.shard_id[:80]!r}")
+        if self.lease_renew_s >= self.lease_ttl_s:
+            raise ValueError("cluster.lease_renew_s must be less than cluster.lease_ttl_s")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUHEALTH_", env_nested_delimiter="__",
                                       extra="forbid")
@@ -228,6 +285,7 @@ class Settings(BaseSettings):
     remediation: RemediationSettings = RemediationSettings()
     api: ApiSettings = ApiSettings()
     learning: LearningSettings = LearningSettings()
+    cluster: ClusterSettings = ClusterSettings()
 
     @model_validator(mode="after")
     def _plugins(self) -> Settings:

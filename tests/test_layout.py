@@ -110,7 +110,7 @@ SERVICE_LAYERS: tuple[tuple[str, ...], ...] = (
     ("service.errors",),  # the error root: a leaf every layer may raise from
     # the parts: the stages of a tick and what they use, the tick's result types, settings
     ("service.tick", "service.stages", "service.notify", "service.remediation",
-     "service.storage", "service.grafana", "service.settings", "service.cluster"),
+     "service.storage", "service.cluster", "service.grafana", "service.settings"),
     ("service.assembly", "service.pipeline"),  # builds the parts; calls the stages in order
     # run a pipeline in a process; serve it over HTTP, with the web console
     ("service.runtime", "service.api", "service.console"),

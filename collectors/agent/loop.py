@@ -48,6 +48,9 @@ class Agent:
         self.timer, self.wall_ns = timer, wall_ns
         self.spool = spool
         self.pusher = pusher
+        if pusher is not None and pusher.host is None:
+            # A sharded service sends this node's pushes to the shard that owns it.
+            pusher.set_host(self.host)
         self.interval_s = interval_s
         self.backoff_min, self.backoff_max = backoff_s
         self._backoff = self.backoff_min

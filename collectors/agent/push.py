@@ -8,6 +8,14 @@ without `X-Gpuhealth-Payload: arrow`) is sent the segment again as line protocol
 line protocol from then on (tried again after `arrow_retry_s`). A segment our own mapper cannot
 carry whole in Arrow (a line it refuses or fields it ignores) goes as line protocol, so the
 target names its lines.
+
+A sharded service (docs/design.md, "Sharding") owns each node on one shard. The agent names
+its node in `X-Gpuhealth-Node`; a shard that does not own it answers `307`/`308` with the
+owner's URL, and the same body is posted there (at most `MAX_HOPS` moves, http(s) only; the
+token goes along only when the new URL's scheme is the configured one's, so it never leaves
+https for http). The owner is then the target until a push there fails, when the configured
+URL is tried again (it redirects once more if ownership still holds). A `421` (a shard that
+was forwarded a part it does not own) is a retry.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from enum import Enum
 import httpx
 
 log = logging.getLogger(__name__)
+NODE_HEADER = "X-Gpuhealth-Node"  # service.api.shard_route.NODE_HEADER
+MAX_HOPS = 3
 ARROW_TYPE = "application/vnd.apache.arrow.stream"  # collectors.arrow_batch.MEDIA_TYPE
 
 
@@ -78,11 +88,16 @@ class Pusher:
 
     def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 10.0,
                  client: httpx.Client | None = None, arrow: bool = True,
-                 arrow_retry_s: float = 3600.0,
+                 arrow_retry_s: float = 3600.0, host: str | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        """`arrow`: post Arrow where pyarrow is importable and the target reads it."""
-        self.url = url
+        """`arrow`: post Arrow where pyarrow is importable and the target reads it. `host`:
+        this node's name, sent as `X-Gpuhealth-Node` so a sharded service redirects the
+        push to its owner before reading the body (the body must hold this node only)."""
+        self.url = self.configured = url
         self.headers = {"Content-Encoding": "gzip", "Content-Type": "text/plain; charset=utf-8"}
+        self.host: str | None = None
+        if host:
+            self.set_host(host)
         if token:
             self.headers["Authorization"] = f"Token {token}"
         self.client = client or httpx.Client(timeout=timeout_s)
@@ -90,6 +105,11 @@ class Pusher:
         self.arrow_retry_s, self.clock = arrow_retry_s, clock
         self._no_arrow_until = float("-inf")
         self.sent_arrow = self.sent_lines = 0  # segments, by the format that was answered
+
+    def set_host(self, host: str) -> None:
+        """Name this node in every push (`X-Gpuhealth-Node`)."""
+        self.host = host
+        self.headers[NODE_HEADER] = host
 
     def push(self, body: bytes) -> PushResult:
         if self.arrow and self.clock() >= self._no_arrow_until:
@@ -107,9 +127,15 @@ class Pusher:
     def _post(self, body: bytes, headers: dict[str, str], arrow: bool) -> PushResult | None:
         """The answer's outcome; None when an Arrow body must go again as line protocol."""
         try:
-            r = self.client.post(self.url, content=body, headers=headers)
+            r = self._send(body, headers)
         except httpx.HTTPError as exc:
+            self._forget_owner()
             return PushResult(Outcome.RETRY, None, f"{type(exc).__name__}: {exc}")
+        except _BadRedirect as exc:
+            self._forget_owner()
+            return PushResult(Outcome.RETRY, exc.status, str(exc))
+        if r.status_code >= 500 or r.status_code in (401, 403, 404, 421, 429):
+            self._forget_owner()
         if arrow and r.status_code in (400, 415):
             if r.headers.get("x-gpuhealth-payload") != "arrow" or r.status_code == 415:
                 log.warning("%s does not read Arrow (%s); sending line protocol", self.url,
@@ -122,8 +148,49 @@ class Pusher:
                 return None
         return outcome_of(r, body)
 
+    def _send(self, body: bytes, headers: dict[str, str]) -> httpx.Response:
+        """POST to the current target, following 307/308 to a shard that owns this node."""
+        url, sent = self.url, headers
+        for _ in range(MAX_HOPS + 1):
+            r = self.client.post(url, content=body, headers=sent)
+            if r.status_code not in (307, 308):
+                if url != self.url:
+                    log.info("this node's samples now go to %s (the shard that owns it)", url)
+                    self.url = url
+                return r
+            url, sent = _moved(url, r, headers, self.configured)
+        raise _BadRedirect(r.status_code, f"more than {MAX_HOPS} redirects; last to {url}")
+
+    def _forget_owner(self) -> None:
+        if self.url != self.configured:
+            log.info("a push to %s failed; going back to %s", self.url, self.configured)
+            self.url = self.configured
+
     def close(self) -> None:
         self.client.close()
+
+
+class _BadRedirect(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+
+
+def _moved(url: str, r: httpx.Response, headers: dict[str, str], configured: str
+           ) -> tuple[str, dict[str, str]]:
+    """Where a 307/308 sends the body, and the headers it goes with: the token only when the
+    new URL's scheme is the configured one's (never from https to http)."""
+    location = r.headers.get("location", "")
+    if not location:
+        raise _BadRedirect(r.status_code, "a redirect without a Location")
+    target = httpx.URL(url).join(location)
+    if target.scheme not in ("http", "https") or not target.host:
+        raise _BadRedirect(r.status_code, f"a redirect to {location[:200]!r}, not http(s)")
+    sent = dict(headers)
+    if target.scheme != httpx.URL(configured).scheme:
+        sent.pop("Authorization", None)
+    log.info("redirected (%s) from %s to %s", r.status_code, url, target)
+    return str(target), sent
 
 
 def _arrow_available() -> bool:

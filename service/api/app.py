@@ -26,6 +26,7 @@ from service.api import (
 )
 from service.api.auth import ApiAuth, require
 from service.api.principals import Permission
+from service.api.shard_route import ShardRoute
 from service.api.state import Running
 from service.api.write_lean import LeanWrite
 from service.console import routes as console
@@ -138,6 +139,9 @@ def create_app(
     console.install(app)
     if lean_write:
         app.add_middleware(LeanWrite)
+    if not isinstance(source, Settings | None) or settings.cluster.shards:
+        # Outermost: other shards' nodes redirected, split or refused (service.api.shard_route).
+        app.add_middleware(ShardRoute)
     return app
 
 

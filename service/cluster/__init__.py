@@ -1,1 +1,2 @@
-"""Running as several processes: shards that own nodes, and leases for what only one may do."""
+"""Running as several processes: the shard map (which process owns which node), and
+leases in the shared state for what only one replica may do. docs/design.md, "Sharding"."""
