@@ -46,7 +46,9 @@ class Wiring:
     """A pipeline's choices beyond its settings. The defaults are the live service;
     `Wiring.offline()` is a replay's, an evaluation's or a test's."""
 
-    alert_db: str | None = None  # the alert store's SQLite file; None: the settings' file
+    # Where the shared state lives (alerts, notification log, actions, ...): a SQLite file or
+    # a PostgreSQL DSN; None: the settings' (storage.state_target).
+    alert_db: str | None = None
     # Keep samples (if write_samples) and, without InfluxDB, risk history in the settings'
     # SQLite file.
     sample_history: bool = True
@@ -129,7 +131,7 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
     w = wiring or Wiring()
     store, events = w.shared or (WindowStore(s.window, s.ingest.limits()), EventLog())
     detectors = w.detectors if w.detectors is not None else default_detectors(s)
-    db = w.alert_db if w.alert_db is not None else str(s.storage.sqlite_path)
+    db = w.alert_db if w.alert_db is not None else str(s.storage.state_target)
     alerts = AlertStore(db)
     labels = LabelStore(db)
     parts = Parts(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import yaml
 from pydantic import (
@@ -77,7 +77,29 @@ class InfluxSettings(BaseModel):
         return self
 
 
+class PostgresSettings(BaseModel):
+    """The shared state (alerts, notification log, silences, verdicts, actions, the breaker,
+    tokens, ...) on PostgreSQL, shared by replicas and shards. `dsn` empty: the SQLite file."""
+
+    # The DSN may hold a password: never repeated in an error (nor is any other input here).
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    dsn: SecretStr = SecretStr("")  # e.g. postgresql://gpuhealth@db:5432/gpuhealth
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+
+    @field_validator("dsn")
+    @classmethod
+    def _scheme(cls, v: SecretStr) -> SecretStr:
+        dsn = v.get_secret_value()
+        if dsn and not dsn.startswith(("postgresql://", "postgres://")):
+            raise ValueError("storage.postgres.dsn must be a postgresql:// (or postgres://) "
+                             "URL; its value is not shown, it may hold a password")
+        return v
+
+
 class StorageSettings(BaseModel):
+    model_config = ConfigDict(hide_input_in_errors=True)  # postgres.dsn may hold a password
+
     data_dir: Path = Path("var")
     sqlite_file: str = "gpuhealth.db"
     write_samples: bool = True  # keep sample history in SQLite (the embedded default sink)
@@ -97,9 +119,24 @@ class StorageSettings(BaseModel):
     def influx_spool(self) -> Path:
         return self.influxdb.spool_dir or self.data_dir / "influx-spool"
 
+    postgres: PostgresSettings = PostgresSettings()
+
     @property
     def sqlite_path(self) -> Path:
         return self.data_dir / self.sqlite_file
+
+    @property
+    def state_target(self) -> str | Path:
+        """Where the shared-state stores live (service.storage.state_db): the PostgreSQL DSN
+        when one is set, else the SQLite file. Sample and risk history stay in the file."""
+        dsn = self.postgres.dsn.get_secret_value()
+        if not dsn:
+            return self.sqlite_path
+        query = urlsplit(dsn).query
+        if "connect_timeout" in parse_qs(query):  # the DSN's own wins
+            return dsn
+        sep = "&" if query else "?"
+        return f"{dsn}{sep}connect_timeout={max(1, round(self.postgres.connect_timeout_s))}"
 
 
 class ApiSettings(BaseModel):
@@ -271,8 +308,9 @@ class ClusterSettings(BaseModel):
 
 
 class Settings(BaseSettings):
+    # Inputs are never repeated in errors: secrets (storage.postgres.dsn, tokens) are inputs.
     model_config = SettingsConfigDict(env_prefix="GPUHEALTH_", env_nested_delimiter="__",
-                                      extra="forbid")
+                                      extra="forbid", hide_input_in_errors=True)
 
     service: ServiceSettings = ServiceSettings()
     storage: StorageSettings = StorageSettings()

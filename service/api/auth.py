@@ -14,7 +14,7 @@ Mutating routes add the rate limit (service.api.ratelimit.mutating) and idempote
 (service.api.idempotency.idempotent) to the same chain.
 
 The app attaches an `ApiAuth` as `app.state.gpuhealth_auth` (e.g. in its lifespan:
-`ApiAuth.open(settings.storage.sqlite_path, settings.api)`, then `close()` on the way out).
+`ApiAuth.open(settings.storage.state_target, settings.api)`, then `close()` on the way out).
 Without one, every guarded route answers 503: failing closed.
 """
 
@@ -25,12 +25,10 @@ import hmac
 import math
 import re
 import secrets
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -42,7 +40,7 @@ from service.api.principals import ANONYMOUS, Permission, Principal
 from service.api.ratelimit import RateLimiter
 from service.errors import Forbidden, ServiceUnavailable, TooManyRequests, Unauthorized
 from service.settings import ApiSettings
-from service.storage.sqlite_db import SqliteStore
+from service.storage.state_db import StateStore, StateTarget
 
 PREFIX = "ghk_"
 _ID_BYTES = 6  # 12 hex digits: unique enough to name a token, and never an underscore
@@ -103,9 +101,9 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-class TokenStore(SqliteStore):
-    def __init__(self, path: str | Path = ":memory:") -> None:
-        super().__init__(path, _SCHEMA)  # requests authenticate from worker threads
+class TokenStore(StateStore):
+    def __init__(self, target: StateTarget = ":memory:") -> None:
+        super().__init__(target, _SCHEMA)  # requests authenticate from worker threads
 
     def create(self, name: str, scope: Permission | str, now: float,
                expires_at: float | None = None) -> tuple[Token, str]:
@@ -117,16 +115,15 @@ class TokenStore(SqliteStore):
             raise ValueError("a token must expire in the future")
         secret = secrets.token_urlsafe(_SECRET_BYTES)
         with self._lock:
-            while True:
+            while True:  # an id collision (one in 2**48): draw again
                 token_id = secrets.token_hex(_ID_BYTES)
-                try:
-                    self._db.execute(
+                if self._db.execute(
                         "INSERT INTO api_tokens (id, name, scope, secret_sha256, created_at, "
-                        "expires_at) VALUES (?,?,?,?,?,?)",
-                        (token_id, name, str(scope), _digest(secret), now, expires_at))
+                        "expires_at) VALUES (?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING "
+                        "RETURNING id",
+                        (token_id, name, str(scope), _digest(secret), now, expires_at)
+                ).fetchone() is not None:
                     break
-                except sqlite3.IntegrityError:  # an id collision: draw again
-                    continue
         token = Token(token_id, name, scope, now, expires_at, None, None)
         return token, f"{PREFIX}{token_id}_{secret}"
 
@@ -181,13 +178,14 @@ class ApiAuth:
     failures: RateLimiter | None = None  # failed authentications per client address
 
     @classmethod
-    def open(cls, path: str | Path, settings: ApiSettings | None = None,
+    def open(cls, target: StateTarget, settings: ApiSettings | None = None,
              clock: Callable[[], float] = time.time) -> ApiAuth:
-        """All three stores on one SQLite file (or ":memory:")."""
+        """Both stores on the shared state (`storage.state_target`: the SQLite file, or
+        PostgreSQL shared by replicas; ":memory:" in tests)."""
         settings = settings or ApiSettings()
-        return cls(TokenStore(path),
+        return cls(TokenStore(target),
                    RateLimiter(settings.rate_limit_per_min, settings.rate_limit_burst, clock),
-                   IdempotencyStore(path, settings.idempotency_ttl_s), settings, clock,
+                   IdempotencyStore(target, settings.idempotency_ttl_s), settings, clock,
                    RateLimiter(settings.auth_failures_per_min, settings.auth_failures_burst,
                                clock, max_keys=10_000))
 

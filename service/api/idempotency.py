@@ -35,10 +35,10 @@ import hashlib
 import inspect
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 from fastapi import Response
@@ -48,7 +48,7 @@ from fastapi.responses import JSONResponse
 
 from service.api.principals import Principal
 from service.errors import BadRequest, Conflict, Unprocessable
-from service.storage.sqlite_db import SqliteStore
+from service.storage.state_db import StateStore, StateTarget
 
 HEADER = "Idempotency-Key"
 REPLAYED = "Idempotent-Replayed"
@@ -117,33 +117,40 @@ class Stored:
     body: bytes
 
 
-class IdempotencyStore(SqliteStore):
-    """Keys and their responses in SQLite, by (principal, key). Status NULL: still running."""
+# A request still running after this long was cut off (a replica killed mid-request): its key
+# is freed for the retry: far above the time any request should take.
+IN_FLIGHT_MAX_S = 600.0
 
-    def __init__(self, path: str | Path = ":memory:", ttl_s: float = 86400.0) -> None:
+
+class IdempotencyStore(StateStore):
+    """Keys and their responses on the shared state, by (principal, key). Status NULL: still
+    running."""
+
+    def __init__(self, target: StateTarget = ":memory:", ttl_s: float = 86400.0,
+                 now: float | None = None) -> None:
         self.ttl_s = ttl_s
-        super().__init__(path, _SCHEMA)
-        # Nothing is in flight at start-up: a request a restart cut off would otherwise hold
-        # its key at 409 until it expired.
-        self._db.execute("DELETE FROM api_idempotency WHERE status IS NULL")
+        super().__init__(target, _SCHEMA)
+        # A request a restart cut off would otherwise hold its key at 409 until it expired.
+        # Alone on its SQLite file nothing is in flight at start-up; replicas sharing
+        # PostgreSQL may be running requests of their own, so only stale ones go.
+        if self._db.dialect == "sqlite":
+            self._db.execute("DELETE FROM api_idempotency WHERE status IS NULL")
+        else:
+            at = time.time() if now is None else now
+            self._db.execute("DELETE FROM api_idempotency WHERE status IS NULL AND "
+                             "created_at <= ?", (at - IN_FLIGHT_MAX_S,))
 
     def begin(self, principal: str, key: str, fingerprint: str, now: float) -> Begin | Stored:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.execute("DELETE FROM api_idempotency WHERE created_at <= ?",
-                                 (now - self.ttl_s,))
-                r = self._db.execute(
-                    "SELECT fingerprint, status, headers, body FROM api_idempotency "
-                    "WHERE principal = ? AND key = ?", (principal, key)).fetchone()
-                if r is None:
-                    self._db.execute(
-                        "INSERT INTO api_idempotency (principal, key, fingerprint, created_at) "
-                        "VALUES (?,?,?,?)", (principal, key, fingerprint, now))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self.transaction() as db:
+            db.execute("DELETE FROM api_idempotency WHERE created_at <= ?",
+                       (now - self.ttl_s,))
+            r = db.execute(
+                "SELECT fingerprint, status, headers, body FROM api_idempotency "
+                "WHERE principal = ? AND key = ?", (principal, key)).fetchone()
+            if r is None:
+                db.execute(
+                    "INSERT INTO api_idempotency (principal, key, fingerprint, created_at) "
+                    "VALUES (?,?,?,?)", (principal, key, fingerprint, now))
         if r is None:
             return Begin.STARTED
         if r[0] != fingerprint:

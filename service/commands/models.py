@@ -80,7 +80,7 @@ def _run(args: argparse.Namespace) -> int:
     from service.stages.model_registry import ModelRegistry, RegistryError
 
     settings = load_settings(args.config)
-    db = settings.storage.sqlite_path
+    db = settings.storage.state_target
     registry, labels = ModelRegistry(db), LabelStore(db)
     actor, now = f"cli:{getpass.getuser()}", time.time()
     policy = settings.detectors.model.promotion
@@ -184,7 +184,7 @@ def _run_labels(args: argparse.Namespace) -> int:
     except QueryError as exc:
         print(f"gpuhealth labels: {exc}", file=sys.stderr)
         return 2
-    store = LabelStore(load_settings(args.config).storage.sqlite_path)
+    store = LabelStore(load_settings(args.config).storage.state_target)
     try:
         if args.action == "counts":
             print(json.dumps(store.counts(), indent=2, sort_keys=True))

@@ -1,6 +1,6 @@
 """`gpuhealth token create|list|revoke`: the API's bearer tokens (service.api.auth), in the
-service's SQLite file (storage.sqlite_path), so a token made here works for the running
-service at once.
+shared state (storage.state_target: the service's SQLite file, or PostgreSQL when
+storage.postgres.dsn is set), so a token made here works for the running service at once.
 
 A token is printed once, alone on stdout (scripts capture it); what it is and the warning to
 keep it go to stderr. Nothing else ever shows a secret: only its hash is stored."""
@@ -68,7 +68,7 @@ def _run(args: argparse.Namespace) -> int:
             if not args.expires_days > 0:
                 return _fail("--expires-days must be more than 0")
             expires_at = now + args.expires_days * _DAY_S
-    store = TokenStore(load_settings(args.config).storage.sqlite_path)
+    store = TokenStore(load_settings(args.config).storage.state_target)
     try:
         if args.action == "create":
             assert scope is not None

@@ -1,24 +1,24 @@
-"""Remediation actions and their audit trail, in SQLite (the AlertStore's style: one
-connection, a lock, WAL). An action's id is a hash of what it is about (node, alert
-fingerprint, kind, episode), so asking twice for the same episode finds the first action
-instead of acting twice. The audit table is append-only, enforced by triggers, so not even a
-bug in this process can rewrite what was done."""
+"""Remediation actions and their audit trail, on the shared state (the service's SQLite
+file, or PostgreSQL shared by replicas: service.storage.state_db). An action's id is a hash of
+what it is about (node, alert fingerprint, kind, episode), so asking twice for the same episode
+finds the first action instead of acting twice; starting one is a compare-and-set on its state,
+so two replicas that both see it planned never both run it. The audit table is append-only,
+enforced by triggers, so not even a bug in this process can rewrite what was done."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
-from pathlib import Path
 from typing import Any, Literal
 
 from service.errors import Conflict, NotFound
-from service.storage.sqlite_db import SqliteStore
+from service.storage.sql import Database
+from service.storage.state_db import StateStore, StateTarget
 
 Kind = Literal["migrate", "release"]
 
@@ -132,11 +132,23 @@ CREATE TABLE IF NOT EXISTS audit (
     steps TEXT NOT NULL, result TEXT NOT NULL, duration_s REAL
 );
 CREATE INDEX IF NOT EXISTS audit_action ON audit (action_id, event);
+"""
+# The audit's guard in each dialect's own words (trigger bodies hold `;`, so neither goes
+# through the portable DDL translation).
+_SQLITE_TRIGGERS = """
 CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
 BEGIN SELECT RAISE(ABORT, 'audit is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
 BEGIN SELECT RAISE(ABORT, 'audit is append-only'); END;
 """
+_PG_TRIGGERS = (
+    "CREATE OR REPLACE FUNCTION audit_append_only() RETURNS trigger LANGUAGE plpgsql AS "
+    "$$ BEGIN RAISE EXCEPTION 'audit is append-only'; END $$",
+    "CREATE OR REPLACE TRIGGER audit_no_update BEFORE UPDATE ON audit "
+    "FOR EACH ROW EXECUTE FUNCTION audit_append_only()",
+    "CREATE OR REPLACE TRIGGER audit_no_delete BEFORE DELETE ON audit "
+    "FOR EACH ROW EXECUTE FUNCTION audit_append_only()",
+)
 _COLS = [f.name for f in Action.__dataclass_fields__.values()]
 _JSON = {"plan", "result", "refusals"}
 _BOOL = {"abort_requested", "drained"}
@@ -150,8 +162,8 @@ def _encode(name: str, v: Any) -> Any:
     return str(v) if isinstance(v, ActionState) else v
 
 
-def _action(r: sqlite3.Row) -> Action:
-    d: dict[str, Any] = {c: r[c] for c in _COLS}
+def _action(r: Any) -> Action:
+    d: dict[str, Any] = dict(zip(_COLS, r, strict=True))
     for c in _JSON:
         d[c] = None if d[c] is None else json.loads(d[c])
     for c in _BOOL:
@@ -160,7 +172,7 @@ def _action(r: sqlite3.Row) -> Action:
     return Action(**d)
 
 
-def write_audit(db: sqlite3.Connection, e: AuditEntry) -> None:
+def write_audit(db: Database, e: AuditEntry) -> None:
     """Append one audit row inside the caller's transaction."""
     db.execute(
         "INSERT INTO audit (at, actor, action_id, node, event, mode, dry_run, steps, result, "
@@ -169,28 +181,41 @@ def write_audit(db: sqlite3.Connection, e: AuditEntry) -> None:
          json.dumps(e.steps), e.result, e.duration_s))
 
 
-class ActionStore(SqliteStore):
-    def __init__(self, path: str | Path = ":memory:") -> None:
+class ActionStore(StateStore):
+    def __init__(self, target: StateTarget = ":memory:") -> None:
         # API threads read while the scoring tick and hook workers write; one lock serialises.
-        super().__init__(path)
-        self._db.row_factory = sqlite3.Row
-        self._db.executescript(_SCHEMA)
-        self._lock = threading.RLock()  # the controller reads again inside tx()
+        super().__init__(target, _SCHEMA)
+        self._lock = threading.RLock()  # the controller reads again inside a transaction
+        self._depth = 0  # transactions open on this connection (nested ones join the outer)
+        if self._db.dialect == "postgres":
+            with self._db.transaction() as db:  # serialised: replicas may start together
+                for statement in _PG_TRIGGERS:
+                    db.execute(statement)
+        else:
+            self._db.script(_SQLITE_TRIGGERS)
 
     @contextmanager
-    def tx(self) -> Iterator[sqlite3.Connection]:
-        """One transaction under the store's lock (also used by the breaker's tables)."""
+    def transaction(self) -> Iterator[Database]:
+        """One transaction under the store's lock (also used by the breaker's tables). A
+        transaction opened inside one joins it: claiming an action and counting it in the
+        breaker's window commit together."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield self._db
+                finally:
+                    self._depth -= 1
+                return
+            self._depth = 1
             try:
-                yield self._db
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+                with self._db.transaction() as db:
+                    yield db
+            finally:
+                self._depth = 0
 
     @contextmanager
-    def read(self) -> Iterator[sqlite3.Connection]:
+    def read(self) -> Iterator[Database]:
         """The connection under the store's lock, for reads outside a transaction."""
         with self._lock:
             yield self._db
@@ -199,7 +224,7 @@ class ActionStore(SqliteStore):
         """Store a new action, or return the one already stored for its id (created False)."""
         if action.state not in INITIAL:
             raise ValueError(f"an action cannot start in state {action.state}")
-        with self.tx() as db:
+        with self.transaction() as db:
             got = self._get(db, action.id)
             if got is not None:
                 return got, False
@@ -209,16 +234,22 @@ class ActionStore(SqliteStore):
             write_audit(db, audit)
         return action, True
 
-    def update(self, action_id: str, audit: AuditEntry | None = None,
-               **changes: Any) -> Action:
-        """Change an action's fields; a state change must be a legal transition."""
+    def update(self, action_id: str, audit: AuditEntry | None = None, *,
+               expect: Action | None = None, **changes: Any) -> Action:
+        """Change an action's fields; a state change must be a legal transition. With
+        `expect`, only while the stored action is still in that snapshot's state and attempt
+        (ActionConflict if another writer, e.g. another replica, moved it first)."""
         unknown = set(changes) - set(_COLS) | ({"id"} & set(changes))
         if unknown:
             raise ValueError(f"cannot update {sorted(unknown)}")
-        with self.tx() as db:
+        with self.transaction() as db:
             cur = self._get(db, action_id)
             if cur is None:
                 raise ActionNotFound(action_id)
+            if expect is not None and (cur.state, cur.attempts) != (expect.state,
+                                                                    expect.attempts):
+                raise ActionConflict(f"{action_id} moved on to {cur.state} (attempt "
+                                     f"{cur.attempts}) before this change")
             if "state" in changes:
                 changes["state"] = new = ActionState(changes["state"])
                 if new != cur.state and new not in _NEXT.get(cur.state, frozenset()):
@@ -232,10 +263,10 @@ class ActionStore(SqliteStore):
             return replace(cur, **changes) if changes else cur
 
     def append_audit(self, entry: AuditEntry) -> None:
-        with self.tx() as db:
+        with self.transaction() as db:
             write_audit(db, entry)
 
-    def _get(self, db: sqlite3.Connection, action_id: str) -> Action | None:
+    def _get(self, db: Database, action_id: str) -> Action | None:
         r = db.execute(f"SELECT {', '.join(_COLS)} FROM actions WHERE id = ?",
                        (action_id,)).fetchone()
         return None if r is None else _action(r)

@@ -2,7 +2,7 @@
 (a bad driver rollout, a fabric problem, our own model) and draining them all would take the
 cluster down, so automatic action stops. Like NVSentinel's breaker it never closes by itself:
 an admin resets it after looking. Its state and window live in the actions database, so a
-restart cannot close it either."""
+restart cannot close it either, and replicas sharing PostgreSQL share one breaker."""
 
 from __future__ import annotations
 
@@ -12,13 +12,15 @@ from typing import Any, Literal
 
 from service.remediation.actions import ActionStore, AuditEntry, write_audit
 from service.remediation.config import RemediationSettings
+from service.storage.sql import pg_ddl
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS breaker_state (
     id INTEGER PRIMARY KEY CHECK (id = 1), state TEXT NOT NULL CHECK (state IN ('closed', 'open')),
     reason TEXT NOT NULL, tripped_at REAL, tripped_by TEXT, reset_at REAL, reset_by TEXT
 );
-INSERT OR IGNORE INTO breaker_state (id, state, reason) VALUES (1, 'closed', '');
+INSERT INTO breaker_state (id, state, reason) VALUES (1, 'closed', '')
+ON CONFLICT (id) DO NOTHING;
 CREATE TABLE IF NOT EXISTS breaker_window (
     node TEXT NOT NULL, action_id TEXT NOT NULL, at REAL NOT NULL
 );
@@ -53,10 +55,11 @@ class CircuitBreaker:
         self._max_fraction = settings.breaker_max_fraction
         self._max_nodes = settings.breaker_max_nodes
         self._window_s = settings.breaker_window_s
-        with store.tx() as db:
-            for stmt in _SCHEMA.split(";"):
-                if stmt.strip():
-                    db.execute(stmt)
+        with store.transaction() as db:  # statement by statement: a script would commit
+            statements = (pg_ddl(_SCHEMA) if db.dialect == "postgres" else
+                          [s for s in _SCHEMA.split(";") if s.strip()])
+            for stmt in statements:
+                db.execute(stmt)
 
     def _row(self) -> tuple[str, str, float | None, str | None, float | None, str | None]:
         with self._store.read() as db:
@@ -77,9 +80,9 @@ class CircuitBreaker:
         # A reset starts a fresh window, or the breaker would re-trip on the very next node.
         since = max(now - self._window_s, self.last_reset_at or float("-inf"))
         with self._store.read() as db:
-            rows = db.execute("SELECT DISTINCT node FROM breaker_window WHERE at > ? "
-                              "ORDER BY node", (since,)).fetchall()
-        return [r[0] for r in rows]
+            rows = db.execute("SELECT DISTINCT node FROM breaker_window WHERE at > ?",
+                              (since,)).fetchall()
+        return sorted(r[0] for r in rows)  # by code point on both (a collation may differ)
 
     def allowed(self, fleet_size: int) -> int:
         """How many distinct nodes the window may hold: the tighter of both bounds."""
@@ -111,13 +114,14 @@ class CircuitBreaker:
 
     def record(self, node: str, action_id: str, now: float) -> None:
         """Count `node` as acted on (called as an execution starts)."""
-        with self._store.tx() as db:
-            db.execute("INSERT INTO breaker_window VALUES (?,?,?)", (node, action_id, now))
+        with self._store.transaction() as db:
+            db.execute("INSERT INTO breaker_window (node, action_id, at) VALUES (?,?,?)",
+                       (node, action_id, now))
 
     def trip(self, reason: str, now: float, actor: str = SYSTEM) -> bool:
         """Open the breaker (a fleet-wide alert storm does this too). False if already open:
         the first reason is the one worth reading."""
-        with self._store.tx() as db:
+        with self._store.transaction() as db:
             cur = db.execute("UPDATE breaker_state SET state = 'open', reason = ?, "
                              "tripped_at = ?, tripped_by = ? WHERE id = 1 AND state = 'closed'",
                              (reason, now, actor))
@@ -130,7 +134,7 @@ class CircuitBreaker:
     def reset(self, actor: str, now: float) -> bool:
         """An admin closes the breaker. Actions requested before now will expire instead of
         running (NVSentinel #450: a reset replayed days-old events). False if it was closed."""
-        with self._store.tx() as db:
+        with self._store.transaction() as db:
             cur = db.execute("UPDATE breaker_state SET state = 'closed', reset_at = ?, "
                              "reset_by = ? WHERE id = 1 AND state = 'open'", (now, actor))
             if cur.rowcount == 0:

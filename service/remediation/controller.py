@@ -258,12 +258,21 @@ class RemediationController:
         return self._start(a, now)
 
     def _start(self, a: Action, now: float) -> Action:
-        if a.kind == "migrate":
-            self._breaker.record(a.node, a.id, now)
-        a = self._store.update(
-            a.id, self._audit(a, "started", now, f"attempt {a.attempts + 1}", steps=a.plan),
-            state=ActionState.EXECUTING, attempts=a.attempts + 1, started_at=now, next_try_at=None,
-            deadline=now + self._settings.action_timeout_s)
+        # Claimed in one transaction with its count in the breaker's window, and only while
+        # it is still as this replica read it: another replica that started it first wins.
+        try:
+            with self._store.transaction():
+                started = self._store.update(
+                    a.id, self._audit(a, "started", now, f"attempt {a.attempts + 1}",
+                                      steps=a.plan), expect=a,
+                    state=ActionState.EXECUTING, attempts=a.attempts + 1, started_at=now,
+                    next_try_at=None, deadline=now + self._settings.action_timeout_s)
+                if a.kind == "migrate":
+                    self._breaker.record(a.node, a.id, now)
+        except ActionConflict:
+            log.info("action %s was started elsewhere; not running it here", a.id)
+            return self._get(a.id)
+        a = started
         fn, arg = ((self._hook.execute, ActionRequest(
             a.id, a.node, a.alert_id, a.fingerprint, a.summary, a.requested_at))
             if a.kind == "migrate" else (self._hook.release, a.node))

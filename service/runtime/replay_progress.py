@@ -22,7 +22,7 @@ from collectors.trace import TraceReader
 from service.pipeline import Pipeline
 from service.runtime.scheduler import DataClock
 from service.runtime.warm import warm_start
-from service.storage.sqlite_db import SqliteStore
+from service.storage.state_db import StateStore, StateTarget
 from service.tick import TickResult
 
 log = logging.getLogger(__name__)
@@ -47,10 +47,10 @@ def trace_identity(reader: TraceReader) -> str:
     return "|".join(parts)
 
 
-class ReplayProgress(SqliteStore):
+class ReplayProgress(StateStore):
     """A tick observer that saves the data time of the newest scored tick of one trace."""
 
-    def __init__(self, db: str | Path, reader: TraceReader,
+    def __init__(self, db: StateTarget, reader: TraceReader,
                  wall: Callable[[], float] = time.monotonic) -> None:
         super().__init__(db, _SCHEMA)
         self.trace = str(reader.path.resolve())
@@ -83,7 +83,8 @@ class ReplayProgress(SqliteStore):
         self._saved_wall = self._wall()
         with self._lock:
             self._db.execute(
-                "INSERT INTO replay_progress VALUES (?, ?, ?, ?) ON CONFLICT(trace) DO UPDATE "
+                "INSERT INTO replay_progress (trace, identity, at, updated_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (trace) DO UPDATE "
                 "SET identity = excluded.identity, at = excluded.at, "
                 "updated_at = excluded.updated_at",
                 (self.trace, self.identity, self._at, time.time()))

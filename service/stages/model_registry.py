@@ -1,6 +1,7 @@
 """Which model the service runs, and which one it runs in shadow: the active model, a challenger
 scored beside it without alerting, the models that were active before (for rollback), and an
-audit of every change, kept in the service's SQLite file.
+audit of every change, kept on the shared state (the service's SQLite file, or PostgreSQL
+shared by replicas).
 
 Until anything is promoted the active model is the one the settings name
 (`detectors.model.path`, the shipped model by default); promoting records it as the previous
@@ -11,10 +12,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Literal
 
-from service.storage.sqlite_db import SqliteStore
+from service.storage.state_db import StateStore, StateTarget
 
 Role = Literal["active", "challenger", "retired"]
 
@@ -118,9 +118,9 @@ _ENTRY = "id, version, path, role, since, added_by"
 _RUN = "id, challenger, started_at, updated_at, ended_at, node_seconds, outcome"
 
 
-class ModelRegistry(SqliteStore):
-    def __init__(self, path: str | Path = ":memory:") -> None:
-        super().__init__(path, _SCHEMA)
+class ModelRegistry(StateStore):
+    def __init__(self, target: StateTarget = ":memory:") -> None:
+        super().__init__(target, _SCHEMA)
 
     # -- reads ----------------------------------------------------------------------------
     def active(self) -> ModelEntry | None:
@@ -132,10 +132,11 @@ class ModelRegistry(SqliteStore):
 
     def previous(self) -> ModelEntry | None:
         """The model a rollback returns to: the one most recently retired from active."""
+        retired = self._db.json_text("detail", "retired_entry")
         with self._lock:
             r = self._db.execute(
                 f"SELECT {_ENTRY} FROM model_entries WHERE role = 'retired' AND id IN (SELECT "
-                "CAST(json_extract(detail, '$.retired_entry') AS INTEGER) FROM model_audit "
+                f"CAST({retired} AS INTEGER) FROM model_audit "
                 "WHERE action IN ('promote', 'rollback')) ORDER BY since DESC, id DESC LIMIT 1"
             ).fetchone()
         return None if r is None else ModelEntry(*r)
@@ -179,10 +180,10 @@ class ModelRegistry(SqliteStore):
         """Make a model the challenger (a running shadow run of another one ends, stopped)."""
         with self.transaction():
             self._end_challenger(now, "stopped")
-            cur = self._db.execute(
+            entry = int(self._db.execute(
                 "INSERT INTO model_entries (version, path, role, since, added_by) "
-                "VALUES (?,?,?,?,?)", (version, path, "challenger", now, actor))
-            entry = int(cur.lastrowid or 0)
+                "VALUES (?,?,?,?,?) RETURNING id", (version, path, "challenger", now, actor)
+            ).fetchone()[0])
             self._db.execute("INSERT INTO shadow_runs (challenger, started_at, updated_at) "
                              "VALUES (?,?,?)", (str(entry), now, now))
             self._audit(now, actor, "shadow", version)
@@ -241,7 +242,8 @@ class ModelRegistry(SqliteStore):
         """A tick's level crossings per stream (stream, time, entity, scope, node, level,
         prev, rule), and the node-seconds it observed."""
         with self.transaction():
-            self._db.executemany("INSERT INTO shadow_alarms VALUES (?,?,?,?,?,?,?,?,?)",
+            self._db.executemany("INSERT INTO shadow_alarms (run_id, stream, time, entity, "
+                                 "scope, node, level, prev, rule) VALUES (?,?,?,?,?,?,?,?,?)",
                                  [(run_id, *r) for r in rows])
             self._db.execute("UPDATE shadow_runs SET node_seconds = node_seconds + ?, "
                              "updated_at = ? WHERE id = ?", (node_seconds, now, run_id))
@@ -259,10 +261,9 @@ class ModelRegistry(SqliteStore):
             self._db.execute("UPDATE model_entries SET role = 'retired', since = ? WHERE id = ?",
                              (now, row[0]))
             return int(row[0])
-        cur = self._db.execute(  # the settings' model, recorded so a rollback finds it
-            "INSERT INTO model_entries (version, path, role, since, added_by) VALUES (?,?,?,?,?)",
-            (current[0], current[1], "retired", now, actor))
-        return int(cur.lastrowid or 0)
+        return int(self._db.execute(  # the settings' model, recorded so a rollback finds it
+            "INSERT INTO model_entries (version, path, role, since, added_by) VALUES (?,?,?,?,?) "
+            "RETURNING id", (current[0], current[1], "retired", now, actor)).fetchone()[0])
 
     def _end_challenger(self, now: float, outcome: str, keep: bool = False) -> None:
         row = self._db.execute("SELECT id FROM model_entries WHERE role = 'challenger'"

@@ -50,9 +50,13 @@ class PostgresDatabase(Database):
         import psycopg
         from psycopg.types.numeric import IntDumper
 
+        # A connect_timeout in the DSN (storage.postgres.connect_timeout_s puts one there)
+        # wins over the default here.
+        timeout: dict[str, Any] = (
+            {} if "connect_timeout" in _conninfo(self.dsn)
+            else {"connect_timeout": max(1, int(self.connect_timeout_s))})
         try:
-            conn = psycopg.connect(self.dsn, autocommit=True,
-                                   connect_timeout=max(1, int(self.connect_timeout_s)))
+            conn = psycopg.connect(self.dsn, autocommit=True, **timeout)
         except psycopg.OperationalError as exc:
             raise PostgresUnavailable(f"cannot connect to PostgreSQL: {_redact(exc)}") from None
         # SQLite keeps booleans as 0/1 in INTEGER columns; the stores pass Python bools there.
@@ -132,6 +136,15 @@ class PostgresDatabase(Database):
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _conninfo(dsn: str) -> dict[str, Any]:
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        return conninfo_to_dict(dsn)
+    except Exception:  # a malformed DSN: psycopg.connect says what is wrong with it
+        return {}
 
 
 def _redact(exc: Exception) -> str:

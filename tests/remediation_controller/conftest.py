@@ -75,15 +75,22 @@ class Rig:
         return [e.event for e in self.store.audit(action_id=a.id)]
 
 
-@pytest.fixture
-def make_rig(tmp_path: Path) -> Iterator[Callable[..., Rig]]:
+@pytest.fixture(params=["sqlite", "postgres"])
+def make_rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Rig]]:
+    """Every controller test on both shared-state backends: the SQLite file (or memory), and
+    a fresh schema per rig on the test PostgreSQL server."""
     rigs: list[Rig] = []
+    server = (request.getfixturevalue("postgres_server") if request.param == "postgres"
+              else None)
 
     def make(*, file: bool = False, nodes: int = 20, fleet: int = 1000,
              **settings: Any) -> Rig:
         """A rig in auto mode (unless `mode` says otherwise) with a fleet large enough that
         only breaker_max_nodes binds."""
-        path = str(tmp_path / f"actions{len(rigs)}.db") if file else ":memory:"
+        if server is not None:
+            path = server.fresh_schema()
+        else:
+            path = str(tmp_path / f"actions{len(rigs)}.db") if file else ":memory:"
         rig = Rig(path, RemediationSettings(**{"mode": "auto", **settings}),
                   SchedulerModel(nodes), [fleet])
         rigs.append(rig)

@@ -63,8 +63,8 @@ def test_action_id_is_stable_per_episode() -> None:
     assert a != action_id("n1", "fp", "release", "7")
 
 
-def test_insert_is_idempotent_and_round_trips() -> None:
-    store = ActionStore()
+def test_insert_is_idempotent_and_round_trips(state_target: str) -> None:
+    store = ActionStore(state_target)
     first, created = store.insert(_action(), _audit())
     again, created2 = store.insert(_action(), _audit())
     assert (created, created2) == (True, False)
@@ -73,8 +73,8 @@ def test_insert_is_idempotent_and_round_trips() -> None:
     assert store.counts()["planned"] == 1
 
 
-def test_illegal_transitions_raise() -> None:
-    store = ActionStore()
+def test_illegal_transitions_raise(state_target: str) -> None:
+    store = ActionStore(state_target)
     a, _ = store.insert(_action(ActionState.DRY_RUN), _audit())
     with pytest.raises(ValueError, match="illegal transition dry_run -> executing"):
         store.update(a.id, state=ActionState.EXECUTING)
@@ -89,8 +89,8 @@ def test_illegal_transitions_raise() -> None:
         store.update("act-nope", state=ActionState.ABORTED)
 
 
-def test_find_filters() -> None:
-    store = ActionStore()
+def test_find_filters(state_target: str) -> None:
+    store = ActionStore(state_target)
     store.insert(_action(ActionState.DRY_RUN, "1"), _audit())
     store.insert(_action(ActionState.PLANNED, "2"), _audit())
     assert [a.episode for a in store.find(state="planned")] == ["2"]

@@ -64,8 +64,8 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def auth(tmp_path: Path, clock: ManualClock) -> Iterator[ApiAuth]:
-    a = ApiAuth.open(tmp_path / "api.db", ApiSettings(), clock=clock)
+def auth(state_target: str, clock: ManualClock) -> Iterator[ApiAuth]:
+    a = ApiAuth.open(state_target, ApiSettings(), clock=clock)
     yield a
     a.close()
 
@@ -203,8 +203,8 @@ def test_tokens_are_stored_hashed(tmp_path: Path) -> None:
     assert stored == hashlib.sha256(raw.encode()).hexdigest()
 
 
-def test_list_shows_no_secrets_and_tracks_last_use() -> None:
-    store = TokenStore(":memory:")
+def test_list_shows_no_secrets_and_tracks_last_use(state_target: str) -> None:
+    store = TokenStore(state_target)
     token, secret = store.create("ci", "operate", T0)
     assert store.list() == [token] and token.last_used_at is None
     assert "secret" not in " ".join(token.as_dict())
@@ -219,11 +219,25 @@ def test_list_shows_no_secrets_and_tracks_last_use() -> None:
     store.close()
 
 
-def test_a_token_store_refuses_bad_input() -> None:
-    store = TokenStore()
+def test_a_token_store_refuses_bad_input(state_target: str) -> None:
+    store = TokenStore(state_target)
     with pytest.raises(ValueError, match="unknown scope"):
         store.create("ci", "superuser", T0)
     with pytest.raises(ValueError, match="name"):
         store.create("  ", "read", T0)
     assert store.list() == []
     store.close()
+
+
+def test_replicas_share_tokens_and_a_revoke_is_seen_at_once(state_target: str) -> None:
+    """Two replicas on one shared state: a token made on one works on the other, and a
+    revoke on either refuses it on both."""
+    one, two = TokenStore(state_target), TokenStore(state_target)
+    token, secret = one.create("ci", "operate", T0)
+    assert two.authenticate(secret, T0 + 1) == Principal(token.id, "ci", Permission.OPERATE)
+    assert one.get(token.id) == two.get(token.id) and one.list()[0].last_used_at == T0 + 1
+    revoked = two.revoke(token.id, T0 + 2)
+    assert revoked is not None and revoked.revoked_at == T0 + 2
+    assert one.authenticate(secret, T0 + 3) is None
+    one.close()
+    two.close()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Annotated
 
 import pytest
@@ -19,6 +18,7 @@ from service.api import problems
 from service.api.auth import ApiAuth
 from service.api.guards import IdempotentOperate, idempotent
 from service.api.idempotency import (
+    IN_FLIGHT_MAX_S,
     REPLAYED,
     Begin,
     Idempotency,
@@ -107,8 +107,8 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def auth(tmp_path: Path, clock: ManualClock) -> Iterator[ApiAuth]:
-    a = ApiAuth.open(tmp_path / "api.db", ApiSettings(idempotency_ttl_s=TTL,
+def auth(state_target: str, clock: ManualClock) -> Iterator[ApiAuth]:
+    a = ApiAuth.open(state_target, ApiSettings(idempotency_ttl_s=TTL,
                                                       rate_limit_burst=1000), clock=clock)
     yield a
     a.close()
@@ -261,16 +261,23 @@ def test_a_response_the_route_built_is_replayed_with_its_headers(
     assert handler.runs == 2
 
 
-def test_a_restart_forgets_requests_in_flight_but_keeps_finished_ones(tmp_path: Path) -> None:
-    path = tmp_path / "api.db"
+def test_a_restart_forgets_requests_in_flight_but_keeps_finished_ones(state_target: str) -> None:
     fp = fingerprint("POST", "/silences", "", b"{}")
-    store = IdempotencyStore(path, TTL)
+    store = IdempotencyStore(state_target, TTL)
     assert store.begin("tok", "running", fp, T0) is Begin.STARTED
     assert store.begin("tok", "running", fp, T0) is Begin.IN_PROGRESS
     assert store.begin("tok", "done", fp, T0) is Begin.STARTED
     store.finish("tok", "done", Stored(201, [("content-type", "application/json")], b"{}"))
     store.close()
-    store = IdempotencyStore(path, TTL)
+    if not state_target.startswith("postgresql://"):
+        store = IdempotencyStore(state_target, TTL)  # alone on its file: nothing in flight
+    else:
+        # Shared by replicas, a request in flight may be another replica's: it is kept ...
+        store = IdempotencyStore(state_target, TTL, now=T0 + 1)
+        assert store.begin("tok", "running", fp, T0 + 1) is Begin.IN_PROGRESS
+        store.close()
+        # ... until it has run far longer than any request: then it was cut off.
+        store = IdempotencyStore(state_target, TTL, now=T0 + IN_FLIGHT_MAX_S + 1)
     assert store.begin("tok", "running", fp, T0 + 1) is Begin.STARTED
     assert store.begin("tok", "done", fp, T0 + 1) == Stored(
         201, [("content-type", "application/json")], b"{}")

@@ -195,3 +195,44 @@ def test_a_challenger_that_cannot_load_is_refused_and_reported(tmp_path: Path) -
         pipe.process(r.batch(T0), T0)  # scoring goes on
     finally:
         pipe.close()
+
+
+def test_the_registry_store_on_both_backends(state_target: str) -> None:
+    """Shadow, alarms, promote, rollback and the audit, store-level, on the SQLite file and
+    on PostgreSQL; a second instance (another replica) sees every change."""
+    reg, other = ModelRegistry(state_target), ModelRegistry(state_target)
+    try:
+        assert reg.active() is None and reg.previous() is None and reg.run() is None
+        ch = reg.shadow("lstm-b", "/models/b", "ops", T0)
+        run = other.run()
+        assert run is not None and run.outcome == "running" and str(run.challenger) == str(ch.id)
+        reg.restart_run(run.id, T0 + 5)
+        reg.add_alarms(run.id, [("challenger:fused", T0 + 20, "n1:gpu0", "gpu", "n1", 2, 0,
+                                 "lstm"),
+                                ("active:fused", T0 + 10, "n1:gpu0", "gpu", "n1", 3, 0, "dbe")],
+                       600.0, T0 + 30)
+        assert other.alarms(run.id, "active:fused") == [
+            (T0 + 10, "n1:gpu0", "gpu", "n1", 3, 0, "dbe")]
+        got = other.run_by_id(run.id)
+        assert got is not None and (got.started_at, got.node_seconds) == (T0 + 5, 600.0)
+        active = reg.promote("ops", T0 + 40, current=("lstm-a", "/models/a"), forced=True,
+                             reason="better", detail={"score": 0.5})
+        assert active.version == "lstm-b" and other.challenger() is None
+        prev = other.previous()  # the settings' model, recorded so a rollback finds it
+        assert prev is not None and (prev.version, prev.role) == ("lstm-a", "retired")
+        back = other.rollback("ops", T0 + 50, current=("lstm-b", "/models/b"), reason="oops")
+        assert back.version == "lstm-a" and reg.active() == back
+        again = reg.previous()
+        assert again is not None and again.version == "lstm-b"
+        audit = reg.audit()
+        assert [(a.action, a.version, a.previous, a.forced) for a in audit] == [
+            ("rollback", "lstm-a", "lstm-b", False), ("promote", "lstm-b", "lstm-a", True),
+            ("shadow", "lstm-b", "", False)]
+        assert audit[1].detail["score"] == 0.5
+        finished = reg.run_by_id(run.id)
+        assert finished is not None and finished.outcome == "promoted"
+        with pytest.raises(RegistryError, match="no challenger"):
+            other.stop("ops", T0 + 60)
+    finally:
+        reg.close()
+        other.close()

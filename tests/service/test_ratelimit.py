@@ -4,7 +4,6 @@ burst, refilled as the injected clock moves; reads are not limited."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from fastapi import FastAPI, Response
@@ -28,9 +27,9 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def auth(tmp_path: Path, clock: ManualClock) -> Iterator[ApiAuth]:
+def auth(state_target: str, clock: ManualClock) -> Iterator[ApiAuth]:
     settings = ApiSettings(rate_limit_per_min=PER_MIN, rate_limit_burst=BURST)
-    a = ApiAuth.open(tmp_path / "api.db", settings, clock=clock)
+    a = ApiAuth.open(state_target, settings, clock=clock)
     yield a
     a.close()
 

@@ -58,9 +58,9 @@ def _tick(at: float) -> TickResult:
 
 
 def test_progress_is_kept_per_trace_and_forgotten_when_the_trace_changes(
-        tmp_path: Path) -> None:
+        tmp_path: Path, state_target: str) -> None:
     trace = _trace(tmp_path / "trace")
-    db = tmp_path / "g.db"
+    db = state_target
     wall = iter(range(100))
     p = ReplayProgress(db, TraceReader(trace), wall=lambda: float(next(wall)))
     assert p.resume_at() is None
@@ -72,7 +72,9 @@ def test_progress_is_kept_per_trace_and_forgotten_when_the_trace_changes(
     again.close()
     f = next(trace.iterdir())
     f.write_bytes(f.read_bytes() + b"\n")
-    assert ReplayProgress(db, TraceReader(trace)).resume_at() is None
+    changed = ReplayProgress(db, TraceReader(trace))
+    assert changed.resume_at() is None
+    changed.close()
 
 
 # ---- real processes ----------------------------------------------------------------------------

@@ -28,15 +28,19 @@ def _root_filters_restored() -> Iterator[None]:
             h.removeFilter(f)
 
 
-@pytest.fixture
-def config(tmp_path: Path) -> Path:
+@pytest.fixture(params=["sqlite", "postgres"])
+def config(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """The settings file: tokens in the SQLite file, then in PostgreSQL (storage.postgres)."""
+    storage: dict[str, object] = {"data_dir": str(tmp_path / "data")}
+    if request.param == "postgres":
+        storage["postgres"] = {"dsn": request.getfixturevalue("pg_dsn")}
     path = tmp_path / "gpuhealth.yaml"
-    path.write_text(yaml.safe_dump({"storage": {"data_dir": str(tmp_path / "data")}}))
+    path.write_text(yaml.safe_dump({"storage": storage}))
     return path
 
 
-def db(config: Path) -> Path:
-    return load(config).storage.sqlite_path
+def db(config: Path) -> str | Path:
+    return load(config).storage.state_target
 
 
 def test_create_list_revoke_round_trip(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -103,4 +107,19 @@ def test_bad_input_is_one_line_and_exit_code_2(config: Path, capsys: pytest.Capt
     assert out == ""
     assert err.count("\n") == 1 and err.startswith("gpuhealth token: ") and says in err
     if argv[0] == "create":  # refused before anything was made
-        assert not db(config).exists() or TokenStore(db(config)).list() == []
+        target = db(config)
+        assert ((isinstance(target, Path) and not target.exists())
+                or TokenStore(target).list() == [])
+
+
+def test_with_postgres_the_tokens_are_not_in_the_file(tmp_path: Path, pg_dsn: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "gpuhealth.yaml"
+    path.write_text(yaml.safe_dump({"storage": {"data_dir": str(tmp_path / "data"),
+                                                "postgres": {"dsn": pg_dsn}}}))
+    assert main(["token", "create", "--name", "ci", "--scope", "read", "--config", str(path)]) == 0
+    capsys.readouterr()
+    assert not load(path).storage.sqlite_path.exists()
+    store = TokenStore(pg_dsn)
+    assert [t.name for t in store.list()] == ["ci"]
+    store.close()
