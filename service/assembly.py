@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from models.detectors.dynamic import DynamicThresholds
 from models.detectors.findings import Detector
 from models.detectors.hard import HardRules
-from service.cluster.roles import SOLE, Roles
+from service.cluster.roles import SOLE, LeasedRoles, Roles, default_replica_id
 from service.notify.build import Notification, build_notification
 from service.notify.message import Notifier
 from service.remediation.controller import RemediationController
@@ -35,6 +35,7 @@ from service.stages.scoring import Scorer
 from service.stages.sinks import Sink, SQLiteSink
 from service.stages.verdicts import VerdictStore
 from service.stages.windows import WindowStore
+from service.storage.postgres_db import is_postgres
 from service.tick import FleetCount, Remediation, TickObserver
 
 if TYPE_CHECKING:
@@ -144,6 +145,11 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
         alerts=alerts, labels=labels, verdicts=VerdictStore(db, alerts, labels),
         fleet_count=FleetCount(s.remediation.fleet_size))
     parts.owns_store = w.shared is None
+    if is_postgres(db):  # shared with other replicas: the roles come from leases
+        c = s.cluster
+        parts.cluster = LeasedRoles(db, replica_id=c.replica_id or default_replica_id(
+            s.service.port), shard_id=c.shard_id or "default", ttl_s=c.lease_ttl_s,
+            renew_s=c.lease_renew_s)
     parts.model = _model_of(detectors)
     parts.notification = _notification(s, w, alerts, db)
     parts.remediation, parts.controller = _remediation(s, w, alerts, db, parts.fleet_count.size)

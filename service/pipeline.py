@@ -356,6 +356,7 @@ class Pipeline:
         return self.tick(now)
 
     def close(self) -> None:
+        self.cluster.close()  # hands its leases over at once rather than by expiry
         if self.notification is not None:
             self.notification.close()
         if self.remediation is not None:

@@ -29,6 +29,7 @@ from service.api.principals import Permission
 from service.api.shard_route import ShardRoute
 from service.api.state import Running
 from service.api.write_lean import LeanWrite
+from service.cluster.roles import LeasedRoles
 from service.console import routes as console
 from service.pipeline import Pipeline, build_pipeline
 from service.runtime.metrics import ServiceMetrics
@@ -93,6 +94,8 @@ def create_app(
                                                      wall_clock)
             app.state.gpuhealth = Running(pipeline, scheduler, metrics, clock, found)
             if schedule:
+                if isinstance(pipeline.cluster, LeasedRoles):
+                    pipeline.cluster.start()  # before the first tick asks for its roles
                 scheduler.start()
                 retraining = start_retraining(pipeline)
             # What start-up loaded (modules, the model, warm-started state) lives as long as

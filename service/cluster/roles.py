@@ -29,6 +29,8 @@ class Roles(Protocol):
 
     def leader(self) -> bool: ...
 
+    def close(self) -> None: ...
+
 
 class _Sole:
     """One process, nobody to share with."""
@@ -38,6 +40,9 @@ class _Sole:
 
     def leader(self) -> bool:
         return True
+
+    def close(self) -> None:
+        pass
 
 
 SOLE: Roles = _Sole()
