@@ -218,8 +218,11 @@ class LabelStore(StateStore):
             where.append("withdrawn_at IS NULL")
         if not overruled:
             marks = ",".join("?" * len(OVERRULING))
+            # A failure without an alert is nobody's to overrule: `NULL IN (...)` is NULL, and
+            # NOT NULL would drop it as soon as any alert had such a verdict.
             where.append(
-                "NOT (source != 'verdict' AND kind = 'failure' AND alert_id IN (SELECT alert_id "
+                "NOT (source != 'verdict' AND kind = 'failure' AND alert_id IS NOT NULL AND "
+                "alert_id IN (SELECT alert_id "
                 "FROM labels v WHERE v.source = 'verdict' AND v.withdrawn_at IS NULL AND "
                 f"v.kind = 'benign' AND v.action IN ({marks})))")
             args += list(OVERRULING)
