@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from service.storage.sqlite_db import SqliteStore
+from service.storage.state_db import StateStore, StateTarget
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS nflog (
@@ -54,9 +53,9 @@ def needs_update(entry: Entry | None, firing: dict[str, tuple[int, int]],
     return entry.sent_at + repeat_s <= now
 
 
-class NotificationLog(SqliteStore):
-    def __init__(self, path: str | Path = ":memory:") -> None:
-        super().__init__(path, _SCHEMA)
+class NotificationLog(StateStore):
+    def __init__(self, target: StateTarget = ":memory:") -> None:
+        super().__init__(target, _SCHEMA)
 
     def get(self, receiver: str, group_key: str) -> Entry | None:
         with self._lock:
@@ -77,14 +76,12 @@ class NotificationLog(SqliteStore):
             return
         rows = [(receiver, key, json.dumps({k: list(v) for k, v in e.firing.items()}),
                  json.dumps(sorted(e.resolved)), e.sent_at) for receiver, key, e in entries]
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany("INSERT OR REPLACE INTO nflog VALUES (?,?,?,?,?)", rows)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self.transaction() as db:
+            db.executemany(
+                "INSERT INTO nflog (receiver, group_key, firing, resolved, sent_at) "
+                "VALUES (?,?,?,?,?) ON CONFLICT (receiver, group_key) DO UPDATE SET "
+                "firing = excluded.firing, resolved = excluded.resolved, "
+                "sent_at = excluded.sent_at", rows)
 
     def open_groups(self) -> list[tuple[str, str]]:
         """(receiver, group key) of every group whose last message had firing alerts: after a

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-from pathlib import Path
 
 from service.notify.message import Delivery, Message
-from service.storage.sqlite_db import open_db
+from service.storage.state_db import StateStore, StateTarget
 
 log = logging.getLogger(__name__)
 
@@ -20,13 +18,14 @@ DELIVERIES_SQL = """
 CREATE TABLE IF NOT EXISTS deliveries (at REAL, receiver TEXT, reason TEXT, group_key TEXT,
     level INTEGER, status TEXT, alerts INTEGER, title TEXT, body TEXT);
 """
+DELIVERIES_INSERT = ("INSERT INTO deliveries (at, receiver, reason, group_key, level, status, "
+                     "alerts, title, body) VALUES (?,?,?,?,?,?,?,?,?)")
 
 
-class RecordReceiver:
-    def __init__(self, path: str | Path = ":memory:", name: str = "record") -> None:
+class RecordReceiver(StateStore):
+    def __init__(self, target: StateTarget = ":memory:", name: str = "record") -> None:
+        super().__init__(target, DELIVERIES_SQL)
         self.name = name
-        self._db = open_db(path, DELIVERIES_SQL)
-        self._lock = threading.Lock()
         self.records: list[Message] = []
 
     async def notify(self, msg: Message) -> Delivery:
@@ -36,11 +35,7 @@ class RecordReceiver:
                             "summary": a.summary} for a in msg.alerts])
         with self._lock:
             self.records.append(msg)
-            self._db.execute("INSERT INTO deliveries VALUES (?,?,?,?,?,?,?,?,?)",
+            self._db.execute(DELIVERIES_INSERT,
                              (msg.at, self.name, msg.reason, msg.group_key, msg.level,
                               msg.status, len(msg.alerts), msg.title, body))
         return Delivery(ok=True, detail="recorded")
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()

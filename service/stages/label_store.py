@@ -14,12 +14,11 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from collectors.catalog import Scope
 from collectors.labels import FailureMode, Label
-from service.storage.sqlite_db import SqliteStore
+from service.storage.state_db import StateStore, StateTarget
 
 log = logging.getLogger(__name__)
 Kind = Literal["failure", "benign", "repair"]
@@ -122,9 +121,9 @@ class NewLabel:
 MAX_PENDING = 100_000  # changes kept for the next tick; past this the oldest are dropped
 
 
-class LabelStore(SqliteStore):
-    def __init__(self, path: str | Path = ":memory:") -> None:
-        super().__init__(path, _SCHEMA)
+class LabelStore(StateStore):
+    def __init__(self, target: StateTarget = ":memory:") -> None:
+        super().__init__(target, _SCHEMA)
         self._pending: list[StoredLabel] = []  # added or withdrawn since the last drain
 
     def drain(self) -> list[StoredLabel]:
@@ -159,11 +158,11 @@ class LabelStore(SqliteStore):
         cur = self._db.execute(
             "INSERT INTO labels (kind, time, end_time, node, entity, scope, mode, action, "
             "source, detail, alert_id, episode_open, created_at) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) RETURNING id",
             (lb.kind, lb.time, lb.end_time, lb.node, lb.entity, str(lb.scope),
              None if lb.mode is None else str(lb.mode), lb.action, lb.source, detail[:2000],
              lb.alert_id, int(lb.episode), now))
-        return int(cur.lastrowid or 0)
+        return int(cur.fetchone()[0])
 
     def _by_ids(self, ids: list[int]) -> list[StoredLabel]:
         if not ids:
@@ -219,8 +218,11 @@ class LabelStore(SqliteStore):
             where.append("withdrawn_at IS NULL")
         if not overruled:
             marks = ",".join("?" * len(OVERRULING))
+            # A failure without an alert is nobody's to overrule: `NULL IN (...)` is NULL, and
+            # NOT NULL would drop it as soon as any alert had such a verdict.
             where.append(
-                "NOT (source != 'verdict' AND kind = 'failure' AND alert_id IN (SELECT alert_id "
+                "NOT (source != 'verdict' AND kind = 'failure' AND alert_id IS NOT NULL AND "
+                "alert_id IN (SELECT alert_id "
                 "FROM labels v WHERE v.source = 'verdict' AND v.withdrawn_at IS NULL AND "
                 f"v.kind = 'benign' AND v.action IN ({marks})))")
             args += list(OVERRULING)

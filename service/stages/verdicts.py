@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Literal, get_args
 
 from collectors.labels import FailureMode
-from service.notify.record import DELIVERIES_SQL
+from service.notify.record import DELIVERIES_INSERT, DELIVERIES_SQL
 from service.stages.alert_store import Alert, AlertStore
 from service.stages.label_store import LabelStore, NewLabel, StoredLabel
-from service.storage.sqlite_db import SqliteStore
+from service.storage.state_db import StateStore, StateTarget
 
 VerdictName = Literal["failed", "false_alarm", "maintenance", "unknown"]
 VERDICTS: tuple[str, ...] = get_args(VerdictName)
@@ -60,11 +59,11 @@ class Verdict:
         return asdict(self)
 
 
-class VerdictStore(SqliteStore):
-    """Verdicts on the service's SQLite file, with the labels they give."""
+class VerdictStore(StateStore):
+    """Verdicts in the shared state, with the labels they give."""
 
-    def __init__(self, path: str | Path, alerts: AlertStore, labels: LabelStore) -> None:
-        super().__init__(path, _SCHEMA)
+    def __init__(self, target: StateTarget, alerts: AlertStore, labels: LabelStore) -> None:
+        super().__init__(target, _SCHEMA)
         self.alerts = alerts
         self.labels = labels
 
@@ -87,15 +86,15 @@ class VerdictStore(SqliteStore):
         with self.transaction():
             cur = self._db.execute(
                 "INSERT INTO alert_verdicts (alert_id, verdict, mode, failed_at, comment, "
-                "actor, via, at) VALUES (?,?,?,?,?,?,?,?)",
+                "actor, via, at) VALUES (?,?,?,?,?,?,?,?) RETURNING id",
                 (alert_id, verdict, mode, failed_at, comment, actor, via, now))
-            vid = int(cur.lastrowid or 0)
+            vid = int(cur.fetchone()[0])
             title = (f"Verdict on alert {alert_id} ({alert.entity}): {verdict}"
                      f"{f' ({mode})' if mode else ''} by {actor}")
             body = json.dumps({"alert_id": alert_id, "fingerprint": alert.fingerprint,
                                "verdict": verdict, "mode": mode, "failed_at": failed_at,
                                "comment": comment, "via": via})
-            self._db.execute("INSERT INTO deliveries VALUES (?,?,?,?,?,?,?,?,?)",
+            self._db.execute(DELIVERIES_INSERT,
                              (now, "verdict", "verdict", f"alert:{alert_id}",
                               alert.peak_level, verdict, 1, title, body))
             got = self._get(vid)

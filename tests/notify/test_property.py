@@ -3,8 +3,8 @@ the AlertPolicy, with an amplitude below that level's hysteresis gap (enter - ex
 produces more than one notification per group per group_interval, and never a resolve.
 
 Driven end to end on an injected clock: risk per 5-s tick -> a real AlertMachine -> a real
-AlertStore (SQLite file) -> the Dispatcher -> an inline Sender -> recording receivers, over
-two hours, for one to three GPUs on one or two nodes."""
+AlertStore (a SQLite file, then a PostgreSQL schema) -> the Dispatcher -> an inline Sender ->
+recording receivers, over two hours, for one to three GPUs on one or two nodes."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from collectors.frames import Entity
 from service.stages.alert_machine import AlertMachine, AlertPolicy
 from tests.notify.timeline import STEP_S, T0, MachineFeed, Recorder, Timeline, notify_settings
+from tests.postgres import PostgresServer
 
 POLICY = AlertPolicy()
 HOURS = 2.0
@@ -61,30 +62,47 @@ oscillations = st.builds(
     seed=st.integers(0, 2**16))
 
 
+CASES = given(oscs=st.lists(oscillations, min_size=1, max_size=3),
+              nodes=st.lists(st.sampled_from(["n0", "n1"]), min_size=3, max_size=3),
+              group_wait=st.sampled_from([0.0, 30.0, 60.0]),
+              group_interval=st.sampled_from([60.0, 300.0, 600.0]))
+
+
 @settings(max_examples=50, deadline=None)
-@given(oscs=st.lists(oscillations, min_size=1, max_size=3),
-       nodes=st.lists(st.sampled_from(["n0", "n1"]), min_size=3, max_size=3),
-       group_wait=st.sampled_from([0.0, 30.0, 60.0]),
-       group_interval=st.sampled_from([60.0, 300.0, 600.0]))
+@CASES
 def test_oscillation_inside_the_hysteresis_gap_is_at_most_one_message_per_interval(
         oscs: list[Oscillation], nodes: list[str], group_wait: float,
         group_interval: float) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        _at_most_one_message_per_interval(str(Path(tmp) / "alerts.db"), oscs, nodes,
+                                          group_wait, group_interval)
+
+
+@settings(max_examples=12, deadline=None)  # a round trip per statement: fewer, same cases
+@CASES
+def test_the_same_on_postgresql(postgres_server: PostgresServer, oscs: list[Oscillation],
+                                nodes: list[str], group_wait: float,
+                                group_interval: float) -> None:
+    _at_most_one_message_per_interval(postgres_server.fresh_schema(), oscs, nodes, group_wait,
+                                      group_interval)
+
+
+def _at_most_one_message_per_interval(target: str, oscs: list[Oscillation], nodes: list[str],
+                                      group_wait: float, group_interval: float) -> None:
     ticks = int(HOURS * 3600 / STEP_S)
     risks = np.stack([o.series(ticks) for o in oscs], axis=1)  # tick x entity
     ents = [Entity.gpu(nodes[i], i) for i in range(len(oscs))]
-    with tempfile.TemporaryDirectory() as tmp:
-        tl = Timeline(Path(tmp) / "alerts.db",
-                      notify_settings(routes=ROUTES, receivers={"email": True, "pager": True},
-                                      group_wait_s=group_wait, group_interval_s=group_interval,
-                                      repeat_interval_s=3600.0),
-                      [Recorder("email"), Recorder("pager")])
-        feed = MachineFeed(AlertMachine(POLICY), ents,
-                           lambda t: list(risks[round(t / STEP_S)]))
-        tl.feeds.append(feed)
-        try:
-            tl.run((ticks - 1) * STEP_S)
-        finally:
-            tl.close()
+    tl = Timeline(target,
+                  notify_settings(routes=ROUTES, receivers={"email": True, "pager": True},
+                                  group_wait_s=group_wait, group_interval_s=group_interval,
+                                  repeat_interval_s=3600.0),
+                  [Recorder("email"), Recorder("pager")])
+    feed = MachineFeed(AlertMachine(POLICY), ents, lambda t: list(risks[round(t / STEP_S)]))
+    tl.feeds.append(feed)
+    try:
+        tl.run((ticks - 1) * STEP_S)
+    finally:
+        tl.close()
     # Inside the gap the machine only ever climbs: no level is left, nothing flaps.
     assert all(t.new > t.old for t in feed.transitions), feed.transitions
 

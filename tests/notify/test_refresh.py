@@ -6,7 +6,6 @@ notification log; and an alertmanager receiver whose post fails is retried and c
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -26,12 +25,12 @@ def refreshes(r: Recorder) -> list[tuple[float, list[str]]]:
 
 
 @pytest.fixture
-def tl(tmp_path: Path) -> Iterator[Timeline]:
+def tl(state_target: str) -> Iterator[Timeline]:
     settings = notify_settings(receivers={"am": True}, routes=[{"receiver": "am"}],
                                rate_limits={"am": {"per_hour": 1, "burst": 1}})
-    t = Timeline(tmp_path / "n.db", settings, [RefreshRecorder("am")])
+    t = Timeline(state_target, settings, [RefreshRecorder("am")])
     yield t
-    t.notification.close()
+    t.close()
 
 
 def test_one_refresh_per_interval_with_every_released_alert(tl: Timeline) -> None:
@@ -61,7 +60,7 @@ def test_nothing_firing_means_no_refresh(tl: Timeline) -> None:
     assert isinstance(am, RefreshRecorder) and refreshes(am) == []
 
 
-def test_a_failing_alertmanager_is_retried_counted_and_told_again(tmp_path: Path) -> None:
+def test_a_failing_alertmanager_is_retried_counted_and_told_again(state_target: str) -> None:
     """A 500 is retried within the group's budget (the timeline's sleep takes no time); a 400
     gives up, is counted as a failed delivery, and the group's next flush sends it again."""
     settings = notify_settings(receivers={"am": True}, routes=[{"receiver": "am"}],
@@ -70,7 +69,7 @@ def test_a_failing_alertmanager_is_retried_counted_and_told_again(tmp_path: Path
         am = AlertmanagerReceiver("am", AlertmanagerConfig.model_validate({
             "urls": [srv.url], "refresh_interval_s": 600, "resolve_timeout_s": 1200,
             "read_back": False}))
-        tl = Timeline(tmp_path / "n.db", settings, [am])
+        tl = Timeline(state_target, settings, [am])
         try:
             tl.set_level("n1:gpu0", 2, 0)
             tl.run(30)  # the group's first message: 500, then delivered
@@ -78,7 +77,7 @@ def test_a_failing_alertmanager_is_retried_counted_and_told_again(tmp_path: Path
             tl.run(150)  # the update at 150: 400, given up
             tl.run(270)  # told again at the next group flush
         finally:
-            tl.notification.close()
+            tl.close()
     sent = [(d.message.at - T0, d.message.reason, d.delivery.ok, d.attempts)
             for d in tl.deliveries]
     assert sent == [(30, "new", True, 2), (150, "update", False, 1), (270, "update", True, 1)]

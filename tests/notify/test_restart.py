@@ -23,11 +23,12 @@ PAGER = [{"matchers": ["level>=3"], "receiver": "pager"}]
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "alerts.db"
+def db(state_target: str) -> str:
+    """The shared state the stopped and the started process both use: SQLite, PostgreSQL."""
+    return state_target
 
 
-def paging(db: Path, *, start: float = 0.0) -> Timeline:
+def paging(db: str, *, start: float = 0.0) -> Timeline:
     return Timeline(db, notify_settings(routes=PAGER, receivers={"pager": True}),
                     [Recorder("pager")], start=start)
 
@@ -35,7 +36,7 @@ def paging(db: Path, *, start: float = 0.0) -> Timeline:
 # -- the notification half ---------------------------------------------------------------------
 
 
-def test_a_paged_group_is_not_paged_again_and_its_repeat_keeps_its_time(db: Path) -> None:
+def test_a_paged_group_is_not_paged_again_and_its_repeat_keeps_its_time(db: str) -> None:
     before = paging(db)
     before.fire("n0:gpu0", 3, at=0)
     before.run(100)
@@ -50,7 +51,7 @@ def test_a_paged_group_is_not_paged_again_and_its_repeat_keeps_its_time(db: Path
     after.close()
 
 
-def test_a_resolve_after_the_restart_is_sent(db: Path) -> None:
+def test_a_resolve_after_the_restart_is_sent(db: str) -> None:
     before = paging(db)
     before.fire("n0:gpu0", 3, at=0)
     before.run(100)
@@ -63,7 +64,7 @@ def test_a_resolve_after_the_restart_is_sent(db: Path) -> None:
     after.close()
 
 
-def test_a_resolve_not_yet_sent_when_the_process_stopped_is_sent_after_it(db: Path) -> None:
+def test_a_resolve_not_yet_sent_when_the_process_stopped_is_sent_after_it(db: str) -> None:
     before = paging(db)
     before.fire("n0:gpu0", 3, at=0)
     before.run(100)
@@ -78,7 +79,7 @@ def test_a_resolve_not_yet_sent_when_the_process_stopped_is_sent_after_it(db: Pa
     after.close()
 
 
-def test_an_alert_never_notified_before_the_stop_is_notified_after_it(db: Path) -> None:
+def test_an_alert_never_notified_before_the_stop_is_notified_after_it(db: str) -> None:
     before = paging(db)
     before.fire("n0:gpu0", 3, at=0)
     before.run(20)  # stopped within group_wait
@@ -91,7 +92,7 @@ def test_an_alert_never_notified_before_the_stop_is_notified_after_it(db: Path) 
     after.close()
 
 
-def test_a_page_that_failed_before_the_stop_is_sent_after_it(db: Path) -> None:
+def test_a_page_that_failed_before_the_stop_is_sent_after_it(db: str) -> None:
     down = Flaky("pager", [Delivery(False, False, "502")])
     before = Timeline(db, notify_settings(routes=PAGER, receivers={"pager": True}), [down])
     before.fire("n0:gpu0", 3, at=0)

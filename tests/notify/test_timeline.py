@@ -5,7 +5,6 @@ times, the clock ticks every 5 s, and the receivers say what they were told and 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,12 +35,13 @@ MakeTimeline = Callable[..., Timeline]
 
 
 @pytest.fixture
-def mk(tmp_path: Path) -> Iterator[MakeTimeline]:
-    """Timelines over one SQLite file in the test's directory, closed at the end."""
+def mk(state_target: str) -> Iterator[MakeTimeline]:
+    """Timelines over one shared-state database (SQLite, then PostgreSQL), closed at the
+    end."""
     made: list[Timeline] = []
 
     def make(settings: NotifySettings, receivers: Sequence[Notifier] = ()) -> Timeline:
-        made.append(Timeline(tmp_path / "alerts.db", settings, receivers))
+        made.append(Timeline(state_target, settings, receivers))
         return made[-1]
 
     yield make

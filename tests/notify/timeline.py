@@ -1,7 +1,8 @@
 """Timeline harness for the notification pipeline on an injected clock (reference section 1.11:
 "push at t, expect between t1 and t2", against a fake clock instead of real seconds).
 
-A `Timeline` holds a real AlertStore, notification log and silence store in one SQLite file,
+A `Timeline` holds a real AlertStore, notification log and silence store in one shared-state
+database (a SQLite file, or a PostgreSQL schema: the `state_target` fixture gives either),
 the Dispatcher and an inline Sender (background=False, so a flush delivers before it returns)
 built by `build_notification`, and receivers that record what they get. Times are seconds
 relative to `T0`; the clock ticks every `step_s` like the scheduler, and an alert change at `t`
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from service.notify.notification_log import Entry
 from service.notify.sender import Sender, Sent
 from service.stages.alert_machine import AlertMachine, Transition
 from service.stages.alert_store import ALERTNAMES, Alert, AlertStore
+from service.storage.state_db import StateTarget
 
 T0 = 1_700_000_000.0  # a plain float, far from zero so no timestamp is falsy by accident
 STEP_S = 5.0  # the scoring tick
@@ -111,12 +112,12 @@ def entity_node(entity: str) -> tuple[Scope, str]:
 
 
 class Timeline:
-    """One service process's notification half over a SQLite file (see the module doc).
+    """One service process's notification half over the shared state (see the module doc).
     `start`: relative time of the first tick (a restarted process starts later)."""
 
-    def __init__(self, db: Path, settings: NotifySettings, receivers: Sequence[Notifier] = (),
-                 *, start: float = 0.0, t0: float = T0, step_s: float = STEP_S,
-                 cluster: str = "c1") -> None:
+    def __init__(self, db: StateTarget, settings: NotifySettings,
+                 receivers: Sequence[Notifier] = (), *, start: float = 0.0, t0: float = T0,
+                 step_s: float = STEP_S, cluster: str = "c1") -> None:
         self.db = db
         self.settings = settings
         self.t0 = t0

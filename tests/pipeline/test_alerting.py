@@ -58,10 +58,8 @@ def test_policy_rejects_incoherent_thresholds(enter: tuple[float, ...],
         AlertPolicy(enter=enter, exit=exit_)  # type: ignore[arg-type]
 
 
-def test_alert_store_tracks_an_episode_and_survives_a_restart(tmp_path: object) -> None:
-    import pathlib
-
-    db = pathlib.Path(str(tmp_path)) / "a.db"
+def test_alert_store_tracks_an_episode_and_survives_a_restart(state_target: str) -> None:
+    db = state_target  # the SQLite file, then a PostgreSQL schema
     store = AlertStore(db)
     m = AlertMachine(AlertPolicy(for_s=(0, 0, 0), resolve_for_s=0, long_window_s=0,
                                   dwell_s=(0, 0, 0)))
@@ -77,6 +75,7 @@ def test_alert_store_tracks_an_episode_and_survives_a_restart(tmp_path: object) 
     again = AlertStore(db)
     assert [x.level for x in again.open_alerts()] == [3]
     assert len(again.find(level=3)) == 2 and len(again.find(state="resolved")) == 1
+    again.close()
 
 
 def test_level_3_needs_the_long_window_to_agree() -> None:
