@@ -11,6 +11,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -93,6 +94,12 @@ class PostgresServer(Daemon):
                     "--clear-groups", *argv]
         self.launch(argv, self._ready, timeout_s)
         self._ensure_database()
+
+    def stop(self) -> None:
+        """Fast shutdown (SIGINT): open connections are dropped, not waited for."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        super().stop()
 
     def _ready(self) -> bool:
         import psycopg

@@ -93,9 +93,9 @@ def create_app(
             app.state.gpuhealth_auth = ApiAuth.open(pipeline.db, pipeline.settings.api,
                                                      wall_clock)
             app.state.gpuhealth = Running(pipeline, scheduler, metrics, clock, found)
+            if isinstance(pipeline.cluster, LeasedRoles):
+                pipeline.cluster.start()  # before the first tick asks for its roles
             if schedule:
-                if isinstance(pipeline.cluster, LeasedRoles):
-                    pipeline.cluster.start()  # before the first tick asks for its roles
                 scheduler.start()
                 retraining = start_retraining(pipeline)
             # What start-up loaded (modules, the model, warm-started state) lives as long as

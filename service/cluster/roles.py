@@ -74,6 +74,8 @@ class LeasedRoles:
             k.step()
 
     def start(self) -> None:
+        """One renewal now (the first tick knows its roles), then the keeper threads."""
+        self.step()
         for k in self._keepers:
             k.start()
 

@@ -1,13 +1,10 @@
-"""One way to open the service's SQLite file: every store (alerts, notification log,
-silences, actions, tokens, ...) keeps its own connection on the same file, shared between the
-scoring thread, the sender and API worker threads behind the store's own lock."""
+"""One way to open the service's SQLite file: the sample tables, risk history and (through
+service.storage.state_db, when no PostgreSQL is configured) every shared-state store keep their
+own connection on the same file, each behind its store's own lock."""
 
 from __future__ import annotations
 
 import sqlite3
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from service.storage.schema import migrate, refuse_newer
@@ -33,29 +30,3 @@ def open_db(path: str | Path, schema: str = "") -> sqlite3.Connection:
     if schema:
         db.executescript(schema)
     return db
-
-
-class SqliteStore:
-    """A store on the service's SQLite file: its own connection, and one lock that serialises
-    the scoring thread, the sender and API worker threads."""
-
-    def __init__(self, path: str | Path = ":memory:", schema: str = "") -> None:
-        self._db = open_db(path, schema)
-        self._lock: threading.Lock | threading.RLock = threading.Lock()
-
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """The store's lock and one write transaction: committed when the block ends, rolled
-        back if it raises. IMMEDIATE: a deferred one cannot upgrade to a writer under WAL."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()

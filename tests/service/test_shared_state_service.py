@@ -18,8 +18,6 @@ from service.api.app import create_app
 from service.api.redact import RedactingFilter
 from service.commands.cli import main
 from service.settings import Settings, SettingsError, StorageSettings, load
-from service.stages.alert_store import AlertStore
-from service.storage.state_db import StateStore
 from tests.service.fleet import STEP, T0, ManualClock
 
 SECRET = "hunter2-pg-password"
@@ -85,9 +83,6 @@ def _file_rows(path: Path, table: str) -> int:
         db.close()
 
 
-@pytest.mark.skipif(not issubclass(AlertStore, StateStore),
-                    reason="the alert stores are not on the shared-state layer in this tree yet "
-                           "(they are ported separately; this test runs once both are merged)")
 def test_the_service_keeps_its_shared_state_in_postgres(
         tmp_path: Path, pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "gpuhealth.yaml"
