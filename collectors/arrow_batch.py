@@ -237,7 +237,7 @@ def _utf8_bytes(arr: pa.Array) -> bytes:
     offsets = np.frombuffer(off_buf, np.int32, len(arr) + 1, arr.offset * 4)  # validated
     start, end = int(offsets[0]), int(offsets[-1])
     data = text.to_pybytes()[start:end] if text is not None else b""
-    return (offsets - offsets[0]).tobytes() + b"\x00" + data
+    return bytes((offsets - offsets[0]).tobytes()) + b"\x00" + data
 
 
 def _entity(key: str, where: str) -> Entity:
