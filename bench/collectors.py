@@ -459,7 +459,8 @@ def _service(data_dir: Path, clock: Callable[[], float], srv: Server) -> Iterato
             return build_pipeline(settings)
         return build_pipeline(settings, Wiring.offline(sinks=(), influxdb=False, notifiers=None))
 
-    app = create_app(pipeline, clock=clock, schedule=False, lean_write=srv.lean)
+    app: Any = (_floor_app if srv.floor else
+                create_app(pipeline, clock=clock, schedule=False, lean_write=srv.lean))
     port = _free_port()
     if srv.profile is not None:
         srv.profile.start()  # every thread started from here on: uvicorn's, the workers
@@ -482,6 +483,22 @@ def _service(data_dir: Path, clock: Callable[[], float], srv: Server) -> Iterato
             srv.profile.stop()
 
 
+async def _floor_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The HTTP floor: every request's body read and answered 204, nothing parsed, no
+    routing: what uvicorn and the event loop alone cost per request."""
+    if scope["type"] == "lifespan":
+        while True:
+            if (await receive())["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            else:
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    while (await receive()).get("more_body", False):
+        pass
+    await send({"type": "http.response.start", "status": 204, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
 @dataclass(frozen=True)
 class Server:
     """How the measured service runs: the lean route or FastAPI's, coalesced writes
@@ -496,6 +513,7 @@ class Server:
     sink: bool = True
     arrow: bool = False  # agents post Arrow IPC (collectors.arrow_batch) instead of lines
     gzip: bool = True  # bodies gzip-compressed (as agents send them), or sent as they are
+    floor: bool = False  # no service: every body read and answered 204 (_floor_app)
     profile: ThreadProfile | None = field(default=None, compare=False)
 
 
@@ -692,6 +710,8 @@ def run(runs: int, sim_gpus: int, rounds: int, per_request: list[int],
             agents = nvlink and n == NODE_GPUS
             servers = [FASTAPI, LEAN, COALESCED, best] if agents else [FASTAPI, best]
             if agents:
+                servers.insert(1, replace(best, name="HTTP floor (body read, 204, no parse)",
+                                          floor=True))
                 servers.append(replace(best, sink=False))
                 # our agent's Arrow payload; then a longer coalescing window
                 arrow = replace(best, name=best.name + ", Arrow", arrow=True)

@@ -149,7 +149,7 @@ class Decoder:
     def __init__(self, limits: Limits = Limits(), max_tables: int = 16_384) -> None:
         self.limits = limits
         self.max_tables = max_tables
-        self._tables: dict[tuple[Scope, tuple[str, ...]], EntityTable] = {}
+        self._tables: dict[tuple[Scope, bytes], EntityTable] = {}
 
     def forget(self) -> None:
         self._tables.clear()
@@ -198,15 +198,21 @@ class Decoder:
                                     f"dictionary<utf8>, got {ent.type}")
         if ent.null_count:
             raise ArrowPayloadError(f"stream {scope.value!r}: 'entity' has nulls")
-        table_ = self._table(scope, ent.dictionary.to_pylist())
+        table_ = self._table(scope, ent.dictionary)
         rows = ent.indices.to_numpy().astype(np.int32, copy=False)
         return Frame(table_, rows, ts, values)
 
-    def _table(self, scope: Scope, keys: list[str | None]) -> EntityTable:
-        k = (scope, tuple(keys))
-        got = self._tables.get(k)  # type: ignore[arg-type]
+    def _table(self, scope: Scope, dictionary: pa.Array) -> EntityTable:
+        # Looked up by the dictionary's own bytes (validated utf8: its offsets and text say
+        # exactly which keys, in which order), so a node's table met again costs no Python
+        # string per key.
+        if dictionary.null_count:
+            raise ArrowPayloadError(f"stream {scope.value!r}: a null entity key")
+        k = (scope, _utf8_bytes(dictionary))
+        got = self._tables.get(k)
         if got is not None:
             return got
+        keys: list[str | None] = dictionary.to_pylist()
         if len(set(keys)) != len(keys):
             raise ArrowPayloadError(f"stream {scope.value!r}: the entity dictionary repeats "
                                     "a key")
@@ -221,8 +227,17 @@ class Decoder:
             ents.append(e)
         if len(self._tables) >= self.max_tables:
             self._tables.clear()
-        table = self._tables[k] = EntityTable(scope, ents)  # type: ignore[index]
+        table = self._tables[k] = EntityTable(scope, ents)
         return table
+
+
+def _utf8_bytes(arr: pa.Array) -> bytes:
+    """A utf8 array's keys as one bytes value: its offsets (rebased to 0) and text."""
+    _, off_buf, text = arr.buffers()
+    offsets = np.frombuffer(off_buf, np.int32, len(arr) + 1, arr.offset * 4)  # validated
+    start, end = int(offsets[0]), int(offsets[-1])
+    data = text.to_pybytes()[start:end] if text is not None else b""
+    return bytes((offsets - offsets[0]).tobytes()) + b"\x00" + data
 
 
 def _entity(key: str, where: str) -> Entity:
@@ -277,8 +292,11 @@ def _values(scope: Scope, schema: pa.Schema, batch: pa.RecordBatch) -> np.ndarra
     if col.null_count:
         raise ArrowPayloadError(f"stream {scope.value!r}: 'values' has a null list (a "
                                 "metric not reported is a null item)")
-    flat = col.flatten().to_numpy(zero_copy_only=False)  # null items: NaN
-    values[:, _index(tuple(cols))] = flat.reshape(n, len(cols))
+    k = len(cols)
+    # The child items of these lists (not flatten(): a compute call costing more than the
+    # rest); null items read as NaN.
+    flat = col.values.slice(col.offset * k, n * k).to_numpy(zero_copy_only=False)
+    values[:, _index(tuple(cols))] = flat.reshape(n, k)
     return values
 
 
@@ -460,7 +478,7 @@ def _scan(src: pa.BufferReader, nth: int) -> tuple[int, int]:
             continue
         if mtype not in ("record batch", "dictionary"):
             raise ArrowPayloadError(f"stream {nth} holds a {mtype} message")
-        length, compressed = _batch_header(msg.metadata.to_pybytes(), mtype)
+        length, compressed = _header_of(msg.metadata.to_pybytes(), mtype)
         if compressed:
             raise ArrowPayloadError(f"stream {nth} has compressed buffers: send it "
                                     "uncompressed (gzip the body instead)")
@@ -477,6 +495,24 @@ _I32 = struct.Struct("<i")
 _U16 = struct.Struct("<H")
 _I64 = struct.Struct("<q")
 _HEADER_TYPE = {"dictionary": 2, "record batch": 3}  # Arrow's MessageHeader union
+
+
+_HEADERS: dict[tuple[bytes, str], tuple[int, bool]] = {}
+MAX_HEADERS = 16_384  # remembered message headers: a few per node agent
+
+
+def _header_of(meta: bytes, kind: str) -> tuple[int, bool]:
+    """_batch_header, remembered: a node agent's messages have the same metadata every
+    round (the same rows, buffers and offsets), and reading the flatbuffer in Python was
+    most of a small body's scan."""
+    key = (meta, kind)
+    got = _HEADERS.get(key)
+    if got is None:
+        got = _batch_header(meta, kind)  # raises for a malformed one: nothing remembered
+        if len(_HEADERS) >= MAX_HEADERS:
+            _HEADERS.clear()
+        _HEADERS[key] = got
+    return got
 
 
 def _batch_header(meta: bytes, kind: str) -> tuple[int, bool]:

@@ -63,6 +63,19 @@ def inflate(body: bytes, *, limit: int, max_members: int = MAX_MEMBERS,
     return Inflated(bytes(out))
 
 
+def inflate_small(body: bytes, *, cap: int, max_members: int = 4) -> Inflated | None:
+    """The body inflated when it inflates to at most `cap` bytes in at most `max_members`
+    members: small enough work to do on the event loop (bounded by `cap`, not by what the
+    body says). None otherwise, or when it is not gzip: the caller then inflates it in a
+    worker thread with `inflate`, which answers those cases as it always has."""
+    if len(body) > cap:
+        return None
+    try:
+        return inflate(body, limit=cap, max_members=max_members)
+    except (BadRequest, PayloadTooLarge):
+        return None
+
+
 def _over(limit: int, ratio_cap: int, max_ratio: int, size: int) -> PayloadTooLarge:
     if ratio_cap < limit:
         return PayloadTooLarge(f"gzip body inflates to more than {max_ratio} times its "

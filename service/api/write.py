@@ -18,7 +18,7 @@ from starlette.requests import ClientDisconnect
 
 from collectors.frames import Batch, Rejection
 from service.api import influx_compat
-from service.api.inflate import inflate
+from service.api.inflate import Inflated, inflate
 from service.api.schemas import RejectionOut, WriteError
 from service.api.state import Running, State
 from service.api.write_auth import authorize
@@ -183,11 +183,17 @@ def _write_body(st: Running, body: bytes, gz: bool, precision: str, strict: bool
     return finish(st, parsed, res, strict)
 
 
-def parse_body(st: Running, body: bytes, gz: bool, precision: str, strict: bool) -> Parsed:
-    """Inflate (bounded) and parse one body, noting node agents' collector reports."""
-    if not gz:
+def parse_body(st: Running, body: bytes | Inflated, gz: bool, precision: str, strict: bool
+               ) -> Parsed:
+    """Inflate (bounded) and parse one body, noting node agents' collector reports. A gzip
+    body may come inflated already (`Inflated`: the lean route inflates a small one on the
+    event loop, service.api.write_lean)."""
+    if isinstance(body, Inflated):
+        got = body
+    elif not gz:
         return _parse_lines(st, body, precision, strict)
-    got = inflate(body, limit=st.settings.ingest.max_body_bytes)
+    else:
+        got = inflate(body, limit=st.settings.ingest.max_body_bytes)
     parsed = _parse_lines(st, got.data, precision, strict)
     if got.cut is not None:  # the whole lines before the cut were kept; say where it ended
         parsed.cut = (got.cut, got.data.count(b"\n") + 1)

@@ -14,7 +14,7 @@ body as line protocol and refused every line: that one is a reason to send line 
 
 from __future__ import annotations
 
-from service.api.inflate import inflate
+from service.api.inflate import Inflated, inflate
 from service.api.state import Running
 from service.api.write import Parsed
 from service.errors import BadRequest, UnsupportedMediaType
@@ -34,15 +34,16 @@ def is_arrow(content_type: str) -> bool:
     return content_type.split(";", 1)[0].strip().lower() == MEDIA_TYPE
 
 
-def parse_arrow(st: Running, body: bytes, gz: bool) -> Parsed:
-    """Inflate (bounded) and decode one body; runs in a worker thread."""
+def parse_arrow(st: Running, body: bytes | Inflated, gz: bool) -> Parsed:
+    """Inflate (bounded) and decode one body (a gzip one may come inflated already)."""
     try:
         from collectors.arrow_batch import ArrowPayloadError, Decoder, Limits
     except ImportError:  # pyarrow missing from this install: the agent falls back
         raise UnsupportedMediaType("this service cannot read Arrow payloads (pyarrow is not "
                                    "installed); send line protocol") from None
-    if gz:
-        got = inflate(body, limit=st.settings.ingest.max_body_bytes)
+    if isinstance(body, Inflated) or gz:
+        got = body if isinstance(body, Inflated) else inflate(
+            body, limit=st.settings.ingest.max_body_bytes)
         if got.cut is not None:  # an Arrow body cut short has nothing worth keeping
             raise ArrowRefused(f"Arrow payload refused, nothing written: {got.cut}")
         body = got.data

@@ -31,6 +31,7 @@ from starlette.responses import Response
 
 from service.api import problems, write, write_arrow
 from service.api.coalesce import Coalescer
+from service.api.inflate import Inflated, inflate_small
 from service.api.state import Running
 from service.api.write_auth import authorize
 from service.errors import GpuhealthError
@@ -56,10 +57,14 @@ _STRICT = {"true": True, "false": False}  # other spellings FastAPI reads go to 
 # is parsed on the event loop: the parse costs less than handing it to a worker thread and
 # back, and with hundreds of agents a second the thread hops and the threads' GIL handovers
 # were most of such a request's CPU (`python -m bench.collectors`, section 3). Its work is
-# bounded by its size, known before anything is read. A gzip body goes to a worker thread
-# (what it inflates to is known only once inflated: tests/service/test_write_hostile.py), as
-# does a larger one.
+# bounded by its size, known before anything is read. A gzip body is inflated on the loop
+# only as far as INLINE_INFLATED_BYTES (work bounded by that cap, whatever the body claims):
+# one that inflates past it (or holds several members, or is not gzip) goes to a worker
+# thread, which inflates it in full as before (tests/service/test_write_hostile.py); so does
+# a larger body. The hop to a worker thread cost a node agent's gzip body more CPU than
+# inflating and parsing it (`python -m bench.collectors`: Arrow gzip against uncompressed).
 INLINE_BODY_BYTES = 64 * 1024
+INLINE_INFLATED_BYTES = 256 * 1024
 
 
 class LeanWrite:
@@ -182,10 +187,20 @@ async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
                   path: str, coalescer: Coalescer | None, arrow: bool = False) -> Response:
     precision = query.get("precision", "ns")
     strict = _STRICT[query.get("strict", "false")]
-    inline = coalescer is not None and not gz and len(body) <= INLINE_BODY_BYTES
+    inline = coalescer is not None and len(body) <= INLINE_BODY_BYTES
+    payload: bytes | Inflated = body
+    if inline and gz:
+        # Never past the body limit: one over it is refused (413) by the full inflate.
+        small = inflate_small(body, cap=min(INLINE_INFLATED_BYTES,
+                                            st.settings.ingest.max_body_bytes))
+        if small is None:
+            inline = False  # inflated (and answered) in a worker thread, in full
+        else:
+            payload = small
     try:
         if arrow:  # our agent's columnar payload (service.api.write_arrow)
-            parsed, plan_ = await _off_loop(st, inline, _parse_arrow, st, body, gz, coalescer)
+            parsed, plan_ = await _off_loop(st, inline, _parse_arrow, st, payload, gz,
+                                              coalescer)
             got = (await coalescer.ingest(parsed.batch, plan_)
                    if coalescer is not None and plan_ is not None else
                    await run_sync(_ingest_alone, st, parsed))
@@ -193,8 +208,8 @@ async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
         elif coalescer is None:
             res, cut = await run_sync(write._write_body, st, body, gz, precision, strict)
         else:  # parsed alone, ingested with other senders' batches (service.api.coalesce)
-            parsed, plan = await _off_loop(st, inline, _parse, st, body, gz, precision, strict,
-                                           coalescer)
+            parsed, plan = await _off_loop(st, inline, _parse, st, payload, gz, precision,
+                                           strict, coalescer)
             res, cut = write.finish(st, parsed, await coalescer.ingest(parsed.batch, plan),
                                     strict)
     except GpuhealthError as refused:
@@ -224,7 +239,7 @@ async def _off_loop(st: Running, inline: bool, fn: Callable[..., _T], *args: Any
     return await run_sync(fn, *args)
 
 
-def _parse_arrow(st: Running, body: bytes, gz: bool, coalescer: Coalescer | None
+def _parse_arrow(st: Running, body: bytes | Inflated, gz: bool, coalescer: Coalescer | None
                  ) -> tuple[write.Parsed, tuple[frozenset[str], int, bool] | None]:
     parsed = write_arrow.parse_arrow(st, body, gz)
     return parsed, coalescer.plan(parsed.batch) if coalescer is not None else None
@@ -237,7 +252,7 @@ def _ingest_alone(st: Running, parsed: write.Parsed) -> IngestResult:
     return res
 
 
-def _parse(st: Running, body: bytes, gz: bool, precision: str, strict: bool,
+def _parse(st: Running, body: bytes | Inflated, gz: bool, precision: str, strict: bool,
            coalescer: Coalescer) -> tuple[write.Parsed, tuple[frozenset[str], int, bool]]:
     parsed = write.parse_body(st, body, gz, precision, strict)
     return parsed, coalescer.plan(parsed.batch)

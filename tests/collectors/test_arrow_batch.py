@@ -234,3 +234,49 @@ def test_values_land_in_their_catalog_columns_in_any_order() -> None:
         frame = Decoder().decode(_stream(table, meta)).batch.frames[Scope.GPU]
         got = {names[j]: v for j, v in enumerate(frame.values[0].tolist()) if v == v}
         assert got == {m: float(i) for i, m in enumerate(order)}, order
+
+
+def test_entity_tables_are_found_by_their_keys_not_their_text() -> None:
+    """The decoder finds a table by its dictionary's bytes (offsets and text): the same keys
+    in another body (or another slice of a buffer) give the same table; keys whose text runs
+    together alike but split otherwise are not mistaken for them."""
+    from collectors.arrow_batch import _utf8_bytes
+
+    assert _utf8_bytes(pa.array(["x", "n1:gpu0", "n1:gpu1"]).slice(1)) == \
+        _utf8_bytes(pa.array(["n1:gpu0", "n1:gpu1"]))
+    assert _utf8_bytes(pa.array(["n1:gpu1", "n11:gpu2"])) != \
+        _utf8_bytes(pa.array(["n1:gpu1n1", "1:gpu2"]))
+    d = Decoder()
+    one = d.decode(_v2(["n1:gpu1", "n11:gpu2"], b"gpu_temp", _lists([[1.0], [2.0]], 1)))
+    again = d.decode(_v2(["n1:gpu1", "n11:gpu2"], b"gpu_temp", _lists([[3.0], [4.0]], 1)))
+    assert again.batch.frames[Scope.GPU].entities is one.batch.frames[Scope.GPU].entities
+    with pytest.raises(ArrowPayloadError, match="n1:gpu1n1"):
+        d.decode(_v2(["n1:gpu1n1", "1:gpu2"], b"gpu_temp", _lists([[1.0], [2.0]], 1)))
+
+
+def test_values_of_a_sliced_batch_are_its_own_rows() -> None:
+    from collectors.arrow_batch import _values
+
+    meta = {META_FORMAT: FORMAT_VERSION.encode(), META_KIND: b"gpu", META_METRICS: b"gpu_temp"}
+    table = _gpu(["n1:gpu0", "n1:gpu1", "n1:gpu2"], values=_lists([[1.0], [None], [3.0]], 1))
+    batch = table.replace_schema_metadata(meta).to_batches()[0].slice(1)
+    got = _values(Scope.GPU, batch.schema, batch)
+    temp = [m.name for m in CATALOG.columns(Scope.GPU)].index("gpu_temp")
+    assert np.isnan(got[0, temp]) and got[1, temp] == 3.0 and got.shape[0] == 2
+
+
+def test_message_headers_are_remembered_bounded_and_still_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import collectors.arrow_batch as ab
+
+    monkeypatch.setattr(ab, "_HEADERS", {})
+    monkeypatch.setattr(ab, "MAX_HEADERS", 2)
+    for n in range(1, 5):  # four shapes of record batch: four distinct headers
+        Decoder().decode(_v2([f"n1:gpu{i}" for i in range(n)], b"gpu_temp",
+                             _lists([[float(i)] for i in range(n)], 1)))
+        assert len(ab._HEADERS) <= 2
+    compressed = _stream(_gpu(["n1:gpu0"], gpu_temp=pa.array([40.0])),
+                         options=ipc.IpcWriteOptions(compression="zstd"))
+    for _ in range(2):  # refused each time, remembered or not
+        with pytest.raises(ArrowPayloadError, match="compressed"):
+            Decoder().decode(compressed)

@@ -19,6 +19,7 @@ import uvicorn
 
 from collectors.catalog import Scope
 from collectors.frames import Batch, Entity, EntityTable, Frame
+from service.api import write_lean
 from service.api.app import create_app
 from service.api.coalesce import Pending, groups, merge
 from service.settings import IngestSettings, Settings
@@ -231,19 +232,28 @@ def _parse_threads(svc: _Service, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-def test_a_small_uncompressed_body_is_parsed_on_the_event_loop_a_gzip_one_is_not(
+def test_a_small_body_is_parsed_on_the_event_loop_one_inflating_past_the_cap_is_not(
         services: dict[str, _Service], monkeypatch: pytest.MonkeyPatch) -> None:
     svc = services["coalesced"]
+    gz = {"Content-Encoding": "gzip"}
     with httpx.Client(base_url=svc.url, timeout=30) as c:  # the mapper exists from here on
         assert c.post("/write", content=_WARMUP[0].encode()).status_code == 204
         seen = _parse_threads(svc, monkeypatch)
         assert c.post("/write", content="\n".join(_node("n1", 1)).encode()).status_code == 204
         assert seen == [svc.thread.name]  # uvicorn's event loop: no hop to a worker thread
-        # What a gzip body inflates to is known only once inflated: off the event loop.
+        # A small gzip body inflating within the cap: inflated and parsed on the loop too.
         r = c.post("/write", content=gzip.compress("\n".join(_node("n1", 2)).encode()),
-                   headers={"Content-Encoding": "gzip"})
-        assert r.status_code == 204
-    assert len(seen) == 2 and seen[1] != svc.thread.name
+                   headers=gz)
+        assert r.status_code == 204 and seen[1] == svc.thread.name
+        # One that inflates past it (small on the wire): off the event loop, inflated there.
+        pad = "#" * 1000 + "\n"
+        text = pad * (write_lean.INLINE_INFLATED_BYTES // len(pad) + 1) + "\n".join(
+            _node("n1", 3))
+        body = gzip.compress(text.encode())
+        assert len(body) <= write_lean.INLINE_BODY_BYTES
+        assert c.post("/write", content=body, headers=gz).status_code == 204
+    assert len(seen) == 3 and seen[2] != svc.thread.name
+    assert _gpu_view(svc.url, "n1:gpu1") != 404
 
 
 class _WatchedLock:

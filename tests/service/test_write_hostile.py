@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from collectors.agent.push import Outcome, Pusher
-from service.api import inflate, write
+from service.api import inflate, write, write_lean
 from service.api.app import create_app
 from service.errors import GpuhealthError
 from service.settings import IngestSettings, Settings
@@ -117,6 +117,21 @@ def test_inflate_bounds_output_ratio_and_members() -> None:
     assert e.value.status == 400
 
 
+def test_inflate_small_inflates_only_within_its_cap() -> None:
+    """What the lean route inflates on the event loop: bounded by its cap and member count;
+    anything else (None) goes to a worker thread and `inflate`, which answers it as before."""
+    data = b"".join(f"{_line(g, 50.0)}\n".encode() for g in range(100))
+    got = inflate.inflate_small(gzip.compress(data), cap=len(data))
+    assert got is not None and got.data == data and got.cut is None
+    assert inflate.inflate_small(gzip.compress(data), cap=len(data) - 1) is None
+    assert inflate.inflate_small(gzip.compress(data[:50]) * 5, cap=10**6) is None  # members
+    assert inflate.inflate_small(gzip.compress(data[:50]) * 4, cap=10**6) is not None
+    assert inflate.inflate_small(b"not gzip at all", cap=10**6) is None
+    assert inflate.inflate_small(b"x" * 101, cap=100) is None  # larger than the cap as sent
+    cut = inflate.inflate_small(zlib.compress(data, 0, wbits=31)[:len(data) // 2], cap=10**6)
+    assert cut is not None and cut.cut is not None and cut.data.endswith(b"\n")
+
+
 def test_a_truncated_body_keeps_the_whole_lines_before_the_cut(client: TestClient) -> None:
     lines = "".join(f"{_line(g, 40.0 + g)}\n" for g in range(8))
     body = zlib.compress(lines.encode(), 0, wbits=31)  # stored: comes out as it is read
@@ -208,7 +223,12 @@ def test_inflate_parse_and_ingest_run_off_the_event_loop(
 
     monkeypatch.setattr(write, "inflate", slow_inflate)
     answers: list[int] = []
-    body = gzip.compress(f"{_line(0, 50.0)}\n".encode())
+    # Small on the wire, past what the lean route inflates on the event loop once inflated
+    # (comment lines: InfluxDB skips them).
+    pad = b"#" * 1000 + b"\n"
+    text = pad * (write_lean.INLINE_INFLATED_BYTES // len(pad) + 1) + f"{_line(0, 50.0)}\n".encode()
+    body = gzip.compress(text)
+    assert len(body) <= write_lean.INLINE_BODY_BYTES
     t = threading.Thread(target=lambda: answers.append(
         client.post("/write", content=body, headers=GZ).status_code))
     t.start()
