@@ -15,6 +15,7 @@ from fastapi.concurrency import run_in_threadpool
 from collectors.base import Closes, Collector, Starts
 from service.api import (
     alerting,
+    cluster,
     fleet,
     history,
     models,
@@ -139,6 +140,7 @@ def create_app(
     app.include_router(alerting.router)
     app.include_router(verdicts.router)
     app.include_router(models.router)
+    app.include_router(cluster.router)
     console.install(app)
     if lean_write:
         app.add_middleware(LeanWrite)

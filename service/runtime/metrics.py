@@ -86,6 +86,18 @@ class PipelineCollector:
         yield self._alerts()
         yield from self._risk()
         yield from self._entity_limits()
+        yield self._roles()
+
+    def _roles(self) -> Metric:
+        """Which of the replica roles this process holds: alone, both; with replicas, the
+        alert to write is "no replica holds `leader`" (sum over replicas == 0)."""
+        fam = GaugeMetricFamily("gpuhealth_cluster_role", "1 while this replica holds the "
+                                "role: writer (persists its shard's alerts), leader (notifies "
+                                "and remediates for the fleet)", labels=["role"])
+        roles = self.pipeline.cluster
+        fam.add_metric(["writer"], 1.0 if roles.writer() else 0.0)
+        fam.add_metric(["leader"], 1.0 if roles.leader() else 0.0)
+        return fam
 
     def _stats(self) -> Iterable[Metric]:
         st = self.pipeline.stats
