@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +28,9 @@ STORM = "FleetStorm"
 FLEET = "fleet"
 DERIVED = (NODATA, MISSING, STORM)
 NODATA_LEVEL = MISSING_LEVEL = 2  # a human looks; no job moves on missing data alone
+# Across shards: this shard's (live, hot) nodes in, the fleet's (live, hot) out; None where
+# this replica does not judge the storm (service.cluster.census).
+FleetWide = Callable[[int, int], tuple[int, int] | None]
 
 
 class FleetAlerts:
@@ -59,11 +62,14 @@ class FleetAlerts:
     def step(self, now: float, nodes: list[str], node_stale: npt.NDArray[np.bool_],
              node_level: npt.NDArray[np.int8], raised: Mapping[str, int],
              missing: Mapping[str, tuple[int, str]] | None = None,
-             fleet_size: int | None = None) -> list[Transition]:
+             fleet_size: int | None = None, fleet: FleetWide | None = None
+             ) -> list[Transition]:
         """`node_stale`: every entity of the node is stale; `node_level`: the highest level of
         its entities; `raised`: nodes whose level rose to 2 or above this tick; `missing`:
         GPUs (key -> slot, node) that are stale while their node still reports; `fleet_size`:
-        the nodes a storm's fraction is of (default: every node named)."""
+        the nodes a storm's fraction is of (default: every node named). `fleet`, across
+        shards: given this shard's (live, hot) nodes, the fleet's totals, or None where this
+        replica does not judge the storm (service.cluster.census; alone, the local counts)."""
         if self.first is None:
             self.first = now
         watching = now - self.first >= self.grace_s
@@ -87,9 +93,20 @@ class FleetAlerts:
                 self.entered[name] = now
         s = self.storm
         self.entered = {n: t for n, t in self.entered.items() if now - t <= s.window_s}
-        fleet = max(fleet_size if fleet_size is not None else len(nodes), 1)
-        need = max(s.min_nodes, int(np.ceil(s.fraction * fleet)))
+        size = max(fleet_size if fleet_size is not None else len(nodes), 1)
         hot = sum(1 for n in self.entered if n in pos and node_level[pos[n]] >= 2)
+        if fleet is not None:
+            totals = fleet(size, hot)
+            if totals is None:
+                return out  # another replica judges the fleet's storm
+            size, hot = max(totals[0], 1), totals[1]
+        out += self._storm(now, size, hot)
+        return out
+
+    def _storm(self, now: float, fleet: int, hot: int) -> list[Transition]:
+        s = self.storm
+        out: list[Transition] = []
+        need = max(s.min_nodes, int(np.ceil(s.fraction * fleet)))
         share = hot / fleet
         if self.storm_level == 0 and hot >= need:
             self.storm_level = 3
