@@ -3,9 +3,10 @@ that owns it (service.cluster.shard_map), whichever shard a sender posted to.
 
 ASGI middleware in front of the write routes (service.api.write_lean, service.api.write).
 Without `cluster.shards` it hands every request on untouched. With live membership
-(`cluster.membership: postgres`) the map is the published one in force now (read per request:
-one reference); a shard not in it yet answers every authorised write 503 with Retry-After. Otherwise, for a POST to a
-write path that carries a valid write token (else the routes answer its 401):
+(`cluster.membership: postgres`) the map is the published one in force now (read per
+request: one reference); a shard not in it yet answers an authorised write 503 with
+Retry-After. Otherwise, for a POST to a write path that carries a valid write token (else
+the routes answer its 401):
 
 - `X-Gpuhealth-Node: <host>` (our agent sends it; it promises the body holds that node's
   points only) naming another shard's node: `307 Temporary Redirect` to the owner's same
