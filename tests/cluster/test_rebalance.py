@@ -126,6 +126,9 @@ def test_a_moved_node_keeps_its_alert_and_its_history(
         assert not a.holds(key), "a still keeps the windows of a node it handed over"
         assert b.holds(key), "b did not warm-start the node it gained"
         assert b.warm.last is not None and b.warm.last.samples > 0
+        # Only the gained nodes' history: the warm start is filtered by host.
+        assert b.p.store.registry.nodes and all(b.p.members.owns(n)
+                                                for n in b.p.store.registry.nodes)
         assert all(a.p.members.owns(n) != b.p.members.owns(n) for n in
                    (f"n{i}" for i in range(NODES)))
 
