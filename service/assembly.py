@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from models.detectors.dynamic import DynamicThresholds
 from models.detectors.findings import Detector
 from models.detectors.hard import HardRules
+from service.cluster.members import Members, Membership
 from service.cluster.roles import SOLE, LeasedRoles, Roles, default_replica_id
 from service.notify.build import Notification, build_notification
 from service.notify.message import Notifier
@@ -106,6 +107,9 @@ class Parts:
     sinks: list[Sink] = field(default_factory=list)
     observers: list[TickObserver] = field(default_factory=list)
     cluster: Roles = SOLE  # which roles this replica holds (service.cluster.roles)
+    # Live shard membership (cluster.membership postgres): the map in force, followed by the
+    # roles' renewals; None: the static map (cluster.shards) or one shard owning all.
+    members: Membership | None = None
 
 
 def default_detectors(settings: Settings) -> list[Detector]:
@@ -147,9 +151,15 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
     parts.owns_store = w.shared is None
     if is_postgres(db):  # shared with other replicas: the roles come from leases
         c = s.cluster
-        parts.cluster = LeasedRoles(db, replica_id=c.replica_id or default_replica_id(
+        roles = LeasedRoles(db, replica_id=c.replica_id or default_replica_id(
             s.service.port), shard_id=c.shard_id or "default", ttl_s=c.lease_ttl_s,
             renew_s=c.lease_renew_s)
+        if c.membership == "postgres":
+            roles.membership = parts.members = Membership(
+                Members(db, ttl_s=c.lease_ttl_s), replica_id=roles.replica_id,
+                shard_id=c.shard_id, url=c.advertise_url, vnodes=c.vnodes,
+                leader=roles.leader, leader_lease=roles.leader_lease, renew_s=c.lease_renew_s)
+        parts.cluster = roles
     parts.model = _model_of(detectors)
     parts.notification = _notification(s, w, alerts, db)
     parts.remediation, parts.controller = _remediation(s, w, alerts, db, parts.fleet_count.size)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from collectors.frames import Batch, Entity
 from models.detectors.findings import Signal
 from service.assembly import Parts, Wiring, build_parts
 from service.cluster.roles import SOLE
+from service.cluster.shard_map import ShardMap, local_in
 from service.notify.sender import Sent
 from service.remediation.actions import AuditEntry
 from service.settings import Settings
@@ -82,10 +84,54 @@ class Pipeline:
         self.clock_ahead: dict[str, tuple[float, float]] = {}
         # Ingest (collector thread) and tick (scheduler thread) must not interleave.
         self.lock = threading.RLock()
-        self._restore()
+        # Live membership (service.cluster.members): the nodes this shard owns follow the
+        # published map; alert writes and restores only ever touch owned nodes. None: the
+        # static map, every node that reaches this process is its own (the route sees to it).
+        self.members = parts.members
+        self._owned: tuple[ShardMap | None, dict[str, bool]] = (None, {})
+        self._restored_map: ShardMap | None = None  # the map the alert state was restored for
+        if self.members is not None:
+            self._restored_map = self.members.map
+            self.members.on_change.append(self.rebalance)
+        self._restore(self._owns)
 
-    def _restore(self) -> None:
+    def _owns(self, node: str) -> bool:
+        """Whether this shard owns `node` now (a fleet alert's "*" is everyone's)."""
+        if self.members is None or node == "*":
+            return True
+        smap = self.members.map
+        if smap is not self._owned[0]:
+            self._owned = (smap, {})
+        known = self._owned[1]
+        got = known.get(node)
+        if got is None:
+            got = known[node] = self.members.owns(node)
+        return got
+
+    def rebalance(self, old: ShardMap | None, new: ShardMap | None) -> None:
+        """Before a new shard map is used (the membership thread): forget the nodes it hands
+        to other shards (their alerts stay open for the new owner). The writer restores the
+        alerts of the nodes it gains at its next tick (_claim); their windows are warm-started
+        by service.runtime.rebalance."""
+        with self.lock:
+            held = {*self.store.registry.nodes, *self.fleet.nodes()}
+            self._hand_over([n for n in held if not local_in(new, n)])
+
+    def _hand_over(self, lost: list[str]) -> None:
+        if not lost or not self.owns_store:  # a shared store is its owner's to forget
+            return
+        self.store.forget_nodes(lost)
+        self.fleet.forget_nodes(set(lost))
+        log.warning("handed %d nodes to other shards (%s%s): forgotten here, their alerts "
+                    "stay open for the new owner", len(lost), ", ".join(sorted(lost)[:5]),
+                    " ..." if len(lost) > 5 else "")
+
+    def _restore(self, only: Callable[[str], bool] | None = None) -> None:
+        """Open alerts from the shared alert store into the alert machine; `only`: of the
+        nodes it accepts (those this shard owns, or has just gained)."""
         for a in self.alerts.open_alerts():
+            if only is not None and not only(a.node):
+                continue
             if a.scope is Scope.NODE or a.alertname == MISSING:
                 self.fleet.restore(a.name, a.node, a.level, a.entity)
                 continue
@@ -172,7 +218,16 @@ class Pipeline:
             with self.lock:
                 self.machine.reset()
                 self.fleet.reset()
-                self._restore()
+                self._restore(self._owns)
+                self._restored_map = self.members.map if self.members is not None else None
+        elif writing and self.members is not None and self.members.map is not self._restored_map:
+            before, now_map = self._restored_map, self.members.map
+            log.warning("the shard map changed: restoring the open alerts of the nodes this "
+                        "shard gained")
+            with self.lock:
+                self._restore(lambda n: n != "*" and local_in(now_map, n)
+                              and not local_in(before, n))
+            self._restored_map = now_map
         if leading and not self._leading:
             log.warning("this replica is now the leader: notifications and remediation "
                         "continue from the shared state")
@@ -194,6 +249,9 @@ class Pipeline:
             # A standby scores (its windows and risk stay current) but leaves the alerts to
             # its shard's writer: two writers would open every episode twice.
             transitions = forgotten + transitions if writing else []
+            if self.members is not None:  # nodes being handed over: the new owner writes
+                transitions = [t for t in transitions if self._owns(t.node)]
+                flags = [f for f in flags if self._owns(f.node)]
             explain: dict[tuple[str, str], list[Signal]] = {}
             for t in transitions:
                 if t.alertname == MISSING and t.new:
@@ -255,6 +313,8 @@ class Pipeline:
                 log.info("forgot %s; nodes without entities left: %d",
                          ", ".join(f"{len(d)} {sc}" for sc, d in done.dropped.items() if d),
                          len(done.nodes_dropped))
+            if self.members is not None:  # writes that arrived under an older map
+                self._hand_over([n for n in self.store.registry.nodes if not self._owns(n)])
         out: list[Transition] = []
         pending = self.store.compactions_since(self.generation)
         if pending and pending[0].generation != self.generation + 1:
@@ -266,7 +326,7 @@ class Pipeline:
                 gone = np.ones(len(level), bool)
                 gone[keep[keep < len(level)]] = False
                 for e, old in zip(c.dropped[scope], level[gone].tolist(), strict=False):
-                    if old > 0:
+                    if old > 0 and not c.handed:  # handed over: the new owner continues it
                         out.append(Transition(scope, -1, e.key, e.node, int(old), 0, now, 0.0))
                 self.machine.forget(scope, keep)
                 self.scorer.forget(scope, keep)

@@ -291,6 +291,10 @@ class ClusterSettings(BaseModel):
     vnodes: int = Field(default=64, ge=1, le=4096)  # virtual nodes per shard on the ring
     lease_ttl_s: float = Field(default=15.0, gt=0)
     lease_renew_s: float = Field(default=5.0, gt=0)
+    # static: the map is `shards`; postgres: live members register in PostgreSQL and the
+    # leader publishes the map (service.cluster.members), `shards` stays empty.
+    membership: Literal["static", "postgres"] = "static"
+    advertise_url: str = ""  # with postgres membership: this shard's base URL, as shards' are
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterSettings:
@@ -304,6 +308,22 @@ class ClusterSettings(BaseModel):
                              f"({', '.join(ids)}), got {self.shard_id[:80]!r}")
         if self.lease_renew_s >= self.lease_ttl_s:
             raise ValueError("cluster.lease_renew_s must be less than cluster.lease_ttl_s")
+        if self.membership == "postgres":
+            if self.shards:
+                raise ValueError("cluster.shards is for static membership; with membership "
+                                 "postgres the leader publishes the map")
+            if not self.shard_id:
+                raise ValueError("cluster.membership postgres needs cluster.shard_id")
+            if not self.advertise_url:
+                raise ValueError("cluster.membership postgres needs cluster.advertise_url "
+                                 "(this shard's base URL, which agents and peers reach)")
+            try:  # the same checks as a shard's id and URL in `shards`
+                self.advertise_url = ShardSettings(id=self.shard_id, url=self.advertise_url).url
+            except ValidationError as exc:
+                said = "; ".join(str(e["msg"]) for e in exc.errors())
+                raise ValueError(f"cluster.shard_id / cluster.advertise_url: {said}") from None
+        elif self.advertise_url:
+            raise ValueError("cluster.advertise_url is for membership postgres")
         return self
 
 
@@ -339,6 +359,10 @@ class Settings(BaseSettings):
             problems += [f"remediation: {hook}"] if hook else []
         if problems:
             raise ValueError("\n  ".join(problems))
+        if self.cluster.membership == "postgres" and \
+                not self.storage.postgres.dsn.get_secret_value():
+            raise ValueError("cluster.membership postgres needs storage.postgres.dsn (the "
+                             "members and the map live in PostgreSQL)")
         return self
 
     @classmethod

@@ -34,6 +34,7 @@ from service.cluster.roles import LeasedRoles
 from service.console import routes as console
 from service.pipeline import Pipeline, build_pipeline
 from service.runtime.metrics import ServiceMetrics
+from service.runtime.rebalance import follow_membership
 from service.runtime.retrain import start_retraining
 from service.runtime.scheduler import Clock, TickScheduler
 from service.runtime.warm import warm_start_from_settings
@@ -79,7 +80,10 @@ def create_app(
         found: list[Collector] = []
         try:
             # Before the first live round, so detectors continue from where they stopped.
-            await run_in_threadpool(warm_start_from_settings, pipeline, clock())
+            # With live membership the shard owns nothing yet: its nodes are warm-started
+            # when the map gives them to it (service.runtime.rebalance).
+            if follow_membership(pipeline, clock) is None:
+                await run_in_threadpool(warm_start_from_settings, pipeline, clock())
             found = list(collectors(pipeline) if callable(collectors) else collectors)
             metrics = ServiceMetrics(pipeline)
             svc = pipeline.settings.service
@@ -144,7 +148,8 @@ def create_app(
     console.install(app)
     if lean_write:
         app.add_middleware(LeanWrite)
-    if not isinstance(source, Settings | None) or settings.cluster.shards:
+    if not isinstance(source, Settings | None) or settings.cluster.shards or \
+            settings.cluster.membership == "postgres":
         # Outermost: other shards' nodes redirected, split or refused (service.api.shard_route).
         app.add_middleware(ShardRoute)
     return app

@@ -2,8 +2,11 @@
 that owns it (service.cluster.shard_map), whichever shard a sender posted to.
 
 ASGI middleware in front of the write routes (service.api.write_lean, service.api.write).
-Without `cluster.shards` it hands every request on untouched. Otherwise, for a POST to a
-write path that carries a valid write token (else the routes answer its 401):
+Without `cluster.shards` it hands every request on untouched. With live membership
+(`cluster.membership: postgres`) the map is the published one in force now (read per
+request: one reference); a shard not in it yet answers an authorised write 503 with
+Retry-After. Otherwise, for a POST to a write path that carries a valid write token (else
+the routes answer its 401):
 
 - `X-Gpuhealth-Node: <host>` (our agent sends it; it promises the body holds that node's
   points only) naming another shard's node: `307 Temporary Redirect` to the owner's same
@@ -79,6 +82,9 @@ class ShardRoute:
         self._arrow: ArrowSplitter | None = None
 
     def shard_map(self, st: Running) -> ShardMap | None:
+        members = st.pipeline.members
+        if members is not None:  # live membership: the published map in force now
+            return members.map
         settings = st.settings
         if self._map is None or self._map[0] is not settings:
             self._map = (settings, ShardMap.from_settings(settings.cluster))
@@ -93,6 +99,10 @@ class ShardRoute:
         st = getattr(scope["app"].state, "gpuhealth", None) if "app" in scope else None
         smap = self.shard_map(st) if isinstance(st, Running) else None
         headers = Headers(scope=scope)
+        if smap is None and st is not None and st.pipeline.members is not None and \
+                _authorized(headers, st, scope):
+            await self._unplaced(st, scope, receive, send)
+            return
         if smap is None or st is None or not _authorized(headers, st, scope):
             await self.app(scope, receive, send)
             return
@@ -133,6 +143,20 @@ class ShardRoute:
         response = await self._split_write(st, smap, scope, receive, headers, parts, arrow)
         st.metrics.write_requests.labels(str(response.status_code)).inc()
         await response(scope, receive, send)
+
+    async def _unplaced(self, st: Running, scope: MutableMapping[str, Any], receive: Receive,
+                        send: Send) -> None:
+        """Live membership, and this shard is not in the published map yet: it owns no node
+        and knows no owner to send the writer to. 503: resend after a lease renewal."""
+        members = st.pipeline.members
+        assert members is not None
+        err = ServiceUnavailable(
+            f"shard {members.shard_id} is not in the shard map yet (epoch {members.epoch}): "
+            "it owns no node until the leader publishes it; resend shortly",
+            headers={"Retry-After": str(RETRY_AFTER_S)}, retry_after=RETRY_AFTER_S,
+            shard=members.shard_id, epoch=members.epoch)
+        st.metrics.write_requests.labels(str(err.status)).inc()
+        await problems.influx_response(err, scope["path"])(scope, receive, send)
 
     def _split(self, st: Running, smap: ShardMap, body: bytes, gz: bool, arrow: bool
                ) -> Parts | None:

@@ -17,6 +17,7 @@ import socket
 from typing import Protocol
 
 from service.cluster.lease import Lease, LeaseKeeper
+from service.cluster.members import Membership
 from service.storage.state_db import StateTarget
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,9 @@ class LeasedRoles:
                                   renew_s=renew_s)
         self.leader_lease = Lease(target, LEADER, replica_id, ttl_s=ttl_s, renew_s=renew_s)
         self._keepers = [LeaseKeeper(self.writer_lease), LeaseKeeper(self.leader_lease)]
+        # Live shard membership (cluster.membership postgres), on the same cadence: its
+        # heartbeat and the map follow each renewal, after the leases (the leader publishes).
+        self.membership: Membership | None = None
 
     def writer(self) -> bool:
         return self.writer_lease.held()
@@ -72,14 +76,20 @@ class LeasedRoles:
     def step(self) -> None:
         for k in self._keepers:
             k.step()
+        if self.membership is not None:
+            self.membership.step()
 
     def start(self) -> None:
-        """One renewal now (the first tick knows its roles), then the keeper threads."""
+        """One renewal now (the first tick knows its roles and map), then the keepers."""
         self.step()
         for k in self._keepers:
             k.start()
+        if self.membership is not None:
+            self.membership.start()
 
     def stop(self, release: bool = True) -> None:
+        if self.membership is not None:
+            self.membership.stop(leave=release)
         for k in self._keepers:
             k.stop(release)
 
@@ -87,6 +97,8 @@ class LeasedRoles:
         self.stop()
         self.writer_lease.close()
         self.leader_lease.close()
+        if self.membership is not None:
+            self.membership.members.close()
 
     def status(self) -> dict[str, object]:
         out: dict[str, object] = {"replica": self.replica_id, "shard": self.shard_id}

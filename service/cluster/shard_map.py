@@ -55,3 +55,14 @@ class ShardMap:
     def is_local(self, host: str) -> bool:
         """Whether this shard owns `host` (ValueError as `owner`)."""
         return self.owner(host).id == self.local.id
+
+
+def local_in(smap: ShardMap | None, host: str) -> bool:
+    """Whether `smap` gives `host` to its local shard; False without a map (a shard not in
+    the published map owns nothing) and for a name ingest would refuse (nobody's)."""
+    if smap is None:
+        return False
+    try:
+        return smap.is_local(host)
+    except ValueError:
+        return False

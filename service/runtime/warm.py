@@ -36,9 +36,11 @@ class WarmStats:
 
 
 def warm_start(pipeline: Pipeline, history: HistoryRounds, now: float, lookback_s: float,
-               tick_s: float) -> WarmStats:
+               tick_s: float, *, score: bool = True) -> WarmStats:
     """Ingest [now - lookback_s, now) round by round and score every `tick_s` of data time,
-    as the live service did. Returns what was replayed."""
+    as the live service did. Returns what was replayed. `score=False`: windows only (nodes
+    added to a store that already scores others live: scoring at past times would move its
+    detectors' clocks back)."""
     st = WarmStats()
     t0 = time.perf_counter()
     step = pipeline.settings.window.step_s
@@ -51,7 +53,7 @@ def warm_start(pipeline: Pipeline, history: HistoryRounds, now: float, lookback_
             st.rejected += res.rejected
             st.first = at if st.first is None else st.first
             st.last = at
-            if next_tick is None or at >= next_tick:
+            if score and (next_tick is None or at >= next_tick):
                 pipeline.scorer.score(at)  # detectors only: no alert machine, no notifications
                 st.ticks += 1
                 next_tick = at + tick_s

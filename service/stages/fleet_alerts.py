@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +50,18 @@ class FleetAlerts:
         self.first = None
         self.nodata, self.missing, self.entered = {}, {}, {}
         self.storm_level = 0
+
+    def forget_nodes(self, nodes: Collection[str]) -> None:
+        """Drop what is known of `nodes` (handed to another shard) without resolving their
+        alerts: the new owner restores and continues them."""
+        for n in nodes:
+            self.nodata.pop(n, None)
+            self.entered.pop(n, None)
+        self.missing = {k: v for k, v in self.missing.items() if v[0] not in nodes}
+
+    def nodes(self) -> set[str]:
+        """Nodes with fleet-level state here."""
+        return {*self.nodata, *self.entered, *(node for node, _ in self.missing.values())}
 
     def restore(self, alertname: str, node: str, level: int, entity: str = "") -> None:
         if alertname == NODATA:

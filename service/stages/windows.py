@@ -13,6 +13,7 @@ few contiguous rows, vectorised over every entity at once.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -229,6 +230,9 @@ class Compaction:
     keep: dict[Scope, npt.NDArray[np.intp]]
     dropped: dict[Scope, list[Entity]]
     nodes_dropped: list[str]
+    # Handed to another shard (service.cluster.members), not silent: their open alerts stay
+    # open, the new owner continues them.
+    handed: bool = False
 
 
 class ScopeWindows:
@@ -786,6 +790,21 @@ class WindowStore:
         links = self.scopes[Scope.NVLINK]
         held = links.gpu_of[: len(links)][~drop[Scope.NVLINK]]
         drop[Scope.GPU][held[held >= 0]] = False
+        return self._drop(drop, handed=False)
+
+    def forget_nodes(self, nodes: Collection[str]) -> Compaction | None:
+        """Drop every entity of `nodes` (handed to another shard), as `forget` drops silent
+        ones: pipelines follow it by generation. None: none of them is here."""
+        idx = [i for i, n in enumerate(self.registry.nodes) if n in nodes]
+        if not idx:
+            return None
+        gone = np.zeros(len(self.registry.nodes) + 1, bool)  # the extra entry: node slot -1
+        gone[idx] = True
+        drop = {sc: gone[w.node_of[: len(w)]] for sc, w in self.scopes.items()}
+        return self._drop(drop, handed=True)
+
+    def _drop(self, drop: dict[Scope, npt.NDArray[np.bool_]], *,
+              handed: bool) -> Compaction | None:
         if not any(d.any() for d in drop.values()):
             return None
         keep = {sc: np.flatnonzero(~d) for sc, d in drop.items()}
@@ -803,7 +822,7 @@ class WindowStore:
         for sc, w in self.scopes.items():
             w.compact(keep[sc], node_map, gpu_map)
         self.generation += 1
-        done = Compaction(self.generation, keep, dropped, dropped_nodes)
+        done = Compaction(self.generation, keep, dropped, dropped_nodes, handed)
         self.compactions = [*self.compactions[-7:], done]
         return done
 

@@ -263,10 +263,11 @@ class RawReader:
     def _query(self, statement: str) -> list[Series]:
         return _series(self.client, statement, "ns")
 
-    def links(self, cond: str, a: int, b: int) -> list[Series]:
-        """NVLink series of [a, b) (ns) with the rounds the sink did not write filled in."""
+    def links(self, cond: str, a: int, b: int, where: str = "") -> list[Series]:
+        """NVLink series of [a, b) (ns) with the rounds the sink did not write filled in;
+        `where`: a further condition on the stored links (` AND ...`), as `cond` has."""
         since = f"{ident('cluster')} = {string(self.cluster)} AND time >= " \
-                f"{a - round(LOOKBACK_S * 1e9)} AND time < {b}"
+                f"{a - round(LOOKBACK_S * 1e9)} AND time < {b}{where}"
         stored = self._query(f"SELECT * FROM {ident(Scope.NVLINK.value)} WHERE {since} GROUP BY *")
         return fill(stored, read_masks(self._query(mask_query(cond))), a)
 
