@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from models.detectors.dynamic import DynamicThresholds
 from models.detectors.findings import Detector
 from models.detectors.hard import HardRules
+from service.cluster.census import Census
 from service.cluster.members import Members, Membership
 from service.cluster.roles import SOLE, LeasedRoles, Roles, default_replica_id
 from service.notify.build import Notification, build_notification
@@ -110,6 +111,7 @@ class Parts:
     # Live shard membership (cluster.membership postgres): the map in force, followed by the
     # roles' renewals; None: the static map (cluster.shards) or one shard owning all.
     members: Membership | None = None
+    census: Census | None = None  # the fleet across shards (service.cluster.census)
 
 
 def default_detectors(settings: Settings) -> list[Detector]:
@@ -160,6 +162,8 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
                 shard_id=c.shard_id, url=c.advertise_url, vnodes=c.vnodes,
                 leader=roles.leader, leader_lease=roles.leader_lease, renew_s=c.lease_renew_s)
         parts.cluster = roles
+        # The storm and the breaker's fraction are judged over the whole fleet by the leader.
+        parts.census = Census(db, c.shard_id or "default", max_age_s=c.lease_ttl_s * 4)
     parts.model = _model_of(detectors)
     parts.notification = _notification(s, w, alerts, db)
     parts.remediation, parts.controller = _remediation(s, w, alerts, db, parts.fleet_count.size)

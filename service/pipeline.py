@@ -61,6 +61,7 @@ class Pipeline:
         # Which roles this replica holds (service.cluster.roles): alone, always both. A replica
         # that gains one starts it from the shared state, as a restart would.
         self.cluster = parts.cluster
+        self.census = parts.census
         self._writing = self._leading = self.cluster is SOLE
         if self.controller is not None:
             self.controller.acting = self.cluster.leader
@@ -235,6 +236,9 @@ class Pipeline:
                 self.notification.dispatcher.restart()
             if self.controller is not None:
                 self.controller.reconcile(now)
+            if self.census is not None:  # the fleet's storm is the leader's to judge
+                self.fleet.storm_level = max((a.level for a in self.alerts.open_alerts()
+                                              if a.alertname == STORM), default=0)
         self._writing, self._leading = writing, leading
         return writing, leading
 
@@ -264,6 +268,11 @@ class Pipeline:
             self.risk = risk
             self.stats.ticks += 1
             levels = {sc: self.machine.level(sc).copy() for sc in SCOPES}
+            if leading and self.census is not None:
+                storm = self._judge_fleet(now)
+                if storm:
+                    transitions = transitions + storm
+                    changed = changed + self.alerts.apply(storm, {})
             derived = self.fleet.levels()
         sent = 0
         deliveries: list[Sent] = []
@@ -375,8 +384,24 @@ class Pipeline:
         silent = np.flatnonzero(gstale & ok & (fresh_gpus[np.maximum(gnode, 0)] > 0))
         missing = {gpus.entities[i].key: (i, gpus.entities[i].node) for i in silent.tolist()}
         transitions += self.fleet.step(now, risk.node_names, node_stale, node_level, raised,
-                                       missing, fleet_size=self.fleet_size)
+                                       missing, fleet_size=self.fleet_size,
+                                       fleet=self._publish if self.census is not None else None)
         return transitions, flags
+
+    def _publish(self, live: int, hot: int) -> None:
+        """This shard's part of the fleet census; the leader judges the storm from the sum."""
+        assert self.census is not None
+        try:
+            self.census.publish(live, hot)
+        except Exception:  # the census is advisory: a lost row ages out, scoring goes on
+            log.exception("could not publish this shard's fleet census")
+
+    def _judge_fleet(self, now: float) -> list[Transition]:
+        """The leader: the fleet's size for the breaker and its storm, from every shard."""
+        assert self.census is not None
+        totals = self.census.totals()
+        self.parts.fleet_count.live = totals.live
+        return self.fleet.judge(now, totals.live, totals.hot)
 
     def _silence(self, slot: int, now: float) -> Signal:
         last = self.store[Scope.GPU].last_ts[slot]
@@ -417,6 +442,8 @@ class Pipeline:
 
     def close(self) -> None:
         self.cluster.close()  # hands its leases over at once rather than by expiry
+        if self.census is not None:
+            self.census.close()
         if self.notification is not None:
             self.notification.close()
         if self.remediation is not None:

@@ -115,6 +115,10 @@ class FleetAlerts:
         out += self._storm(now, size, hot)
         return out
 
+    def judge(self, now: float, fleet: int, hot: int) -> list[Transition]:
+        """The storm judged on the fleet's totals across shards (the leader's part)."""
+        return self._storm(now, max(fleet, 1), hot)
+
     def _storm(self, now: float, fleet: int, hot: int) -> list[Transition]:
         s = self.storm
         out: list[Transition] = []
