@@ -4,6 +4,7 @@ every fleet read for the whole fleet (service.api.peers, service.api.fleet_merge
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,6 +13,7 @@ import pytest
 from service.api.peers import LOCAL_HEADER
 from service.settings import Settings
 from tests.cluster.shards import TOKEN, Shards
+from tests.console.cdp import CHROMIUM, Browser
 from tests.service.fleet import T0
 
 NS = int(T0 * 1e9)
@@ -214,6 +216,32 @@ def test_a_read_token_is_required_and_passed_on(cluster: Any) -> None:
     assert r.status_code == 401 and "www-authenticate" in r.headers  # b's own answer
     assert httpx.get(s.urls["a"] + f"/v1/nodes/{hosts['a'][1]}", headers=mine
                      ).status_code == 200
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install "
+                    "chromium; .ci/run does)")
+def test_the_console_on_one_shard_shows_the_whole_fleet(cluster: Any, tmp_path: Path) -> None:
+    s, read, hosts = cluster
+    b = Browser(tmp_path / "chromium")
+    try:
+        b.goto(s.urls["b"] + "/")
+        b.wait_for("document.readyState === 'complete'", "the console")
+        b.eval("sessionStorage.setItem('gpuhealth-token', "
+               f"{read['Authorization'].split()[1]!r})")
+        b.errors.clear()  # the first load's 401s, before it had the token
+        cells = 3 * 4 * GPUS  # every shard's nodes
+        b.goto(s.urls["b"] + "/#/fleet")
+        b.wait_for(f"document.querySelectorAll('#grid .cell').length === {cells}", "the grid")
+        node = hosts["c"][2]  # another shard's node, two failing GPUs
+        b.goto(s.urls["b"] + f"/#/node/{node}")
+        b.wait_for("document.querySelectorAll('#entities tr[data-entity]').length === "
+                   f"{GPUS}", "the node page")
+        rows = b.eval("[...document.querySelectorAll('#entities tr[data-entity]')]"
+                      ".map(r => r.dataset.entity)")
+        assert rows == [f"{node}:gpu{g}" for g in range(GPUS)]
+        assert [e for e in b.errors if "501" not in e[1]] == []
+    finally:
+        b.close()
 
 
 def test_a_stopped_shard_gives_503_unless_partial(cluster: Any) -> None:
