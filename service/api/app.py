@@ -20,6 +20,7 @@ from service.api import (
     history,
     models,
     openapi,
+    peers,
     problems,
     read,
     verdicts,
@@ -136,10 +137,13 @@ def create_app(
     # Every error as a problem detail (RFC 9457); the InfluxDB endpoints InfluxDB's way.
     problems.install(app, influxdb_paths=write.INFLUXDB_PATHS)
     openapi.install(app, influxdb_paths=write.INFLUXDB_PATHS)
+    # Another shard's node read here: its owner answers (service.api.peers).
+    app.add_exception_handler(peers.AtOwner, peers.answer_at_owner)
     app.include_router(read.router)
     app.include_router(fleet.router)
     app.include_router(write.router)
-    app.include_router(history.router, dependencies=[Depends(require(Permission.READ))],
+    app.include_router(history.router, dependencies=[Depends(require(Permission.READ)),
+                                                     Depends(peers.history_at_owner)],
                        responses=problems.READ_ERRORS)
     app.include_router(alerting.router)
     app.include_router(verdicts.router)

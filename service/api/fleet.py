@@ -9,9 +9,11 @@ from collections import defaultdict
 from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.concurrency import run_in_threadpool
 
 from collectors.catalog import Scope
+from service.api import peers
 from service.api.auth import require
 from service.api.paging import MAX_LIMIT, Page, page_of
 from service.api.principals import Permission
@@ -26,15 +28,24 @@ router = APIRouter()
 
 
 @router.get("/v1/fleet", tags=["fleet"], dependencies=[Depends(require(Permission.READ))],
-            response_model=FleetGrid, responses=problem_responses(400) | READ_ERRORS,
+            response_model=FleetGrid, responses=problem_responses(400, 503) | READ_ERRORS,
             summary="Every node's GPUs (links folded in) and IB ports with risk and level, and "
-                    "the riskiest entities with their reason and predicted window")
-def fleet_grid(
+                    "the riskiest entities with their reason and predicted window (on a "
+                    "sharded service, of every shard)")
+async def fleet_grid(
+    request: Request,
     st: State,
     page: Annotated[Page, Depends(page_of(MAX_LIMIT))],
+    fleet: peers.FleetDep,
     top: Annotated[int, Query(ge=0, le=100, description="riskiest entities to list")] = 10,
+    partial: peers.Partial = False,
 ) -> FleetGrid:
-    return grid(st.pipeline, page, top)
+    def here() -> FleetGrid:
+        return grid(st.pipeline, page, top)
+
+    if fleet is not None:
+        return await peers.fleet_grid(request, fleet, here, page, top, partial)
+    return await run_in_threadpool(here)
 
 
 def _risk_of(risk: RiskState | None, scope: Scope, slot: int) -> float | None:

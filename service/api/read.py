@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from service.api import peers
 from service.api.auth import require
 from service.api.paging import PageDep
 from service.api.principals import Permission
@@ -29,6 +31,8 @@ from service.errors import NotFound
 router = APIRouter()
 # Fleet and alert reads need a read token when `api.read_requires_token` is set; probes never.
 READ = [Depends(require(Permission.READ))]
+# On a sharded service, another shard's node is answered by its owner (service.api.peers).
+AT_OWNER = [*READ, Depends(peers.at_owner)]
 
 
 # ---- probes and metrics -------------------------------------------------------------------------
@@ -55,8 +59,12 @@ def readyz(st: State) -> JSONResponse:
 
 
 @router.get("/v1/collectors", tags=["probes"], response_model=dict[str, CollectorOut],
-            summary="Each collector's state, with the reason when it is down")
-def list_collectors(st: State) -> dict[str, CollectorOut]:
+            summary="Each collector's state, with the reason when it is down (on a sharded "
+                    "service every shard's, keyed `<shard>/<collector>`)")
+async def list_collectors(request: Request, st: State, fleet: peers.FleetDep,
+                          partial: peers.Partial = False) -> dict[str, CollectorOut]:
+    if fleet is not None:
+        return await peers.collectors(request, fleet, lambda: _collectors(st), partial)
     return _collectors(st)
 
 
@@ -77,20 +85,33 @@ def metrics(st: State) -> Response:
 # ---- fleet state ----------------------------------------------------------------------------
 
 @router.get("/v1/nodes", tags=["fleet"], dependencies=READ, response_model=NodeList,
-            responses=problem_responses(400) | READ_ERRORS, summary="Risk summary per node")
-def list_nodes(
+            responses=problem_responses(400, 503) | READ_ERRORS,
+            summary="Risk summary per node (on a sharded service, of every shard's nodes)")
+async def list_nodes(
+    request: Request,
     st: State,
     page: PageDep,
+    fleet: peers.FleetDep,
     sort: Literal["risk", "node", "alerts"] = "risk",
     order: Annotated[Literal["asc", "desc"] | None,
                      Query(description="default: desc for risk and alerts, asc for node")] = None,
+    partial: peers.Partial = False,
 ) -> NodeList:
     descending = (order or ("asc" if sort == "node" else "desc")) == "desc"
-    return node_list(st.pipeline, sort, descending, page)
+
+    def here() -> NodeList:
+        return node_list(st.pipeline, sort, descending, page)
+
+    if fleet is not None:
+        return await peers.node_list(request, fleet, here, page, sort, descending, partial)
+    return await run_in_threadpool(here)
 
 
-@router.get("/v1/nodes/{node}", tags=["fleet"], dependencies=READ, response_model=NodeDetail,
-            responses=problem_responses(404, description="Unknown node") | READ_ERRORS,
+@router.get("/v1/nodes/{node}", tags=["fleet"], dependencies=AT_OWNER,
+            response_model=NodeDetail,
+            responses=problem_responses(404, description="Unknown node")
+            | problem_responses(503, description="The shard that owns the node did not answer")
+            | READ_ERRORS,
             summary="A node's GPUs, NVLink links and IB ports with risk, level and explanation")
 def get_node(st: State, node: str) -> NodeDetail:
     detail = node_detail(st.pipeline, node)
@@ -99,8 +120,9 @@ def get_node(st: State, node: str) -> NodeDetail:
     return detail
 
 
-@router.get("/v1/gpus/{gpu}", tags=["fleet"], dependencies=READ, response_model=GpuDetail,
+@router.get("/v1/gpus/{gpu}", tags=["fleet"], dependencies=AT_OWNER, response_model=GpuDetail,
             responses=problem_responses(404, description="Unknown GPU, or not a GPU key")
+            | problem_responses(503, description="The shard that owns the node did not answer")
             | READ_ERRORS,
             summary="Latest metrics, risk, explanation, links and open alerts of one GPU")
 def get_gpu(st: State, gpu: str) -> GpuDetail:

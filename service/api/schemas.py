@@ -25,6 +25,10 @@ class TopSignal(BaseModel):
     risk: float
 
 
+MISSING_DOC = ("on a sharded service asked with partial=true: the shards that did not answer "
+               "(their nodes are left out of this answer); otherwise empty")
+
+
 class NodeSummary(BaseModel):
     node: str
     risk: float | None  # None until a tick has scored the node
@@ -41,6 +45,7 @@ class NodeList(BaseModel):
     limit: int
     next_cursor: str | None = Field(description=NEXT_CURSOR_DOC)
     nodes: list[NodeSummary]
+    missing_shards: list[str] = Field(default_factory=list, description=MISSING_DOC)
 
 
 class EntityOut(BaseModel):
@@ -297,3 +302,4 @@ class FleetGrid(BaseModel):
     next_cursor: str | None = Field(description=NEXT_CURSOR_DOC)
     nodes: list[GridNode]  # in node name order
     riskiest: list[RiskyEntity]  # across the whole fleet, riskiest first
+    missing_shards: list[str] = Field(default_factory=list, description=MISSING_DOC)
