@@ -32,7 +32,9 @@ class ClusterOut(BaseModel):
     shared_state: str  # sqlite (one process) or postgres (shared by replicas)
     roles: dict[str, bool]  # writer, leader
     leases: dict[str, LeaseOut] | None = None  # with replicas
-    shards: list[ShardOut]
+    membership: str  # static (cluster.shards) or postgres (the map the leader publishes)
+    map_epoch: int | None = None  # of the published map in force here (membership postgres)
+    shards: list[ShardOut]  # the map in force: every shard and its URL
 
 
 @router.get("/v1/cluster", tags=["fleet"], dependencies=[Depends(require(Permission.READ))],
@@ -47,7 +49,12 @@ def cluster_status(st: State) -> ClusterOut:
         shared_state="postgres" if p.settings.storage.postgres.dsn.get_secret_value()
         else "sqlite",
         roles={"writer": roles.writer(), "leader": roles.leader()},
-        shards=[ShardOut(id=s.id, url=s.url) for s in c.shards])
+        membership=c.membership, shards=[ShardOut(id=s.id, url=s.url) for s in c.shards])
+    if p.members is not None:
+        smap = p.members.map
+        out.map_epoch = p.members.epoch
+        out.shards = [] if smap is None else [ShardOut(id=s.id, url=s.url)
+                                              for s in smap.shards.values()]
     if isinstance(roles, LeasedRoles):
         out.replica, out.shard = roles.replica_id, roles.shard_id
         out.leases = {name: LeaseOut(held=lease.held(), epoch=lease.epoch,

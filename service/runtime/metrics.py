@@ -87,6 +87,7 @@ class PipelineCollector:
         yield from self._risk()
         yield from self._entity_limits()
         yield self._roles()
+        yield from self._map_epoch()
 
     def _roles(self) -> Metric:
         """Which of the replica roles this process holds: alone, both; with replicas, the
@@ -98,6 +99,13 @@ class PipelineCollector:
         fam.add_metric(["writer"], 1.0 if roles.writer() else 0.0)
         fam.add_metric(["leader"], 1.0 if roles.leader() else 0.0)
         return fam
+
+    def _map_epoch(self) -> Iterable[Metric]:
+        members = self.pipeline.members
+        if members is not None:  # live membership: replicas disagreeing for long is a fault
+            yield GaugeMetricFamily("gpuhealth_cluster_map_epoch", "Epoch of the shard map "
+                                    "in force in this process (cluster.membership postgres)",
+                                    value=float(members.epoch))
 
     def _stats(self) -> Iterable[Metric]:
         st = self.pipeline.stats

@@ -52,3 +52,18 @@ def test_replicas_on_postgres_report_their_leases(tmp_path: Path, pg_dsn: str) -
         assert sa["leases"]["leader"]["epoch"] == 1 and sb["leases"]["leader"]["epoch"] == 0
         assert _role_gauges(ca) == {"writer": 1.0, "leader": 1.0}
         assert _role_gauges(cb) == {"writer": 0.0, "leader": 0.0}
+
+
+def test_live_membership_shows_the_published_map(tmp_path: Path, pg_dsn: str) -> None:
+    settings = Settings.model_validate({
+        "storage": {"data_dir": str(tmp_path / "data"), "postgres": {"dsn": pg_dsn}},
+        "cluster": {"membership": "postgres", "shard_id": "a", "replica_id": "a1",
+                    "advertise_url": "http://127.0.0.1:9"}})
+    app = create_app(settings, clock=ManualClock(T0), schedule=False)
+    with TestClient(app) as client:
+        got = client.get("/v1/cluster").json()
+        assert got["membership"] == "postgres"
+        # This replica leads, so it published the first map with itself in it.
+        assert got["map_epoch"] == 1
+        assert got["shards"] == [{"id": "a", "url": "http://127.0.0.1:9"}]
+        assert "gpuhealth_cluster_map_epoch 1.0" in client.get("/metrics").text
