@@ -91,6 +91,9 @@ class Retrainer:
     def step(self) -> str:
         """Do what is due: judge a finished shadow run of ours, or train a new model."""
         with self._lock:
+            if not self.pipeline.cluster.leader():
+                # Replicas share one registry: the leader alone trains and judges.
+                return self._done("not the leader: the leader retrains")
             now = self.clock()
             ch, run = self.registry.challenger(), self.registry.run()
             if ch is not None and run is not None and run.outcome == "running":

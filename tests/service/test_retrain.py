@@ -183,3 +183,28 @@ def test_the_child_process_is_told_the_init_model(tmp_path: Path,
     t.train(tmp_path / "b", 30)
     assert seen[0][-4:] == ["--epochs", "5", "--init", str(SHIPPED_MODEL)]
     assert "--init" not in seen[1]
+
+
+def test_only_the_leader_retrains(tmp_path: Path) -> None:
+    """Replicas share one model registry: a replica that is not the leader trains nothing."""
+
+    class Standby:
+        def writer(self) -> bool:
+            return True
+
+        def leader(self) -> bool:
+            return False
+
+        def close(self) -> None:
+            pass
+
+    pipe, clock = _pipe(tmp_path), Clock()
+    pipe.cluster = Standby()
+    trainer = CopyTrainer()
+    job = Retrainer(pipe, RetrainSettings(enabled=True), trainer, tmp_path / "m", clock=clock)
+    try:
+        clock.now += 30 * DAY
+        assert "not the leader" in job.step()
+        assert pipe.registry is not None and pipe.registry.challenger() is None
+    finally:
+        pipe.close()
