@@ -163,17 +163,17 @@ class Coalescer:
 
     def _ingest_all(self, items: list[Pending], loop: asyncio.AbstractEventLoop) -> None:
         """In a worker thread: the items' groups in arrival order, each answered when done."""
+        # One hand-over to the event loop per group, not per request: each is a wake-up of
+        # the loop (a write to its self-pipe), and a merged ingest answers dozens at once.
         for group in groups(items):
             try:
                 results = self._ingest_group(group)
             except BaseException as e:  # each waiting request answers its 500
-                for it in group:
-                    loop.call_soon_threadsafe(_fail, it.done, e)
+                loop.call_soon_threadsafe(_fail_all, [it.done for it in group], e)
                 if not isinstance(e, Exception):
                     raise
                 continue
-            for it, res in zip(group, results, strict=True):
-                loop.call_soon_threadsafe(_settle, it.done, res)
+            loop.call_soon_threadsafe(_settle_all, [it.done for it in group], results)
 
     def _ingest_group(self, group: Sequence[Pending]) -> list[IngestResult]:
         now = self.clock()
@@ -192,14 +192,16 @@ class Coalescer:
         return [res] if len(group) == 1 else split(res, group, merged)
 
 
-def _settle(fut: asyncio.Future[IngestResult], res: IngestResult) -> None:
-    if not fut.done():
-        fut.set_result(res)
+def _settle_all(futs: list[asyncio.Future[IngestResult]], results: list[IngestResult]) -> None:
+    for fut, res in zip(futs, results, strict=True):
+        if not fut.done():
+            fut.set_result(res)
 
 
-def _fail(fut: asyncio.Future[IngestResult], e: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(e)
+def _fail_all(futs: list[asyncio.Future[IngestResult]], e: BaseException) -> None:
+    for fut in futs:
+        if not fut.done():
+            fut.set_exception(e)
 
 
 def groups(items: Sequence[Pending]) -> list[list[Pending]]:

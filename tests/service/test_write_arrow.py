@@ -16,7 +16,7 @@ import pytest
 import uvicorn
 
 from collectors.agent.push import Outcome, Pusher
-from collectors.arrow_batch import MEDIA_TYPE, encode
+from collectors.arrow_batch import MEDIA_TYPE, encode, encode_streams
 from collectors.frames import Entity
 from collectors.schema import SchemaMapper
 from service.api.app import create_app
@@ -86,10 +86,16 @@ def test_arrow_is_ingested_like_line_protocol(services: dict[str, tuple[str, obj
 
 def test_a_malformed_payload_is_refused_whole(services: dict[str, tuple[str, object]]) -> None:
     url, app = services["lean"]
-    good = _arrow("gpu,host=n009,gpu=0 gpu_temp=40 " + str(NS) + "\n")
-    other = _arrow(f"gpu,host=n009,gpu=1 gpu_temp=40 {NS}\n").replace(
-        b"\x03\x00\x00\x00gpu\x00", b"\x03\x00\x00\x00fan\x00")  # its kind: a flatbuffer string
-    for body, says in ((good + good[:-30], "truncated"), (good + other, "gpuhealth")):
+    # Format 2 (a stream per kind, what agents sent before format 3): a valid first stream
+    # and a malformed second one.
+    good = encode_streams(SchemaMapper().parse("gpu,host=n009,gpu=0 gpu_temp=40 " + str(NS)
+                                               + "\n"))
+    other = encode_streams(SchemaMapper().parse(f"gpu,host=n009,gpu=1 gpu_temp=40 {NS}\n")
+                           ).replace(b"\x03\x00\x00\x00gpu\x00",
+                                     b"\x03\x00\x00\x00fan\x00")  # its kind: a flatbuffer string
+    now = _arrow("gpu,host=n009,gpu=0 gpu_temp=40 " + str(NS) + "\n")  # format 3: one stream
+    for body, says in ((good + good[:-30], "truncated"), (good + other, "gpuhealth"),
+                       (now + now, "one stream; more follows"), (now[:-30], "truncated")):
         r = httpx.post(url, content=body, headers={"Content-Type": MEDIA_TYPE})
         assert r.status_code == 400, r.text
         assert "Arrow payload refused, nothing written" in r.json()["error"]
