@@ -71,6 +71,7 @@ def plan(pipeline: Pipeline, batch: Batch, cache: PlanCache | None = None
     the store tells which of its rows hold a slot, and `cache` keeps the table's keys."""
     store = pipeline.store
     keys: set[str] = set()
+    cached: list[frozenset[str]] = []  # the cache's sets, joined once at the end
     cells = 0
     new = False
     for frame in batch.frames.values():
@@ -80,7 +81,7 @@ def plan(pipeline: Pipeline, batch: Batch, cache: PlanCache | None = None
         w = store[frame.scope]
         known = w.known_slots(frame.entities)
         if known is not None and cache is not None and bool((known[frame.rows] >= 0).all()):
-            keys |= cache.keys(frame.entities, frame.rows)
+            cached.append(cache.keys(frame.entities, frame.rows))
             continue
         ents = frame.entities.entities
         for i in np.unique(frame.rows).tolist():
@@ -95,7 +96,11 @@ def plan(pipeline: Pipeline, batch: Batch, cache: PlanCache | None = None
         except ValueError:
             continue  # refused by ingest, naming this key
         new = new or store[e.scope].slot(e) is None
-    return frozenset(keys), cells, new or cells > ALONE_CELLS
+    if keys:
+        cached.append(frozenset(keys))
+    # A node agent's body names a few tables' keys: one union, no copy of a set into a set.
+    joined = cached[0] if len(cached) == 1 else frozenset().union(*cached)
+    return joined, cells, new or cells > ALONE_CELLS
 
 
 class PlanCache:
@@ -250,10 +255,12 @@ def merge(batches: Sequence[Batch]) -> Merged:
         parts = [(i, b.frames[scope]) for i, b in enumerate(batches) if scope in b.frames]
         offset: dict[int, int] = {}
         tables: list[EntityTable] = []
+        joined = 0  # entities of the tables so far (a running sum: not one per part)
         for _, f in parts:
             if id(f.entities) not in offset:
-                offset[id(f.entities)] = sum(map(len, tables))
+                offset[id(f.entities)] = joined
                 tables.append(f.entities)
+                joined += len(f.entities)
         table = tables[0] if len(tables) == 1 else JoinedTable(scope, tables)
         rows = [f.rows + np.int32(offset[id(f.entities)]) for _, f in parts]
         merged_rows = np.concatenate(rows).astype(np.int32, copy=False)
