@@ -80,8 +80,14 @@ def plan(pipeline: Pipeline, batch: Batch, cache: PlanCache | None = None
         cells += frame.values.size
         w = store[frame.scope]
         known = w.known_slots(frame.entities)
-        if known is not None and cache is not None and bool((known[frame.rows] >= 0).all()):
+        if cache is not None:
+            # Kept from a table's first request on (a node's first round, which goes alone
+            # as it names new entities), so its second round costs no per-entity work.
             cached.append(cache.keys(frame.entities, frame.rows))
+            if new or (known is not None and bool((known[frame.rows] >= 0).all())):
+                continue
+            ents = frame.entities.entities
+            new = any(w.slot(ents[i]) is None for i in np.unique(frame.rows).tolist())
             continue
         ents = frame.entities.entities
         for i in np.unique(frame.rows).tolist():
