@@ -6,20 +6,28 @@ section 3). The same round as Arrow IPC is a few columns the service takes witho
 step. The format is Arrow's own (the IPC streaming format, `application/vnd.apache.arrow.stream`),
 nothing home-made; what is ours is which streams a body holds and what their columns mean:
 
-- a body is a sequence of complete IPC streams (each with its schema and end-of-stream marker),
-  at most one per kind; schema metadata `gpuhealth.format` = FORMAT_VERSION and `gpuhealth.kind`
-  = a scope (`gpu`, `nvlink`, `ib_port`, `node`), `events` or `collectors`;
-- a scope's stream (format 2): `entity` (dictionary<int32, utf8>: entity keys as Entity.key
+- format 3 (what the agent writes): a body is ONE IPC stream, schema metadata
+  `gpuhealth.format` = "3", holding one record batch of one row (none, or no row, for an
+  empty body). Each column is one kind: named after it (a scope `gpu`, `nvlink`, `ib_port`,
+  `node`, or `events`, `collectors`; each at most once), of type list<struct<...>> whose one
+  list holds that kind's rows, the struct's fields being the columns of the kind's format-2
+  stream below, and a scope column's field metadata `gpuhealth.metrics` naming its metrics as
+  format 2's schema metadata does. One stream is scanned, opened and validated once per body,
+  where format 2 took one per kind (about three times the work for a node agent's body);
+- format 2 (still read): a body is a sequence of complete IPC streams (each with its schema
+  and end-of-stream marker), at most one per kind; schema metadata `gpuhealth.format` = "2"
+  and `gpuhealth.kind` = a scope, `events` or `collectors`;
+- a scope's rows: `entity` (dictionary<int32, utf8>: entity keys as Entity.key
   spells them), `ts` (float64 epoch seconds) and `values`, a fixed_size_list<float64>[k] whose
-  k items are the metrics named, in order, by schema metadata `gpuhealth.metrics` (catalog
+  k items are the metrics named, in order, by `gpuhealth.metrics` (catalog
   metrics of the scope, comma-separated, none twice; a metric left out is not reported for
   any row; no metric at all: no `values` column and an empty list). One column for every
   metric: a request decodes in a handful of Arrow calls, not one per metric. Batch's NaN
   ("not reported") is written as a null item and read back as NaN, so Batch -> Arrow -> Batch
   is exact;
-- format 1 (the first agents' payload) is still read: a scope's metrics are then float64
-  columns named after them, one per metric. Its other streams are as format 2's. A body's
-  streams must all be of one format;
+- format 1 (the first agents' payload) is still read: streams as format 2's, but a scope's
+  metrics are float64 columns named after them, one per metric. A body's streams must all be
+  of one format;
 - `events`: `entity` (utf8 or dictionary), `ts` float64, `metric` (an event metric of the
   entity's scope), `value` float64;
 - `collectors`: node agents' collector status (collectors.collector_status): `host`,
@@ -30,8 +38,11 @@ anything is handed on: this format is only ever written by our agent, which can 
 segment whole (or as line protocol). Work and memory are bounded before decoding: the body is
 read in place from its own buffer (a declared length past it is an error, not an allocation),
 compressed Arrow buffers are refused (their declared sizes would allocate; gzip the body
-instead), and streams, record batches, columns and rows are counted from the messages'
-metadata first. Every record batch is fully validated (offsets, UTF-8, dictionary indices).
+instead), and streams, record batches, columns and rows are counted first: from the messages'
+metadata (formats 1 and 2), or (format 3, whose rows are list items) from the record batch
+read in place and checked cheaply against its own buffers (`validate()`: each array's
+declared length must fit the body's bytes), before any per-row work. Every record batch is
+then fully validated (offsets, UTF-8, dictionary indices).
 Value ranges are the ingest stage's to check, as for line protocol.
 """
 
@@ -40,7 +51,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,8 +64,9 @@ from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
 from collectors.lineprotocol import Point
 
 MEDIA_TYPE = "application/vnd.apache.arrow.stream"
-FORMAT_VERSION = "2"
-FORMATS = frozenset({"1", FORMAT_VERSION})  # read; format 2 is written
+FORMAT_VERSION = "3"
+STREAM_FORMATS = frozenset({"1", "2"})  # a stream per kind: still read
+FORMATS = STREAM_FORMATS | {FORMAT_VERSION}
 META_FORMAT = b"gpuhealth.format"
 META_KIND = b"gpuhealth.kind"
 META_METRICS = b"gpuhealth.metrics"
@@ -86,24 +98,50 @@ class Decoded:
 # ---- writing ----------------------------------------------------------------------------------
 
 def encode(batch: Batch, reports: Sequence[CollectorReport] = ()) -> bytes:
-    """The batch's frames, events and collector reports as one body (parse rejections are not
+    """The batch's frames, events and collector reports as one format-3 body: one IPC stream,
+    one record batch of one row, a list<struct> column per kind (parse rejections are not
     data: a caller with rejections sends line protocol, whose lines the service names)."""
+    fields: list[pa.Field] = []
+    arrays: list[pa.Array] = []
+    for kind, table, metrics in _kinds(batch, reports):
+        rows = pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns],
+                                          fields=list(table.schema))
+        fields.append(pa.field(kind, pa.list_(rows.type), nullable=False,
+                               metadata=None if metrics is None else {META_METRICS: metrics}))
+        arrays.append(pa.ListArray.from_arrays(pa.array([0, len(rows)], pa.int32()), rows))
+    schema = pa.schema(fields, metadata={META_FORMAT: FORMAT_VERSION})
     out = pa.BufferOutputStream()
+    with ipc.new_stream(out, schema) as w:
+        w.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
+    return bytes(out.getvalue())
+
+
+def encode_streams(batch: Batch, reports: Sequence[CollectorReport] = ()) -> bytes:
+    """The same as format 2 (a stream per kind), which agents wrote before format 3 and the
+    decoder still reads."""
+    out = pa.BufferOutputStream()
+    for kind, table, metrics in _kinds(batch, reports):
+        _write(out, kind, table, metrics)
+    return bytes(out.getvalue())
+
+
+def _kinds(batch: Batch, reports: Sequence[CollectorReport]
+           ) -> Iterator[tuple[str, pa.Table, bytes | None]]:
+    """Each kind the batch holds: its name, its columns, its metric names (scopes only)."""
     for scope, frame in batch.frames.items():
         if len(frame):
-            _write(out, scope.value, *_frame_table(frame))
+            yield (scope.value, *_frame_table(frame))
     if len(batch.events):
         ev = batch.events
-        _write(out, EVENTS, pa.table({
+        yield EVENTS, pa.table({
             "entity": pa.array(ev.keys, pa.string()).dictionary_encode(),
             "ts": pa.array(ev.ts, pa.float64()),
             "metric": pa.array(ev.metrics, pa.string()).dictionary_encode(),
-            "value": pa.array(ev.values, pa.float64())}))
+            "value": pa.array(ev.values, pa.float64())}), None
     if reports:
-        _write(out, COLLECTORS, pa.table(
+        yield COLLECTORS, pa.table(
             {name: pa.array([getattr(r, name) for r in reports], t)
-             for name, t in _REPORT_TYPES.items()}))
-    return bytes(out.getvalue())
+             for name, t in _REPORT_TYPES.items()}), None
 
 
 def _frame_table(frame: Frame) -> tuple[pa.Table, bytes]:
@@ -125,9 +163,9 @@ def _frame_table(frame: Frame) -> tuple[pa.Table, bytes]:
 
 def _write(out: pa.BufferOutputStream, kind: str, table: pa.Table,
            metrics: bytes | None = None) -> None:
-    meta = {META_FORMAT: FORMAT_VERSION, META_KIND: kind}
+    meta = {META_FORMAT: b"2", META_KIND: kind.encode()}
     if metrics is not None:
-        meta[META_METRICS] = metrics  # type: ignore[assignment]
+        meta[META_METRICS] = metrics
     schema = table.schema.with_metadata(meta)
     with ipc.new_stream(out, schema) as w:
         w.write_table(table.replace_schema_metadata(schema.metadata))
@@ -167,28 +205,87 @@ class Decoder:
                 raise ArrowPayloadError(f"more than {self.limits.max_rows} rows")
             stream = ipc.open_stream(buf.slice(start, src.tell() - start))
             schema = stream.schema
+            if not seen and _format(schema) == FORMAT_VERSION:
+                if src.tell() < buf.size:
+                    raise ArrowPayloadError(f"a format-{FORMAT_VERSION} body is one stream; "
+                                            "more follows it")
+                self._one_stream(stream, out)
+                return out
             kind, fmt = _kind(schema, seen)
             if len(schema) > self.limits.max_columns:
                 raise ArrowPayloadError(f"stream {kind!r} has more than "
                                         f"{self.limits.max_columns} columns")
             batch = _read(stream, kind, rows)
-            if kind == EVENTS:
-                out.batch.events = _events(pa.Table.from_batches([batch], schema))
-            elif kind == COLLECTORS:
-                out.reports = _reports(pa.Table.from_batches([batch], schema))
-            else:
-                frame = self._frame(Scope(kind), schema, batch, fmt)
-                if len(frame):
-                    out.batch.add(frame)
+            self._take(out, kind, batch, schema.names, schema.metadata, fmt)
         return out
 
-    def _frame(self, scope: Scope, schema: pa.Schema, batch: pa.RecordBatch,
-               fmt: str) -> Frame:
-        names = schema.names
+    def _one_stream(self, stream: ipc.RecordBatchStreamReader, out: Decoded) -> None:
+        """Format 3: each column one kind, its rows the items of the batch's one list."""
+        schema = stream.schema
+        kinds = schema.names
+        if len(set(kinds)) != len(kinds) or not set(kinds) <= KINDS:
+            raise ArrowPayloadError(f"the columns must be kinds of {sorted(KINDS)}, each once, "
+                                    f"got {kinds[:20]}")
+        for f in schema:
+            t = f.type
+            if not pa.types.is_list(t) or not pa.types.is_struct(t.value_type):
+                raise ArrowPayloadError(f"column {f.name!r} must be list<struct>, got {t}")
+            if t.value_type.num_fields > self.limits.max_columns:
+                raise ArrowPayloadError(f"column {f.name!r} has more than "
+                                        f"{self.limits.max_columns} fields")
+        try:
+            batches = list(stream)
+        except (pa.ArrowException, ValueError) as exc:
+            raise ArrowPayloadError(f"the body does not decode: {exc}") from None
+        if len(batches) != 1 or batches[0].num_rows != (1 if kinds else 0):
+            raise ArrowPayloadError(f"a format-{FORMAT_VERSION} body holds one record batch of "
+                                    f"one row, got {len(batches)} batches of "
+                                    f"{[b.num_rows for b in batches][:4]} rows")
+        batch = batches[0]
+        try:  # cheap: each array's declared length fits its buffers (so the body's bytes)
+            batch.validate()
+        except pa.ArrowException as exc:
+            raise ArrowPayloadError(f"the body is malformed: {exc}") from None
+        lists = batch.columns
+        # The only stream: its rows are the lists' items (the values of its one row, or more)
+        out.rows = sum(len(col.values) for col in lists)
+        if out.rows > self.limits.max_rows:
+            raise ArrowPayloadError(f"more than {self.limits.max_rows} rows")
+        try:
+            batch.validate(full=True)
+        except pa.ArrowException as exc:  # offsets out of bounds, non-UTF-8 text...
+            raise ArrowPayloadError(f"the body is malformed: {exc}") from None
+        for f, col in zip(schema, lists, strict=True):
+            if col.null_count:
+                raise ArrowPayloadError(f"column {f.name!r}: its list is null")
+            offsets = np.frombuffer(col.buffers()[1], np.int32, 2, col.offset * 4)  # validated
+            start, end = int(offsets[0]), int(offsets[1])
+            rows = col.values.slice(start, end - start)
+            if rows.null_count:
+                raise ArrowPayloadError(f"column {f.name!r}: a null row")
+            kind_batch = pa.RecordBatch.from_struct_array(rows)
+            self._take(out, f.name, kind_batch, f.type.value_type.names, f.metadata,
+                       FORMAT_VERSION)
+
+    def _take(self, out: Decoded, kind: str, batch: pa.RecordBatch, names: list[str],
+              meta: dict[bytes, bytes] | None, fmt: str) -> None:
+        """One kind's rows into `out`."""
+        if kind == EVENTS:
+            out.batch.events = _events(pa.Table.from_batches([batch]))
+        elif kind == COLLECTORS:
+            out.reports = _reports(pa.Table.from_batches([batch]))
+        else:
+            frame = self._frame(Scope(kind), names, meta, batch, fmt)
+            if len(frame):
+                out.batch.add(frame)
+
+    def _frame(self, scope: Scope, names: list[str], meta: dict[bytes, bytes] | None,
+               batch: pa.RecordBatch, fmt: str) -> Frame:
         if names[:2] != ["entity", "ts"]:
             raise ArrowPayloadError(f"stream {scope.value!r}: the first columns must be "
                                     f"'entity' and 'ts', got {names[:2]}")
-        values = _columns_v1(scope, batch) if fmt == "1" else _values(scope, schema, batch)
+        values = (_columns_v1(scope, batch) if fmt == "1" else
+                  _values(scope, names, (meta or {}).get(META_METRICS), batch))
         if not batch.num_rows:
             return Frame.empty(EntityTable(scope, ()))
         ts = _finite_ts(batch, scope.value)
@@ -271,13 +368,14 @@ def _read(stream: ipc.RecordBatchStreamReader, kind: str, rows: int) -> pa.Recor
     return got[0] if got else pa.RecordBatch.from_pylist([], stream.schema)
 
 
-def _values(scope: Scope, schema: pa.Schema, batch: pa.RecordBatch) -> np.ndarray:
-    """Format 2: the `values` lists as the frame's (rows, catalog columns) matrix."""
-    cols = _metric_columns(scope, (schema.metadata or {}).get(META_METRICS))
+def _values(scope: Scope, names: list[str], metrics: bytes | None, batch: pa.RecordBatch
+            ) -> np.ndarray:
+    """Formats 2 and 3: the `values` lists as the frame's (rows, catalog columns) matrix."""
+    cols = _metric_columns(scope, metrics)
     want = ["entity", "ts", VALUES] if cols else ["entity", "ts"]
-    if schema.names != want:
-        raise ArrowPayloadError(f"stream {scope.value!r}: the columns must be {want} (format "
-                                f"{FORMAT_VERSION}), got {schema.names[:20]}")
+    if names != want:
+        raise ArrowPayloadError(f"stream {scope.value!r}: the columns must be {want} (formats "
+                                f"2 and 3), got {names[:20]}")
     n = batch.num_rows
     values = np.full((n, len(CATALOG.columns(scope))), np.nan)
     if not cols:
@@ -362,14 +460,19 @@ def _finite_ts(table: pa.Table | pa.RecordBatch, where: str) -> np.ndarray:
     return ts
 
 
+def _format(schema: pa.Schema) -> str | None:
+    raw = (schema.metadata or {}).get(META_FORMAT)
+    return raw.decode("ascii", "replace") if raw is not None else None
+
+
 def _kind(schema: pa.Schema, seen: dict[str, str]) -> tuple[str, str]:
-    """The stream's kind and format; a body's streams are all of one format."""
+    """A format-1 or -2 stream's kind and format; a body's streams are all of one format."""
     meta = schema.metadata or {}
-    raw = meta.get(META_FORMAT)
-    fmt = raw.decode("ascii", "replace") if raw is not None else None
-    if fmt not in FORMATS:
+    fmt = _format(schema)
+    if fmt not in STREAM_FORMATS:
         raise ArrowPayloadError(f"schema metadata {META_FORMAT.decode()!r} must be "
-                                f"{FORMAT_VERSION!r} (or the older '1'), got {raw!r}")
+                                f"{FORMAT_VERSION!r} (or the older '2', '1' of a stream per "
+                                f"kind, in every stream), got {meta.get(META_FORMAT)!r}")
     if seen and fmt not in seen.values():
         raise ArrowPayloadError(f"streams of formats {sorted({*seen.values(), fmt})} in one "
                                 "body")

@@ -5,7 +5,10 @@ With pyarrow installed (the `agent-arrow` extra) a segment goes to the service a
 protocol; each segment is converted when it is sent. A target that does not read Arrow (answers
 415, or an older service or InfluxDB that read the body as line protocol and refused it: a 400
 without `X-Gpuhealth-Payload: arrow`) is sent the segment again as line protocol at once, and
-line protocol from then on (tried again after `arrow_retry_s`). A segment our own mapper cannot
+line protocol from then on (tried again after `arrow_retry_s`). A service older than the
+agent that refuses the Arrow format it is sent (`arrow-payload-refused`, naming
+`gpuhealth.format`: one that reads format 2, not 3) is sent the segment again at once in
+format 2, and format 2 from then on. A segment our own mapper cannot
 carry whole in Arrow (a line it refuses or fields it ignores) goes as line protocol, so the
 target names its lines.
 
@@ -104,6 +107,8 @@ class Pusher:
         self.arrow = arrow and _arrow_available()
         self.arrow_retry_s, self.clock = arrow_retry_s, clock
         self._no_arrow_until = float("-inf")
+        self.arrow_streams = False  # format 2 (a stream per kind) for a service older than us
+        self._format_refused = False
         self.sent_arrow = self.sent_lines = 0  # segments, by the format that was answered
 
     def set_host(self, host: str) -> None:
@@ -113,9 +118,15 @@ class Pusher:
 
     def push(self, body: bytes) -> PushResult:
         if self.arrow and self.clock() >= self._no_arrow_until:
-            payload = _as_arrow(body)
+            payload = _as_arrow(body, self.arrow_streams)
             if payload is not None:
-                res = self._post(payload, {**self.headers, "Content-Type": ARROW_TYPE}, True)
+                arrow_headers = {**self.headers, "Content-Type": ARROW_TYPE}
+                res = self._post(payload, arrow_headers, True)
+                if res is None and self._format_refused and not self.arrow_streams:
+                    log.warning("%s reads an older Arrow format; sending format 2", self.url)
+                    self.arrow_streams = True
+                    payload = _as_arrow(body, True)
+                    res = None if payload is None else self._post(payload, arrow_headers, True)
                 if res is not None:
                     self.sent_arrow += res.outcome is not Outcome.RETRY
                     return res
@@ -125,7 +136,9 @@ class Pusher:
         return res
 
     def _post(self, body: bytes, headers: dict[str, str], arrow: bool) -> PushResult | None:
-        """The answer's outcome; None when an Arrow body must go again as line protocol."""
+        """The answer's outcome; None when an Arrow body must go again (as line protocol, or in
+        format 2 when `_format_refused` says the target refused format 3)."""
+        self._format_refused = False
         try:
             r = self._send(body, headers)
         except httpx.HTTPError as exc:
@@ -143,6 +156,9 @@ class Pusher:
                 self._no_arrow_until = self.clock() + self.arrow_retry_s
                 return None
             if _slug(r) == "arrow-payload-refused":  # nothing of it was written
+                self._format_refused = "'gpuhealth.format' must be" in r.text
+                if self._format_refused and not self.arrow_streams:
+                    return None  # an older service: format 2 at once (push)
                 log.error("the target refused an Arrow segment: %s; sending it as line "
                           "protocol", r.text[:300])
                 return None
@@ -201,9 +217,10 @@ def _arrow_available() -> bool:
     return True
 
 
-def _as_arrow(body: bytes) -> bytes | None:
-    """A spooled gzip segment as gzip Arrow, or None when it does not convert whole."""
-    from collectors.arrow_batch import encode
+def _as_arrow(body: bytes, streams: bool = False) -> bytes | None:
+    """A spooled gzip segment as gzip Arrow (format 3, or 2 with `streams`), or None when it
+    does not convert whole."""
+    from collectors.arrow_batch import encode, encode_streams
     from collectors.schema import SchemaMapper
 
     try:
@@ -214,7 +231,8 @@ def _as_arrow(body: bytes) -> bytes | None:
     batch = mapper.parse(text, max_bytes=None)
     if batch.rejected or mapper.take_ignored():
         return None
-    return gzip.compress(encode(batch, mapper.take_reports()), compresslevel=6, mtime=0)
+    write = encode_streams if streams else encode
+    return gzip.compress(write(batch, mapper.take_reports()), compresslevel=6, mtime=0)
 
 
 def _slug(r: httpx.Response) -> str:

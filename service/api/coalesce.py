@@ -71,6 +71,7 @@ def plan(pipeline: Pipeline, batch: Batch, cache: PlanCache | None = None
     the store tells which of its rows hold a slot, and `cache` keeps the table's keys."""
     store = pipeline.store
     keys: set[str] = set()
+    cached: list[frozenset[str]] = []  # the cache's sets, joined once at the end
     cells = 0
     new = False
     for frame in batch.frames.values():
@@ -79,8 +80,14 @@ def plan(pipeline: Pipeline, batch: Batch, cache: PlanCache | None = None
         cells += frame.values.size
         w = store[frame.scope]
         known = w.known_slots(frame.entities)
-        if known is not None and cache is not None and bool((known[frame.rows] >= 0).all()):
-            keys |= cache.keys(frame.entities, frame.rows)
+        if cache is not None:
+            # Kept from a table's first request on (a node's first round, which goes alone
+            # as it names new entities), so its second round costs no per-entity work.
+            cached.append(cache.keys(frame.entities, frame.rows))
+            if new or (known is not None and bool((known[frame.rows] >= 0).all())):
+                continue
+            ents = frame.entities.entities
+            new = any(w.slot(ents[i]) is None for i in np.unique(frame.rows).tolist())
             continue
         ents = frame.entities.entities
         for i in np.unique(frame.rows).tolist():
@@ -95,7 +102,11 @@ def plan(pipeline: Pipeline, batch: Batch, cache: PlanCache | None = None
         except ValueError:
             continue  # refused by ingest, naming this key
         new = new or store[e.scope].slot(e) is None
-    return frozenset(keys), cells, new or cells > ALONE_CELLS
+    if keys:
+        cached.append(frozenset(keys))
+    # A node agent's body names a few tables' keys: one union, no copy of a set into a set.
+    joined = cached[0] if len(cached) == 1 else frozenset().union(*cached)
+    return joined, cells, new or cells > ALONE_CELLS
 
 
 class PlanCache:
@@ -163,17 +174,17 @@ class Coalescer:
 
     def _ingest_all(self, items: list[Pending], loop: asyncio.AbstractEventLoop) -> None:
         """In a worker thread: the items' groups in arrival order, each answered when done."""
+        # One hand-over to the event loop per group, not per request: each is a wake-up of
+        # the loop (a write to its self-pipe), and a merged ingest answers dozens at once.
         for group in groups(items):
             try:
                 results = self._ingest_group(group)
             except BaseException as e:  # each waiting request answers its 500
-                for it in group:
-                    loop.call_soon_threadsafe(_fail, it.done, e)
+                loop.call_soon_threadsafe(_fail_all, [it.done for it in group], e)
                 if not isinstance(e, Exception):
                     raise
                 continue
-            for it, res in zip(group, results, strict=True):
-                loop.call_soon_threadsafe(_settle, it.done, res)
+            loop.call_soon_threadsafe(_settle_all, [it.done for it in group], results)
 
     def _ingest_group(self, group: Sequence[Pending]) -> list[IngestResult]:
         now = self.clock()
@@ -192,14 +203,16 @@ class Coalescer:
         return [res] if len(group) == 1 else split(res, group, merged)
 
 
-def _settle(fut: asyncio.Future[IngestResult], res: IngestResult) -> None:
-    if not fut.done():
-        fut.set_result(res)
+def _settle_all(futs: list[asyncio.Future[IngestResult]], results: list[IngestResult]) -> None:
+    for fut, res in zip(futs, results, strict=True):
+        if not fut.done():
+            fut.set_result(res)
 
 
-def _fail(fut: asyncio.Future[IngestResult], e: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(e)
+def _fail_all(futs: list[asyncio.Future[IngestResult]], e: BaseException) -> None:
+    for fut in futs:
+        if not fut.done():
+            fut.set_exception(e)
 
 
 def groups(items: Sequence[Pending]) -> list[list[Pending]]:
@@ -248,10 +261,12 @@ def merge(batches: Sequence[Batch]) -> Merged:
         parts = [(i, b.frames[scope]) for i, b in enumerate(batches) if scope in b.frames]
         offset: dict[int, int] = {}
         tables: list[EntityTable] = []
+        joined = 0  # entities of the tables so far (a running sum: not one per part)
         for _, f in parts:
             if id(f.entities) not in offset:
-                offset[id(f.entities)] = sum(map(len, tables))
+                offset[id(f.entities)] = joined
                 tables.append(f.entities)
+                joined += len(f.entities)
         table = tables[0] if len(tables) == 1 else JoinedTable(scope, tables)
         rows = [f.rows + np.int32(offset[id(f.entities)]) for _, f in parts]
         merged_rows = np.concatenate(rows).astype(np.int32, copy=False)

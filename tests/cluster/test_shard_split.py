@@ -39,3 +39,41 @@ def test_lines_go_to_their_owner_as_sent_and_nameless_ones_stay() -> None:
     assert gzip.decompress(parts.foreign["b"]) == f"gpu,host={n2},gpu=0 f=2 5\n".encode()
     assert gzip.decompress(parts.foreign["c"]) == f"gpu,host={n3},gpu=1 f=4 5\n".encode()
     assert parts.nodes == {"a": {n1, "-x"}, "b": {n2}, "c": {n3}}
+
+
+@pytest.mark.parametrize("old", [False, True], ids=["format 3", "format 2"])
+def test_an_arrow_body_is_split_by_node_into_format_3_parts(old: bool) -> None:
+    """Our agent's Arrow body (format 3 now, format 2 from an agent not yet upgraded) split
+    by owner: each part one format-3 stream holding its nodes' rows, events and reports."""
+    import pyarrow.ipc as ipc
+
+    from collectors.arrow_batch import META_FORMAT, Decoder, encode, encode_streams
+    from collectors.collector_status import CollectorReport
+    from collectors.schema import SchemaMapper
+    from service.api.shard_split import ArrowSplitter
+
+    m = ShardMap([Shard("a", "http://a"), Shard("b", "http://b")], "a")
+    n1, n2 = (next(f"n{i}" for i in range(999) if m.owner(f"n{i}").id == s) for s in "ab")
+    ns = 1_750_000_000 * 10**9
+    text = "".join(f"gpu,host={n},gpu=0 gpu_temp={t} {ns}\n"
+                   f"nvlink,host={n},gpu=0,link=2 nvlink_crc_flit=3i {ns}\n"
+                   for n, t in ((n1, 40), (n2, 50))) + f"xid,host={n2},gpu=0 code=79i {ns}\n"
+    batch = SchemaMapper().parse(text)
+    reports = [CollectorReport(n2, "nvml", True, 0.1, 3, "", 1.75e9)]
+    body = (encode_streams if old else encode)(batch, reports)
+    parts = ArrowSplitter(10_000).split(body, Owners(lambda h: m.owner(h).id, "a"))
+    assert parts.nodes == {"a": {n1}, "b": {n2}}
+    assert parts.local is not None
+    mine, theirs = parts.local, gzip.decompress(parts.foreign["b"])
+    for part in (mine, theirs):
+        assert ipc.open_stream(part).schema.metadata[META_FORMAT] == b"3"
+    d = Decoder()
+    got_a, got_b = d.decode(mine), d.decode(theirs)
+    for got, node, temp in ((got_a, n1, 40.0), (got_b, n2, 50.0)):
+        f = got.batch.frames[next(s for s in got.batch.frames if s.value == "gpu")]
+        assert [f.entities[i].node for i in f.rows] == [node]
+        assert temp in f.values[0].tolist()
+        assert {f.entities[i].node for s, fr in got.batch.frames.items() for i in fr.rows} \
+            == {node}
+    assert len(got_a.batch.events) == 0 and got_b.batch.events.keys == [f"{n2}:gpu0"]
+    assert got_a.reports == [] and got_b.reports == reports

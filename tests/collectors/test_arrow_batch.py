@@ -109,7 +109,7 @@ GOOD = _stream(_gpu(["n1:gpu0"], gpu_temp=pa.array([40.0])))
 def _v2(keys: list[str], metrics: bytes, values: pa.Array | None, **cols: pa.Array) -> bytes:
     """A format-2 gpu stream: the metrics named in the metadata, one list per row."""
     extra = {"values": values} if values is not None else {}
-    return _stream(_gpu(keys, **extra, **cols), {META_FORMAT: FORMAT_VERSION.encode(),
+    return _stream(_gpu(keys, **extra, **cols), {META_FORMAT: b"2",
                                                  META_KIND: b"gpu", META_METRICS: metrics})
 
 
@@ -128,11 +128,12 @@ def test_format_2_lists_and_format_1_columns_decode_alike() -> None:
     f = v2.frames[Scope.GPU]
     assert np.isnan(f.values[1, CATALOG.column(Scope.GPU, "gpu_temp")])
     assert f.values[1, CATALOG.column(Scope.GPU, "power_draw")] == 310.0
-    # What the encoder writes is format 2, one stream per scope with one values column.
+    # What the encoder writes is format 3: one stream, a list<struct> column per kind.
     body = encode(_batch())
     reader = ipc.open_stream(body)
-    assert reader.schema.metadata[META_FORMAT] == FORMAT_VERSION.encode() == b"2"
-    assert reader.schema.names == ["entity", "ts", "values"]
+    assert reader.schema.metadata[META_FORMAT] == FORMAT_VERSION.encode() == b"3"
+    assert reader.schema.names == ["gpu", "nvlink", "ib_port", "events"]
+    assert reader.schema.field("gpu").type.value_type.names == ["entity", "ts", "values"]
 
 
 V2_HOSTILE: list[tuple[str, bytes, str]] = [
@@ -151,8 +152,9 @@ V2_HOSTILE: list[tuple[str, bytes, str]] = [
         [[1.0], None], pa.list_(pa.float64(), 1))), "null list"),
     ("formats mixed", GOOD + _v2(["n1:gpu0"], b"", None),
      "formats"),
-    ("unknown format", _stream(_gpu(["n1:gpu0"]), {META_FORMAT: b"3", META_KIND: b"gpu"}),
-     "or the older '1'"),
+    ("unknown format", _stream(_gpu(["n1:gpu0"]), {META_FORMAT: b"9", META_KIND: b"gpu"}),
+     "or the older '2', '1'"),
+    ("format 3 after a stream", GOOD + encode(_batch()), "or the older '2', '1'"),
 ]
 
 
@@ -224,7 +226,7 @@ def test_values_land_in_their_catalog_columns_in_any_order() -> None:
     slice); any other order or subset still puts each value in its own column."""
     names = [m.name for m in CATALOG.columns(Scope.GPU)]
     for order in (names[:4], names[2:5], [names[3], names[0]], [names[1], names[4], names[2]]):
-        meta = {META_FORMAT: FORMAT_VERSION.encode(), META_KIND: b"gpu",
+        meta = {META_FORMAT: b"2", META_KIND: b"gpu",
                 META_METRICS: ",".join(order).encode()}
         entity = pa.DictionaryArray.from_arrays(pa.array([0], pa.int32()),
                                                 pa.array(["n1:gpu0"]))
@@ -257,10 +259,9 @@ def test_entity_tables_are_found_by_their_keys_not_their_text() -> None:
 def test_values_of_a_sliced_batch_are_its_own_rows() -> None:
     from collectors.arrow_batch import _values
 
-    meta = {META_FORMAT: FORMAT_VERSION.encode(), META_KIND: b"gpu", META_METRICS: b"gpu_temp"}
     table = _gpu(["n1:gpu0", "n1:gpu1", "n1:gpu2"], values=_lists([[1.0], [None], [3.0]], 1))
-    batch = table.replace_schema_metadata(meta).to_batches()[0].slice(1)
-    got = _values(Scope.GPU, batch.schema, batch)
+    batch = table.to_batches()[0].slice(1)
+    got = _values(Scope.GPU, batch.schema.names, b"gpu_temp", batch)
     temp = [m.name for m in CATALOG.columns(Scope.GPU)].index("gpu_temp")
     assert np.isnan(got[0, temp]) and got[1, temp] == 3.0 and got.shape[0] == 2
 

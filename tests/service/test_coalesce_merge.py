@@ -160,3 +160,28 @@ def test_a_shared_table_is_resolved_row_by_row_and_planned_without_its_entities(
     monkeypatch.undo()
     # A row not met yet: its entity is looked at (and is new: the request goes alone).
     assert co.plan(frame([1, 2], 3))[2]
+
+
+def test_a_new_nodes_table_is_kept_by_the_plan_from_its_first_round(monkeypatch: Any) -> None:
+    """A node's first round names new entities (it goes alone); its table's keys are kept
+    then, so the next round's plan (the entities held now) builds no key set."""
+    p = _Pipeline()
+    table = EntityTable(Scope.GPU, [Entity.gpu("n", g) for g in range(3)])
+
+    def frame(k: int) -> Batch:
+        v = np.full((3, len(CATALOG.columns(Scope.GPU))), np.nan)
+        v[:, CATALOG.column(Scope.GPU, "gpu_temp")] = 40.0 + k
+        b = Batch()
+        b.add(Frame(table, np.arange(3, dtype=np.int32), np.full(3, T0 + STEP * k), v))
+        return b
+
+    co = Coalescer(p, 0.05, lambda: T0)  # type: ignore[arg-type]
+    keys, _, alone = co.plan(frame(0))
+    assert alone and keys == {"n:gpu0", "n:gpu1", "n:gpu2"}
+    assert co.plans._keys[id(table)][0] is table  # kept while the request goes alone
+    p.ingest(frame(0), T0, from_wire=True)
+    monkeypatch.setattr(Entity, "key", property(lambda e: pytest.fail("a key spelled")))
+    monkeypatch.setattr(type(p.store[Scope.GPU]), "slot",
+                        lambda *a: pytest.fail("an entity looked up"))
+    again, _, alone = co.plan(frame(1))
+    assert not alone and again is keys

@@ -5,6 +5,7 @@ agent's Pusher falls back to line protocol for a target that does not read Arrow
 from __future__ import annotations
 
 import gzip
+import json
 import socket
 import threading
 import time
@@ -16,7 +17,7 @@ import pytest
 import uvicorn
 
 from collectors.agent.push import Outcome, Pusher
-from collectors.arrow_batch import MEDIA_TYPE, encode
+from collectors.arrow_batch import MEDIA_TYPE, encode, encode_streams
 from collectors.frames import Entity
 from collectors.schema import SchemaMapper
 from service.api.app import create_app
@@ -86,10 +87,16 @@ def test_arrow_is_ingested_like_line_protocol(services: dict[str, tuple[str, obj
 
 def test_a_malformed_payload_is_refused_whole(services: dict[str, tuple[str, object]]) -> None:
     url, app = services["lean"]
-    good = _arrow("gpu,host=n009,gpu=0 gpu_temp=40 " + str(NS) + "\n")
-    other = _arrow(f"gpu,host=n009,gpu=1 gpu_temp=40 {NS}\n").replace(
-        b"\x03\x00\x00\x00gpu\x00", b"\x03\x00\x00\x00fan\x00")  # its kind: a flatbuffer string
-    for body, says in ((good + good[:-30], "truncated"), (good + other, "gpuhealth")):
+    # Format 2 (a stream per kind, what agents sent before format 3): a valid first stream
+    # and a malformed second one.
+    good = encode_streams(SchemaMapper().parse("gpu,host=n009,gpu=0 gpu_temp=40 " + str(NS)
+                                               + "\n"))
+    other = encode_streams(SchemaMapper().parse(f"gpu,host=n009,gpu=1 gpu_temp=40 {NS}\n")
+                           ).replace(b"\x03\x00\x00\x00gpu\x00",
+                                     b"\x03\x00\x00\x00fan\x00")  # its kind: a flatbuffer string
+    now = _arrow("gpu,host=n009,gpu=0 gpu_temp=40 " + str(NS) + "\n")  # format 3: one stream
+    for body, says in ((good + good[:-30], "truncated"), (good + other, "gpuhealth"),
+                       (now + now, "one stream; more follows"), (now[:-30], "truncated")):
         r = httpx.post(url, content=body, headers={"Content-Type": MEDIA_TYPE})
         assert r.status_code == 400, r.text
         assert "Arrow payload refused, nothing written" in r.json()["error"]
@@ -158,3 +165,61 @@ def test_the_agent_falls_back_for_influxdb() -> None:
     finally:
         stub.server.shutdown()
     assert stub.seen == [MEDIA_TYPE, "text/plain; charset=utf-8", "text/plain; charset=utf-8"]
+
+
+class _OlderService(threading.Thread):
+    """A service one Arrow format behind the agent: it reads formats 2 and 1, and refuses
+    format 3 as such a service does (400 `arrow-payload-refused` naming gpuhealth.format,
+    with `X-Gpuhealth-Payload: arrow`)."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        import pyarrow.ipc as ipc
+
+        seen: list[str] = []
+        self.seen = seen
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = gzip.decompress(self.rfile.read(int(self.headers["Content-Length"])))
+                if not self.headers["Content-Type"].startswith(MEDIA_TYPE):
+                    seen.append("lines")
+                    status, msg = 204, b""
+                else:
+                    fmt = ipc.open_stream(body).schema.metadata[b"gpuhealth.format"].decode()
+                    seen.append(fmt)
+                    status, msg = 204, b""
+                    if fmt == "3":
+                        status = 400
+                        msg = json.dumps({
+                            "type": "https://gpuhealth.dev/problems/arrow-payload-refused",
+                            "error": "Arrow payload refused, nothing written: schema metadata "
+                                     "'gpuhealth.format' must be '2' (or the older '1'), got "
+                                     "b'3'"}).encode()
+                self.send_response(status)
+                self.send_header("X-Gpuhealth-Payload", "arrow")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(msg)))
+                self.end_headers()
+                self.wfile.write(msg)
+
+            def log_message(self, *a: object) -> None:
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), H)
+        super().__init__(target=self.server.serve_forever, daemon=True)
+
+
+def test_the_agent_sends_format_2_to_a_service_older_than_itself() -> None:
+    old = _OlderService()
+    old.start()
+    try:
+        p = Pusher(f"http://127.0.0.1:{old.server.server_address[1]}/write")
+        segment = gzip.compress(LINES.encode())
+        assert p.push(segment).status == 204  # refused as format 3, then sent as format 2
+        assert p.push(segment).status == 204  # remembered
+        assert old.seen == ["3", "2", "2"]
+        assert (p.sent_arrow, p.sent_lines) == (2, 0)
+    finally:
+        old.server.shutdown()

@@ -304,3 +304,61 @@ def test_a_body_meeting_a_busy_parser_waits_in_a_worker_thread(
     assert answers == [204]
     assert len(seen) == 1 and seen[0] != svc.thread.name
     assert _gpu_view(svc.url, "n1:gpu1") != 404
+
+
+class _CountingPipeline:
+    """What Coalescer reads of a pipeline: ingest, here keeping every batch it is given as
+    clean (or failing), and counting its calls."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail, self.calls = fail, 0
+
+    def ingest(self, batch: Batch, now: float, *, from_wire: bool = False,
+               detail_limit: int | None = None) -> Any:
+        from service.stages.ingest import IngestResult
+
+        self.calls += 1
+        if self.fail:
+            raise RuntimeError("the store is gone")
+        return IngestResult(accepted=0, clean=batch)
+
+
+def _coalesce_three(pipeline: _CountingPipeline) -> tuple[list[Any], int]:
+    """Three senders' batches through one window; their answers and how many times the worker
+    thread handed something to the event loop."""
+    import asyncio
+
+    from service.api.coalesce import Coalescer
+
+    async def main() -> tuple[list[Any], int]:
+        loop = asyncio.get_running_loop()
+        handed = [0]
+        real = loop.call_soon_threadsafe
+
+        def counted(*args: Any, **kw: Any) -> Any:
+            # the coalescer's hand-overs (anyio's own return from the thread is not counted)
+            handed[0] += getattr(args[0], "__module__", "") == "service.api.coalesce"
+            return real(*args, **kw)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        c = Coalescer(pipeline, 0.05, lambda: T0)  # type: ignore[arg-type]
+        batches = [_batch(n, 2, T0) for n in ("p", "q", "r")]
+        answers = await asyncio.gather(
+            *(c.ingest(b, (frozenset(f"{n}:gpu{g}" for g in range(2)), 100, False))
+              for n, b in zip("pqr", batches, strict=True)), return_exceptions=True)
+        return list(answers), handed[0]
+
+    return asyncio.run(main())
+
+
+def test_a_merged_ingest_answers_its_senders_in_one_hand_over() -> None:
+    p = _CountingPipeline()
+    answers, handed = _coalesce_three(p)
+    assert p.calls == 1 and handed == 1  # one for the three answers (one each before)
+    width = Frame.empty(EntityTable(Scope.GPU, [])).values.shape[1]
+    # each sender's own kept values, counted from its rows of the merged result
+    assert [a.accepted for a in answers] == [2 * width] * 3
+    failed = _CountingPipeline(fail=True)
+    answers, handed = _coalesce_three(failed)
+    assert failed.calls == 1 and handed == 1
+    assert all(isinstance(a, RuntimeError) for a in answers)
