@@ -50,7 +50,7 @@ def run(args: argparse.Namespace, root: Path) -> Outcome:
                     resolve_s=args.resolve_s)
     stack = ClusterStack(root, timers)
     out = Outcome()
-    info: dict[str, Any] = {"timers": asdict(timers)}
+    info: dict[str, Any] = {"timers": {**asdict(timers), "xid_hold_s": timers.xid_hold_s}}
     failures: list[Failure] = []
     ledgers: list[Path] = []
     since = time.time() - 60

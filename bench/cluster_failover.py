@@ -142,7 +142,8 @@ class FailoverRun:
         for f in rnd.failures:
             wait_for(f"the resolve of {f.entity}",
                      lambda f=f: pages_of(self.stack, f.entity, "resolved", t0) > 0,
-                     timeout_s=PAGE_TIMEOUT_S + 3 * self.stack.timers.resolve_s)
+                     timeout_s=PAGE_TIMEOUT_S + 3 * self.stack.timers.resolve_s
+                     + self.stack.timers.xid_hold_s)
         restart.join(timeout=240)
         log.info("round %d: lease moved in %s s, first notification %s s after the kill",
                  len(self.result.rounds) + 1, _s(rnd.lease_s), _s(rnd.notify_s))

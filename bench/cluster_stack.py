@@ -32,12 +32,20 @@ CLK_TCK = 100  # /proc/<pid>/stat ticks per second (sysconf CLK_TCK on Linux)
 @dataclass(frozen=True, slots=True)
 class Timers:
     """What bench.cluster shortens: the lease (shipped: 15 s / 5 s) and how long a failure
-    must stay gone before its alert resolves (shipped: 300 s)."""
+    must stay gone before its alert resolves (shipped: 300 s), and with it how long an Xid
+    keeps its risk."""
 
     step_s: float = 5.0
     lease_ttl_s: float = 15.0
     lease_renew_s: float = 5.0
     resolve_s: float = 15.0
+
+    @property
+    def xid_hold_s(self) -> float:
+        """How long an Xid keeps its risk (shipped: an hour): past the longest gap without a
+        writer (an Xid logged just after the kill is scored once the standby writes), short
+        enough that its alert resolves within the round."""
+        return 2 * self.lease_ttl_s + 3 * self.step_s
 
 
 class Replica:
@@ -117,7 +125,7 @@ def replica_config(r: Replica, dsn: str, influx_url: str, receiver_url: str, t: 
                     "influxdb": {"url": influx_url, "database": "gpuhealth",
                                  "cluster": fleet}},
         "alerts": {"resolve_for_s": t.resolve_s, "dwell_s": [0, t.resolve_s, t.resolve_s]},
-        "detectors": {"hard": {"xid_hold_s": t.resolve_s}, "model": {"path": ""}},
+        "detectors": {"hard": {"xid_hold_s": t.xid_hold_s}, "model": {"path": ""}},
         "cluster": cluster,
         "notify": {
             "external_url": r.url,
