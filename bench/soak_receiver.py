@@ -12,9 +12,20 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from bench.soak_fleet import Fleet
+
+class Pages(Protocol):
+    """Where the dcgm-exporter pages come from (the soak's Fleet; bench.cluster serves none)."""
+
+    def dcgm(self, name: str) -> str | None: ...
+
+
+class NoPages:
+    """No dcgm-exporter nodes: every page is a 404."""
+
+    def dcgm(self, name: str) -> str | None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +37,7 @@ class Received:
 
 
 class Receiver:
-    def __init__(self, fleet: Fleet, log_file: Path) -> None:
+    def __init__(self, fleet: Pages, log_file: Path) -> None:
         self.fleet = fleet
         self.log_file = log_file
         self.lock = threading.Lock()

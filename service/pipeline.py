@@ -277,7 +277,9 @@ class Pipeline:
         sent = 0
         deliveries: list[Sent] = []
         if self.notification is not None and leading:
-            if changed or flags:
+            # Sharing the state, other shards' writers open and resolve alerts too, which no
+            # tick of ours sees change: the leader regroups from the shared state every tick.
+            if changed or flags or self.cluster is not SOLE:
                 self.notification.dispatcher.mark()
             sent = self.notification.flush(now)
             deliveries = self.notification.sender.drain()

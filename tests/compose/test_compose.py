@@ -81,12 +81,14 @@ def _arg(args: list[str], flag: str) -> str:
 @pytest.mark.skipif(_compose_cmd() is None,
                     reason="needs docker-compose (Debian package docker-compose) or the docker "
                            "compose plugin; no Docker engine is needed")
-def test_compose_accepts_the_file() -> None:
+@pytest.mark.parametrize("profiles", [[], ["ha"]], ids=["default", "ha"])
+def test_compose_accepts_the_file(profiles: list[str]) -> None:
     cmd = _compose_cmd()
     assert cmd is not None
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUHEALTH_", "GRAFANA_",
                                                                      "INFLUXDB_", "COMPOSE_"))}
-    res = subprocess.run([*cmd, "-f", str(COMPOSE), "config", "-q"], cwd=REPO, env=env,
+    chosen = [a for p in profiles for a in ("--profile", p)]
+    res = subprocess.run([*cmd, "-f", str(COMPOSE), *chosen, "config", "-q"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=60, check=False)
     assert res.returncode == 0, res.stderr
     assert "WARN" not in res.stderr.upper(), res.stderr
@@ -284,3 +286,69 @@ def test_the_agent_image_installs_the_agent_set_pinned(tmp_path: Path) -> None:
         project = tomllib.load(f)["project"]
     assert deps == project["dependencies"] + project["optional-dependencies"]["agent"]
     assert not any(d.startswith(("torch", "scipy", "fastapi", "scikit")) for d in deps)
+
+
+# ---- high availability: profile `ha` (issue 20) -------------------------------------------------
+
+HA = ("postgres", "gpuhealth-a", "gpuhealth-b")
+REPLICAS = tuple(SERVICES[n] for n in HA[1:])
+
+
+def test_the_ha_profile_leaves_the_default_stack_unchanged() -> None:
+    default = {n for n, svc in SERVICES.items() if "profiles" not in svc}
+    assert default == {"influxdb", "gpuhealth", "demo-agent", "grafana"}
+    for name in HA:
+        assert SERVICES[name]["profiles"] == ["ha"], name
+    assert "postgres" not in str(SVC["environment"])  # the plain service stays on SQLite
+
+
+def test_postgres_is_checked_with_pg_isready_on_a_named_volume() -> None:
+    pg = SERVICES["postgres"]
+    assert re.fullmatch(r"postgres:\d+", pg["image"])
+    test = pg["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "pg_isready"]
+    assert _arg(test, "-U") == pg["environment"]["POSTGRES_USER"]
+    assert _arg(test, "-d") == pg["environment"]["POSTGRES_DB"]
+    (volume,) = pg["volumes"]
+    name, mount = volume.split(":")
+    assert name in SPEC["volumes"] and mount == "/var/lib/postgresql/data"
+
+
+def test_the_replicas_share_postgres_and_influxdb_as_one_shard() -> None:
+    pg = SERVICES["postgres"]["environment"]
+    envs = [r["environment"] for r in REPLICAS]
+    for env in envs:
+        dsn = urlsplit(env["GPUHEALTH_STORAGE__POSTGRES__DSN"])
+        assert dsn.scheme == "postgresql" and dsn.hostname == "postgres" and dsn.port == 5432
+        assert (dsn.username, dsn.password) == (pg["POSTGRES_USER"], pg["POSTGRES_PASSWORD"])
+        assert dsn.path == "/" + pg["POSTGRES_DB"]
+        assert env["GPUHEALTH_STORAGE__INFLUXDB__URL"] == \
+            SVC["environment"]["GPUHEALTH_STORAGE__INFLUXDB__URL"]
+        assert "GPUHEALTH_CLUSTER__REPLICA_ID" not in env  # the host name: never shared
+    assert envs[0] == envs[1]  # one shard: the same settings, the same shard id
+    for r in REPLICAS:
+        assert r["depends_on"]["postgres"] == {"condition": "service_healthy"}
+    volumes = [r["volumes"][0].split(":")[0] for r in REPLICAS]
+    assert len(set(volumes)) == 2 and set(volumes) <= set(SPEC["volumes"])
+    ports = [r["ports"][0].split(":")[-2] for r in REPLICAS]
+    assert len(set(ports)) == 2 and _container_port(SVC) not in map(int, ports)
+
+
+def test_the_replicas_environment_is_valid_settings(tmp_path: Path) -> None:
+    from service.settings import Settings
+
+    if "cluster" not in Settings.model_fields:
+        pytest.skip("cluster settings are not in service/settings.py yet")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUHEALTH_")}
+    env.update({k: str(v) for k, v in REPLICAS[0]["environment"].items()})
+    env["GPUHEALTH_STORAGE__DATA_DIR"] = str(tmp_path)
+    code = ("import json; from service.settings import load; s = load(); "
+            "print(json.dumps({'dsn': s.storage.postgres.dsn.get_secret_value(), "
+            "'shard': s.cluster.shard_id, 'ttl': s.cluster.lease_ttl_s, "
+            "'renew': s.cluster.lease_renew_s}))")
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got["dsn"] == REPLICAS[0]["environment"]["GPUHEALTH_STORAGE__POSTGRES__DSN"]
+    assert got["shard"] == "ha" and got["renew"] < got["ttl"] <= 30

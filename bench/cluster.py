@@ -1,0 +1,192 @@
+"""HA and sharding on loopback, with real processes: PostgreSQL, influxd, a webhook receiver that
+records every message, `gpuhealth serve` replicas and simulated node agents.
+
+    python -m bench.cluster [--quick] [--failovers N] [--shards N] [--json] [--keep]
+
+Two scenarios (bench/cluster_failover.py, bench/cluster_sharded.py): an HA pair whose leader
+is `kill -9`ed mid-incident `--failovers` times (the failover time: median and max), then
+`--shards` shards with a static shard map, measured per shard. Prints the invariants as the
+soak does (bench.soak) and exits 1 if one fails, 2 if the stack could not be run. `--quick`
+(two failovers, short leases, a short window: about 3 minutes) is what the test suite runs
+smaller still (tests/bench_smoke/test_cluster.py); the default is the benchmark
+(docs/design.md, "HA and sharding: measured"). The work directory (every process's log, the
+ledgers, what the receiver got) is removed after a run whose invariants all hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import httpx
+
+from bench import cluster_verdict as verdict
+from bench.cluster_agents import Failure
+from bench.cluster_failover import FailoverRun
+from bench.cluster_sharded import ShardedRun
+from bench.cluster_stack import ClusterStack, Timers
+from bench.soak import table
+from bench.soak_run import Outcome
+
+log = logging.getLogger("bench.cluster")
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # SIGTERM ends the run like Ctrl-C: through the clean-up path
+
+
+def run(args: argparse.Namespace, root: Path) -> Outcome:
+    timers = Timers(lease_ttl_s=args.lease_ttl, lease_renew_s=args.lease_renew,
+                    resolve_s=args.resolve_s)
+    stack = ClusterStack(root, timers)
+    out = Outcome()
+    info: dict[str, Any] = {"timers": {**asdict(timers), "xid_hold_s": timers.xid_hold_s}}
+    failures: list[Failure] = []
+    ledgers: list[Path] = []
+    since = time.time() - 60
+    try:
+        stack.start()
+        if args.failovers > 0:
+            fo = FailoverRun(stack, args.ha_nodes, args.gpus)
+            try:
+                fo.start()
+                for i in range(args.failovers):
+                    log.info("failover %d of %d", i + 1, args.failovers)
+                    fo.round()
+            finally:
+                fo.stop()
+                stack.stop_replicas()
+            failures += fo.result.failures
+            ledgers.append(root / "ledger-failover.lp")
+            out.checks += verdict.failover(fo.result, args.failovers)
+            info["failover"] = fo.result.summary()
+        if args.shards > 0:
+            sh = ShardedRun(stack, args.shards, args.nodes, args.gpus)
+            try:
+                sh.start()
+                if args.add_shard:
+                    sh.add_shard_midrun()
+                failed = sh.fail()  # paged and resolved while the window is measured
+                sh.measure(args.rounds)
+                sh.recover(failed)
+            finally:
+                sh.stop()
+            failures += sh.result.failures
+            ledgers.append(root / "ledger-sharded.lp")
+            out.checks += verdict.sharding(sh.result, args.gpus)
+            info["sharded"] = {**sh.result.summary(), "gpus": args.nodes * args.gpus}
+        time.sleep(timers.step_s + 5)  # the last rounds reach InfluxDB
+        out.checks += verdict.pages(stack.receiver.of("/notify"), failures)
+        out.checks.append(verdict.actions(stack.receiver.of("/remediate")))
+        out.checks += verdict.samples(ledgers, stack.influx.url, since)
+        info["notifications"] = len(stack.receiver.of("/notify"))
+        info["remediation_calls"] = len(stack.receiver.of("/remediate"))
+        info["work_dir"] = str(root)
+        out.info = info
+        return out
+    finally:
+        stack.close()
+
+
+def report(out: Outcome) -> str:
+    lines = [table(out).split("\n\n")[0], ""]
+    fo = out.info.get("failover")
+    if fo:
+        lines.append(f"failover ({fo['rounds']} kills of the leader): lease taken over in "
+                     f"median {fo['lease_s']['median']} s, max {fo['lease_s']['max']} s; first "
+                     f"notification median {fo['notify_s']['median']} s, max "
+                     f"{fo['notify_s']['max']} s after the kill")
+    sh = out.info.get("sharded")
+    if sh:
+        lines.append(f"sharded: {sh['gpus']} GPUs over {len(sh['shards'])} shards, "
+                     f"{sh['rounds']} rounds in {sh['window_s']} s; PostgreSQL "
+                     f"{sh['pg_xact_per_s']} commits/s, {sh['pg_rows_per_s']} rows/s; InfluxDB "
+                     f"{sh['influx_points_per_s']} points/s")
+        lines.append(f"{'shard':<6} {'nodes':>5} {'CPU s/round':>11} {'RSS MiB':>8} "
+                     f"{'samples/round':>13} {'307s':>5} {'forwarded':>9}")
+        for s, d in sh["shards"].items():
+            lines.append(f"{s:<6} {d['nodes_owned']:>5g} {d['cpu_s_per_round']:>11.3f} "
+                         f"{d['rss_mib']:>8.1f} {d['samples_ingested_per_round']:>13.0f} "
+                         f"{d['redirects_307']:>5g} {d['parts_forwarded']:>9g}")
+    return "\n".join(lines)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.cluster",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true",
+                   help="2 failovers, 6/2 s leases, a 4-round window (about 3 minutes)")
+    p.add_argument("--failovers", type=int, help="kills of the leader (default 10; 0: none)")
+    p.add_argument("--shards", type=int, default=3, help="shards of the sharded run (0: none)")
+    p.add_argument("--nodes", type=int, help="nodes of the sharded run (default 48)")
+    p.add_argument("--ha-nodes", type=int, default=6, help="nodes of the HA pair's fleet")
+    p.add_argument("--gpus", type=int, default=8, help="GPUs per node")
+    p.add_argument("--rounds", type=int, help="5-s rounds measured (default 12)")
+    p.add_argument("--lease-ttl", type=float, help="cluster.lease_ttl_s (default 15, shipped)")
+    p.add_argument("--lease-renew", type=float, help="cluster.lease_renew_s (default 5)")
+    p.add_argument("--resolve-s", type=float, default=15.0,
+                   help="alerts.resolve_for_s (and the Xid hold)")
+    p.add_argument("--add-shard", action="store_true",
+                   help="add a shard mid-run (needs membership in PostgreSQL: not yet)")
+    p.add_argument("--json", action="store_true", help="print the invariants as JSON")
+    p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--dir", type=Path, help="work directory (default: a new temporary one)")
+    return p
+
+
+def settle(args: argparse.Namespace) -> argparse.Namespace:
+    """The defaults of the form asked for (--quick or the full one)."""
+    quick = {"failovers": 2, "nodes": 12, "rounds": 4, "lease_ttl": 6.0, "lease_renew": 2.0}
+    full = {"failovers": 10, "nodes": 48, "rounds": 12, "lease_ttl": 15.0, "lease_renew": 5.0}
+    for k, v in (quick if args.quick else full).items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    if args.quick and args.gpus == 8:
+        args.gpus = 4
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = settle(parser().parse_args(argv))
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    root = args.dir or Path(tempfile.mkdtemp(prefix="gpuhealth-cluster-"))
+    root.mkdir(parents=True, exist_ok=True)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    t0 = time.time()
+    try:
+        out = run(args, root)
+    except NotImplementedError as exc:
+        print(f"bench.cluster: {exc}", file=sys.stderr)
+        return 2
+    except (RuntimeError, OSError, httpx.HTTPError) as exc:
+        print(f"bench.cluster: the stack could not run: {exc}; logs in {root}", file=sys.stderr)
+        return 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    out.info["wall_s"] = round(time.time() - t0, 1)
+    if args.json:
+        print(json.dumps({"ok": out.ok, "invariants": [c.as_dict() for c in out.checks],
+                          "info": out.info}, indent=2))
+    else:
+        print(report(out))
+    if out.ok and not args.keep and args.dir is None:
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        print(f"bench.cluster: work directory kept: {root}", file=sys.stderr)
+    return 0 if out.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

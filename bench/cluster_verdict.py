@@ -1,0 +1,102 @@
+"""bench.cluster's invariants, judged from what the receiver got (every notification and every
+remediation call), what the senders' ledgers say was pushed, what InfluxDB holds and what the
+runs measured. The soak's checks are reused where they say the same thing
+(bench.soak_verdict)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench import soak_verdict
+from bench.cluster_agents import Failure
+from bench.cluster_failover import FailoverResult
+from bench.cluster_sharded import ShardedResult
+from bench.soak_ledger import Push, read, sent_samples
+from bench.soak_receiver import Received
+from bench.soak_verdict import Check
+
+FAILOVER_LIMIT_S = 30.0  # the issue's bound: a standby takes over within 30 s
+SAMPLE_CHECKS = ("samples lost in InfluxDB", "samples doubled in InfluxDB",
+                 "refused beyond the bad lines")
+
+
+def pages(notes: list[Received], failures: Sequence[Failure]) -> list[Check]:
+    """Duplicates: a message delivered twice (same webhook-id) or an alert's firing carried by
+    more than one message. Lost resolves: a firing alert whose resolve never came."""
+    ids = Counter(n.webhook_id for n in notes if n.webhook_id)
+    firing: Counter[tuple[str, str]] = Counter()
+    resolved: set[tuple[str, str]] = set()
+    for n in notes:
+        for a in n.body.get("alerts", []):
+            key = (str(a.get("fingerprint")), str(a.get("startsAt")))
+            if a.get("status") == "firing":
+                firing[key] += 1
+            else:
+                resolved.add(key)
+    dup = sum(c - 1 for c in ids.values() if c > 1) + sum(c - 1 for c in firing.values()
+                                                           if c > 1)
+    lost = [k for k in firing if k not in resolved]
+    paged = {str(a.get("labels", {}).get("entity")) for n in notes
+             for a in n.body.get("alerts", []) if a.get("status") == "firing"}
+    missed = sorted({f.entity for f in failures} - paged)
+    return [
+        Check("pages: duplicates", dup == 0, str(dup),
+              f"{len(notes)} messages, {len(firing)} alerts paged"),
+        Check("pages: lost resolves", not lost, f"{len(lost)} of {len(firing)}"),
+        Check("every injected hard failure paged", not missed,
+              f"{len(failures) - len(missed)} of {len(failures)}", ", ".join(missed[:5])),
+    ]
+
+
+def actions(calls: list[Received]) -> Check:
+    """The hook's log: each remediation action must have been run once."""
+    runs = Counter(str(c.body.get("action_id")) for c in calls
+                   if c.body.get("op", "drain") != "release")
+    twice = sorted(a for a, c in runs.items() if c > 1)
+    return Check("remediation actions run twice", not twice, str(len(twice)),
+                 f"{len(runs)} actions run" + (f"; twice: {', '.join(twice[:3])}"
+                                               if twice else ""))
+
+
+def failover(res: FailoverResult, rounds: int) -> list[Check]:
+    lease, notify = res.times("lease_s"), res.times("notify_s")
+    kept = sum(r.breaker_kept for r in res.rounds)
+    epochs_up = all(b > a for a, b in zip(res.epochs, res.epochs[1:], strict=False))
+    s = res.summary()
+    return [
+        Check("failovers completed", len(lease) == rounds == len(res.rounds),
+              f"{len(lease)} of {rounds}"),
+        Check(f"lease taken over within {FAILOVER_LIMIT_S:g} s",
+              bool(lease) and max(lease) <= FAILOVER_LIMIT_S,
+              f"max {s['lease_s']['max']} s", f"median {s['lease_s']['median']} s"),
+        Check("first notification after the kill", len(notify) == len(res.rounds),
+              f"max {s['notify_s']['max']} s", f"median {s['notify_s']['median']} s"),
+        Check("breaker state intact across the kill", kept == len(res.rounds),
+              f"{kept} of {len(res.rounds)}"),
+        Check("leader epoch rose each round", epochs_up, " ".join(map(str, res.epochs))),
+    ]
+
+
+def sharding(res: ShardedResult, gpus: int) -> list[Check]:
+    owned = Counter(res.owners.values())
+    wrong = {s: (held, owned[s] * gpus) for s, held in res.gpus_held.items()
+             if held != owned[s] * gpus}
+    redirects = sum(d.get("redirects_307", 0) for d in res.per_shard.values())
+    return [
+        Check("each node on its owner shard only", not wrong and bool(res.gpus_held),
+              f"{len(wrong)} shards wrong",
+              "; ".join(f"{s}: holds {h} GPUs, owns {o}" for s, (h, o) in wrong.items())),
+        Check("wrong-shard pushes redirected", redirects > 0, f"{redirects:g} 307s"),
+    ]
+
+
+def samples(ledgers: list[Path], influx_url: str, since: float) -> list[Check]:
+    """Every pushed sample in InfluxDB exactly once (the soak's reading of both sides)."""
+    pushes: list[Push] = []
+    for p in ledgers:
+        pushes += read(p, p.stem)
+    stored = soak_verdict.influx_counts(influx_url, since)
+    got = soak_verdict.samples(sent_samples(pushes), stored, pushes)
+    return [c for c in got if c.name in SAMPLE_CHECKS]
