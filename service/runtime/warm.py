@@ -9,10 +9,13 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from collectors.frames import Batch
 from service.pipeline import Pipeline
+
+if TYPE_CHECKING:
+    from service.storage.influx.client import InfluxClient
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +79,11 @@ def warm_start_from_settings(pipeline: Pipeline, now: float) -> WarmStats | None
 
     client = InfluxClient(s.influxdb)
     try:
-        return warm_start(pipeline, InfluxRounds(client, s.influxdb.cluster), now,
+        hosts = _owned_hosts(pipeline, client)
+        if hosts is not None and not hosts:
+            log.info("warm start: InfluxDB holds no node this shard owns")
+            return None
+        return warm_start(pipeline, InfluxRounds(client, s.influxdb.cluster, hosts=hosts), now,
                           s.warm_start_s, s.warm_start_tick_s)
     except InfluxError as exc:
         # A store that is down must not keep the service from starting: it starts cold.
@@ -84,3 +91,17 @@ def warm_start_from_settings(pipeline: Pipeline, now: float) -> WarmStats | None
         return None
     finally:
         client.close()
+
+
+def _owned_hosts(pipeline: Pipeline, client: InfluxClient) -> list[str] | None:
+    """On a shard of a static map (`cluster.shards`), the stored nodes it owns: the others'
+    history is theirs to replay (a shard scoring another's nodes would alert on them twice).
+    None: one process owns every node."""
+    from service.cluster.shard_map import ShardMap
+    from service.storage.influx.rounds import stored_hosts
+
+    smap = ShardMap.from_settings(pipeline.settings.cluster)
+    if smap is None:
+        return None
+    return sorted(h for h in stored_hosts(client, pipeline.settings.storage.influxdb.cluster)
+                  if smap.is_local(h))

@@ -105,3 +105,37 @@ def test_warm_start_through_the_app_lifespan(influx_server: InfluxServer, tmp_pa
         p = app.state.gpuhealth.pipeline
         assert p.stats.samples_ingested == 0  # warm start is history, not new ingest
         assert fires_at(p, r, T0 + 600, END) == HOT_FROM + HOLD_S
+
+
+def test_a_static_shard_warm_starts_only_its_own_nodes(influx_server: InfluxServer,
+                                                        tmp_path: Path) -> None:
+    """Shards of `cluster.shards` share one InfluxDB: each replays the nodes it owns only, so
+    none scores (and alerts on) another's nodes after a restart."""
+    from service.cluster.shard_map import ShardMap
+    from service.runtime.warm import warm_start_from_settings
+    from service.settings import ShardSettings
+
+    s = settings(influx_server, tmp_path)
+    p1 = build_pipeline(s, Wiring.offline(alert_db=str(tmp_path / "alerts.db"), notifiers=None))
+    r = Rounds(nodes=6, gpus=1, links=1, ports=1)
+    for k in range(5):
+        p1.process(r.batch(T0 + 5 * k), T0 + 5 * k)
+    (sink,) = [x for x in p1.sinks if isinstance(x, InfluxSink)]
+    assert sink.flush(30)
+    p1.close()
+    shards = [ShardSettings(id="a", url="http://127.0.0.1:1"),
+              ShardSettings(id="b", url="http://127.0.0.1:2")]
+    sharded = s.model_copy(update={"cluster": s.cluster.model_copy(update={
+        "shard_id": "a", "shards": shards})})
+    smap = ShardMap.from_settings(sharded.cluster)
+    assert smap is not None
+    mine = sorted(f"n{i}" for i in range(6) if smap.is_local(f"n{i}"))
+    assert 0 < len(mine) < 6  # both shards own some of the six
+    p2 = build_pipeline(sharded, Wiring.offline(alert_db=str(tmp_path / "a2.db"),
+                                                notifiers=None))
+    try:
+        stats = warm_start_from_settings(p2, T0 + 25)
+        assert stats is not None and stats.samples > 0
+        assert sorted(p2.store.registry.nodes) == mine
+    finally:
+        p2.close()
