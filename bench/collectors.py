@@ -99,6 +99,8 @@ class IngestRun:
     projected_wall_s: float
     errors: int
     fastapi_cpu_s: float = 0.0  # the FastAPI route's projected CPU in the same configuration
+    relays: int = 0  # agents post to relays (at the 10,000-GPU scale), which post to the service
+    relay_cpu_s: float = 0.0  # the relays' CPU (rack hosts, not the service's), projected
 
 
 @dataclass
@@ -374,12 +376,15 @@ def _node_of(line: str) -> str:
     return line[i:j]
 
 
-def _client(conn: Connection, url: str, gpus: int, per_request: int, rounds: int,
+def _client(conn: Connection, url: str | list[str], gpus: int, per_request: int, rounds: int,
             nvlink: bool, t0: float, arrow: bool = False, gz: bool = True) -> None:
     """The pushing side, in its own process: builds gzip bodies (one per `per_request` GPUs per
     round, as node agents or a Telegraf relay would), posts one warm-up round (the service
-    meets every entity for the first time there), says ready, posts the rest on a go."""
+    meets every entity for the first time there), says ready, posts the rest on a go. Several
+    URLs (relays): each takes an equal run of consecutive nodes (a rack)."""
     import httpx
+
+    urls = [url] if isinstance(url, str) else url
 
     bodies: list[bytes] = []
     warmup: list[bytes] = []
@@ -395,9 +400,14 @@ def _client(conn: Connection, url: str, gpus: int, per_request: int, rounds: int
             (bodies if k else warmup).append(gzip.compress(body, 6) if gz else body)
     headers = {"Content-Encoding": "gzip" if gz else "identity",
                "Content-Type": "application/vnd.apache.arrow.stream" if arrow else "text/plain"}
+    per_round = len(warmup)
+
+    def url_of(j: int) -> str:
+        return urls[(j % per_round) * len(urls) // per_round]
+
     with httpx.Client(timeout=60) as client:
-        for body in warmup:
-            client.post(url, content=body, headers=headers)
+        for j, body in enumerate(warmup):
+            client.post(url_of(j), content=body, headers=headers)
     conn.send((len(bodies), lines_n, samples, sum(map(len, bodies))))
     conn.recv()
     # As a fleet's senders arrive: concurrently, keep-alive, at the 10,000-GPU fleet's rate of
@@ -413,7 +423,7 @@ def _client(conn: Connection, url: str, gpus: int, per_request: int, rounds: int
                 delay = w0 + j / rate - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)
-                r = client.post(url, content=bodies[j], headers=headers)
+                r = client.post(url_of(j), content=bodies[j], headers=headers)
                 errors[w] += r.status_code != 204
 
     threads = [threading.Thread(target=worker, args=(w,)) for w in range(workers)]
@@ -514,6 +524,8 @@ class Server:
     arrow: bool = False  # agents post Arrow IPC (collectors.arrow_batch) instead of lines
     gzip: bool = True  # bodies gzip-compressed (as agents send them), or sent as they are
     floor: bool = False  # no service: every body read and answered 204 (_floor_app)
+    relays: int = 0  # agents post to this many relays at full scale (bench.collectors_relay)
+    flush_ms: float = 1000.0  # the relays' --flush-ms
     profile: ThreadProfile | None = field(default=None, compare=False)
 
 
@@ -574,23 +586,40 @@ def _fast_http() -> bool:
 
 def bench_ingest(sim_gpus: int, per_request: int, rounds: int, nvlink: bool, srv: Server
                  ) -> IngestRun:
+    from bench.collectors_relay import Relays, relays_for
+
     t0 = 1.75e9
     data_clock = [t0]
     ctx = mp.get_context("spawn")
+    relays: Relays | None = None
+    relay_cpu = 0.0
     with tempfile.TemporaryDirectory() as tmp, _service(Path(tmp), lambda: data_clock[0],
                                                        srv) as url:
         ours, theirs = ctx.Pipe()
         data_clock[0] = t0 + ROUND_S * (rounds + 1)
-        proc = ctx.Process(target=_client, args=(theirs, url, sim_gpus, per_request, rounds,
+        target: str | list[str] = url
+        if srv.relays:
+            sim_nodes = sim_gpus // NODE_GPUS
+            # The client posts a round in ROUND_S * sim_nodes / 1,250 s: so do the flushes.
+            relays = Relays(url, relays_for(sim_nodes, srv.relays),
+                            srv.flush_ms / 1e3 * sim_nodes * NODE_GPUS / FLEET_GPUS)
+            target = relays.urls
+        proc = ctx.Process(target=_client, args=(theirs, target, sim_gpus, per_request, rounds,
                                                  nvlink, t0, srv.arrow, srv.gzip))
         proc.start()
         theirs.close()
         requests, lines, samples, nbytes = ours.recv()
+        if relays is not None:
+            _, warm_bodies, _ = relays.drain()  # the warm-up round is through to the service
         if srv.profile is not None:
             srv.profile.on = True
         c0 = time.process_time()
         ours.send("go")
         wall, errors = ours.recv()
+        if relays is not None:  # what the relays hold is through to the service
+            relay_cpu, bodies, failures = relays.drain()
+            requests, errors = bodies - warm_bodies, errors + failures
+            relays.close()
         cpu = time.process_time() - c0
         if srv.profile is not None:
             srv.profile.on = False
@@ -603,7 +632,8 @@ def bench_ingest(sim_gpus: int, per_request: int, rounds: int, nvlink: bool, srv
         samples=samples, gzip_bytes=nbytes, server_cpu_s=cpu, client_wall_s=wall,
         lines_per_s_cpu=lines / cpu, samples_per_s_cpu=samples / cpu,
         lines_per_s_wall=lines / wall, fleet_lines_per_round=fleet_lines,
-        projected_cpu_s=cpu * scale, projected_wall_s=wall * scale, errors=errors)
+        projected_cpu_s=cpu * scale, projected_wall_s=wall * scale, errors=errors,
+        relays=srv.relays, relay_cpu_s=relay_cpu * scale)
 
 
 def _variant(nvlink: bool, srv: Server) -> str:
@@ -686,7 +716,8 @@ def _requests(lines: list[str], per_request: int) -> list[str]:
 # ---- main -------------------------------------------------------------------------------------
 
 def run(runs: int, sim_gpus: int, rounds: int, per_request: list[int],
-        only_ingest: bool = False, only: list[str] | None = None) -> Report:
+        only_ingest: bool = False, only: list[str] | None = None,
+        relays: int = 40) -> Report:
     rep = Report()
     if only_ingest:
         pass
@@ -721,6 +752,11 @@ def run(runs: int, sim_gpus: int, rounds: int, per_request: list[int],
                                        gzip=False))
                 servers.append(replace(arrow, name=arrow.name + " 150 ms", coalesce_ms=150.0,
                                        sink=False))
+                # the same agents through relays, one per rack (collectors.agent.relay)
+                for ms in (1000.0, 5000.0):
+                    servers.append(replace(arrow, name=f"{arrow.name}, via {relays} relays "
+                                                       f"flush {ms:g} ms",
+                                           relays=relays, flush_ms=ms))
             if only:  # the FastAPI route stays: every figure is a ratio to it
                 servers = [FASTAPI] + [s for s in servers[1:]
                                        if any(o in _variant(nvlink, s) for o in only)]
@@ -779,7 +815,9 @@ def _goals(rep: Report) -> None:
             f"10,000-GPU 5-s round <= {INGEST_GOAL_CPU_S:g} s CPU ({new.variant}, "
             f"{new.gpus_per_request} GPUs/request): projected {new.projected_cpu_s:.2f} s "
             f"(FastAPI route {new.fastapi_cpu_s:.2f} s, x{_ratio(new):.2f}) -> "
-            f"{'MET' if ok else 'NOT MET'}")
+            f"{'MET' if ok else 'NOT MET'}"
+            + (f"; the {new.relays} relays' own CPU {new.relay_cpu_s:.2f} s (rack hosts)"
+               if new.relays else ""))
     for ph in rep.phases:
         ok = ph.total_s - ph.sink_s < INGEST_GOAL_CPU_S
         rep.goals.append(
@@ -830,7 +868,8 @@ def _print(rep: Report) -> None:
     for new in rep.ingest:
         print(f"    {new.variant:<64} {new.gpus_per_request:>4} GPU/req"
               f"  {new.fastapi_cpu_s:6.2f}s -> {new.projected_cpu_s:6.2f}s  "
-              f"(x{_ratio(new):.2f})")
+              f"(x{_ratio(new):.2f})"
+              + (f"  + relays {new.relay_cpu_s:.2f}s on rack hosts" if new.relays else ""))
     if rep.phases:
         print("  In-process phases, CPU s per 10k round (median round; parse = steady state, "
               "reference = point-by-point path)")
@@ -866,6 +905,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--servers", nargs="+", metavar="TEXT",
                     help="only the loopback variants whose name contains one of these (the "
                          "FastAPI route always runs first, as the baseline)")
+    ap.add_argument("--relays", type=int, default=40,
+                    help="relays the node agents post to in the relay variants, at the "
+                         "10,000-GPU scale (40: one per rack of ~31 nodes)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     # The fixtures are real and show real faults (saturated IB counters, unmapped Xid bus ids):
@@ -876,7 +918,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.profile_sink)
         return 0
     rep = run(args.runs, args.sim_gpus, args.rounds, args.gpus_per_request, args.only_ingest,
-              args.servers)
+              args.servers, args.relays)
     if args.json:
         json.dump(asdict(rep), sys.stdout, indent=2)
         print()

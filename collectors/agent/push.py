@@ -117,19 +117,29 @@ class Pusher:
         self.headers[NODE_HEADER] = host
 
     def push(self, body: bytes) -> PushResult:
+        """Send one spooled gzip line-protocol segment (as Arrow where it can)."""
+        return self.push_as(lambda streams: _as_arrow(body, streams), lambda: body)
+
+    def push_as(self, arrow: Callable[[bool], bytes | None], lines: Callable[[], bytes]
+                ) -> PushResult:
+        """Send one segment given its two spellings: `arrow(streams)`, gzip Arrow (format 3,
+        or 2 with `streams`; None when it has none), and `lines()`, gzip line protocol, made
+        only when the target is to be sent lines (the relay, collectors.agent.relay, spools
+        Arrow and writes lines only for a target that does not read it)."""
         if self.arrow and self.clock() >= self._no_arrow_until:
-            payload = _as_arrow(body, self.arrow_streams)
+            payload = arrow(self.arrow_streams)
             if payload is not None:
                 arrow_headers = {**self.headers, "Content-Type": ARROW_TYPE}
                 res = self._post(payload, arrow_headers, True)
                 if res is None and self._format_refused and not self.arrow_streams:
                     log.warning("%s reads an older Arrow format; sending format 2", self.url)
                     self.arrow_streams = True
-                    payload = _as_arrow(body, True)
+                    payload = arrow(True)
                     res = None if payload is None else self._post(payload, arrow_headers, True)
                 if res is not None:
                     self.sent_arrow += res.outcome is not Outcome.RETRY
                     return res
+        body = lines()
         res = self._post(body, self.headers, False)
         assert res is not None
         self.sent_lines += res.outcome is not Outcome.RETRY

@@ -1,5 +1,7 @@
 """`gpuhealth agent` (run the collectors on a GPU node and push line protocol to the service or
-InfluxDB) and `gpuhealth parse` (print what a collector reads from captured output)."""
+InfluxDB), `gpuhealth agent relay` (take a rack's agents' pushes and send the service one body
+per interval: collectors.agent.relay) and `gpuhealth parse` (print what a collector reads from
+captured output)."""
 
 from __future__ import annotations
 
@@ -54,6 +56,36 @@ def _configure_agent(p: argparse.ArgumentParser) -> None:
     r.add_argument("--backfill-s", type=float, default=0.0, metavar="SECONDS",
                    help="with --rebase-now: the trace starts this long ago; that part is "
                         "pushed at once as history, the rest in real time")
+    sub = p.add_subparsers(dest="agent_mode", metavar="{relay}")
+    _configure_relay(sub.add_parser(
+        "relay", help="take node agents' pushes (point their --url here) and send the service "
+                      "one body per interval"))
+
+
+def _configure_relay(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", required=True,
+                   help="the service's write endpoint: http://SERVICE:8080/write")
+    p.add_argument("--service-token", default=os.environ.get("GPUHEALTH_AGENT_TOKEN"),
+                   help="write token for the service; default $GPUHEALTH_AGENT_TOKEN")
+    p.add_argument("--token", action="append",
+                   default=[t for t in os.environ.get("GPUHEALTH_RELAY_TOKENS", "").split(",")
+                            if t.strip()],
+                   help="a token agents must send (repeatable); default "
+                        "$GPUHEALTH_RELAY_TOKENS, comma-separated; none: any push is taken")
+    p.add_argument("--listen", default="0.0.0.0", help="listen address (default all)")
+    p.add_argument("--port", type=int, default=8186, help="listen port (default 8186)")
+    p.add_argument("--insecure", action="store_true",
+                   help="listen beyond loopback with no --token")
+    p.add_argument("--flush-ms", type=float, default=1000.0,
+                   help="how often the pushes held are sent on, as one body (default 1000)")
+    p.add_argument("--spool", type=Path, default=Path("var/relay-spool"),
+                   help="on-disk buffer for bodies the service has not taken yet")
+    p.add_argument("--spool-mb", type=int, default=1024, help="spool bound; oldest dropped first")
+    p.add_argument("--max-body-bytes", type=int, default=25_000_000,
+                   help="a push's body limit, compressed and inflated (the service's "
+                        "ingest.max_body_bytes)")
+    p.add_argument("--max-lines", type=int, default=1_000_000,
+                   help="lines (rows) per push (the service's ingest.max_lines_per_request)")
 
 
 def _replay(args: argparse.Namespace) -> ReplaySource:
@@ -128,7 +160,59 @@ def _sources_down(collectors: list[Collector]) -> int:
     return 0
 
 
+def _run_relay(args: argparse.Namespace) -> int:
+    from collectors.agent.relay import SPOOL_SUFFIX, Limits, Relay
+    from collectors.agent.relay_http import RelayServer
+
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise UsageError("the relay needs pyarrow: pip install 'gpuhealth[agent,agent-arrow]'"
+                         ) from None
+    url = urlsplit(args.url)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise UsageError(f"--url {args.url!r}: give an http:// or https:// URL, e.g. "
+                         f"http://SERVICE:8080/write")
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port {args.port}: give a port from 1 to 65535")
+    if not args.flush_ms > 0 or args.spool_mb < 1 or args.max_body_bytes < 1 or args.max_lines < 1:
+        raise UsageError("--flush-ms, --spool-mb, --max-body-bytes and --max-lines: give "
+                         "positive numbers")
+    loopback = args.listen in ("127.0.0.1", "::1", "localhost")
+    if not args.token and not loopback and not args.insecure:
+        raise UsageError(f"--listen {args.listen} with no --token: any host could push; give "
+                         f"--token (or $GPUHEALTH_RELAY_TOKENS), or --insecure")
+    if args.spool.exists() and not args.spool.is_dir():
+        raise UsageError(f"--spool {args.spool}: not a directory")
+    spool = Spool(args.spool, args.spool_mb << 20, suffix=SPOOL_SUFFIX)
+    relay = Relay(spool, Pusher(args.url, token=args.service_token), tokens=args.token,
+                  limits=Limits(args.max_body_bytes, args.max_lines), flush_s=args.flush_ms / 1e3)
+    try:
+        server = RelayServer(relay, args.listen, args.port)
+    except OSError as exc:
+        raise UsageError(f"--listen {args.listen} --port {args.port}: {exc.strerror or exc}"
+                         ) from None
+    server.start()
+    print(f"relay: listening on {args.listen}:{server.port}, sending to {args.url} every "
+          f"{args.flush_ms:g} ms", file=sys.stderr)
+    stopping: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            relay.run(lambda: bool(stopping))
+    finally:
+        server.shutdown()
+        server.server_close()
+        relay.flush()  # what came in while stopping is spooled, sent at the next start
+    s = relay.stats
+    print(f"relay: {s.pushes} pushes taken, {s.refused} refused, {s.bodies_sent} bodies sent, "
+          f"{spool.stats.segments} spooled, {s.bodies_dropped} dropped", file=sys.stderr)
+    return 0
+
+
 def _run_agent(args: argparse.Namespace) -> int:
+    if getattr(args, "agent_mode", None) == "relay":
+        return _run_relay(args)
     _check(args)
     collectors = _collectors(args)
     replaying = args.replay is not None
@@ -216,6 +300,7 @@ def parse_report(path: Path, got: registry.Parsed) -> list[str]:
 
 
 register("agent", _configure_agent, _run_agent,
-         "run collectors on a GPU node and push line protocol to the service or InfluxDB")
+         "run collectors on a GPU node and push line protocol to the service or InfluxDB "
+         "(`agent relay`: a rack's relay)")
 register("parse", _configure_parse, _run_parse,
          "print, as line protocol, what a source reads from captured output")

@@ -1,0 +1,113 @@
+"""Many node agents' accepted pushes as one body for the service (collectors.agent.relay).
+
+Pushes are joined in arrival order into one Batch per forwarded body; a push that names an
+entity already in the body (the same node twice: a resend, or two rounds held while the
+service was away) starts the next body, so every body holds at most one push per node, as the
+service's coalescer (service.api.coalesce) joins requests. Each push's samples are kept as they
+came: entity, timestamp and every value, only re-indexed into the joined entity table.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from collectors.collector_status import CollectorReport, status_line
+from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
+from collectors.schema import batch_to_lines
+
+GZIP_LEVEL = 6
+
+
+@dataclass(slots=True)
+class Push:
+    """One agent's accepted samples and collector reports."""
+
+    batch: Batch
+    reports: list[CollectorReport] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(len(f) for f in self.batch.frames.values()) + len(self.batch.events)
+
+    def keys(self) -> set[str]:
+        out = {f.entities[i].key for f in self.batch.frames.values()
+               for i in np.unique(f.rows).tolist()}
+        out.update(self.batch.events.keys)
+        out.update(f"collector:{r.host}:{r.collector}" for r in self.reports)
+        return out
+
+
+def bodies(pushes: Iterable[Push], max_rows: int) -> Iterator[Push]:
+    """The pushes joined, in order, a new body where one would name an entity twice or pass
+    `max_rows` rows (a single push larger than that is a body of its own)."""
+    group: list[Push] = []
+    seen: set[str] = set()
+    rows = 0
+    for p in pushes:
+        keys = p.keys()
+        if group and (not seen.isdisjoint(keys) or rows + p.rows > max_rows):
+            yield join(group)
+            group, seen, rows = [], set(), 0
+        group.append(p)
+        seen |= keys
+        rows += p.rows
+    if group:
+        yield join(group)
+
+
+def join(pushes: Sequence[Push]) -> Push:
+    """One Push of several whose entities are distinct."""
+    if len(pushes) == 1:
+        return pushes[0]
+    out = Batch()
+    scopes = list(dict.fromkeys(s for p in pushes for s in p.batch.frames))
+    for scope in scopes:
+        ents: list[Entity] = []
+        rows, ts, values = [], [], []
+        for p in pushes:
+            f = p.batch.frames.get(scope)
+            if f is None or not len(f):
+                continue
+            used, inv = np.unique(f.rows, return_inverse=True)
+            rows.append(inv.astype(np.int32) + np.int32(len(ents)))
+            ents += [f.entities[i] for i in used.tolist()]
+            ts.append(f.ts)
+            values.append(f.values)
+        if rows:
+            out.add(Frame(EntityTable(scope, ents), np.concatenate(rows),
+                          np.concatenate(ts), np.concatenate(values)))
+    events = EventFrame()
+    for p in pushes:
+        events.extend(p.batch.events)
+    out.events = events
+    return Push(out, [r for p in pushes for r in p.reports])
+
+
+def arrow_body(push: Push, streams: bool = False) -> bytes:
+    """gzip Arrow IPC: format 3 (or 2 with `streams`, for a service one format behind)."""
+    from collectors.arrow_batch import encode, encode_streams
+
+    write = encode_streams if streams else encode
+    return gzip.compress(write(push.batch, push.reports), compresslevel=GZIP_LEVEL, mtime=0)
+
+
+def read_arrow(body: bytes) -> Push:
+    """A spooled body back (gzip Arrow, as arrow_body wrote it)."""
+    from collectors.arrow_batch import Decoder
+
+    got = Decoder().decode(gzip.decompress(body))
+    return Push(got.batch, got.reports)
+
+
+def lines_body(push: Push) -> bytes:
+    """gzip line protocol of the same samples and reports, for a target that reads no Arrow."""
+    lines = list(batch_to_lines(push.batch))
+    lines += [status_line(r.host, r.collector, r.up, r.scrape_seconds, r.samples,
+                          r.error or "down, no reason given", round(r.ts * 1e6) * 1000)
+              for r in push.reports]
+    text = "".join(ln + "\n" for ln in lines)
+    return gzip.compress(text.encode(), compresslevel=GZIP_LEVEL, mtime=0)
