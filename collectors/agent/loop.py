@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from collectors.agent.push import Outcome, Pusher
+from collectors.agent.push import Pusher
 from collectors.agent.spool import Spool
+from collectors.agent.target import Target
 from collectors.base import Collector
 from collectors.collector_status import status_line
 from collectors.schema import batch_to_lines
@@ -40,23 +41,26 @@ class Agent:
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep, host: str | None = None,
                  timer: Callable[[], float] = time.perf_counter,
-                 wall_ns: Callable[[], int] = time.time_ns) -> None:
+                 wall_ns: Callable[[], int] = time.time_ns,
+                 also: Sequence[tuple[Spool, Pusher]] = ()) -> None:
         """`host` tags the status points (default: the first collector's `host`, else this
-        machine's name); `timer` times each collect(); `wall_ns` stamps the status points."""
+        machine's name); `timer` times each collect(); `wall_ns` stamps the status points;
+        `also`: more targets, each with a spool of its own (an HA pair's other replica)."""
         self.collectors = list(collectors)
         self.host = host or _host_of(self.collectors)
         self.timer, self.wall_ns = timer, wall_ns
-        self.spool = spool
+        self.spool = spool  # the first target's
         self.pusher = pusher
-        if pusher is not None and pusher.host is None:
-            # A sharded service sends this node's pushes to the shard that owns it.
-            pusher.set_host(self.host)
-        self.interval_s = interval_s
-        self.backoff_min, self.backoff_max = backoff_s
-        self._backoff = self.backoff_min
-        self._retry_at = float("-inf")
         self.clock, self.sleep = clock, sleep
+        self.targets = [Target(sp, pu, backoff_s=backoff_s, clock=clock)
+                        for sp, pu in [(spool, pusher), *also]]
+        for t in self.targets:
+            if t.pusher is not None and t.pusher.host is None:
+                # A sharded service sends this node's pushes to the shard that owns it.
+                t.pusher.set_host(self.host)
+        self.interval_s = interval_s
         self.stats = AgentStats()
+        self._refused_whole = 0  # segments targets refused whole (413), over all targets
 
     def lines(self) -> list[str]:
         """One round from every collector, as line protocol, each followed by its status
@@ -85,38 +89,29 @@ class Agent:
         lines = self.lines()
         self.stats.rounds += 1
         if lines:
-            self.spool.append("\n".join(lines) + "\n")
+            text = "\n".join(lines) + "\n"
+            for t in self.targets:
+                t.spool.append(text)
             self.stats.lines += len(lines)
-        self.stats.segments_dropped = self.spool.stats.dropped_segments
+        self.stats.segments_dropped = self._refused_whole + sum(
+            t.spool.stats.dropped_segments for t in self.targets)
         return len(lines)
 
     def flush(self) -> int:
-        """Send spooled segments in order until one fails; returns how many went."""
-        if self.pusher is None or self.clock() < self._retry_at:
-            return 0
-        sent = 0
-        while (seg := self.spool.oldest()) is not None:
-            seq, body = seg
-            res = self.pusher.push(body)
-            if res.outcome is Outcome.RETRY:
+        """Each target: send its spooled segments in order until one fails; returns how many
+        went, over all targets."""
+        total = 0
+        for t in self.targets:
+            got = t.flush()
+            total += got.sent
+            self.stats.segments_sent += got.sent
+            self.stats.segments_rejected_lines += got.rejected_lines
+            self.stats.segments_dropped += got.dropped
+            self._refused_whole += got.dropped
+            if got.failed:
                 self.stats.push_failures += 1
-                self.stats.last_error = f"{res.status}: {res.detail}" if res.status else res.detail
-                self._retry_at = self.clock() + self._backoff
-                log.warning("push failed (%s); retrying in %.0f s", self.stats.last_error,
-                            self._backoff)
-                self._backoff = min(self._backoff * 2, self.backoff_max)
-                return sent
-            if res.outcome is Outcome.DROP:
-                self.stats.segments_dropped += 1
-                log.error("target refused a segment whole (%s): %s", res.status, res.detail)
-            elif res.status == 400:
-                self.stats.segments_rejected_lines += 1
-                log.warning("target refused some lines: %s", res.detail)
-            self.spool.remove(seq)
-            self.stats.segments_sent += 1
-            sent += 1
-        self._backoff = self.backoff_min
-        return sent
+                self.stats.last_error = got.error
+        return total
 
     def run(self, stop: Callable[[], bool], rounds: int | None = None) -> AgentStats:
         """Every interval: one round, then a flush; until `stop()` or `rounds` rounds."""

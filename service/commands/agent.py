@@ -29,8 +29,11 @@ from service.commands.usage import UsageError, source_name, trace_missing
 
 
 def _configure_agent(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", help="write endpoint: http://SERVICE:8080/write, or InfluxDB's "
-                                 "http://HOST:8086/write?db=gpuhealth or /api/v2/write?...")
+    p.add_argument("--url", action="append",
+                   help="write endpoint: http://SERVICE:8080/write, or InfluxDB's "
+                        "http://HOST:8086/write?db=gpuhealth or /api/v2/write?...; repeat it "
+                        "to send every round to each (an HA pair's two replicas), each with "
+                        "a spool of its own (--spool, then --spool-2, ...)")
     p.add_argument("--token", default=os.environ.get("GPUHEALTH_AGENT_TOKEN"),
                    help="write token (Authorization: Token ...); default $GPUHEALTH_AGENT_TOKEN")
     p.add_argument("--source", action="append", default=[], type=source_name,
@@ -125,22 +128,28 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--interval {args.interval:g}: give a positive number of seconds")
     if args.spool_mb < 1:
         raise UsageError(f"--spool-mb {args.spool_mb}: give 1 or more")
-    if args.url is not None and not args.stdout:
-        url = urlsplit(args.url)
-        if url.scheme not in ("http", "https") or not url.netloc:
-            raise UsageError(f"--url {args.url!r}: give an http:// or https:// URL, e.g. "
-                             f"http://SERVICE:8080/write")
+    if args.url and not args.stdout:
+        for given in args.url:
+            url = urlsplit(given)
+            if url.scheme not in ("http", "https") or not url.netloc:
+                raise UsageError(f"--url {given!r}: give an http:// or https:// URL, e.g. "
+                                 f"http://SERVICE:8080/write")
+        if len(set(args.url)) != len(args.url):
+            raise UsageError("--url: the same URL twice would send every round twice")
     elif not args.stdout:
         raise UsageError("--url is required unless --stdout")
 
 
-def _spool(args: argparse.Namespace) -> Spool:
-    if args.spool.exists() and not args.spool.is_dir():
-        raise UsageError(f"--spool {args.spool}: not a directory")
+def _spool(args: argparse.Namespace, n: int = 1) -> Spool:
+    """The spool of the n-th --url: --spool itself for the first (what an agent with one
+    target always used), --spool-N beside it for the others."""
+    where = args.spool if n == 1 else args.spool.with_name(f"{args.spool.name}-{n}")
+    if where.exists() and not where.is_dir():
+        raise UsageError(f"--spool {where}: not a directory")
     try:
-        return Spool(args.spool, args.spool_mb << 20)
+        return Spool(where, args.spool_mb << 20)
     except OSError as exc:
-        raise UsageError(f"--spool {args.spool}: {exc.strerror or exc}") from None
+        raise UsageError(f"--spool {where}: {exc.strerror or exc}") from None
 
 
 def _sources_down(collectors: list[Collector]) -> int:
@@ -234,19 +243,24 @@ def _run_agent(args: argparse.Namespace) -> int:
             if exhausted():
                 return 0
             time.sleep(interval)
-    agent = Agent(collectors, _spool(args), Pusher(args.url, token=args.token),
-                  interval_s=interval, host=args.host)
+    first, *others = args.url
+    agent = Agent(collectors, _spool(args), Pusher(first, token=args.token),
+                  interval_s=interval, host=args.host,
+                  also=[(_spool(args, n), Pusher(u, token=args.token))
+                        for n, u in enumerate(others, start=2)])
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     with contextlib.suppress(KeyboardInterrupt):
         agent.run(lambda: bool(stopping) or exhausted(), rounds=1 if args.once else None)
         # A finished replay still owes the target what is spooled; a live agent keeps it.
-        while exhausted() and not stopping and agent.spool.oldest() is not None:
+        while exhausted() and not stopping and any(t.spool.oldest() is not None
+                                                    for t in agent.targets):
             if not agent.flush():
                 time.sleep(1.0)
     s = agent.stats
+    spooled = sum(t.spool.stats.segments for t in agent.targets)
     print(f"agent: {s.rounds} rounds, {s.lines} lines, {s.segments_sent} segments sent, "
-          f"{agent.spool.stats.segments} spooled, {s.segments_dropped} dropped", file=sys.stderr)
+          f"{spooled} spooled, {s.segments_dropped} dropped", file=sys.stderr)
     return _sources_down(collectors) if args.once else 0
 
 

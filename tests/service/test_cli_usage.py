@@ -47,6 +47,8 @@ CASES: list[tuple[list[str], list[str]]] = [
     (["agent", "--source", "foo", "--stdout", "--once"],
      ["gpuhealth agent: ", "unknown source 'foo'", SOURCES]),
     (["agent", "--once", "--url", "service:8080"], ["--url", "http://"]),
+    (["agent", "--once", "--url", "http://a:8080/write", "--url", "http://a:8080/write"],
+     ["--url", "the same URL twice"]),
     (["agent", "--once"], ["--url is required unless --stdout"]),
     (["agent", "--once", "--stdout", "--interval", "0"], ["--interval 0", "positive"]),
     (["agent", "--once", "--stdout", "--spool", "{text}"], ["--spool", "not a directory"]),

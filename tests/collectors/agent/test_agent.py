@@ -156,3 +156,34 @@ def test_outcomes_of_server_answers(tmp_path: Path, status: int, outcome: Outcom
         assert res.outcome is outcome and res.status == status
     finally:
         srv.shutdown()
+
+
+def test_two_targets_each_get_every_round_whatever_the_other_does(tmp_path: Path) -> None:
+    """An HA pair's two replicas: each has a spool of its own, so while one is down the other
+    still gets every round at once, and the one that comes back gets its backlog, in order,
+    exactly once."""
+    pa, pb = _free_port(), _free_port()
+    clock = Clock()
+    agent = Agent([RoundsCollector()], Spool(tmp_path / "spool"),
+                  Pusher(f"http://127.0.0.1:{pa}/write", timeout_s=2), clock=clock,
+                  also=[(Spool(tmp_path / "spool-2"),
+                         Pusher(f"http://127.0.0.1:{pb}/write", timeout_s=2))])
+    with Service(tmp_path / "a", pa):  # b is down throughout
+        for _ in range(6):
+            agent.collect_round()
+            agent.flush()
+            clock.t += 5
+        assert agent.targets[0].spool.stats.segments == 0  # a took every round at once
+        assert agent.targets[1].spool.stats.segments == 6  # b's wait in b's own spool
+    with Service(tmp_path / "a", pa), Service(tmp_path / "b", pb):
+        for _ in range(4):
+            clock.t += 60  # past any backoff
+            agent.collect_round()
+            agent.flush()
+    assert [t.spool.stats.segments for t in agent.targets] == [0, 0]
+    assert agent.stats.segments_sent == 20 and agent.stats.push_failures >= 1
+    for name in ("a", "b"):
+        db = sqlite3.connect(tmp_path / name / "gpuhealth.db")
+        got = samples(db, Scope.GPU, "n0:gpu0", "n0", T0, T0 + 3600, ["gpu_temp"])
+        assert [ts for ts, _ in got] == [T0 + 5 * k for k in range(10)], name
+        assert db.execute("SELECT COUNT(*) FROM gpu_late").fetchone() == (0,)
