@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from collectors.collector_status import CollectorReport, status_line
+from collectors.agent.relay_roster import Roster
 from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
 from collectors.schema import batch_to_lines
 
@@ -41,26 +42,32 @@ class Push:
         return out
 
 
-def bodies(pushes: Iterable[Push], max_rows: int) -> Iterator[Push]:
+def bodies(pushes: Iterable[Push], max_rows: int, roster: Roster | None = None
+           ) -> Iterator[Push]:
     """The pushes joined, in order, a new body where one would name an entity twice or pass
-    `max_rows` rows (a single push larger than that is a body of its own)."""
+    `max_rows` rows (a single push larger than that is a body of its own); with `roster`,
+    every body's frames are on the roster's tables (see join)."""
     group: list[Push] = []
     seen: set[str] = set()
     rows = 0
     for p in pushes:
         keys = p.keys()
         if group and (not seen.isdisjoint(keys) or rows + p.rows > max_rows):
-            yield join(group)
+            yield join(group, roster)
             group, seen, rows = [], set(), 0
         group.append(p)
         seen |= keys
         rows += p.rows
     if group:
-        yield join(group)
+        yield join(group, roster)
 
 
-def join(pushes: Sequence[Push]) -> Push:
-    """One Push of several whose entities are distinct."""
+def join(pushes: Sequence[Push], roster: Roster | None = None) -> Push:
+    """One Push of several whose entities are distinct; with `roster`, each scope's frame is
+    on the roster's table for it (the same table for every body: what the service caches),
+    its rows the pushes' rows in order."""
+    if roster is not None:
+        return _on_roster(pushes, roster)
     if len(pushes) == 1:
         return pushes[0]
     out = Batch()
@@ -80,6 +87,29 @@ def join(pushes: Sequence[Push]) -> Push:
         if rows:
             out.add(Frame(EntityTable(scope, ents), np.concatenate(rows),
                           np.concatenate(ts), np.concatenate(values)))
+    return _with_events(out, pushes)
+
+
+def _on_roster(pushes: Sequence[Push], roster: Roster) -> Push:
+    out = Batch()
+    scopes = list(dict.fromkeys(s for p in pushes for s in p.batch.frames))
+    for scope in scopes:
+        rows, ts, values = [], [], []
+        for p in pushes:
+            f = p.batch.frames.get(scope)
+            if f is None or not len(f):
+                continue
+            rows.append(roster.rows(scope, f.entities, f.rows))
+            ts.append(f.ts)
+            values.append(f.values)
+        if rows:
+            joined = np.concatenate(rows).astype(np.int32, copy=False)
+            out.add(Frame(roster.table(scope, np.unique(joined)), joined, np.concatenate(ts),
+                          np.concatenate(values)))
+    return _with_events(out, pushes)
+
+
+def _with_events(out: Batch, pushes: Sequence[Push]) -> Push:
     events = EventFrame()
     for p in pushes:
         events.extend(p.batch.events)
@@ -87,12 +117,15 @@ def join(pushes: Sequence[Push]) -> Push:
     return Push(out, [r for p in pushes for r in p.reports])
 
 
-def arrow_body(push: Push, streams: bool = False) -> bytes:
-    """gzip Arrow IPC: format 3 (or 2 with `streams`, for a service one format behind)."""
+def arrow_body(push: Push, streams: bool = False, level: int = GZIP_LEVEL) -> bytes:
+    """gzip Arrow IPC: format 3 (or 2 with `streams`, for a service one format behind); each
+    frame's entity table written whole (a relay's roster table: the service meets the same
+    dictionary body after body)."""
     from collectors.arrow_batch import encode, encode_streams
 
     write = encode_streams if streams else encode
-    return gzip.compress(write(push.batch, push.reports), compresslevel=GZIP_LEVEL, mtime=0)
+    return gzip.compress(write(push.batch, push.reports, whole=True), compresslevel=level,
+                         mtime=0)
 
 
 def read_arrow(body: bytes) -> Push:
