@@ -151,7 +151,7 @@ def _frame_table(frame: Frame, whole: bool = False) -> tuple[pa.Table, bytes]:
     """The frame's columns, and the metric names its `values` lists hold."""
     ents = frame.entities.entities
     if whole:
-        idx = frame.rows
+        idx: np.ndarray = frame.rows
         keys = _keys_of(frame.entities)
     else:
         used, idx = np.unique(frame.rows, return_inverse=True)  # only the entities rows name

@@ -1,22 +1,23 @@
 """Many node agents' accepted pushes as one body for the service (collectors.agent.relay).
 
-Pushes are joined in arrival order into one Batch per forwarded body; a push that names an
-entity already in the body (the same node twice: a resend, or two rounds held while the
-service was away) starts the next body, so every body holds at most one push per node, as the
-service's coalescer (service.api.coalesce) joins requests. Each push's samples are kept as they
+Pushes are joined into one Batch per forwarded body, as few bodies as keep each entity's pushes
+in arrival order: a push that names an entity of an earlier body (the same node twice: a
+resend, or two rounds held while the service was away) goes in a later one, so every body
+holds at most one push per node, as the service's coalescer (service.api.coalesce) joins
+requests, and bodies are sent in order. Each push's samples are kept as they
 came: entity, timestamp and every value, only re-indexed into the joined entity table.
 """
 
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from collectors.collector_status import CollectorReport, status_line
 from collectors.agent.relay_roster import Roster
+from collectors.collector_status import CollectorReport, status_line
 from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
 from collectors.schema import batch_to_lines
 
@@ -43,23 +44,29 @@ class Push:
 
 
 def bodies(pushes: Iterable[Push], max_rows: int, roster: Roster | None = None
-           ) -> Iterator[Push]:
-    """The pushes joined, in order, a new body where one would name an entity twice or pass
-    `max_rows` rows (a single push larger than that is a body of its own); with `roster`,
-    every body's frames are on the roster's tables (see join)."""
-    group: list[Push] = []
-    seen: set[str] = set()
-    rows = 0
+           ) -> list[Push]:
+    """The pushes joined into as few bodies as keep each entity's pushes in arrival order: a
+    push goes to the first body after the last one naming any of its entities (a node's
+    next round, held with its first while the service was away or the relay fell behind,
+    goes in the next body, not a new body for every push after it), with room for its rows
+    (`max_rows`; a single push larger than that is a body of its own). With `roster`, every
+    body's frames are on the roster's tables (see join)."""
+    groups: list[list[Push]] = []
+    sizes: list[int] = []
+    last: dict[str, int] = {}  # entity key -> the body that names it last
     for p in pushes:
         keys = p.keys()
-        if group and (not seen.isdisjoint(keys) or rows + p.rows > max_rows):
-            yield join(group, roster)
-            group, seen, rows = [], set(), 0
-        group.append(p)
-        seen |= keys
-        rows += p.rows
-    if group:
-        yield join(group, roster)
+        b = 1 + max((last.get(k, -1) for k in keys), default=-1)
+        while b < len(groups) and sizes[b] + p.rows > max_rows:
+            b += 1
+        if b == len(groups):
+            groups.append([])
+            sizes.append(0)
+        groups[b].append(p)
+        sizes[b] += p.rows
+        for k in keys:
+            last[k] = b
+    return [join(g, roster) for g in groups]
 
 
 def join(pushes: Sequence[Push], roster: Roster | None = None) -> Push:
