@@ -777,7 +777,7 @@ def run(runs: int, sim_gpus: int, rounds: int, per_request: list[int],
 
 
 def profile(path: str, sim_gpus: int, rounds: int, arrow: bool = False,
-            sink: bool = False) -> None:
+            sink: bool = False, relays: int = 0, flush_ms: float = 1000.0) -> None:
     """The best node-agent variant (line protocol or our agent's Arrow; by default without the
     SQLite sink, whose cost is its own) under cProfile in every server thread; the top
     functions by own time are printed."""
@@ -787,6 +787,9 @@ def profile(path: str, sim_gpus: int, rounds: int, arrow: bool = False,
     best = HTTPTOOLS if _fast_http() else COALESCED
     if arrow:
         best = replace(best, name=best.name + ", Arrow", arrow=True)
+    if relays:  # the service's side of the agents posting through relays
+        best = replace(best, name=f"{best.name}, via {relays} relays flush {flush_ms:g} ms",
+                       relays=relays, flush_ms=flush_ms)
     r = bench_ingest(sim_gpus, NODE_GPUS, rounds, True, replace(best, sink=sink, profile=prof))
     prof.dump(path)
     print(f"{r.variant}: {r.projected_cpu_s:.2f} s per 10k round under the profiler "
@@ -902,6 +905,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --profile: the agents post Arrow IPC instead of line protocol")
     ap.add_argument("--profile-sink", action="store_true",
                     help="with --profile: keep the SQLite sink")
+    ap.add_argument("--profile-relays", action="store_true",
+                    help="with --profile: the agents post through --relays relays (the "
+                         "service's side is profiled; the relays run in their own process)")
     ap.add_argument("--servers", nargs="+", metavar="TEXT",
                     help="only the loopback variants whose name contains one of these (the "
                          "FastAPI route always runs first, as the baseline)")
@@ -915,7 +921,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("collectors").setLevel(logging.ERROR)
     if args.profile:
         profile(args.profile, args.sim_gpus, args.rounds, args.profile_arrow,
-                args.profile_sink)
+                args.profile_sink, args.relays if args.profile_relays else 0)
         return 0
     rep = run(args.runs, args.sim_gpus, args.rounds, args.gpus_per_request, args.only_ingest,
               args.servers, args.relays)

@@ -97,13 +97,15 @@ class Decoded:
 
 # ---- writing ----------------------------------------------------------------------------------
 
-def encode(batch: Batch, reports: Sequence[CollectorReport] = ()) -> bytes:
+def encode(batch: Batch, reports: Sequence[CollectorReport] = (), whole: bool = False) -> bytes:
     """The batch's frames, events and collector reports as one format-3 body: one IPC stream,
     one record batch of one row, a list<struct> column per kind (parse rejections are not
-    data: a caller with rejections sends line protocol, whose lines the service names)."""
+    data: a caller with rejections sends line protocol, whose lines the service names).
+    A frame's `entity` dictionary holds the entities its rows name, or with `whole` its
+    entity table as it is (a relay's, shared by its bodies: collectors.agent.relay_roster)."""
     fields: list[pa.Field] = []
     arrays: list[pa.Array] = []
-    for kind, table, metrics in _kinds(batch, reports):
+    for kind, table, metrics in _kinds(batch, reports, whole):
         rows = pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns],
                                           fields=list(table.schema))
         fields.append(pa.field(kind, pa.list_(rows.type), nullable=False,
@@ -116,21 +118,22 @@ def encode(batch: Batch, reports: Sequence[CollectorReport] = ()) -> bytes:
     return bytes(out.getvalue())
 
 
-def encode_streams(batch: Batch, reports: Sequence[CollectorReport] = ()) -> bytes:
+def encode_streams(batch: Batch, reports: Sequence[CollectorReport] = (), whole: bool = False
+                   ) -> bytes:
     """The same as format 2 (a stream per kind), which agents wrote before format 3 and the
     decoder still reads."""
     out = pa.BufferOutputStream()
-    for kind, table, metrics in _kinds(batch, reports):
+    for kind, table, metrics in _kinds(batch, reports, whole):
         _write(out, kind, table, metrics)
     return bytes(out.getvalue())
 
 
-def _kinds(batch: Batch, reports: Sequence[CollectorReport]
+def _kinds(batch: Batch, reports: Sequence[CollectorReport], whole: bool = False
            ) -> Iterator[tuple[str, pa.Table, bytes | None]]:
     """Each kind the batch holds: its name, its columns, its metric names (scopes only)."""
     for scope, frame in batch.frames.items():
         if len(frame):
-            yield (scope.value, *_frame_table(frame))
+            yield (scope.value, *_frame_table(frame, whole))
     if len(batch.events):
         ev = batch.events
         yield EVENTS, pa.table({
@@ -144,11 +147,15 @@ def _kinds(batch: Batch, reports: Sequence[CollectorReport]
              for name, t in _REPORT_TYPES.items()}), None
 
 
-def _frame_table(frame: Frame) -> tuple[pa.Table, bytes]:
+def _frame_table(frame: Frame, whole: bool = False) -> tuple[pa.Table, bytes]:
     """The frame's columns, and the metric names its `values` lists hold."""
-    used, idx = np.unique(frame.rows, return_inverse=True)  # only the entities rows name
     ents = frame.entities.entities
-    keys = pa.array([ents[i].key for i in used.tolist()], pa.string())
+    if whole:
+        idx: np.ndarray = frame.rows
+        keys = _keys_of(frame.entities)
+    else:
+        used, idx = np.unique(frame.rows, return_inverse=True)  # only the entities rows name
+        keys = pa.array([ents[i].key for i in used.tolist()], pa.string())
     cols: dict[str, pa.Array] = {
         "entity": pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32)), keys),
         "ts": pa.array(frame.ts, pa.float64())}
@@ -159,6 +166,20 @@ def _frame_table(frame: Frame) -> tuple[pa.Table, bytes]:
             pa.array(flat, pa.float64(), mask=np.isnan(flat)), len(reported))
     metrics = CATALOG.columns(frame.scope)
     return pa.table(cols), ",".join(metrics[j].name for j in reported.tolist()).encode()
+
+
+_KEYS: dict[int, tuple[EntityTable, pa.Array]] = {}
+
+
+def _keys_of(table: EntityTable) -> pa.Array:
+    """A whole table's keys as Arrow, kept per table (a relay writes one table again and
+    again: collectors.agent.relay_roster)."""
+    got = _KEYS.get(id(table))
+    if got is None or got[0] is not table:
+        if len(_KEYS) >= 256:
+            _KEYS.clear()
+        got = _KEYS[id(table)] = (table, pa.array([e.key for e in table.entities], pa.string()))
+    return got[1]
 
 
 def _write(out: pa.BufferOutputStream, kind: str, table: pa.Table,

@@ -36,6 +36,7 @@ from typing import Any
 
 from collectors.agent.push import Outcome, Pusher
 from collectors.agent.relay_batch import Push, arrow_body, bodies, lines_body, read_arrow
+from collectors.agent.relay_roster import Roster
 from collectors.agent.relay_wire import (
     PATHS,
     Refusal,
@@ -107,6 +108,7 @@ class Relay:
         self._pending_lock = threading.Lock()
         self._forward_lock = threading.Lock()
         self._refused_whole = 0  # bodies the service answered 413
+        self.roster = Roster(clock=clock)  # the one table per scope every body shares
 
     # ---- answering agents ---------------------------------------------------------------
 
@@ -189,7 +191,8 @@ class Relay:
         with self._pending_lock:
             pending, self._pending = self._pending, []
         n = 0
-        for body in bodies(pending, BODY_ROWS):
+        self.roster.prune()
+        for body in bodies(pending, BODY_ROWS, self.roster):
             self.spool.append_bytes(arrow_body(body))
             n += 1
         self.stats.bodies_spooled += n

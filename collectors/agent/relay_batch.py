@@ -1,20 +1,22 @@
 """Many node agents' accepted pushes as one body for the service (collectors.agent.relay).
 
-Pushes are joined in arrival order into one Batch per forwarded body; a push that names an
-entity already in the body (the same node twice: a resend, or two rounds held while the
-service was away) starts the next body, so every body holds at most one push per node, as the
-service's coalescer (service.api.coalesce) joins requests. Each push's samples are kept as they
+Pushes are joined into one Batch per forwarded body, as few bodies as keep each entity's pushes
+in arrival order: a push that names an entity of an earlier body (the same node twice: a
+resend, or two rounds held while the service was away) goes in a later one, so every body
+holds at most one push per node, as the service's coalescer (service.api.coalesce) joins
+requests, and bodies are sent in order. Each push's samples are kept as they
 came: entity, timestamp and every value, only re-indexed into the joined entity table.
 """
 
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from collectors.agent.relay_roster import Roster
 from collectors.collector_status import CollectorReport, status_line
 from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
 from collectors.schema import batch_to_lines
@@ -41,26 +43,38 @@ class Push:
         return out
 
 
-def bodies(pushes: Iterable[Push], max_rows: int) -> Iterator[Push]:
-    """The pushes joined, in order, a new body where one would name an entity twice or pass
-    `max_rows` rows (a single push larger than that is a body of its own)."""
-    group: list[Push] = []
-    seen: set[str] = set()
-    rows = 0
+def bodies(pushes: Iterable[Push], max_rows: int, roster: Roster | None = None
+           ) -> list[Push]:
+    """The pushes joined into as few bodies as keep each entity's pushes in arrival order: a
+    push goes to the first body after the last one naming any of its entities (a node's
+    next round, held with its first while the service was away or the relay fell behind,
+    goes in the next body, not a new body for every push after it), with room for its rows
+    (`max_rows`; a single push larger than that is a body of its own). With `roster`, every
+    body's frames are on the roster's tables (see join)."""
+    groups: list[list[Push]] = []
+    sizes: list[int] = []
+    last: dict[str, int] = {}  # entity key -> the body that names it last
     for p in pushes:
         keys = p.keys()
-        if group and (not seen.isdisjoint(keys) or rows + p.rows > max_rows):
-            yield join(group)
-            group, seen, rows = [], set(), 0
-        group.append(p)
-        seen |= keys
-        rows += p.rows
-    if group:
-        yield join(group)
+        b = 1 + max((last.get(k, -1) for k in keys), default=-1)
+        while b < len(groups) and sizes[b] + p.rows > max_rows:
+            b += 1
+        if b == len(groups):
+            groups.append([])
+            sizes.append(0)
+        groups[b].append(p)
+        sizes[b] += p.rows
+        for k in keys:
+            last[k] = b
+    return [join(g, roster) for g in groups]
 
 
-def join(pushes: Sequence[Push]) -> Push:
-    """One Push of several whose entities are distinct."""
+def join(pushes: Sequence[Push], roster: Roster | None = None) -> Push:
+    """One Push of several whose entities are distinct; with `roster`, each scope's frame is
+    on the roster's table for it (the same table for every body: what the service caches),
+    its rows the pushes' rows in order."""
+    if roster is not None:
+        return _on_roster(pushes, roster)
     if len(pushes) == 1:
         return pushes[0]
     out = Batch()
@@ -80,6 +94,29 @@ def join(pushes: Sequence[Push]) -> Push:
         if rows:
             out.add(Frame(EntityTable(scope, ents), np.concatenate(rows),
                           np.concatenate(ts), np.concatenate(values)))
+    return _with_events(out, pushes)
+
+
+def _on_roster(pushes: Sequence[Push], roster: Roster) -> Push:
+    out = Batch()
+    scopes = list(dict.fromkeys(s for p in pushes for s in p.batch.frames))
+    for scope in scopes:
+        rows, ts, values = [], [], []
+        for p in pushes:
+            f = p.batch.frames.get(scope)
+            if f is None or not len(f):
+                continue
+            rows.append(roster.rows(scope, f.entities, f.rows))
+            ts.append(f.ts)
+            values.append(f.values)
+        if rows:
+            joined = np.concatenate(rows).astype(np.int32, copy=False)
+            out.add(Frame(roster.table(scope, np.unique(joined)), joined, np.concatenate(ts),
+                          np.concatenate(values)))
+    return _with_events(out, pushes)
+
+
+def _with_events(out: Batch, pushes: Sequence[Push]) -> Push:
     events = EventFrame()
     for p in pushes:
         events.extend(p.batch.events)
@@ -87,12 +124,15 @@ def join(pushes: Sequence[Push]) -> Push:
     return Push(out, [r for p in pushes for r in p.reports])
 
 
-def arrow_body(push: Push, streams: bool = False) -> bytes:
-    """gzip Arrow IPC: format 3 (or 2 with `streams`, for a service one format behind)."""
+def arrow_body(push: Push, streams: bool = False, level: int = GZIP_LEVEL) -> bytes:
+    """gzip Arrow IPC: format 3 (or 2 with `streams`, for a service one format behind); each
+    frame's entity table written whole (a relay's roster table: the service meets the same
+    dictionary body after body)."""
     from collectors.arrow_batch import encode, encode_streams
 
     write = encode_streams if streams else encode
-    return gzip.compress(write(push.batch, push.reports), compresslevel=GZIP_LEVEL, mtime=0)
+    return gzip.compress(write(push.batch, push.reports, whole=True), compresslevel=level,
+                         mtime=0)
 
 
 def read_arrow(body: bytes) -> Push:

@@ -368,10 +368,18 @@ class ScopeWindows:
         known = self.known_slots(table)
         if known is not None and _all_held(known, used):
             return known
-        out = np.full(len(table), -1, np.int32) if known is None else known.copy()
+        ents = table.entities
+        if known is None and used is not None:
+            # A table met for the first time: every entity the store holds already is found
+            # now (no slot is allocated for one no row names), so a sender's next table that
+            # lists the same entities (a relay's, when a node joins its rack) costs its rows
+            # one look each, not one per body until each row was named.
+            get = self._slot.get
+            out = np.fromiter((get(e, -1) for e in ents), np.int32, len(ents))
+        else:
+            out = np.full(len(table), -1, np.int32) if known is None else known.copy()
         asked = range(len(table)) if used is None else np.unique(used).tolist()
         rows = [i for i in asked if out[i] < 0]
-        ents = table.entities
         new = sum(1 for i in rows if ents[i] not in self._slot)
         if admit is not None:
             new = min(new, admit.left[self.scope])
@@ -383,23 +391,32 @@ class ScopeWindows:
         for i in rows:
             s = self._slot.get(ents[i])
             out[i] = self._add(ents[i], registry, admit) if s is None else s
-        if not isinstance(table, JoinedTable):  # a coalesced ingest's: met once, not kept
+        # A coalesced ingest's joined table is met once: its parts are kept instead (a relay's
+        # table is only ever met joined with others when the coalescer merges relays' bodies).
+        at = 0
+        for part in table.parts if isinstance(table, JoinedTable) else (table,):
             if len(self._table_cache) >= TABLE_CACHE:
                 self._table_cache.clear()
-            self._table_cache[id(table)] = (table, out)
+            self._table_cache[id(part)] = (part, out if part is table
+                                           else out[at:at + len(part)].copy())
+            at += len(part)
         return out
 
     def known_slots(self, table: EntityTable) -> I32 | None:
         """The slots `slots_for` found for the table's rows (-1: not found yet), without
         looking at any entity; None when the table was not met (since the last compaction).
-        A joined table (a coalesced ingest) is known when each of its parts is."""
+        A joined table (a coalesced ingest) is known by its parts: a part not met yet reads
+        -1 throughout (None when no part was met)."""
         cached = self._table_cache.get(id(table))
         if cached is not None and cached[0] is table:
             return cached[1]
-        if isinstance(table, JoinedTable):  # a coalesced ingest: its parts were met alone
+        if isinstance(table, JoinedTable):  # a coalesced ingest: its parts met before
             got = [self._table_cache.get(id(t)) for t in table.parts]
-            if all(c is not None and c[0] is t for c, t in zip(got, table.parts, strict=True)):
-                return np.concatenate([c[1] for c in got])  # type: ignore[index]
+            hits = [c[1] if c is not None and c[0] is t else None
+                    for c, t in zip(got, table.parts, strict=True)]
+            if any(h is not None for h in hits):  # a part not met yet: -1, looked at when asked
+                return np.concatenate([np.full(len(t), -1, np.int32) if h is None else h
+                                       for h, t in zip(hits, table.parts, strict=True)])
         return None
 
     def _add(self, e: Entity, registry: EntityRegistry, admit: Admission | None = None) -> int:

@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import CATALOG, Scope
-from collectors.frames import EntityTable, Frame
+from collectors.frames import EntityTable, Frame, JoinedTable
 from service.storage import sample_codec
 
 HEARTBEAT_S = 600.0  # an unchanged entity is written again after this long
@@ -157,6 +157,8 @@ class ScopeState:
         hit = self._tables.get(id(table))
         if hit is not None and hit[0] is table:
             return hit[1]
+        if isinstance(table, JoinedTable):  # a coalesced ingest's, met once: its parts' slots
+            return np.concatenate([self.slots(t) for t in table.parts])
         out = np.empty(len(table), np.int64)
         for i, e in enumerate(table.entities):
             s = self.slot.get(e.key)

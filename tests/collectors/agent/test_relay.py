@@ -98,7 +98,7 @@ def test_the_same_node_twice_goes_in_two_bodies_in_order(
     first, second = _node_lines("n001", T0 - 5), _node_lines("n001", T0)
     for text in (first, second, _node_lines("n002")):
         assert _agent(server, arrow=True).push(gzip.compress(text.encode())).status == 204
-    assert relay.flush() == 2  # n001 twice: a second body (n001's next round, and n002)
+    assert relay.flush() == 2  # n001 twice: a second body (n001 then n002; n001's next round)
     assert relay.forward() == 2
     want = _expected(first) + _expected(second) + _expected(_node_lines("n002"))
     assert service.recorder.got == want and set(want.values()) == {1}
