@@ -23,6 +23,7 @@ from pathlib import Path
 from collectors.agent.push import Outcome, Pusher, PushResult
 
 log = logging.getLogger(__name__)
+RETRIES = 3  # tries of one push within its round
 HEALTHY = {"gpu_temp": 55.0, "mem_temp": 60.0, "power_draw": 500.0, "sm_clock": 1980.0,
            "gpu_util": 90.0}
 
@@ -121,16 +122,27 @@ class Agents:
             events, self.events = self.events, []
             bodies = {h: "\n".join(self.lines(h, ts_ns, events)).encode() + b"\n"
                       for h in self.nodes}
-        jobs = [self._pool.submit(p.push, gzip.compress(bodies[h], 1))
+        jobs = [self._pool.submit(self._send, p, gzip.compress(bodies[h], 1))
                 for h, ps in self.pushers.items() for p in ps]
         if self.relay is not None:
             pusher, hosts = self.relay
             body = b"".join(bodies[h] for h in hosts)
-            jobs.append(self._pool.submit(pusher.push, gzip.compress(body, 1)))
+            jobs.append(self._pool.submit(self._send, pusher, gzip.compress(body, 1)))
             self.relay_pushes += 1
         for j in jobs:
             j.result()
         self.rounds += 1
+
+    def _send(self, pusher: LedgerPusher, body: bytes) -> None:
+        """Push; a push to be retried (the target down, or a shard that stored its own part of
+        a relay's body but could not forward the rest: 503) is resent within the round, as
+        the agent's spool or Telegraf would resend it. A resend doubles nothing (last write
+        wins), and a body stored in part and never resent would be counted as doubled."""
+        for _attempt in range(RETRIES):
+            if pusher.push(body).outcome is not Outcome.RETRY or self._stop.is_set():
+                return
+            time.sleep(self.step_s / (2 * RETRIES))
+        log.info("a push to %s was not stored after %d tries", pusher.url, RETRIES)
 
     def _run(self) -> None:
         step = self.step_s
