@@ -97,7 +97,6 @@ def run(args: argparse.Namespace, root: Path) -> Outcome:
                 stack.stop_replicas()
             failures += rb.result.failures
             ledgers.append(root / "ledger-rebalance.lp")
-            out.checks += verdict.sharding(rb.result, args.gpus)[:1]
             out.checks += verdict.rebalance(rb.rebalance)
             info["rebalance"] = {**rb.rebalance.summary(), "gpus": args.nodes * args.gpus,
                                  "window_s": round(rb.result.window_s, 1),

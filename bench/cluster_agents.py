@@ -23,7 +23,7 @@ from pathlib import Path
 from collectors.agent.push import Outcome, Pusher, PushResult
 
 log = logging.getLogger(__name__)
-RETRIES = 3  # tries of one push within its round
+RETRY_FOR_S = 120.0  # a push to be retried is resent this long at most
 HEALTHY = {"gpu_temp": 55.0, "mem_temp": 60.0, "power_draw": 500.0, "sm_clock": 1980.0,
            "gpu_util": 90.0}
 
@@ -135,14 +135,16 @@ class Agents:
 
     def _send(self, pusher: LedgerPusher, body: bytes) -> None:
         """Push; a push to be retried (the target down, or a shard that stored its own part of
-        a relay's body but could not forward the rest: 503) is resent within the round, as
-        the agent's spool or Telegraf would resend it. A resend doubles nothing (last write
-        wins), and a body stored in part and never resent would be counted as doubled."""
-        for _attempt in range(RETRIES):
-            if pusher.push(body).outcome is not Outcome.RETRY or self._stop.is_set():
+        a relay's body but could not forward the rest to a killed shard: 503 until the map
+        moves) is resent until stored, as the agent's spool or Telegraf would resend it. A
+        resend doubles nothing (last write wins); a body stored in part and never resent
+        would be counted as doubled."""
+        deadline = time.time() + RETRY_FOR_S
+        while pusher.push(body).outcome is Outcome.RETRY:
+            if self._stop.is_set() or time.time() > deadline:
+                log.info("a push to %s was not stored in %.0f s", pusher.url, RETRY_FOR_S)
                 return
-            time.sleep(self.step_s / (2 * RETRIES))
-        log.info("a push to %s was not stored after %d tries", pusher.url, RETRIES)
+            time.sleep(1.0)
 
     def _run(self) -> None:
         step = self.step_s
