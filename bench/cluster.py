@@ -1,13 +1,16 @@
 """HA and sharding on loopback, with real processes: PostgreSQL, influxd, a webhook receiver that
 records every message, `gpuhealth serve` replicas and simulated node agents.
 
-    python -m bench.cluster [--quick] [--failovers N] [--shards N] [--json] [--keep]
+    python -m bench.cluster [--quick] [--failovers N] [--shards N] [--[no-]add-shard] [--json]
 
-Two scenarios (bench/cluster_failover.py, bench/cluster_sharded.py): an HA pair whose leader
-is `kill -9`ed mid-incident `--failovers` times (the failover time: median and max), then
-`--shards` shards with a static shard map, measured per shard. Prints the invariants as the
-soak does (bench.soak) and exits 1 if one fails, 2 if the stack could not be run. `--quick`
-(two failovers, short leases, a short window: about 3 minutes) is what the test suite runs
+Three scenarios (bench/cluster_failover.py, bench/cluster_sharded.py,
+bench/cluster_rebalance.py): an HA pair whose leader is `kill -9`ed mid-incident `--failovers`
+times (the failover time: median and max), then `--shards` shards with a static shard map,
+measured per shard, then (`--add-shard`) three shards with live membership in PostgreSQL, a
+fourth added mid-run, one stopped and one killed (how fast the map moves, how many nodes move,
+the per-shard figures before and after). Prints the invariants as the soak does (bench.soak)
+and exits 1 if one fails, 2 if the stack could not be run. `--quick` (two failovers, short
+leases, a short window, no rebalancing: about 3 minutes) is what the test suite runs
 smaller still (tests/bench_smoke/test_cluster.py); the default is the benchmark
 (docs/design.md, "HA and sharding: measured"). The work directory (every process's log, the
 ledgers, what the receiver got) is removed after a run whose invariants all hold.
@@ -33,6 +36,7 @@ import httpx
 from bench import cluster_verdict as verdict
 from bench.cluster_agents import Failure
 from bench.cluster_failover import FailoverRun
+from bench.cluster_rebalance import RebalanceRun
 from bench.cluster_sharded import ShardedRun
 from bench.cluster_stack import ClusterStack, Timers
 from bench.soak import table
@@ -74,8 +78,6 @@ def run(args: argparse.Namespace, root: Path) -> Outcome:
             sh = ShardedRun(stack, args.shards, args.nodes, args.gpus)
             try:
                 sh.start()
-                if args.add_shard:
-                    sh.add_shard_midrun()
                 failed = sh.fail()  # paged and resolved while the window is measured
                 sh.measure(args.rounds)
                 sh.recover(failed)
@@ -85,6 +87,20 @@ def run(args: argparse.Namespace, root: Path) -> Outcome:
             ledgers.append(root / "ledger-sharded.lp")
             out.checks += verdict.sharding(sh.result, args.gpus)
             info["sharded"] = {**sh.result.summary(), "gpus": args.nodes * args.gpus}
+        if args.add_shard:
+            rb = RebalanceRun(stack, args.nodes, args.gpus)
+            try:
+                rb.start()
+                rb.run(args.rounds)
+            finally:
+                rb.stop()
+                stack.stop_replicas()
+            failures += rb.result.failures
+            ledgers.append(root / "ledger-rebalance.lp")
+            out.checks += verdict.rebalance(rb.rebalance)
+            info["rebalance"] = {**rb.rebalance.summary(), "gpus": args.nodes * args.gpus,
+                                 "window_s": round(rb.result.window_s, 1),
+                                 "rounds": rb.result.rounds}
         time.sleep(timers.step_s + 5)  # the last rounds reach InfluxDB
         out.checks += verdict.pages(stack.receiver.of("/notify"), failures)
         out.checks.append(verdict.actions(stack.receiver.of("/remediate")))
@@ -118,7 +134,44 @@ def report(out: Outcome) -> str:
             lines.append(f"{s:<6} {d['nodes_owned']:>5g} {d['cpu_s_per_round']:>11.3f} "
                          f"{d['rss_mib']:>8.1f} {d['samples_ingested_per_round']:>13.0f} "
                          f"{d['redirects_307']:>5g} {d['parts_forwarded']:>9g}")
+    rb = out.info.get("rebalance")
+    if rb:
+        lines += rebalance_report(rb)
     return "\n".join(lines)
+
+
+def rebalance_report(rb: dict[str, Any]) -> list[str]:
+    lines = [f"rebalance: {rb['gpus']} GPUs, membership in PostgreSQL; shard {rb['added']} added,"
+             f" then stopped (SIGTERM), shard {rb['killed']} killed (SIGKILL, limit "
+             f"{rb['limit_s']:g} s) and restarted; moved nodes warm-started: "
+             f"{'yes' if rb['warm_started'] else 'NO'}"]
+    lines.append(f"{'change':<22} {'epoch':>5} {'map s':>6} {'samples s':>9} {'settled s':>9} "
+                 f"{'moved':>9}  to")
+    for m in rb["moves"]:
+        lines.append(f"{m['what']:<22} {m['epoch']:>5} {_s(m['map_s']):>6} "
+                     f"{_s(m['first_samples_s']):>9} {_s(m['settled_s']):>9} "
+                     f"{m['moved']:>4} of {m['of']:<3} {','.join(m['to'])}")
+    lines.append(f"{'shard':<6} {'nodes':>11} {'CPU s/round':>13} {'RSS MiB':>13} "
+                 f"{'samples/round':>13}   (before -> after shard {rb['added']} joined, "
+                 f"{rb['rounds']} rounds each)")
+    for s in sorted(set(rb["before"]) | set(rb["after"])):
+        b, a = rb["before"].get(s, {}), rb["after"].get(s, {})
+
+        def pair(k: str, fmt: str, b: dict[str, float] = b, a: dict[str, float] = a) -> str:
+            return f"{_f(b.get(k), fmt)}->{_f(a.get(k), fmt)}"
+
+        lines.append(f"{s:<6} {pair('nodes_owned', '.0f'):>11} "
+                     f"{pair('cpu_s_per_round', '.3f'):>13} {pair('rss_mib', '.0f'):>13} "
+                     f"{pair('samples_ingested_per_round', '.0f'):>13}")
+    return lines
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -136,8 +189,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lease-renew", type=float, help="cluster.lease_renew_s (default 5)")
     p.add_argument("--resolve-s", type=float, default=15.0,
                    help="alerts.resolve_for_s (and the Xid hold)")
-    p.add_argument("--add-shard", action="store_true",
-                   help="add a shard mid-run (needs membership in PostgreSQL: not yet)")
+    p.add_argument("--add-shard", action=argparse.BooleanOptionalAction,
+                   help="the rebalancing scenario: 3 shards with membership in PostgreSQL, a "
+                   "4th added mid-run, one stopped, one killed (default: on, off with "
+                   "--quick)")
     p.add_argument("--json", action="store_true", help="print the invariants as JSON")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--dir", type=Path, help="work directory (default: a new temporary one)")
@@ -146,8 +201,11 @@ def parser() -> argparse.ArgumentParser:
 
 def settle(args: argparse.Namespace) -> argparse.Namespace:
     """The defaults of the form asked for (--quick or the full one)."""
-    quick = {"failovers": 2, "nodes": 12, "rounds": 4, "lease_ttl": 6.0, "lease_renew": 2.0}
-    full = {"failovers": 10, "nodes": 48, "rounds": 12, "lease_ttl": 15.0, "lease_renew": 5.0}
+    # The rebalancing scenario costs about 4 minutes at the quick size: past --quick's budget.
+    quick = {"failovers": 2, "nodes": 12, "rounds": 4, "lease_ttl": 6.0, "lease_renew": 2.0,
+             "add_shard": False}
+    full = {"failovers": 10, "nodes": 48, "rounds": 12, "lease_ttl": 15.0, "lease_renew": 5.0,
+            "add_shard": True}
     for k, v in (quick if args.quick else full).items():
         if getattr(args, k) is None:
             setattr(args, k, v)

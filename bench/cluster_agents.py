@@ -23,6 +23,7 @@ from pathlib import Path
 from collectors.agent.push import Outcome, Pusher, PushResult
 
 log = logging.getLogger(__name__)
+RETRY_FOR_S = 120.0  # a push to be retried is resent this long at most
 HEALTHY = {"gpu_temp": 55.0, "mem_temp": 60.0, "power_draw": 500.0, "sm_clock": 1980.0,
            "gpu_util": 90.0}
 
@@ -121,16 +122,29 @@ class Agents:
             events, self.events = self.events, []
             bodies = {h: "\n".join(self.lines(h, ts_ns, events)).encode() + b"\n"
                       for h in self.nodes}
-        jobs = [self._pool.submit(p.push, gzip.compress(bodies[h], 1))
+        jobs = [self._pool.submit(self._send, p, gzip.compress(bodies[h], 1))
                 for h, ps in self.pushers.items() for p in ps]
         if self.relay is not None:
             pusher, hosts = self.relay
             body = b"".join(bodies[h] for h in hosts)
-            jobs.append(self._pool.submit(pusher.push, gzip.compress(body, 1)))
+            jobs.append(self._pool.submit(self._send, pusher, gzip.compress(body, 1)))
             self.relay_pushes += 1
         for j in jobs:
             j.result()
         self.rounds += 1
+
+    def _send(self, pusher: LedgerPusher, body: bytes) -> None:
+        """Push; a push to be retried (the target down, or a shard that stored its own part of
+        a relay's body but could not forward the rest to a killed shard: 503 until the map
+        moves) is resent until stored, as the agent's spool or Telegraf would resend it. A
+        resend doubles nothing (last write wins); a body stored in part and never resent
+        would be counted as doubled."""
+        deadline = time.time() + RETRY_FOR_S
+        while pusher.push(body).outcome is Outcome.RETRY:
+            if self._stop.is_set() or time.time() > deadline:
+                log.info("a push to %s was not stored in %.0f s", pusher.url, RETRY_FOR_S)
+                return
+            time.sleep(1.0)
 
     def _run(self) -> None:
         step = self.step_s

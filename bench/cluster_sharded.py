@@ -8,8 +8,8 @@ Measured over a window of whole rounds, per shard: CPU seconds per 5-s round (/p
 RSS, samples ingested, 307s answered and parts forwarded; for the whole: PostgreSQL
 transactions and rows written per second (pg_stat_database) and InfluxDB samples per second.
 
-A shard ADDED mid-run (`add_shard_midrun`) needs membership in PostgreSQL
-(`cluster.membership: postgres`), which has not landed: the hook says so instead of faking it."""
+Shards joining and leaving mid-run, with live membership in PostgreSQL, are
+bench/cluster_rebalance.py (which builds on this run)."""
 
 from __future__ import annotations
 
@@ -78,12 +78,6 @@ class ShardedRun:
                              relay=relay)
         self.result.t0 = time.time()
         self.agents.start()
-
-    def add_shard_midrun(self) -> None:
-        """The hook for a shard joining mid-run: it needs live membership in PostgreSQL."""
-        raise NotImplementedError(
-            "adding a shard mid-run needs cluster.membership: postgres (membership in "
-            "PostgreSQL), which this build does not have yet")
 
     def measure(self, rounds: int) -> None:
         """Let `rounds` whole rounds pass, reading every figure before and after them."""

@@ -7,6 +7,7 @@ schema and one InfluxDB database, each with its `cluster` settings."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import shutil
 import sys
@@ -107,16 +108,20 @@ class Replica:
 
 
 def replica_config(r: Replica, dsn: str, influx_url: str, receiver_url: str, t: Timers,
-                   shards: list[Replica], fleet: str) -> dict[str, Any]:
+                   shards: list[Replica], fleet: str, membership: bool = False
+                   ) -> dict[str, Any]:
     """Rules only (no model: the failures injected are hard ones), PostgreSQL for the shared
     state, the webhook receiver and the webhook remediation hook in auto mode pointed at the
     bench's receiver, timers shortened so that a run sees pages resolve, and the breaker and
     attempt limits opened because the bench fails GPUs of a small fleet on purpose. `fleet`: the
     InfluxDB `cluster` tag, one per scenario, so a scenario's warm start never reads another's
-    nodes."""
+    nodes. `membership`: live membership in PostgreSQL, this replica advertising its URL (the
+    map is the one the leader publishes; `shards` is then unused)."""
     cluster: dict[str, Any] = {"shard_id": r.shard_id, "lease_ttl_s": t.lease_ttl_s,
                                "lease_renew_s": t.lease_renew_s}
-    if shards:
+    if membership:
+        cluster |= {"membership": "postgres", "advertise_url": r.url}
+    elif shards:
         cluster["shards"] = [{"id": s.shard_id, "url": s.url} for s in shards]
     return {
         "service": {"host": "127.0.0.1", "port": r.port, "collect_interval_s": t.step_s,
@@ -163,23 +168,36 @@ class ClusterStack:
         self.pg.start()
         self.influx.start()
 
-    def scenario(self, fleet: str, names: list[tuple[str, str]], sharded: bool
-                 ) -> list[Replica]:
+    def scenario(self, fleet: str, names: list[tuple[str, str]], sharded: bool,
+                 membership: bool = False) -> list[Replica]:
         """Replicas (name, shard id) of fleet `fleet` on a fresh schema, configured and
-        started together."""
+        started together (`membership`: live, in PostgreSQL; else `sharded`: a static map of
+        these replicas)."""
         self.dsn = self.pg.fresh_schema()
         new = [Replica(n, sid, self.root) for n, sid in names]
         shards = new if sharded else []
         for r in new:
-            cfg = replica_config(r, self.dsn, self.influx.url, self.receiver.url, self.timers,
-                                 shards, fleet)
-            r.config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+            self._configure(r, shards, fleet, membership)
         self.replicas += new
         for r in new:
             r.start(wait=False)
         for r in new:
             r.wait_healthy()
         return new
+
+    def add(self, fleet: str, name: str, shard_id: str) -> Replica:
+        """One more replica on the current scenario's schema, with live membership; configured,
+        not started (the caller times its start)."""
+        r = Replica(name, shard_id, self.root)
+        self._configure(r, [], fleet, membership=True)
+        self.replicas.append(r)
+        return r
+
+    def _configure(self, r: Replica, shards: list[Replica], fleet: str,
+                   membership: bool) -> None:
+        cfg = replica_config(r, self.dsn, self.influx.url, self.receiver.url, self.timers,
+                             shards, fleet, membership)
+        r.config.write_text(yaml.safe_dump(cfg, sort_keys=False))
 
     def stop_replicas(self) -> None:
         for r in self.replicas:
@@ -197,6 +215,13 @@ class ClusterStack:
             "SELECT holder, epoch FROM cluster_lease WHERE name = '" + name.replace("'", "''")
             + "' AND expires_at > EXTRACT(EPOCH FROM clock_timestamp())")
         return (str(rows[0][0]), int(rows[0][1])) if rows else None
+
+    def shard_map(self) -> tuple[int, dict[str, str]]:
+        """(epoch, shard id -> URL) of the map the leader published; (0, {}) before one."""
+        rows = self.query("SELECT epoch, members FROM cluster_map WHERE name = 'shards'")
+        if not rows:
+            return 0, {}
+        return int(rows[0][0]), {str(m["id"]): str(m["url"]) for m in json.loads(rows[0][1])}
 
     def breaker(self) -> tuple[tuple[Any, ...], frozenset[tuple[Any, ...]]]:
         """The breaker's state row and its window of actions."""

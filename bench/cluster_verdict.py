@@ -12,6 +12,7 @@ from pathlib import Path
 from bench import soak_verdict
 from bench.cluster_agents import Failure
 from bench.cluster_failover import FailoverResult
+from bench.cluster_rebalance import RebalanceResult
 from bench.cluster_sharded import ShardedResult
 from bench.soak_ledger import Push, read, sent_samples
 from bench.soak_receiver import Received
@@ -89,6 +90,32 @@ def sharding(res: ShardedResult, gpus: int) -> list[Check]:
               f"{len(wrong)} shards wrong",
               "; ".join(f"{s}: holds {h} GPUs, owns {o}" for s, (h, o) in wrong.items())),
         Check("wrong-shard pushes redirected", redirects > 0, f"{redirects:g} 307s"),
+    ]
+
+
+def rebalance(res: RebalanceResult) -> list[Check]:
+    """A shard joining takes nodes only for itself; every move ends with each node on exactly
+    one shard; the joined shard warm-started its nodes; a killed shard's nodes moved within
+    lease_ttl + renew."""
+    join = next((m for m in res.moves if m.what.startswith("join")), None)
+    killed = next((m for m in res.moves if "SIGKILL" in m.what), None)
+    elsewhere = sorted({o for o in join.moved.values() if o != res.added}) if join else []
+    unsettled = [m.what for m in res.moves if m.settled_s is None]
+    return [
+        Check("shard added: nodes moved to it only", join is not None and bool(join.moved)
+              and not elsewhere and join.first_samples_s is not None,
+              f"{len(join.moved) if join else 0} of {join.nodes if join else 0} nodes",
+              f"map after {join.map_s} s, first samples after {join.first_samples_s} s"
+              + (f"; also to {', '.join(elsewhere)}" if elsewhere else "") if join else
+              "the shard never joined"),
+        Check("moved nodes warm-started from InfluxDB", res.warm_started,
+              "yes" if res.warm_started else "no log line"),
+        Check("every node on exactly one shard after each move", not unsettled
+              and len(res.moves) >= 4, f"{len(res.moves) - len(unsettled)} of {len(res.moves)}",
+              "; ".join(unsettled)),
+        Check("killed shard's nodes moved within lease ttl + renew", killed is not None
+              and killed.map_s is not None and killed.map_s <= res.limit_s,
+              f"{killed.map_s if killed else None} s", f"limit {res.limit_s:g} s"),
     ]
 
 
