@@ -156,16 +156,16 @@ Besides the service's own health (ticks, ingest, collectors, notifications by `r
 `integration`, `gpuhealth_remediation_breaker_open`; with replicas
 `gpuhealth_cluster_role{role}`, 1 while this replica holds the `writer` or `leader` role, and
 with `cluster.membership: postgres` `gpuhealth_cluster_map_epoch`, the shard map in force),
-`/metrics` carries the newest scoring tick's risk and alert level of every entity, as
-gauges. Risk is 0 (healthy) to 1 (failing); the level is 0 none, 1 watch, 2 warning, 3 critical, the highest open alert of the entity (a
-GPU gone silent counts on the GPU, no data from a node on the node). NVLink links are folded
-into their GPU: one series names the GPU's worst link (`link`), so a rule on it says which link
-to look at without 18 series per GPU. Series follow the tick's entities: a node removed or an
-entity forgotten after its longest window of silence leaves the exposition (Prometheus marks it
-stale), and nothing is emitted before the first tick. Labels are the store's names only (no
-UUID or serial, which would start a new series on every swap). Example recording and alerting
-rules, with `promtool` unit tests: `dashboards/prometheus/`.
-"""
+`/metrics` carries the newest scoring tick's risk and alert level of every entity, as gauges.
+Risk is 0 (healthy) to 1 (failing); the level is 0 none, 1 watch, 2 warning, 3 critical, the
+highest open alert of the entity (a GPU gone silent counts on the GPU, no data from a node on
+the node). NVLink links are folded into their GPU: one series names the GPU's worst link
+(`link`), so a rule on it says which link to look at without 18 series per GPU. Series follow
+the tick's entities: a node removed or an entity forgotten after its longest window of silence
+leaves the exposition (Prometheus marks it stale), and nothing is emitted before the first
+tick. Labels are the store's names only (no UUID or serial, which would start a new series on
+every swap). Example recording and alerting rules, with `promtool` unit tests:
+`dashboards/prometheus/`. """
 
 
 def _prometheus_section() -> str:
