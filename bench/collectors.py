@@ -101,6 +101,13 @@ class IngestRun:
     fastapi_cpu_s: float = 0.0  # the FastAPI route's projected CPU in the same configuration
     relays: int = 0  # agents post to relays (at the 10,000-GPU scale), which post to the service
     relay_cpu_s: float = 0.0  # the relays' CPU (rack hosts, not the service's), projected
+    sim_relays: int = 0  # the relays the simulated slice ran (its requests: their bodies)
+    rounds: int = 0  # measured rounds
+
+    @property
+    def bodies_per_relay_round(self) -> float:
+        """Relay bodies the service took per relay per round (a 5-s flush at full scale: 1)."""
+        return self.requests / (self.sim_relays * self.rounds) if self.sim_relays else 0.0
 
 
 @dataclass
@@ -377,12 +384,17 @@ def _node_of(line: str) -> str:
 
 
 def _client(conn: Connection, url: str | list[str], gpus: int, per_request: int, rounds: int,
-            nvlink: bool, t0: float, arrow: bool = False, gz: bool = True) -> None:
+            nvlink: bool, t0: float, arrow: bool = False, gz: bool = True,
+            relays: Connection | None = None, flush_s: float = ROUND_S) -> None:
     """The pushing side, in its own process: builds gzip bodies (one per `per_request` GPUs per
     round, as node agents or a Telegraf relay would), posts one warm-up round (the service
     meets every entity for the first time there), says ready, posts the rest on a go. Several
-    URLs (relays): each takes an equal run of consecutive nodes (a rack)."""
+    URLs (relays): the nodes are dealt to them in turn (bench.collectors_relay.relay_of), and
+    `relays` is told "flush" wherever a relay flushing every `flush_s` would in real time
+    (bench.collectors_relay.flush_points), once what comes before is answered."""
     import httpx
+
+    from bench.collectors_relay import flush_points, relay_of
 
     urls = [url] if isinstance(url, str) else url
 
@@ -403,7 +415,7 @@ def _client(conn: Connection, url: str | list[str], gpus: int, per_request: int,
     per_round = len(warmup)
 
     def url_of(j: int) -> str:
-        return urls[(j % per_round) * len(urls) // per_round]
+        return urls[relay_of(j, per_round, len(urls))]
 
     with httpx.Client(timeout=60) as client:
         for j, body in enumerate(warmup):
@@ -415,16 +427,29 @@ def _client(conn: Connection, url: str | list[str], gpus: int, per_request: int,
     rate = FLEET_GPUS / per_request / ROUND_S
     workers = min(CLIENT_CONNECTIONS, len(bodies))
     errors = [0] * workers
+    # The stretches posted between the relays' flushes (without relays: all in one).
+    ends = ([k * per_round + e for k in range(rounds) for e in flush_points(per_round, flush_s)]
+            if relays is not None else [len(bodies)])
+    starts = [0, *ends[:-1]]
+
+    def flush() -> None:  # every sender has had its answer: the relays flush, then all go on
+        if relays is not None:
+            relays.send("flush")
+            relays.recv()
+
+    barrier = threading.Barrier(workers, action=flush)
     w0 = time.perf_counter()
 
     def worker(w: int) -> None:
         with httpx.Client(timeout=60) as client:
-            for j in range(w, len(bodies), workers):
-                delay = w0 + j / rate - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                r = client.post(url_of(j), content=bodies[j], headers=headers)
-                errors[w] += r.status_code != 204
+            for a, b in zip(starts, ends, strict=True):
+                for j in range(a + w, b, workers):
+                    delay = w0 + j / rate - time.perf_counter()
+                    if delay > 0:
+                        time.sleep(delay)
+                    r = client.post(url_of(j), content=bodies[j], headers=headers)
+                    errors[w] += r.status_code != 204
+                barrier.wait()
 
     threads = [threading.Thread(target=worker, args=(w,)) for w in range(workers)]
     for t in threads:
@@ -593,19 +618,20 @@ def bench_ingest(sim_gpus: int, per_request: int, rounds: int, nvlink: bool, srv
     ctx = mp.get_context("spawn")
     relays: Relays | None = None
     relay_cpu = 0.0
+    relay_count = 0
     with tempfile.TemporaryDirectory() as tmp, _service(Path(tmp), lambda: data_clock[0],
                                                        srv) as url:
         ours, theirs = ctx.Pipe()
         data_clock[0] = t0 + ROUND_S * (rounds + 1)
         target: str | list[str] = url
         if srv.relays:
-            sim_nodes = sim_gpus // NODE_GPUS
-            # The client posts a round in ROUND_S * sim_nodes / 1,250 s: so do the flushes.
-            relays = Relays(url, relays_for(sim_nodes, srv.relays),
-                            srv.flush_ms / 1e3 * sim_nodes * NODE_GPUS / FLEET_GPUS)
+            # The relays flush when the client says a flush interval's share of a simulated
+            # round is through (bench.collectors_relay), not by a compressed clock of their own.
+            relays = Relays(url, relays_for(sim_gpus // NODE_GPUS, srv.relays))
             target = relays.urls
-        proc = ctx.Process(target=_client, args=(theirs, target, sim_gpus, per_request, rounds,
-                                                 nvlink, t0, srv.arrow, srv.gzip))
+        proc = ctx.Process(target=_client, args=(
+            theirs, target, sim_gpus, per_request, rounds, nvlink, t0, srv.arrow, srv.gzip,
+            relays.rounds if relays is not None else None, srv.flush_ms / 1e3))
         proc.start()
         theirs.close()
         requests, lines, samples, nbytes = ours.recv()
@@ -619,6 +645,7 @@ def bench_ingest(sim_gpus: int, per_request: int, rounds: int, nvlink: bool, srv
         if relays is not None:  # what the relays hold is through to the service
             relay_cpu, bodies, failures = relays.drain()
             requests, errors = bodies - warm_bodies, errors + failures
+            relay_count = relays.n
             relays.close()
         cpu = time.process_time() - c0
         if srv.profile is not None:
@@ -633,7 +660,8 @@ def bench_ingest(sim_gpus: int, per_request: int, rounds: int, nvlink: bool, srv
         lines_per_s_cpu=lines / cpu, samples_per_s_cpu=samples / cpu,
         lines_per_s_wall=lines / wall, fleet_lines_per_round=fleet_lines,
         projected_cpu_s=cpu * scale, projected_wall_s=wall * scale, errors=errors,
-        relays=srv.relays, relay_cpu_s=relay_cpu * scale)
+        relays=srv.relays, relay_cpu_s=relay_cpu * scale, sim_relays=relay_count,
+        rounds=rounds)
 
 
 def _variant(nvlink: bool, srv: Server) -> str:
@@ -819,7 +847,8 @@ def _goals(rep: Report) -> None:
             f"{new.gpus_per_request} GPUs/request): projected {new.projected_cpu_s:.2f} s "
             f"(FastAPI route {new.fastapi_cpu_s:.2f} s, x{_ratio(new):.2f}) -> "
             f"{'MET' if ok else 'NOT MET'}"
-            + (f"; the {new.relays} relays' own CPU {new.relay_cpu_s:.2f} s (rack hosts)"
+            + (f"; the {new.relays} relays' own CPU {new.relay_cpu_s:.2f} s (rack hosts), "
+               f"{new.bodies_per_relay_round:.2f} bodies per relay per round"
                if new.relays else ""))
     for ph in rep.phases:
         ok = ph.total_s - ph.sink_s < INGEST_GOAL_CPU_S
@@ -872,7 +901,11 @@ def _print(rep: Report) -> None:
         print(f"    {new.variant:<64} {new.gpus_per_request:>4} GPU/req"
               f"  {new.fastapi_cpu_s:6.2f}s -> {new.projected_cpu_s:6.2f}s  "
               f"(x{_ratio(new):.2f})"
-              + (f"  + relays {new.relay_cpu_s:.2f}s on rack hosts" if new.relays else ""))
+              + (f"  + relays {new.relay_cpu_s:.2f}s on rack hosts; the service took "
+                 f"{new.bodies_per_relay_round:.2f} bodies per relay per round "
+                 f"({new.requests} from {new.sim_relays} relays over {new.rounds} rounds; "
+                 f"{new.bodies_per_relay_round * new.relays:.0f} per 10k round)"
+                 if new.relays else ""))
     if rep.phases:
         print("  In-process phases, CPU s per 10k round (median round; parse = steady state, "
               "reference = point-by-point path)")
