@@ -79,8 +79,10 @@ def _configure_relay(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8186, help="listen port (default 8186)")
     p.add_argument("--insecure", action="store_true",
                    help="listen beyond loopback with no --token")
-    p.add_argument("--flush-ms", type=float, default=1000.0,
-                   help="how often the pushes held are sent on, as one body (default 1000)")
+    p.add_argument("--flush-ms", type=float, default=5000.0,
+                   help="how often the pushes held are sent on, as one body (default 5000: "
+                        "the agents' interval, one body per round; the service's cost is per "
+                        "body)")
     p.add_argument("--spool", type=Path, default=Path("var/relay-spool"),
                    help="on-disk buffer for bodies the service has not taken yet")
     p.add_argument("--spool-mb", type=int, default=1024, help="spool bound; oldest dropped first")
