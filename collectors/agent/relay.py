@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.agent.push import Outcome, Pusher
+from collectors.agent.push import Pusher
 from collectors.agent.relay_batch import Push, arrow_body, bodies, lines_body, read_arrow
 from collectors.agent.relay_roster import Roster
 from collectors.agent.relay_wire import (
@@ -48,6 +48,7 @@ from collectors.agent.relay_wire import (
     unsupported,
 )
 from collectors.agent.spool import Spool
+from collectors.agent.target import Target
 from collectors.frames import Rejection
 from collectors.schema import SchemaMapper
 
@@ -97,9 +98,8 @@ class Relay:
         self.tokens = [t.encode() for t in tokens if t]
         self.limits, self.flush_s = limits, flush_s
         self.clock, self.wall = clock, wall
-        self.backoff_min, self.backoff_max = backoff_s
-        self._backoff = self.backoff_min
-        self._retry_at = float("-inf")
+        self.target = Target(spool, pusher, backoff_s=backoff_s, clock=clock,
+                             send=lambda body: pusher.push_as(_as_arrow(body), _as_lines(body)))
         self.stats = RelayStats()
         self._mappers = {False: SchemaMapper(strict=False), True: SchemaMapper(strict=True)}
         self._decoder: Any = None  # collectors.arrow_batch.Decoder, made when needed
@@ -202,35 +202,16 @@ class Relay:
     def forward(self) -> int:
         """Send spooled bodies oldest first until one fails (then back off); returns how many
         went."""
-        if self.clock() < self._retry_at:
-            return 0
-        sent = 0
         with self._forward_lock:
-            while (seg := self.spool.oldest()) is not None:
-                seq, body = seg
-                res = self.pusher.push_as(_as_arrow(body), _as_lines(body))
-                if res.outcome is Outcome.RETRY:
-                    self.stats.forward_failures += 1
-                    self.stats.last_error = (f"{res.status}: {res.detail}" if res.status
-                                             else res.detail)
-                    self._retry_at = self.clock() + self._backoff
-                    log.warning("forward failed (%s); retrying in %.0f s", self.stats.last_error,
-                                self._backoff)
-                    self._backoff = min(self._backoff * 2, self.backoff_max)
-                    return sent
-                if res.outcome is Outcome.DROP:
-                    self._refused_whole += 1
-                    self.stats.bodies_dropped += 1
-                    log.error("the service refused a body whole (%s): %s", res.status,
-                              res.detail)
-                elif res.status == 400:
-                    self.stats.bodies_refused_in_part += 1
-                    log.warning("the service refused some samples: %s", res.detail)
-                self.spool.remove(seq)
-                self.stats.bodies_sent += 1
-                sent += 1
-            self._backoff = self.backoff_min
-        return sent
+            got = self.target.flush()
+        self.stats.bodies_sent += got.sent
+        self.stats.bodies_refused_in_part += got.rejected_lines
+        self._refused_whole += got.dropped
+        self.stats.bodies_dropped += got.dropped
+        if got.failed:
+            self.stats.forward_failures += 1
+            self.stats.last_error = got.error
+        return got.sent
 
     def run(self, stop: Callable[[], bool], sleep: Callable[[float], None] = time.sleep) -> None:
         """Every flush interval: spool what came, send the spool; once more when stopped."""
@@ -245,7 +226,7 @@ class Relay:
             self.flush()
             self.forward()
         self.flush()
-        self._retry_at = float("-inf")
+        self.target.retry_now()
         self.forward()
 
 

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from collectors.agent.push import Outcome, Pusher
+from collectors.agent.push import Outcome, Pusher, PushResult
 from collectors.agent.spool import Spool
 
 log = logging.getLogger(__name__)
@@ -27,12 +27,21 @@ class Sent:
 
 
 class Target:
+    """`send`: how a spooled segment goes (default `pusher.push`; the relay sends its Arrow
+    bodies with their fallbacks)."""
+
     def __init__(self, spool: Spool, pusher: Pusher | None, *,
                  backoff_s: tuple[float, float] = (1.0, 60.0),
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float],
+                 send: Callable[[bytes], PushResult] | None = None) -> None:
         self.spool, self.pusher, self.clock = spool, pusher, clock
+        self.send = send if send is not None else (pusher.push if pusher is not None else None)
         self.backoff_min, self.backoff_max = backoff_s
         self._backoff = self.backoff_min
+        self._retry_at = float("-inf")
+
+    def retry_now(self) -> None:
+        """Forget the backoff (a stopping relay's last attempt)."""
         self._retry_at = float("-inf")
 
     @property
@@ -42,11 +51,11 @@ class Target:
     def flush(self) -> Sent:
         """Send spooled segments in order until one fails, then back off."""
         out = Sent()
-        if self.pusher is None or self.clock() < self._retry_at:
+        if self.send is None or self.clock() < self._retry_at:
             return out
         while (seg := self.spool.oldest()) is not None:
             seq, body = seg
-            res = self.pusher.push(body)
+            res = self.send(body)
             if res.outcome is Outcome.RETRY:
                 out.failed = True
                 out.error = f"{res.status}: {res.detail}" if res.status else res.detail
