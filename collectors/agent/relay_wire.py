@@ -13,13 +13,14 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
 from collectors.frames import Rejection
+from collectors.gzip_body import GzipNotValid, GzipTooLarge, Inflated
+from collectors.gzip_body import inflate as _inflate
 
 PATHS = {  # per write path, the query parameters the service declares
     "/write": frozenset({"db", "precision", "strict", "u", "p"}),
@@ -33,11 +34,6 @@ CHALLENGE = 'Token realm="gpuhealth"'
 # What a refused write's body says beside the problem members: nothing was written.
 NOTHING_WRITTEN: dict[str, Any] = {"accepted": 0, "rejected": 0, "rejections": [],
                                    "truncated": False}
-MAX_MEMBERS = 1000  # as service.api.inflate
-MAX_RATIO = 100
-RATIO_FLOOR = 1 << 20
-_SLICE = 1 << 16
-_GZIP = 16 + zlib.MAX_WBITS
 
 
 @dataclass
@@ -144,41 +140,12 @@ def authorize(headers: Mapping[str, str], tokens: Sequence[bytes], p: str | None
         raise unauthorized("invalid token")
 
 
-@dataclass(frozen=True, slots=True)
-class Inflated:
-    data: bytes
-    cut: str | None = None  # why the body ended early; data then holds only whole lines
-
-
 def inflate(body: bytes, *, limit: int) -> Inflated:
-    """A gzip body inflated within `limit` bytes, 100 times its size (past 1 MiB) and 1,000
-    members (413 past those; 400 when it is not gzip). One cut short keeps its whole lines."""
-    ratio_cap = max(RATIO_FLOOR, MAX_RATIO * len(body))
-    budget = min(limit, ratio_cap)
-    view = memoryview(body)
-    out = bytearray()
-    pos = members = 0
-    while pos < len(body):
-        if members == MAX_MEMBERS:
-            raise too_large(f"gzip body holds more than {MAX_MEMBERS} members")
-        d = zlib.decompressobj(_GZIP)
-        while not d.eof and pos < len(body):
-            piece = view[pos:pos + _SLICE]
-            try:
-                out += d.decompress(piece, budget + 1 - len(out))
-            except zlib.error as exc:
-                raise bad_request(f"body is not valid gzip: {exc}") from None
-            if len(out) > budget:
-                if ratio_cap < limit:
-                    raise too_large(f"gzip body inflates to more than {MAX_RATIO} times its "
-                                    f"{len(body)} bytes (a compression bomb?)")
-                raise too_large(f"decompressed body exceeds the limit of {limit} bytes")
-            pos += len(piece) - len(d.unused_data) - len(d.unconsumed_tail)
-        members += 1
-        if not d.eof:
-            whole = out.rfind(b"\n") + 1  # the torn last line is not parsed
-            return Inflated(bytes(out[:whole]),
-                            f"gzip body is truncated (cut in member {members}, after "
-                            f"{len(body)} compressed bytes); the incomplete last line was "
-                            f"not parsed")
-    return Inflated(bytes(out))
+    """A gzip body inflated within the service's bounds (collectors.gzip_body): 413 past
+    them, 400 when it is not gzip; one cut short keeps its whole lines."""
+    try:
+        return _inflate(body, limit=limit)
+    except GzipTooLarge as exc:
+        raise too_large(str(exc)) from None
+    except GzipNotValid as exc:
+        raise bad_request(str(exc)) from None
