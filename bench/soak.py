@@ -18,9 +18,7 @@ hold, and kept otherwise or with --keep.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import shutil
 import signal
 import sys
 import tempfile
@@ -97,16 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     out.info["wall_s"] = round(time.time() - t0, 1)
-    if args.json:
-        print(json.dumps({"ok": out.ok, "invariants": [c.as_dict() for c in out.checks],
-                          "info": out.info}, indent=2))
-    else:
-        print(table(out))
-    if out.ok and not args.keep and args.dir is None:
-        shutil.rmtree(root, ignore_errors=True)
-    else:
-        print(f"bench.soak: work directory kept: {root}", file=sys.stderr)
-    return 0 if out.ok else 1
+    return out.conclude("bench.soak", table, as_json=args.json,
+                        keep=args.keep or args.dir is not None, root=root)
 
 
 if __name__ == "__main__":

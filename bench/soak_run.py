@@ -3,10 +3,14 @@ judge the invariants, and take everything down again (bench/soak.py is the comma
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import shutil
+import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,21 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return bool(self.checks) and all(c.ok for c in self.checks if c.judged)
+
+    def conclude(self, name: str, render: Callable[[Outcome], str], *, as_json: bool,
+                 keep: bool, root: Path) -> int:
+        """Print the invariants (a table, or JSON), drop the work directory of a run that
+        passed unless it is to be kept, and give the exit code: 0 all held, 1 one failed."""
+        if as_json:
+            print(json.dumps({"ok": self.ok, "invariants": [c.as_dict() for c in self.checks],
+                              "info": self.info}, indent=2))
+        else:
+            print(render(self))
+        if self.ok and not keep:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"{name}: work directory kept: {root}", file=sys.stderr)
+        return 0 if self.ok else 1
 
 
 class SoakRun:
