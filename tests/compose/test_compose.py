@@ -262,7 +262,8 @@ def test_the_node_agent_command_parses_and_spools_on_its_volume() -> None:
     from service.commands.cli import build_parser
 
     ns = build_parser().parse_args(["agent", *NODE_AGENT["command"]])
-    assert urlsplit(ns.url).path == "/write" and urlsplit(ns.url).port == _container_port(SVC)
+    (url,) = ns.url  # --url is repeatable (an HA pair); the stack's agent names one service
+    assert urlsplit(url).path == "/write" and urlsplit(url).port == _container_port(SVC)
     (volume,) = NODE_AGENT["volumes"]
     name, mount = volume.split(":")
     assert name in SPEC["volumes"] and ns.spool.is_relative_to(mount)
