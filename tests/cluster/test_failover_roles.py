@@ -41,8 +41,10 @@ class Dial:
                         hard=True)]
 
 
-def _replica(tmp: Path, name: str, target: str, dial: Dial) -> tuple[Pipeline, LeasedRoles,
-                                                                       Recorder]:
+def _replica(tmp: Path, name: str, target: str, dial: Dial, *, shard: str = "default",
+             ttl_s: float = TTL, renew_s: float = 0.3) -> tuple[Pipeline, LeasedRoles,
+                                                                Recorder]:
+    """A replica (`name`) of `shard` on the shared state `target`, paging into a Recorder."""
     settings = Settings(storage=StorageSettings(data_dir=tmp / name),
                         alerts={"resolve_for_s": 0, "dwell_s": (0, 0, 0)},
                         notify={"route": {"receiver": "record", "group_wait_s": 0,
@@ -50,7 +52,7 @@ def _replica(tmp: Path, name: str, target: str, dial: Dial) -> tuple[Pipeline, L
     record = Recorder("record")
     parts = build_parts(settings, Wiring.offline(alert_db=target, detectors=[dial],
                                                  notifiers=[record], notify_background=False))
-    roles = LeasedRoles(target, replica_id=name, ttl_s=TTL, renew_s=0.3)
+    roles = LeasedRoles(target, replica_id=name, shard_id=shard, ttl_s=ttl_s, renew_s=renew_s)
     parts.cluster = roles
     return Pipeline(parts), roles, record
 

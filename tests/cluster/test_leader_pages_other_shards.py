@@ -7,28 +7,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.assembly import Wiring, build_parts
 from service.cluster.roles import LeasedRoles
 from service.pipeline import Pipeline
-from service.settings import Settings, StorageSettings
-from tests.cluster.test_failover_roles import T0, Dial, _states
+from tests.cluster.test_failover_roles import T0, Dial, _replica, _states
 from tests.notify.timeline import Recorder
 from tests.pipeline.builders import Rounds
 
 
 def _shard(tmp: Path, shard: str, target: str, dial: Dial) -> tuple[Pipeline, LeasedRoles,
                                                                       Recorder]:
-    settings = Settings(storage=StorageSettings(data_dir=tmp / shard),
-                        alerts={"resolve_for_s": 0, "dwell_s": (0, 0, 0)},
-                        notify={"route": {"receiver": "record", "group_wait_s": 0,
-                                          "group_interval_s": 0.001}})
-    record = Recorder("record")
-    parts = build_parts(settings, Wiring.offline(alert_db=target, detectors=[dial],
-                                                 notifiers=[record], notify_background=False))
-    roles = LeasedRoles(target, replica_id=f"replica-{shard}", shard_id=shard, ttl_s=30.0,
-                        renew_s=10.0)
-    parts.cluster = roles
-    return Pipeline(parts), roles, record
+    return _replica(tmp, f"replica-{shard}", target, dial, shard=shard, ttl_s=30.0,
+                    renew_s=10.0)
 
 
 def test_the_leader_pages_an_alert_another_shard_wrote(tmp_path: Path,
