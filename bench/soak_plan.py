@@ -7,10 +7,17 @@ nodes carry the scripted faults; the rest of the fleet cycles through the kinds 
 reports. Fault times are fractions of the run, except the spans the issue fixes in seconds
 (the Xid 79 that arrives 90 s late) and those the service's settings fix (IB down for
 `ib_down_s`).
+
+The storm phase (issue 28) starts at `STORM_AT` of the run: within seconds, hard faults on a
+third of the nodes or more (a DBE, an Xid 79 that a spooled node's drain delivers late, an IB
+link down, a GPU at its shutdown margin; on larger fleets more nodes from the background, each
+announced by a precursor), so that a storm of a third of the fleet within `STORM_WINDOW_S`
+trips `FleetStorm`. Before it, no two nodes enter level 2 within that window.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -18,6 +25,9 @@ Kind = Literal["smi", "dcgm", "telegraf"]
 KINDS: tuple[Kind, ...] = ("smi", "dcgm", "smi", "telegraf")
 XID_LATE_S = 90.0  # issue 13, defect 3: the Xid 79 that arrives 90 s late
 MIN_MINUTES = 3.0  # the late Xid and its silence need this much run
+STORM_AT = 0.75  # the storm phase's start, a fraction of the run
+STORM_WINDOW_S = 40.0  # its hard faults reach level 3 within this (the storm's window_s)
+STORM_FRACTION = 1 / 3  # of the fleet: the storm setting's fraction
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +80,17 @@ class Plan:
     silent_gpu: str = ""  # entity key of the GPU that stops reporting without an Xid
     resolve_node: str = ""  # the node whose level-3 alerts must resolve after the restart
     removed_node: str = ""
+    storm_at: float = 0.0  # the storm phase's start, seconds after the origin
+    storm_nodes: list[str] = field(default_factory=list)  # nodes with a hard fault in it
+
+    @property
+    def storm_min_nodes(self) -> int:
+        """A third of the fleet: the storm's min_nodes and what its fraction comes to."""
+        return max(1, math.ceil(len(self.nodes) * STORM_FRACTION))
+
+    @property
+    def storm_window_s(self) -> float:
+        return STORM_WINDOW_S
 
     @property
     def gpus(self) -> int:
@@ -107,12 +128,16 @@ def build(minutes: float, gpus: int, *, step_s: float = 5.0, ib_down_s: float = 
     f(Fault(added.start_at, "node_start", added.name))
     f(Fault(0.6 * d, "node_stop", removed))
     # Precursors, then the failures they announce.
+    # The storm phase: n01's DBE, n02's late Xid 79 (its spool drains), n00's IB link down
+    # and shutdown margin, within seconds; on a larger fleet more nodes, to a third of it.
+    storm = STORM_AT * d
+    plan.storm_at = storm
     f(Fault(0.05 * d, "remap_rising", "n01", gpu=1))
-    f(Fault(0.55 * d, "dbe", "n01", gpu=1))
+    f(Fault(storm, "dbe", "n01", gpu=1))
     f(Fault(0.05 * d, "symbol_errors_rising", "n00", port="mlx5_1"))
-    f(Fault(0.6 * d, "ib_down", "n00", port="mlx5_1"))
+    f(Fault(storm + 5.0, "ib_down", "n00", port="mlx5_1"))
     f(Fault(0.2 * d, "heating", "n00", gpu=2))  # a failing fan: throttling, then the margin
-    f(Fault(0.85 * d, "overheat", "n00", gpu=2))
+    f(Fault(storm + 20.0, "overheat", "n00", gpu=2))
     # The node that joined overheats as a whole (its cooling fails), is paged before the
     # kill -9 and cools down after the restart: its resolves must still reach the receiver.
     # The whole node, so that no peer comparison keeps it warm after the repair.
@@ -122,8 +147,9 @@ def build(minutes: float, gpus: int, *, step_s: float = 5.0, ib_down_s: float = 
     f(Fault(back_at, "service_start"))
     f(Fault(back_at + 0.08 * d, "node_cooled", added.name))
     # Off the bus behind an agent outage: the Xid is logged at `fall` and reaches the service
-    # only when the agent drains its spool, XID_LATE_S later; the GPU stays silent after.
-    fall = 0.25 * d
+    # only when the agent drains its spool, XID_LATE_S later (in the storm phase: the
+    # backfill); the GPU stays silent after.
+    fall = storm + 10.0 - XID_LATE_S
     f(Fault(fall - 10.0, "agent_offline", "n02"))
     f(Fault(fall, "off_bus", "n02", gpu=1))
     f(Fault(fall + XID_LATE_S, "agent_online", "n02"))
@@ -138,7 +164,9 @@ def build(minutes: float, gpus: int, *, step_s: float = 5.0, ib_down_s: float = 
     f(Fault(0.5 * d, "tg_substep", "n03"))
     f(Fault(0.65 * d, "tg_out_of_order", "n03"))
     f(Fault(0.35 * d, "bad_lines", "n03"))
+    extra = _storm_extra(plan, storm)
     plan.faults.sort(key=lambda x: x.at)
+    plan.storm_nodes = ["n00", "n01", "n02", *(h.entity.split(":")[0] for h in extra)]
     plan.failures = [
         # remap_step reads 24 h of remaps from the 1-h tier, which lags by up to an hour: a
         # remap rise minutes before the DBE is reported, not judged (docs/soak.md).
@@ -150,7 +178,30 @@ def build(minutes: float, gpus: int, *, step_s: float = 5.0, ib_down_s: float = 
                     precursor=True),
         HardFailure("node overheat paged before the kill -9", f"{added.name}:gpu0", "hot"),
         HardFailure("GPU off the bus, Xid 79 90 s late", "n02:gpu1", "xid79", late=True),
+        *extra,
     ]
     plan.silent_gpu = "n00:gpu1"
     plan.resolve_node = added.name
     return plan
+
+
+def _storm_extra(plan: Plan, storm: float) -> list[HardFailure]:
+    """Storm faults on background agent nodes, until a third of the fleet has one (none on the
+    short form's fleet, where n00, n01 and n02 are half of it): a DBE after rising remaps or
+    a shutdown margin after throttling, two seconds apart."""
+    want = plan.storm_min_nodes - 3
+    quiet = [n for n in plan.nodes[5:] if n.kind != "telegraf" and n.start_at == 0
+             and n.stop_at is None]
+    out: list[HardFailure] = []
+    for i, n in enumerate(quiet[:max(0, want)]):
+        at = storm + 2.0 * i
+        if i % 2 == 0:
+            plan.faults.append(Fault(at - 60.0, "remap_rising", n.name, gpu=0))
+            plan.faults.append(Fault(at, "dbe", n.name, gpu=0))
+            out.append(HardFailure(f"storm: DBE on {n.name}", f"{n.name}:gpu0", "dbe"))
+        else:
+            plan.faults.append(Fault(at - 60.0, "heating", n.name, gpu=0))
+            plan.faults.append(Fault(at, "overheat", n.name, gpu=0))
+            out.append(HardFailure(f"storm: shutdown margin on {n.name}", f"{n.name}:gpu0",
+                                   "hot"))
+    return out

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import soak_storm as storm
 from bench import soak_verdict as verdict
+from bench.soak_alertmanager import AmProbe, AmSample
 from bench.soak_fleet import Fleet
 from bench.soak_ledger import Push, read, sent_samples
 from bench.soak_plan import Fault, Plan
@@ -63,6 +65,7 @@ class SoakRun:
         self.receiver = Receiver(self.fleet, root / "received.jsonl")
         self.stack = Stack(plan, root, self.receiver.url, ib_down_s)
         self.probe = Probe(self.stack.url, lambda: self.stack.service.pid)
+        self.am_probe = AmProbe(self.stack.url, self.stack.am.url, lambda: self.stack.service.pid)
         self.t0 = math.nan
         self.marks: dict[str, float] = {}  # what happened when (wall time)
         agent_nodes = [n for n in plan.nodes if n.kind != "telegraf"]
@@ -93,6 +96,7 @@ class SoakRun:
             write_executable(node.smi_binary, node.smi_state, REPO)
             self._control(name, "run" if node.spec.start_at == 0 else "pending")
         self.receiver.start()
+        self.stack.alertmanager_start()
         self.stack.influx_start()
         self.stack.service_start()
         specs = [{"name": n, "kind": self.fleet.nodes[n].spec.kind,
@@ -106,6 +110,7 @@ class SoakRun:
         self.t0 = time.time()
         self.telegraf.start()
         self.probe.start()
+        self.am_probe.start()
 
     # ---- the schedule -----------------------------------------------------------------------
     def play(self) -> None:
@@ -171,6 +176,11 @@ class SoakRun:
 
     def judge(self, owed_by: float) -> Outcome:
         self.probe.stop()
+        try:  # the receivers' state now, for the delivery column
+            am_now = self.am_probe.once()
+        except (ValueError, KeyError):
+            am_now = None
+        self.am_probe.stop()
         out = Outcome()
         pushes: list[Push] = []
         for name in self.agent_nodes:
@@ -187,6 +197,7 @@ class SoakRun:
                                                       verdict.STALE_AFTER_S))
             out.checks += verdict.pages(api, self.plan, self.receiver.of("/notify"), owed_by)
             out.checks.append(verdict.drains(self.plan, self.receiver.of("/remediate")))
+            out.checks += self._storm(api, pushes, am_now)
             sent = sent_samples(pushes)
             stored = verdict.influx_counts(self.stack.influx.url, self.t0 - 120)
             out.checks += verdict.samples(sent, stored, pushes)
@@ -195,6 +206,15 @@ class SoakRun:
         finally:
             api.close()
         return out
+
+    def _storm(self, api: verdict.Api, pushes: list[Push],
+               am_now: AmSample | None) -> list[verdict.Check]:
+        notes = self.receiver.of("/notify")
+        starts = storm.first_ticks(self.probe.snapshots)
+        return [storm.storm_raised(api, self.plan, self.t0),
+                *storm.in_alertmanager(api, self.plan, self.am_probe.samples, starts, self.t0),
+                storm.hard_faults_paged(self.plan, notes, pushes, self.ib_down_s, self.t0),
+                storm.deliveries(api, notes, am_now)]
 
     def _info(self, api: verdict.Api, pushes: list[Push], sent: dict[Any, int],
               stored: dict[Any, int]) -> dict[str, Any]:
@@ -213,13 +233,15 @@ class SoakRun:
             "removed_node_no_data_alert": verdict.node_no_data(api, self.plan.removed_node),
             "rss_mib_max": round(max((s.rss_bytes for s in snaps), default=0) / 2**20, 1),
             "probe_snapshots": len(snaps),
+            "am_probes": len(self.am_probe.samples), "am_probes_missed": self.am_probe.missed,
             "schedule": {k: round(v - self.t0, 1) for k, v in sorted(self.marks.items(),
                                                                       key=lambda kv: kv[1])},
             "work_dir": str(self.root),
         }
 
     def close(self) -> None:
-        for stop in (self.probe.stop, self.telegraf.stop, self.stack.close, self.receiver.stop):
+        for stop in (self.probe.stop, self.am_probe.stop, self.telegraf.stop, self.stack.close,
+                     self.receiver.stop):
             try:
                 stop()
             except Exception:  # the rest must still be stopped

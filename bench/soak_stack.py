@@ -1,7 +1,8 @@
-"""The processes of the soak, all on loopback: Debian's influxd, the service (`gpuhealth serve`
-with a config file written here, as a subprocess so it can be `kill -9`ed and restarted on the
-same data directory), and the node-agent runners (bench.soak_agent). Every process is started
-in its own session and ended by its id, on success, failure or Ctrl-C alike."""
+"""The processes of the soak, all on loopback: Debian's influxd and Alertmanager, the service
+(`gpuhealth serve` with a config file written here, as a subprocess so it can be `kill -9`ed
+and restarted on the same data directory), and the node-agent runners (bench.soak_agent).
+Every process is started in its own session and ended by its id, on success, failure or
+Ctrl-C alike."""
 
 from __future__ import annotations
 
@@ -19,21 +20,38 @@ from typing import Any
 import httpx
 import yaml
 
-from bench.soak_plan import Plan
+from bench.soak_plan import STORM_FRACTION, Plan
+from service.notify.config import StormSettings
 from tests.influx.server import InfluxServer, free_port
+from tests.notify.alertmanager_server import AlertmanagerServer
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[1]
 SERVICE_START_S = 180.0  # torch and the model load on a busy 2-core machine
 NOTIFY_SECRET = "soak-notify-secret-0123456789"
 HOOK_SECRET = "soak-hook-secret-0123456789"
+# Short enough that an alert left without refreshes expires in Alertmanager within the run.
+AM_RESOLVE_TIMEOUT_S, AM_REFRESH_S = 30.0, 10.0
+
+
+def storm_settings(plan: Plan) -> dict[str, Any]:
+    """A third of the fleet within the storm window trips the storm. A minimum fleet size for
+    storms, where the service has one, is set to this fleet's (the soak's fleets are small)."""
+    out: dict[str, Any] = {"fraction": STORM_FRACTION, "min_nodes": plan.storm_min_nodes,
+                           "window_s": plan.storm_window_s}
+    for name in StormSettings.model_fields:
+        if name.startswith("min_fleet"):
+            out[name] = len(plan.nodes)
+    return out
 
 
 def service_config(plan: Plan, root: Path, port: int, influx_url: str, receiver: str,
-                   ib_down_s: float) -> dict[str, Any]:
+                   ib_down_s: float, am_url: str) -> dict[str, Any]:
     """The settings the soak runs with: the product's defaults, except timers shortened so
-    that alerts resolve and groups flush within a short run, and the storm and breaker limits
-    opened because the soak injects failures on several nodes of a small fleet on purpose."""
+    that alerts resolve and groups flush within a short run, the breaker limits opened because
+    the soak injects failures on several nodes of a small fleet on purpose, and the storm set
+    to trip at a third of the fleet. Every alert goes to Alertmanager (`am`, continue), level 3
+    also to the page receiver."""
     resolve = max(20.0, round(plan.duration_s * 0.1))
     return {
         "service": {"host": "127.0.0.1", "port": port, "collect_interval_s": plan.step_s,
@@ -45,11 +63,16 @@ def service_config(plan: Plan, root: Path, port: int, influx_url: str, receiver:
         "notify": {
             "external_url": f"http://127.0.0.1:{port}",
             "receivers": [{"name": "pager", "type": "webhook",
-                           "config": {"url": f"{receiver}/notify", "secret": NOTIFY_SECRET}}],
+                           "config": {"url": f"{receiver}/notify", "secret": NOTIFY_SECRET}},
+                          {"name": "am", "type": "alertmanager",
+                           "config": {"urls": [am_url],
+                                      "resolve_timeout_s": AM_RESOLVE_TIMEOUT_S,
+                                      "refresh_interval_s": AM_REFRESH_S}}],
             "route": {"receiver": "record", "group_by": ["node"], "group_wait_s": 2,
                       "group_interval_s": plan.step_s, "repeat_interval_s": 86400,
-                      "routes": [{"matchers": ["level>=3"], "receiver": "pager"}]},
-            "storm": {"min_nodes": len(plan.nodes) + 1},
+                      "routes": [{"receiver": "am", "continue": True},
+                                 {"matchers": ["level>=3"], "receiver": "pager"}]},
+            "storm": storm_settings(plan),
         },
         "remediation": {"mode": "auto", "hook": "webhook",
                         "hook_config": {"url": f"{receiver}/remediate", "secret": HOOK_SECRET},
@@ -107,8 +130,10 @@ class Stack:
         self.influx = InfluxServer(root / "influxd")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.am = AlertmanagerServer(root / "alertmanager")
         self.config = root / "gpuhealth.yaml"
-        cfg = service_config(plan, root, self.port, self.influx.url, receiver_url, ib_down_s)
+        cfg = service_config(plan, root, self.port, self.influx.url, receiver_url, ib_down_s,
+                             self.am.url)
         self.config.write_text(yaml.safe_dump(cfg, sort_keys=False))
         self.settings = cfg
         argv = [sys.executable, "-c", "import sys; from service.commands.cli import main; "
@@ -123,6 +148,10 @@ class Stack:
 
     def influx_stop(self) -> None:
         self.influx.stop()
+
+    # ---- Alertmanager -----------------------------------------------------------------------
+    def alertmanager_start(self) -> None:
+        self.am.start()
 
     # ---- the service ------------------------------------------------------------------------
     def service_start(self, wait: bool = True) -> None:
@@ -163,6 +192,8 @@ class Stack:
                 p.stop(timeout_s=10)
         with contextlib.suppress(Exception):
             self.influx.stop()
+        with contextlib.suppress(Exception):
+            self.am.stop()
 
 
 def wait_healthy(service: Proc, url: str) -> None:
