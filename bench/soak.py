@@ -2,12 +2,14 @@
 
     python -m bench.soak [--minutes N] [--gpus N] [--json] [--keep]
 
-Starts Debian's influxd, the service (`gpuhealth serve`, model on, InfluxDB storage, a webhook
-receiver and the webhook remediation hook in auto mode, both pointed at a loopback server of
-the harness), node agents with nvidia-smi (a fake binary per node printing the real formats),
-dcgm-exporter pages, IB sysfs trees and growing kernel logs, and Telegraf-shaped pushes; plays
-the fault schedule (bench/soak_plan.py) scaled to `--minutes`; then prints a table of
-invariants (docs/soak.md) and exits 1 if any breaks, 2 if the stack could not be run.
+Starts Debian's influxd and Alertmanager, the service (`gpuhealth serve`, model on, InfluxDB
+storage, an alertmanager receiver for every alert, a webhook receiver for level 3 and the
+webhook remediation hook in auto mode, both pointed at a loopback server of the harness), node
+agents with nvidia-smi (a fake binary per node printing the real formats), dcgm-exporter pages,
+IB sysfs trees and growing kernel logs, and Telegraf-shaped pushes; plays the fault schedule
+(bench/soak_plan.py, with its storm phase) scaled to `--minutes`, reading Alertmanager beside
+the service every 10 s; then prints a table of invariants (docs/soak.md) and exits 1 if any
+breaks, 2 if the stack could not be run.
 
 The short form runs in the test suite (tests/bench_smoke/test_soak.py); the long form
 (`--minutes 30 --gpus 256`) is the benchmark. The work directory (logs of every process, the
@@ -65,7 +67,8 @@ def table(out: Outcome) -> str:
                 f"{info.get('duration_s', 0):.0f} s; {info.get('samples_sent')} samples sent, "
                 f"{info.get('samples_stored')} stored; {info.get('notifications')} notifications,"
                 f" {info.get('drain_requests')} drain requests; service started "
-                f"{info.get('service_starts')} times")
+                f"{info.get('service_starts')} times; Alertmanager read {info.get('am_probes')} "
+                f"times ({info.get('am_probes_missed')} missed: a side did not answer)")
     return "\n".join(rows)
 
 

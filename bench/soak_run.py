@@ -213,7 +213,7 @@ class SoakRun:
         starts = storm.first_ticks(self.probe.snapshots)
         return [storm.storm_raised(api, self.plan, self.t0),
                 *storm.in_alertmanager(api, self.plan, self.am_probe.samples, starts, self.t0),
-                storm.hard_faults_paged(self.plan, notes, pushes, self.ib_down_s, self.t0),
+                storm.hard_faults_paged(self.plan, notes, pushes, self.ib_down_s),
                 storm.deliveries(api, notes, am_now)]
 
     def _info(self, api: verdict.Api, pushes: list[Push], sent: dict[Any, int],

@@ -15,7 +15,7 @@ from bench.soak_ledger import Push, evidence
 from bench.soak_plan import HardFailure, Plan
 from bench.soak_probe import Snapshot
 from bench.soak_receiver import Received
-from bench.soak_verdict import Api, Check
+from bench.soak_verdict import JITTER_S, TICKS_LATE, Api, Check
 from service.api.timefmt import parse_instant
 from service.notify.receivers.webhook import rfc3339
 
@@ -29,6 +29,12 @@ def lag_s(plan: Plan) -> float:
     """From a change of an alert to its post in Alertmanager: the group's wait or interval, a
     scoring tick and the send."""
     return 2 * plan.step_s + 2.0
+
+
+def page_budget_s(plan: Plan) -> float:
+    """From a hard failure's evidence to its page: level 3 within TICKS_LATE ticks, then a
+    tick for the storm page to list it, the group's interval and the send."""
+    return (TICKS_LATE + 2) * plan.step_s + JITTER_S + 2.0
 
 
 def first_ticks(snaps: Sequence[Snapshot]) -> dict[int, float]:
@@ -154,16 +160,20 @@ def _mentions(entry: Any, f: HardFailure) -> str | None:
 
 
 def hard_faults_paged(plan: Plan, notes: Sequence[Received], pushes: list[Push],
-                      ib_down_s: float, t0: float) -> Check:
-    """Each injected hard failure reached the page receiver after its first failing sample
-    reached the service: as a firing alert of its entity at level 3, or listed as hard in a
-    firing FleetStorm alert's explanation (the storm page and its updates)."""
+                      ib_down_s: float) -> Check:
+    """Each injected hard failure reached the page receiver between its first failing sample
+    reaching the service and `page_budget_s` after its evidence was complete: as a firing alert
+    of its entity at level 3, or listed as hard in a firing FleetStorm alert's explanation (the
+    storm page and its updates). A page held back until a storm ends is late."""
+    budget = page_budget_s(plan)
     how: list[str] = []
     missing: list[str] = []
     for f in plan.failures:
         ev = evidence(pushes, f.entity, f.evidence, ib_down_s)
         since = ev.happened_at if ev.happened_at is not None else float("inf")
+        until = (ev.complete_at if ev.complete_at is not None else since) + budget
         got: str | None = None
+        late: float | None = None
         for n in notes:
             if n.at < since:
                 continue
@@ -174,23 +184,31 @@ def hard_faults_paged(plan: Plan, notes: Sequence[Received], pushes: list[Push],
                 if labels.get("alertname") == STORM:
                     hit = next((m for e in a.get("explanation") or []
                                 if (m := _mentions(e, f))), None)
-                    if hit:
-                        got = f"in the storm page ({hit}) +{n.at - since:.0f} s"
-                        break
+                    if not hit:
+                        continue
+                    what = f"in the storm page ({hit})"
                 elif labels.get("entity") == f.entity and int(a.get("level", 0)) >= 3:
-                    got = f"own page +{n.at - since:.0f} s"
-                    break
+                    what = "own page"
+                else:
+                    continue
+                if n.at <= until:
+                    got = f"{what} +{n.at - since:.0f} s"
+                elif late is None:
+                    late = n.at - since
+                break
             if got:
                 break
         if got:
             how.append(f"{f.entity}: {got}")
         else:
-            missing.append(f"{f.entity} ({f.evidence})" if ev.happened_at is not None else
-                           f"{f.entity} (no evidence sent)")
+            missing.append(f"{f.entity} ({f.evidence}" + (
+                f", paged only +{late:.0f} s)" if late is not None else ")")
+                if ev.happened_at is not None else f"{f.entity} (no evidence sent)")
     total = len(plan.failures)
     return Check("pages: every hard fault (grouped)", not missing,
                  f"{total - len(missing)} of {total}",
-                 ("missing: " + ", ".join(missing) + "; " if missing else "") + "; ".join(how))
+                 ("missing: " + ", ".join(missing) + "; " if missing else "") + "; ".join(how)
+                 + f"; within {budget:.0f} s of the evidence")
 
 
 # ---- the delivery column --------------------------------------------------------------------

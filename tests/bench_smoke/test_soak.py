@@ -1,7 +1,8 @@
-"""The soak harness's short form, end to end: the real stack (influxd, the service, node agents,
-Telegraf-shaped pushes, the loopback receiver) through the whole fault schedule in three minutes
-of real time, and every invariant of docs/soak.md holding. The harness's exit status is what
-is asserted; each broken invariant is named with its figures."""
+"""The soak harness's short form, end to end: the real stack (influxd, Alertmanager, the service,
+node agents, Telegraf-shaped pushes, the loopback receiver) through the whole fault schedule and
+its storm phase in three minutes of real time, and every invariant of docs/soak.md holding.
+The harness's exit status is what is asserted; each broken invariant is named with its
+figures."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench.soak_plan import build
+from tests.notify.alertmanager_server import ALERTMANAGER
 
 REPO = Path(__file__).resolve().parents[2]
 HANG_GUARD_S = 1200  # a hung stack fails the test instead of blocking the suite
@@ -22,6 +24,8 @@ HANG_GUARD_S = 1200  # a hung stack fails the test instead of blocking the suite
 @pytest.mark.slow  # about four minutes of wall time
 @pytest.mark.skipif(shutil.which("influxd") is None,
                     reason="influxd is not installed (Debian: apt-get install influxdb)")
+@pytest.mark.skipif(ALERTMANAGER is None, reason="prometheus-alertmanager is not installed "
+                                                 "(apt-get install prometheus-alertmanager)")
 def test_short_soak_holds_every_invariant(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "bench.soak", "--minutes", "3", "--gpus", "16", "--json",
@@ -35,7 +39,10 @@ def test_short_soak_holds_every_invariant(tmp_path: Path) -> None:
                      "samples doubled in InfluxDB", "refused beyond the bad lines",
                      "bad lines refused", "drains only of known nodes",
                      "resolves after the kill -9 delivered", "RSS flat (last/first quarter)",
-                     "tick time flat (last/first quarter)"):
+                     "tick time flat (last/first quarter)", "storm: FleetStorm raised",
+                     "level 3 in Alertmanager while firing",
+                     "resolved in Alertmanager while firing", "pages: every hard fault (grouped)",
+                     "delivery column == receivers' logs"):
         assert expected in names, f"the report lacks the invariant {expected!r}"
     plan = build(3, 16)
     assert sum(n.startswith("level 3 within") for n in names) == len(plan.failures)

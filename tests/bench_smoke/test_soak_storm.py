@@ -1,0 +1,166 @@
+"""The storm phase's invariants (bench/soak_storm.py) judged on made-up observations: each row
+must fail on the defect it exists for (an alert that left Alertmanager while firing, a hard
+fault the pager never heard of, a delivery column that says `sent` for what never arrived),
+not only pass on a good run; the soak's own run (test_soak.py) shows them on the real stack."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.soak_alertmanager import AmAlert, AmSample, Firing
+from bench.soak_ledger import Push
+from bench.soak_plan import HardFailure, NodeSpec, Plan
+from bench.soak_receiver import Received
+from bench.soak_storm import (
+    deliveries,
+    hard_faults_paged,
+    in_alertmanager,
+    lag_s,
+    page_budget_s,
+)
+from bench.soak_verdict import Api
+from collectors.lineprotocol import parse
+from service.notify.receivers.webhook import rfc3339
+
+T0 = 1_800_000_000.0
+PID = 4242
+
+
+class FakeApi(Api):
+    """The service's API as the verdicts read it, from lists."""
+
+    def __init__(self, alerts: list[dict[str, Any]],
+                 history: dict[int, list[tuple[float, int]]] | None = None) -> None:
+        super().__init__("http://127.0.0.1:9")
+        self._alerts, self._history = alerts, history or {}
+
+    def alerts(self, **params: Any) -> list[dict[str, Any]]:
+        return list(self._alerts)
+
+    def history(self, alert_id: int) -> list[dict[str, Any]]:
+        return [{"at": at, "old_level": 0, "new_level": lv}
+                for at, lv in self._history.get(alert_id, [])]
+
+
+def plan() -> Plan:
+    p = Plan(180.0, 5.0, [NodeSpec(f"n0{i}", "smi", 4) for i in range(6)])
+    p.failures = [HardFailure("DBE", "n01:gpu1", "dbe"), HardFailure("hot", "n00:gpu2", "hot")]
+    return p
+
+
+FP = "00c0ffee00c0ffee"
+
+
+def sample(at: float, level: int, am: list[AmAlert], pid: int = PID) -> AmSample:
+    return AmSample(T0 + at, pid, (Firing(7, FP, "GpuFailureRisk", "n01:gpu1", level, T0 + 10),),
+                    {FP: am} if am else {})
+
+
+def active(level: int, ends: float) -> AmAlert:
+    return AmAlert("active", level, T0 + ends)
+
+
+def test_an_alert_gone_from_alertmanager_while_firing_fails_both_rows() -> None:
+    api = FakeApi([], {7: [(T0 + 10, 2), (T0 + 40, 3)]})
+    samples = [sample(30, 2, [active(2, 60)]),  # level 2 and there
+               sample(45, 3, [active(2, 60)]),  # just at level 3: within the post's delay
+               sample(60, 3, [active(3, 90)]),  # there at level 3
+               sample(100, 3, [])]  # expired there while firing
+    level3, gone = in_alertmanager(api, plan(), samples, {PID: T0}, T0)
+    assert (level3.ok, level3.value) == (False, "1 missing of 2")
+    assert "+100 s: absent" in level3.detail
+    assert (gone.ok, gone.value) == (False, "1 alerts")
+    assert "resolved there: GpuFailureRisk n01:gpu1" in gone.detail
+
+
+def test_present_throughout_holds_and_a_restart_is_given_its_first_tick() -> None:
+    api = FakeApi([], {7: [(T0 + 10, 3)]})
+    samples = [sample(30, 3, [active(3, 60)]), sample(40, 3, [AmAlert("suppressed", 3, T0 + 70,
+                                                                      ("silence-1",))]),
+               # a new life of the service that has not scored yet: Alertmanager let it expire
+               sample(80, 3, [], pid=PID + 1), sample(95, 3, [active(3, 120)], pid=PID + 1)]
+    # the new life scored first at +80: judged again from +80 + lag_s (+92)
+    assert lag_s(plan()) == 12.0
+    level3, gone = in_alertmanager(api, plan(), samples, {PID: T0, PID + 1: T0 + 80}, T0)
+    assert level3.ok and level3.value == "0 missing of 3", level3
+    assert "1 within a restart's first tick" in level3.detail
+    assert gone.ok, gone
+
+
+def test_nothing_judged_is_not_a_pass() -> None:
+    level3, gone = in_alertmanager(FakeApi([]), plan(), [], {}, T0)
+    assert not level3.ok and not gone.ok
+
+
+def push(at: float, line: str) -> Push:
+    return Push(T0 + at, 204, "agent", "n", parse([line], max_lines=None, max_bytes=None).points,
+                0)
+
+
+def note(at: float, *alerts: dict[str, Any]) -> Received:
+    return Received(T0 + at, "/notify", f"msg_{at}", {"alerts": list(alerts)})
+
+
+def fired(entity: str, level: int = 3, **extra: Any) -> dict[str, Any]:
+    return {"status": "firing", "labels": {"alertname": "GpuFailureRisk", "entity": entity},
+            "level": level, **extra}
+
+
+def storm_page(*explanation: dict[str, Any]) -> dict[str, Any]:
+    return {"status": "firing", "labels": {"alertname": "FleetStorm", "entity": "fleet"},
+            "level": 3, "explanation": list(explanation)}
+
+
+EVIDENCE = [push(50, f"gpu,host=n01,gpu=1 ecc_dbe_volatile=1i {int((T0 + 49) * 1e9)}"),
+            push(60, f"gpu,host=n00,gpu=2 gpu_temp=91.5 {int((T0 + 59) * 1e9)}")]
+
+
+def test_every_hard_fault_paged_own_or_listed_hard_in_the_storm_page() -> None:
+    notes = [note(55, fired("n01:gpu1")),
+             note(65, storm_page({"rule": "near_shutdown", "signal": "n00:gpu2", "hard": True}))]
+    got = hard_faults_paged(plan(), notes, EVIDENCE, 30.0)
+    assert got.ok and got.value == "2 of 2", got
+    assert "n00:gpu2: in the storm page (entity)" in got.detail
+
+
+def test_a_hard_fault_the_pager_never_heard_of_fails() -> None:
+    notes = [note(40, fired("n01:gpu1")),  # before its failure reached the service
+             note(56, fired("n01:gpu1", level=2)),  # after, but not a page
+             note(50 + page_budget_s(plan()) + 1, fired("n01:gpu1")),  # held back: too late
+             note(65, storm_page({"rule": "near_shutdown", "signal": "n00:gpu2", "hard": False}),
+                  {**fired("n00:gpu2"), "status": "resolved"})]
+    got = hard_faults_paged(plan(), notes, EVIDENCE, 30.0)
+    assert not got.ok and got.value == "0 of 2"
+    assert "n01:gpu1 (dbe, paged only +24 s)" in got.detail and "n00:gpu2 (hot)" in got.detail
+
+
+def alert(fp: str, rows: list[dict[str, Any]] | None) -> dict[str, Any]:
+    out = {"id": 1, "alertname": "GpuFailureRisk", "entity": f"n01:{fp}", "fingerprint": fp,
+           "started_at": T0 + 10, "state": "firing"}
+    if rows is not None:
+        out["deliveries"] = rows
+    return out
+
+
+def paged(fp: str, at: float, level: int) -> Received:
+    return note(at, {**fired(f"n01:{fp}", level), "fingerprint": fp,
+                     "startsAt": rfc3339(T0 + 10)})
+
+
+def test_the_delivery_column_against_what_the_pager_got() -> None:
+    sent = {"receiver": "pager", "state": "sent", "level_sent": 3,
+            "sent_at": rfc3339(T0 + 31)}
+    good = deliveries(FakeApi([alert("a", [sent])]), [paged("a", 30, 3)], None)
+    assert good.ok and good.value == "0 of 1", good
+    wrong = deliveries(FakeApi([alert("a", [sent]), alert("b", [sent]), alert("c", []),
+                                alert("d", [{**sent, "state": "muted"}])]),
+                       [paged("a", 30, 2), paged("c", 30, 3), paged("d", 30, 3)], None)
+    assert not wrong.ok and wrong.value == "3 of 4", wrong
+    assert "says sent at level 3, received at [2]" in wrong.detail
+    assert "says sent, never received" in wrong.detail
+    assert "the pager got it, no pager entry" in wrong.detail
+
+
+def test_a_delivery_column_missing_from_the_api_fails_as_not_available() -> None:
+    got = deliveries(FakeApi([alert("a", None)]), [paged("a", 30, 3)], None)
+    assert not got.ok and got.value == "not available"
