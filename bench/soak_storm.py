@@ -153,7 +153,8 @@ def _mentions(entry: Any, f: HardFailure) -> str | None:
     if not isinstance(entry, dict) or not entry.get("hard"):
         return None
     text = " ".join(str(v) for v in entry.values() if isinstance(v, str | list))
-    if f.entity in text:
+    # The entity itself, not a longer key it begins (n01:gpu1 in n01:gpu10 or n01:gpu1:nvlink2)
+    if re.search(rf"(?<![\w:]){re.escape(f.entity)}(?!\w|:\w)", text):
         return "entity"
     node = f.entity.split(":")[0]
     return "node" if re.search(rf"(?<![\w:]){re.escape(node)}(?![\w:])", text) else None
@@ -205,10 +206,10 @@ def hard_faults_paged(plan: Plan, notes: Sequence[Received], pushes: list[Push],
                 f", paged only +{late:.0f} s)" if late is not None else ")")
                 if ev.happened_at is not None else f"{f.entity} (no evidence sent)")
     total = len(plan.failures)
+    parts = ([f"missing: {', '.join(missing)}"] if missing else []) + how
     return Check("pages: every hard fault (grouped)", not missing,
                  f"{total - len(missing)} of {total}",
-                 ("missing: " + ", ".join(missing) + "; " if missing else "") + "; ".join(how)
-                 + f"; within {budget:.0f} s of the evidence")
+                 "; ".join([*parts, f"due within {budget:.0f} s of the evidence"]))
 
 
 # ---- the delivery column --------------------------------------------------------------------

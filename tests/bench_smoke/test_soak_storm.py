@@ -164,3 +164,14 @@ def test_the_delivery_column_against_what_the_pager_got() -> None:
 def test_a_delivery_column_missing_from_the_api_fails_as_not_available() -> None:
     got = deliveries(FakeApi([alert("a", None)]), [paged("a", 30, 3)], None)
     assert not got.ok and got.value == "not available"
+
+
+def test_a_storm_entry_of_another_entity_on_the_node_is_not_the_fault() -> None:
+    notes = [note(65, storm_page({"rule": "dbe", "signal": "n01:gpu10: uncorrectable ECC",
+                                  "hard": True},
+                                 {"rule": "nvlink_down", "signal": "n01:gpu1:nvlink2: link down",
+                                  "hard": True},
+                                 {"rule": "near_shutdown", "signal": "n00:gpu2: 91.5 degC",
+                                  "hard": True}))]
+    got = hard_faults_paged(plan(), notes, EVIDENCE, 30.0)
+    assert got.value == "1 of 2" and "n01:gpu1 (dbe)" in got.detail, got
