@@ -52,7 +52,7 @@ def test_the_page_recommends_one_inhibit_rule_per_source_severity() -> None:
 
 @pytest.mark.skipif(AMTOOL is None, reason="amtool is not installed "
                     "(apt-get install prometheus-alertmanager; .ci/run does)")
-def test_amtool_accepts_the_documented_config(tmp_path: Path) -> None:
+def test_amtool_accepts_the_documented_config_and_its_routes(tmp_path: Path) -> None:
     assert AMTOOL is not None
     conf = tmp_path / "alertmanager.yml"
     conf.write_text(doc_config(), encoding="utf-8")
@@ -60,6 +60,16 @@ def test_amtool_accepts_the_documented_config(tmp_path: Path) -> None:
                           timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
+    # The watchdog goes to the dead-man's switch alone, criticals (ours or Prometheus's) page.
+    for labels, receiver in ((["alertname=GpuHealthWatchdog", "severity=none"],
+                              "deadmans-switch"),
+                             (["alertname=GpuHealthDown", "severity=critical"], "gpu-pager"),
+                             (["alertname=GpuFailureRisk", "severity=critical"], "gpu-pager"),
+                             (["alertname=NodeNoData", "severity=warning"], "gpu-ops")):
+        done = subprocess.run([AMTOOL, "config", "routes", "test", f"--config.file={conf}",
+                               f"--verify.receivers={receiver}", *labels],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, (labels, done.stdout + done.stderr)
     # It can fail: a matcher Alertmanager cannot parse is refused.
     conf.write_text(doc_config().replace('severity="info"', 'severity=="info'), encoding="utf-8")
     done = subprocess.run([AMTOOL, "check-config", str(conf)], capture_output=True, text=True,
