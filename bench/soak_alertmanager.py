@@ -100,6 +100,26 @@ def am_alerts(client: httpx.Client, url: str) -> dict[str, list[AmAlert]] | None
     return out
 
 
+def _once(client: httpx.Client, service_url: str, am_url: str,
+          pid: Callable[[], int | None]) -> AmSample | None:
+    """One comparison; None where a side did not answer (or the service restarted)."""
+    life = pid()
+    before = _firing(client, service_url)
+    am = am_alerts(client, am_url)
+    at = time.time()
+    after = _firing(client, service_url)
+    if before is None or am is None or after is None or pid() != life:
+        return None
+    steady = tuple(Firing(v[0], fp, v[1], v[2], v[3], v[4]) for fp, v in before.items()
+                   if after.get(fp) == v)
+    return AmSample(at, life, steady, am)
+
+
+def read_once(service_url: str, am_url: str, pid: Callable[[], int | None]) -> AmSample | None:
+    with httpx.Client(timeout=15.0) as client:
+        return _once(client, service_url, am_url, pid)
+
+
 class AmProbe:
     def __init__(self, service_url: str, am_url: str, pid: Callable[[], int | None]) -> None:
         self.service_url, self.am_url, self.pid = service_url, am_url, pid
@@ -119,16 +139,7 @@ class AmProbe:
         self.client.close()
 
     def once(self) -> AmSample | None:
-        pid = self.pid()
-        before = _firing(self.client, self.service_url)
-        am = am_alerts(self.client, self.am_url)
-        at = time.time()
-        after = _firing(self.client, self.service_url)
-        if before is None or am is None or after is None or self.pid() != pid:
-            return None
-        steady = tuple(Firing(v[0], fp, v[1], v[2], v[3], v[4]) for fp, v in before.items()
-                       if after.get(fp) == v)
-        return AmSample(at, pid, steady, am)
+        return _once(self.client, self.service_url, self.am_url, self.pid)
 
     def _run(self) -> None:
         while not self._stop.is_set():

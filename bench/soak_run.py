@@ -17,7 +17,7 @@ from typing import Any
 
 from bench import soak_storm as storm
 from bench import soak_verdict as verdict
-from bench.soak_alertmanager import AmProbe, AmSample
+from bench.soak_alertmanager import AmProbe, AmSample, read_once
 from bench.soak_fleet import Fleet
 from bench.soak_ledger import Push, read, sent_samples
 from bench.soak_plan import Fault, Plan
@@ -176,10 +176,6 @@ class SoakRun:
 
     def judge(self, owed_by: float) -> Outcome:
         self.probe.stop()
-        try:  # the receivers' state now, for the delivery column
-            am_now = self.am_probe.once()
-        except (ValueError, KeyError):
-            am_now = None
         self.am_probe.stop()
         out = Outcome()
         pushes: list[Push] = []
@@ -197,7 +193,7 @@ class SoakRun:
                                                       verdict.STALE_AFTER_S))
             out.checks += verdict.pages(api, self.plan, self.receiver.of("/notify"), owed_by)
             out.checks.append(verdict.drains(self.plan, self.receiver.of("/remediate")))
-            out.checks += self._storm(api, pushes, am_now)
+            out.checks += self._storm(api, pushes)
             sent = sent_samples(pushes)
             stored = verdict.influx_counts(self.stack.influx.url, self.t0 - 120)
             out.checks += verdict.samples(sent, stored, pushes)
@@ -207,14 +203,21 @@ class SoakRun:
             api.close()
         return out
 
-    def _storm(self, api: verdict.Api, pushes: list[Push],
-               am_now: AmSample | None) -> list[verdict.Check]:
+    def _storm(self, api: verdict.Api, pushes: list[Push]) -> list[verdict.Check]:
         notes = self.receiver.of("/notify")
         starts = storm.first_ticks(self.probe.snapshots)
+
+        def am_now() -> AmSample | None:  # Alertmanager and the service now, read together
+            try:
+                return read_once(self.stack.url, self.stack.am.url,
+                                 lambda: self.stack.service.pid)
+            except (ValueError, KeyError):
+                return None
+
         return [storm.storm_raised(api, self.plan, self.t0),
                 *storm.in_alertmanager(api, self.plan, self.am_probe.samples, starts, self.t0),
                 storm.hard_faults_paged(self.plan, notes, pushes, self.ib_down_s),
-                storm.deliveries(api, notes, am_now)]
+                storm.deliveries(api, lambda: self.receiver.of("/notify"), am_now)]
 
     def _info(self, api: verdict.Api, pushes: list[Push], sent: dict[Any, int],
               stored: dict[Any, int]) -> dict[str, Any]:

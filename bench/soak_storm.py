@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.soak_alertmanager import PERIOD_S, AmAlert, AmSample
@@ -214,22 +214,30 @@ def hard_faults_paged(plan: Plan, notes: Sequence[Received], pushes: list[Push],
 
 # ---- the delivery column --------------------------------------------------------------------
 
-def deliveries(api: Api, notes: Sequence[Received], am_now: AmSample | None) -> Check:
-    """The API's per-receiver delivery state against the receivers' own logs: an alert `sent`
-    to the pager was received by it at `level_sent` (and one message of its episode arrived
-    within SENT_SLACK_S of `sent_at`); one the pager got firing has a pager entry; one `sent`
-    to Alertmanager and still firing is there at `level_sent`."""
+def deliveries(api: Api, pager_log: Callable[[], Sequence[Received]],
+               am_read: Callable[[], AmSample | None]) -> Check:
+    """The API's per-receiver delivery state against the receivers' own logs, read after the
+    API (a receiver logs a message before it answers, the service calls it sent after): an
+    alert firing and `sent` to the pager was received by it at `level_sent`, within
+    SENT_SLACK_S of `sent_at`; one resolved and `sent` (nothing owed) that the pager had
+    firing had its resolve received; one firing and `sent` to Alertmanager is there at
+    `level_sent`."""
     name = "delivery column == receivers' logs"
     alerts = api.alerts()
     if alerts and not any(DELIVERY_FIELD in a for a in alerts):
         return Check(name, False, "not available",
                      f"/v1/alerts has no `{DELIVERY_FIELD}` field")
-    got: dict[tuple[str, str], list[tuple[float, int]]] = defaultdict(list)
-    for n in notes:
+    am_now = am_read()
+    fired: dict[tuple[str, str], list[tuple[float, int]]] = defaultdict(list)
+    resolved: set[tuple[str, str]] = set()
+    for n in pager_log():
         for a in n.body.get("alerts", []):
+            key = (a["fingerprint"], a["startsAt"])
             if a.get("status") == "firing":
-                got[(a["fingerprint"], a["startsAt"])].append((n.at, int(a.get("level", 0))))
-    firing_now = {f.fingerprint: f for f in am_now.firing} if am_now is not None else {}
+                fired[key].append((n.at, int(a.get("level", 0))))
+            else:
+                resolved.add(key)
+    steady = {f.fingerprint: f for f in am_now.firing} if am_now is not None else {}
     checked = 0
     bad: list[str] = []
     for a in alerts:
@@ -237,40 +245,42 @@ def deliveries(api: Api, notes: Sequence[Received], am_now: AmSample | None) -> 
         key = (a["fingerprint"], rfc3339(a["started_at"]))
         label = f"{a['alertname']} {a['entity']}"
         pager = rows.get(PAGER)
-        if pager is None:
-            if got.get(key):
-                checked += 1
-                bad.append(f"{label}: the pager got it, no pager entry")
-        else:
+        if pager is not None and pager.get("state") == "sent":
             checked += 1
-            problem = _sent_matches(pager, got.get(key, []))
+            if a["state"] == "firing":
+                problem = _sent_matches(pager, fired.get(key, []))
+            else:
+                problem = ("says nothing owed, its resolve never received"
+                           if key in fired and key not in resolved else None)
             if problem:
                 bad.append(f"{label}: pager {problem}")
         amd = rows.get(ALERTMANAGER)
-        fire = firing_now.get(a["fingerprint"])
-        if amd is not None and am_now is not None and fire is not None and (
-                fire.started_at == a["started_at"]) and amd.get("state") == "sent":
+        fire = steady.get(a["fingerprint"])
+        if (amd is not None and amd.get("state") == "sent" and am_now is not None
+                and a["state"] == "firing" and fire is not None
+                and fire.started_at == a["started_at"] and fire.level == a["level"]):
             checked += 1
             level = amd.get("level_sent")
             if not am_now.present(a["fingerprint"], int(level) if level is not None else None):
                 bad.append(f"{label}: am sent at level {level}, Alertmanager has "
                            f"{_states(am_now.am.get(a['fingerprint'], []))}")
     return Check(name, not bad and checked > 0, f"{len(bad)} of {checked}",
-                 "; ".join(bad[:4]) or f"{len(alerts)} alerts; pager and am entries")
+                 "; ".join(bad[:4]) or f"{len(alerts)} alerts; pager and am rows that say sent")
 
 
 def _sent_matches(row: dict[str, Any], got: list[tuple[float, int]]) -> str | None:
-    state = row.get("state")
-    if state != "sent":
-        return None
+    """Why a firing alert's `sent` row disagrees with the messages the receiver got for its
+    episode (arrival, level); None when it agrees."""
     if not got:
         return "says sent, never received"
     level = row.get("level_sent")
-    if level is not None and all(lv != int(level) for _, lv in got):
+    at_level = [t for t, lv in got if level is None or lv == int(level)]
+    if not at_level:
         return f"says sent at level {level}, received at {sorted({lv for _, lv in got})}"
     sent_at = row.get("sent_at")
     if sent_at is not None:
         at = parse_instant(sent_at)
-        if all(abs(t - at) > SENT_SLACK_S for t, _ in got):
-            return f"says sent at {sent_at}, nothing received within {SENT_SLACK_S:g} s"
+        if all(abs(t - at) > SENT_SLACK_S for t in at_level):
+            return (f"says sent at level {level} at {sent_at}, received at that level only "
+                    f"{min(at_level, key=lambda t: abs(t - at)) - at:+.0f} s from it")
     return None

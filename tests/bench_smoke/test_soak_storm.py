@@ -134,44 +134,59 @@ def test_a_hard_fault_the_pager_never_heard_of_fails() -> None:
     assert "n01:gpu1 (dbe, paged only +24 s)" in got.detail and "n00:gpu2 (hot)" in got.detail
 
 
-def alert(fp: str, rows: list[dict[str, Any]] | None) -> dict[str, Any]:
+def alert(fp: str, rows: list[dict[str, Any]] | None, state: str = "firing",
+          level: int = 3) -> dict[str, Any]:
     out = {"id": 1, "alertname": "GpuFailureRisk", "entity": f"n01:{fp}", "fingerprint": fp,
-           "started_at": T0 + 10, "state": "firing"}
+           "started_at": T0 + 10, "state": state, "level": level}
     if rows is not None:
         out["deliveries"] = rows
     return out
 
 
-def paged(fp: str, at: float, level: int) -> Received:
-    return note(at, {**fired(f"n01:{fp}", level), "fingerprint": fp,
+def paged(fp: str, at: float, level: int, status: str = "firing") -> Received:
+    return note(at, {**fired(f"n01:{fp}", level), "fingerprint": fp, "status": status,
                      "startsAt": rfc3339(T0 + 10)})
 
 
-def test_the_delivery_column_against_what_the_pager_got() -> None:
-    sent = {"receiver": "pager", "state": "sent", "level_sent": 3,
-            "sent_at": rfc3339(T0 + 31)}
-    good = deliveries(FakeApi([alert("a", [sent])]), [paged("a", 30, 3)], None)
-    assert good.ok and good.value == "0 of 1", good
-    wrong = deliveries(FakeApi([alert("a", [sent]), alert("b", [sent]), alert("c", []),
-                                alert("d", [{**sent, "state": "muted"}])]),
-                       [paged("a", 30, 2), paged("c", 30, 3), paged("d", 30, 3)], None)
-    assert not wrong.ok and wrong.value == "3 of 4", wrong
-    assert "says sent at level 3, received at [2]" in wrong.detail
-    assert "says sent, never received" in wrong.detail
-    assert "the pager got it, no pager entry" in wrong.detail
+SENT = {"receiver": "pager", "state": "sent", "level_sent": 3, "sent_at": rfc3339(T0 + 31)}
+
+
+def column(alerts: list[dict[str, Any]], notes: list[Received],
+           am: AmSample | None = None) -> Any:
+    return deliveries(FakeApi(alerts), lambda: notes, lambda: am)
+
+
+def test_the_delivery_column_agrees_with_what_the_pager_got() -> None:
+    got = column([alert("a", [SENT]), alert("b", [{**SENT, "state": "muted"}]),
+                  alert("c", [{"receiver": "pager", "state": "sent"}], state="resolved"),
+                  alert("d", [{"receiver": "pager", "state": "sent"}], state="resolved")],
+                 [paged("a", 30, 3), paged("c", 30, 3), paged("c", 60, 3, "resolved")])
+    # b: muted, never sent; d: resolved, never paged, so nothing owed
+    assert got.ok and got.value == "0 of 3", got
+
+
+def test_a_delivery_column_that_says_sent_for_what_never_arrived_fails() -> None:
+    got = column([alert("a", [SENT]), alert("b", [SENT]),
+                  alert("c", [{"receiver": "pager", "state": "sent"}], state="resolved"),
+                  alert("e", [SENT])],
+                 [paged("a", 30, 2), paged("c", 30, 3), paged("e", 70, 3)])
+    assert not got.ok and got.value == "4 of 4", got
+    assert "a: pager says sent at level 3, received at [2]" in got.detail
+    assert "b: pager says sent, never received" in got.detail
+    assert "c: pager says nothing owed, its resolve never received" in got.detail
+    assert "e: pager says sent at level 3 at" in got.detail and "+39 s from it" in got.detail
+
+
+def test_the_alertmanager_row_against_alertmanager() -> None:
+    sent = {"receiver": "am", "state": "sent", "level_sent": 3, "sent_at": rfc3339(T0 + 12)}
+    now = AmSample(T0 + 100, PID, (Firing(1, "a", "GpuFailureRisk", "n01:a", 3, T0 + 10),),
+                   {"a": [active(1, 120)]})
+    got = column([alert("a", [sent])], [], now)
+    assert not got.ok and "am sent at level 3, Alertmanager has active@1" in got.detail
+    now = AmSample(T0 + 100, PID, now.firing, {"a": [active(3, 120)]})
+    assert column([alert("a", [sent])], [], now).ok
 
 
 def test_a_delivery_column_missing_from_the_api_fails_as_not_available() -> None:
-    got = deliveries(FakeApi([alert("a", None)]), [paged("a", 30, 3)], None)
+    got = column([alert("a", None)], [paged("a", 30, 3)])
     assert not got.ok and got.value == "not available"
-
-
-def test_a_storm_entry_of_another_entity_on_the_node_is_not_the_fault() -> None:
-    notes = [note(65, storm_page({"rule": "dbe", "signal": "n01:gpu10: uncorrectable ECC",
-                                  "hard": True},
-                                 {"rule": "nvlink_down", "signal": "n01:gpu1:nvlink2: link down",
-                                  "hard": True},
-                                 {"rule": "near_shutdown", "signal": "n00:gpu2: 91.5 degC",
-                                  "hard": True}))]
-    got = hard_faults_paged(plan(), notes, EVIDENCE, 30.0)
-    assert got.value == "1 of 2" and "n01:gpu1 (dbe)" in got.detail, got
