@@ -36,12 +36,13 @@ AM_RESOLVE_TIMEOUT_S, AM_REFRESH_S = 30.0, 10.0
 
 def storm_settings(plan: Plan) -> dict[str, Any]:
     """A third of the fleet within the storm window trips the storm. The minimum fleet size for
-    storms (`min_fleet`, where the service has it) is set to 1: the soak's fleets are smaller
-    than its default, and the nodes reporting dip below the fleet's size during the run."""
+    storms (`min_fleet`, where the service has it) is the soak's fleet, which is smaller than
+    its default; the fleet is declared (remediation.fleet_size), since the nodes reporting dip
+    below it while a node is offline or removed."""
     out: dict[str, Any] = {"fraction": STORM_FRACTION, "min_nodes": plan.storm_min_nodes,
                            "window_s": plan.storm_window_s}
     if "min_fleet" in StormSettings.model_fields:
-        out["min_fleet"] = 1
+        out["min_fleet"] = len(plan.nodes)
     return out
 
 
@@ -76,7 +77,8 @@ def service_config(plan: Plan, root: Path, port: int, influx_url: str, receiver:
         },
         "remediation": {"mode": "auto", "hook": "webhook",
                         "hook_config": {"url": f"{receiver}/remediate", "secret": HOOK_SECRET},
-                        "breaker_max_fraction": 1.0, "breaker_max_nodes": 1000},
+                        "breaker_max_fraction": 1.0, "breaker_max_nodes": 1000,
+                        "fleet_size": len(plan.nodes)},
     }
 
 
