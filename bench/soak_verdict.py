@@ -206,13 +206,18 @@ def silent_gpu(api: Api, plan: Plan, silent_at: float, stale_after_s: float) -> 
 
 def pages(api: Api, plan: Plan, notes: list[Received], cutoff: float) -> list[Check]:
     """Duplicates: a message delivered twice (same webhook-id), or a group re-sent unchanged
-    (not a repeat_interval repeat). Lost resolves: an alert paged firing, resolved in the
-    service before `cutoff`, whose resolve never arrived."""
+    (the same alerts, statuses, levels and hard evidence; not a repeat_interval repeat). Lost
+    resolves: an alert paged firing, resolved in the service before `cutoff`, whose resolve
+    never arrived."""
     ids = Counter(n.webhook_id for n in notes if n.webhook_id)
     dup = sum(c - 1 for c in ids.values() if c > 1)
-    last: dict[str, frozenset[tuple[str, str, str, int]]] = {}
+    last: dict[str, frozenset[tuple[str, str, str, int, frozenset[tuple[str, str]]]]] = {}
     for n in notes:
-        sig = frozenset((a["fingerprint"], a["startsAt"], a["status"], int(a.get("level", 0)))
+        # A firing alert whose hard evidence changed (a storm that gains a hard fault) is news.
+        sig = frozenset((a["fingerprint"], a["startsAt"], a["status"], int(a.get("level", 0)),
+                         frozenset((str(e.get("rule", "")), str(e.get("signal", "")))
+                                   for e in a.get("explanation") or ()
+                                   if isinstance(e, dict) and e.get("hard")))
                         for a in n.body.get("alerts", []))
         key = str(n.body.get("groupKey"))
         if last.get(key) == sig and n.body.get("reason") != "repeat":

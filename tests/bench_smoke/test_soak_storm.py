@@ -18,7 +18,7 @@ from bench.soak_storm import (
     lag_s,
     page_budget_s,
 )
-from bench.soak_verdict import Api
+from bench.soak_verdict import Api, pages
 from collectors.lineprotocol import parse
 from service.notify.receivers.webhook import rfc3339
 
@@ -190,3 +190,17 @@ def test_the_alertmanager_row_against_alertmanager() -> None:
 def test_a_delivery_column_missing_from_the_api_fails_as_not_available() -> None:
     got = column([alert("a", None)], [paged("a", 30, 3)])
     assert not got.ok and got.value == "not available"
+
+
+def test_a_storm_page_that_gains_a_hard_fault_is_news_not_a_duplicate() -> None:
+    def storm_msg(at: float, *hard: str) -> Received:
+        a = {**storm_page(*({"rule": "dbe", "signal": f"{e}: dbe", "hard": True} for e in hard),
+                          {"rule": "FleetStorm", "signal": f"{at} of 6", "hard": False}),
+             "fingerprint": "f", "startsAt": rfc3339(T0)}
+        return Received(T0 + at, "/notify", f"msg_{at}", {"groupKey": "0.1:{node='*'}",
+                                                           "reason": "update", "alerts": [a]})
+
+    news = [storm_msg(10, "n01:gpu1"), storm_msg(20, "n01:gpu1", "n00:gpu2")]
+    assert pages(FakeApi([]), plan(), news, T0 + 100)[0].value == "0"
+    again = [*news, storm_msg(30, "n00:gpu2", "n01:gpu1")]  # only a soft entry changed
+    assert pages(FakeApi([]), plan(), again, T0 + 100)[0].value == "1"
