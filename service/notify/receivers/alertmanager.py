@@ -6,8 +6,8 @@ them with the Alertmanager it already runs.
   volatile ones (top signal, flapping, stale) travel as annotations, because Alertmanager
   takes any change of labels for another alert.
 - Annotations: summary, description (the explanation), risk, the predicted window where a
-  growth rule gave one, and whether it was acknowledged here. generatorURL links back to the
-  alert in our API.
+  growth rule gave one, runbook_url, and whether it was acknowledged here. generatorURL opens
+  the alert in our console.
 - A firing alert's endsAt is now + `resolve_timeout_s`; Alertmanager resolves it by itself
   once that passes, so the dispatcher hands this receiver every firing alert again every
   `refresh_interval_s` (one batched POST per Alertmanager, service/notify/dispatcher.py). A
@@ -95,7 +95,7 @@ def am_alert(a: AlertRef, now: float, resolve_timeout_s: float) -> dict[str, Any
         ends = a.ends_at if a.ends_at is not None else now
     return {"labels": am_labels(a), "annotations": am_annotations(a),
             "startsAt": rfc3339(a.starts_at), "endsAt": rfc3339(max(ends, a.starts_at)),
-            "generatorURL": a.url}
+            "generatorURL": a.console_url or a.url}
 
 
 def _key(labels: dict[str, str]) -> LabelSet:
