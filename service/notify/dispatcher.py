@@ -67,7 +67,15 @@ class Failure:
     at: float
 
 
-__all__ = ["Dispatcher", "Failure", "Group", "Outgoing"]
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    muted: dict[tuple[str, str], dict[str, str]]  # (receiver, group key) -> fp -> why
+    held: frozenset[tuple[str, str]]  # groups a rate limit holds
+    failures: dict[tuple[str, str], Failure]
+    routes: dict[int, tuple[tuple[Route, str, dict[str, str]], ...]]  # firing alert id -> them
+
+
+__all__ = ["Dispatcher", "Failure", "Group", "Outgoing", "Snapshot"]
 
 
 class _Inhibitor:
@@ -365,6 +373,15 @@ class Dispatcher:
                     entries += o.log
             self.notification_log.settle(entries, [o.message.id for o, _ in results
                                                    if o.message.id])
+
+    def snapshot(self) -> Snapshot:
+        """What the API's delivery column reads, copied at once (a flush changes it)."""
+        with self._lock:
+            return Snapshot(
+                {gid: dict(g.muted) for gid, g in self.groups.items() if g.muted},
+                frozenset((r, k) for held in self._held.values() for o in held.values()
+                          for r, k, _ in o.log),
+                dict(self.failures), {i: r.routes for i, r in self._cache.items()})
 
     def held(self) -> dict[str, int]:
         with self._lock:
