@@ -42,7 +42,7 @@ def _shard(tmp: Path, sid: str, dsn: str, dial: Warm) -> tuple[Pipeline, Recorde
         "cluster": {"shard_id": sid, "replica_id": sid},
         "alerts": {"for_s": (0, 0, 0), "long_window_s": 0, "dwell_s": (0, 0, 0)},
         # 4 nodes in all: a storm needs 3 (75 %); each shard has 2.
-        "notify": {"storm": {"fraction": 0.75, "min_nodes": 3},
+        "notify": {"storm": {"fraction": 0.75, "min_nodes": 3, "min_fleet": 4},
                    "route": {"receiver": "record", "group_wait_s": 0}},
     })
     record = Recorder("record")
