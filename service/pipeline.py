@@ -145,6 +145,8 @@ class Pipeline:
                 if a.name == STORM:
                     self.storm_report.restore(a)
                 continue
+            if a.level >= 2:  # a storm open across a restart still counts its nodes
+                self.fleet.restore_entry(a.node, a.started_at)
             try:
                 entity = Entity.parse(a.entity)
             except ValueError as exc:  # stored before names were validated at ingest
@@ -411,13 +413,11 @@ class Pipeline:
             flags += self.machine.flag_changes
             nodes = sw.node_of[:n]
             ok = nodes >= 0
-            # Stale (the newest sample is old: levels freeze) is not silent (nothing arrived
-            # for the stale limit): a node sending old data (a backfill) is behind, not gone.
-            stale = self.machine.stale(scope)[:n]
-            quiet = stale & ~(now - sw.heard[:n] <= stale_after)
+            # Stale (the newest sample is old: levels freeze) is not silent (no sample row
+            # arrived for the stale limit): a node sending old data (a backfill) is behind
+            # (_note_behind), not gone.
+            quiet = self.machine.stale(scope)[:n] & ~(now - sw.heard[:n] <= stale_after)
             silent[scope] = quiet
-            for i in np.unique(nodes[ok & stale & ~quiet]).tolist():
-                behind[risk.node_names[i]] = now
             heard_nodes += np.bincount(nodes[ok], weights=~quiet[ok],
                                        minlength=n_nodes)[:n_nodes]
             seen_nodes += np.bincount(nodes[ok], minlength=n_nodes)[:n_nodes]

@@ -117,6 +117,11 @@ class FleetAlerts:
         elif alertname == STORM:
             self.storm_level = level
 
+    def restore_entry(self, node: str, at: float) -> None:
+        """A node at level 2 or above since `at` (an open alert restored): a storm open before
+        a restart keeps counting it for the rest of its window rather than ending at once."""
+        self.entered[node] = max(at, self.entered.get(node, -math.inf))
+
     def step(self, now: float, nodes: list[str], node_silent: npt.NDArray[np.bool_],
              node_level: npt.NDArray[np.int8], raised: Mapping[str, int],
              missing: Mapping[str, tuple[int, str]] | None = None,

@@ -264,3 +264,29 @@ def test_a_late_xid_is_no_sign_of_life_for_a_gpu_that_fell_off_the_bus(tmp_path:
         assert summary_of(a).endswith(" while n1 reports, last seen 2023-11-14 22:02:25 UTC")
     finally:
         p.close()
+
+
+def test_a_storm_open_across_a_restart_stays_open_and_keeps_its_list(tmp_path: Path) -> None:
+    r = Rounds(nodes=12, gpus=2, links=1, ports=1)
+    p = _pipeline(tmp_path)
+    t = T0
+    for k in range(6):
+        t = T0 + STEP * k
+        if k == 2:
+            for n in range(4):
+                r.set(f"n{n}:gpu0", "ecc_dbe_volatile", 1.0)
+        p.process(r.batch(t), t)
+    before = _storm(p)
+    assert before is not None and len(_hard(before)) == 4
+    p.close()
+    p = _pipeline(tmp_path)
+    try:
+        for _ in range(6):
+            t += STEP
+            p.process(r.batch(t), t)
+        after = _storm(p)
+        assert after is not None and after.id == before.id
+        assert _hard(after) == _hard(before)
+        assert after.explanation[0]["value"] == 4  # its nodes still count
+    finally:
+        p.close()
