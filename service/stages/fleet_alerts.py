@@ -81,6 +81,9 @@ class FleetAlerts:
         self.behind: dict[str, float] = {}
         # Nodes whose level >= 2 episode began behind or settling: no storm entry until it ends.
         self.backfilled: set[str] = set()
+        # node -> since when an alert restored at level 2+ holds it (a restart): an entry once
+        # the node is heard from here (a shared store also holds other shards' alerts).
+        self.restored: dict[str, float] = {}
         self.storm_level = 0
         self.count = StormCount()
         self.hot: list[str] = []  # this shard's hot nodes of the latest step, earliest first
@@ -89,7 +92,7 @@ class FleetAlerts:
         """Forget every fleet-level alert (a replica taking over restores them)."""
         self.first = None
         self.nodata, self.missing, self.entered, self.behind = {}, {}, {}, {}
-        self.backfilled = set()
+        self.backfilled, self.restored = set(), {}
         self.storm_level = 0
         self.count, self.hot = StormCount(), []
 
@@ -100,13 +103,14 @@ class FleetAlerts:
             self.nodata.pop(n, None)
             self.entered.pop(n, None)
             self.behind.pop(n, None)
+            self.restored.pop(n, None)
         self.backfilled -= set(nodes)
         self.missing = {k: v for k, v in self.missing.items() if v[0] not in nodes}
         self.hot = [n for n in self.hot if n not in nodes]
 
     def nodes(self) -> set[str]:
         """Nodes with fleet-level state here."""
-        return {*self.nodata, *self.entered, *self.behind, *self.backfilled,
+        return {*self.nodata, *self.entered, *self.behind, *self.backfilled, *self.restored,
                 *(node for node, _ in self.missing.values())}
 
     def restore(self, alertname: str, node: str, level: int, entity: str = "") -> None:
@@ -120,7 +124,7 @@ class FleetAlerts:
     def restore_entry(self, node: str, at: float) -> None:
         """A node at level 2 or above since `at` (an open alert restored): a storm open before
         a restart keeps counting it for the rest of its window rather than ending at once."""
-        self.entered[node] = max(at, self.entered.get(node, -math.inf))
+        self.restored[node] = max(at, self.restored.get(node, -math.inf))
 
     def step(self, now: float, nodes: list[str], node_silent: npt.NDArray[np.bool_],
              node_level: npt.NDArray[np.int8], raised: Mapping[str, int],
@@ -154,7 +158,7 @@ class FleetAlerts:
             out.append(Transition(Scope.NODE, slot, name, name, NODATA_LEVEL, 0, now, 0.0,
                                   alertname=NODATA))
         out += self._missing(now, missing or {}, watching)
-        self._enter(now, pos, node_level, raised, behind or {})
+        self._enter(now, pos, node_level, raised, behind or {}, silent)
         size = max(fleet_size if fleet_size is not None else len(nodes), 1)
         self.hot = sorted((n for n in self.entered if n in pos and node_level[pos[n]] >= 2),
                           key=lambda n: (self.entered[n], n))
@@ -168,7 +172,8 @@ class FleetAlerts:
         return out
 
     def _enter(self, now: float, pos: Mapping[str, int], node_level: npt.NDArray[np.int8],
-               raised: Mapping[str, int], behind: Mapping[str, float]) -> None:
+               raised: Mapping[str, int], behind: Mapping[str, float],
+               silent: Collection[str]) -> None:
         """Record this tick's storm entries: a node entering level 2 or above from live data.
         An episode that began while its data arrived behind the live edge, or within
         settle_s after it caught up, is no entry until its level falls below 2."""
@@ -184,6 +189,11 @@ class FleetAlerts:
                 self.backfilled.add(name)
             else:
                 self.entered[name] = now
+        for name, at in list(self.restored.items()):
+            if name in pos and name not in silent:
+                del self.restored[name]
+                self.entered[name] = max(at, self.entered.get(name, -math.inf))
+        self.restored = {n: t for n, t in self.restored.items() if now - t <= s.window_s}
         self.entered = {n: t for n, t in self.entered.items() if now - t <= s.window_s}
 
     def judge(self, now: float, fleet: int, hot: int) -> list[Transition]:
