@@ -9,12 +9,20 @@ from typing import Any
 from service.notify.labels import alert_labels
 from service.notify.message import AlertRef, Status
 from service.stages.alert_store import Alert
+from service.stages.fleet_alerts import derived_summary
 
 labels_of = alert_labels  # the name the dispatcher and older tests use
 WHEN = "failure expected in"  # how models.detectors.growth.when_text starts
 
 
 def summary_of(a: Alert) -> str:
+    """One line: a node or fleet alert's own (service.stages.fleet_alerts.derived_summary:
+    "FleetStorm: 5 of 16 nodes at level >= 2 within 10 min: n01 (xid 79), ...; 2 hard
+    faults: ...", "NodeNoData: n3 silent for 1 min 5 s, last seen ..."), else the entity's
+    top signal and risk."""
+    own = derived_summary(a.name, a.explanation, a.risk)
+    if own is not None:
+        return own
     top = a.explanation[0] if a.explanation else None
     why = (f"{top.get('rule')}: {top.get('signal')} = {top.get('value'):.4g}"
            if top and isinstance(top.get("value"), int | float) else "no signal")

@@ -248,7 +248,7 @@ def test_a_fleet_storm_mutes_per_node_pages_but_not_itself(mk: MakeTimeline) -> 
     tl = mk(notify_settings(routes=EMAIL_AND_PAGER,
                                       receivers={"email": True, "pager": True}),
                   [Recorder("email"), Recorder("pager")])
-    fleet = FleetAlerts(StormSettings(fraction=0.5, min_nodes=3, window_s=600))
+    fleet = FleetAlerts(StormSettings(fraction=0.5, min_nodes=3, window_s=600, min_fleet=4))
     nodes = ["n0", "n1", "n2", "n3"]
     for n in nodes[:3]:
         tl.fire(f"{n}:gpu0", 3, at=0)
