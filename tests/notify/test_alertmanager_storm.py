@@ -73,7 +73,7 @@ def test_every_critical_stays_in_alertmanager_through_a_storm(
 
 
 def storm_in_real_time(tl: Timeline, am: AlertmanagerServer, until: float) -> int:
-    fleet = FleetAlerts(StormSettings(fraction=0.5, min_nodes=3, window_s=600))
+    fleet = FleetAlerts(StormSettings(fraction=0.5, min_nodes=3, window_s=600, min_fleet=4))
     for n in NODES[:3]:
         tl.fire(f"{n}:gpu0", 3, at=0)
     tl.fire("n3:gpu0", 1, at=0)

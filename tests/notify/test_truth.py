@@ -46,7 +46,7 @@ def db(state_target: str) -> str:
 
 def storm(tl: Timeline, at: float) -> None:
     """Three nodes at level 3 and one at 1 (n3:gpu0), then the storm over them."""
-    fleet = FleetAlerts(StormSettings(fraction=0.5, min_nodes=3, window_s=600))
+    fleet = FleetAlerts(StormSettings(fraction=0.5, min_nodes=3, window_s=600, min_fleet=4))
     for n in NODES[:3]:
         tl.fire(f"{n}:gpu0", 3, at=at)
     tl.fire("n3:gpu0", 1, at=at)
