@@ -38,8 +38,8 @@ def page_budget_s(plan: Plan) -> float:
 
 
 def first_ticks(snaps: Sequence[Snapshot]) -> dict[int, float]:
-    """When each life of the service (by pid) had scored once: before that (and one flush
-    after) Alertmanager may still hold what a restart's outage let expire."""
+    """When each life of the service (by pid) had scored once: until then (and one flush
+    after) Alertmanager may lack what it let expire while the service was down."""
     out: dict[int, float] = {}
     for s in snaps:
         if s.pid is not None and s.up and s.ticks >= 1 and s.pid not in out:
