@@ -50,7 +50,7 @@ class Svc:
                 for n in self.get("/v1/fleet")["nodes"]}
         listed = {n["node"]: (n["risk"], n["level"], n["silent"], n["silent_since"])
                   for n in self.get("/v1/nodes?limit=100")["nodes"]}
-        out = {}
+        out: dict[str, tuple[tuple[Any, ...], ...]] = {}
         for node in grid:
             d = self.get(f"/v1/nodes/{node}")
             out[node] = (grid[node], listed[node],
