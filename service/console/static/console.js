@@ -145,6 +145,7 @@ function deliveryDetail(d) {
       || "no reason given"}`;
     case "held": return `held: ${d.why || "rate limited"}`;
     case "pending": return `pending${d.why ? `: ${d.why}` : ""}`;
+    case "routed": return "routed, not muted";
     default: return `${d.state}${d.why ? `: ${d.why}` : ""}`;
   }
 }
@@ -157,7 +158,7 @@ function deliveriesOf(a, groups) {
     ? (g.muted.startsWith("silenced by ")
       ? { receiver: g.receiver, state: "silenced", silence_id: g.muted.slice(12) }
       : { receiver: g.receiver, state: "muted", why: g.muted })
-    : { receiver: g.receiver, state: "routed", why: "in its group (the API gives no delivery log)" });
+    : { receiver: g.receiver, state: "routed" });
 }
 // One word for the row: was anything sent? Else the worst that happened.
 function outcome(ds) {
@@ -184,11 +185,18 @@ function deliveryCell(a, groups) {
   return `<td class="delivery" data-outcome="${outcome(ds)}">${rows.length
     ? `<ul>${rows.join("")}</ul>` : `<span class="muted">${esc(a.state === "firing" ? none : "–")}</span>`}</td>`;
 }
-// Badge text when a firing alert reached nobody: muted or silenced everywhere, or failed.
+// Badge text when a firing alert reached no person: muted, silenced, held or failed at every
+// receiver of ours. Alertmanager receivers are judged by what Alertmanager says (active: its
+// own routes notify), not by our post having arrived there.
 function quietNote(a, groups) {
   if (a.state !== "firing" || !a.level) return "";
-  const o = outcome(deliveriesOf(a, groups));
-  return ["muted", "silenced", "failed", "held"].includes(o) ? `not sent (${o})` : "";
+  const ams = a.alertmanager || [];
+  const upstream = new Set(ams.map(m => m.receiver));
+  const ds = deliveriesOf(a, groups);
+  const own = ds.filter(d => !upstream.has(d.receiver));
+  const o = outcome(own.length ? own : ds);
+  if (!["muted", "silenced", "failed", "held"].includes(o)) return "";
+  return ams.some(m => m.state === "active") ? `${o} here, active in Alertmanager` : `not sent (${o})`;
 }
 // fingerprint -> [{receiver, muted}] from every notification group; null when notification
 // is off (503), undefined when it could not be read.
@@ -268,19 +276,23 @@ pages.fleet = {
     const f = res.body;
     const gpus = f.nodes.reduce((n, x) => n + x.gpus.length, 0);
     const byLevel = [0, 0, 0, 0];
-    f.nodes.forEach(n => n.gpus.forEach(g => { byLevel[Math.max(g.level, g.link_level)] += 1; }));
+    let quiet = 0;  // a silent GPU is counted apart: its level is frozen, not "ok"
+    f.nodes.forEach(n => n.gpus.forEach(g => {
+      if (g.silent) quiet += 1; else byLevel[Math.max(g.level, g.link_level)] += 1;
+    }));
     const silent = f.nodes.filter(n => n.silent).length;
     $("#summary").innerHTML = `<b>${f.total}</b> nodes · <b>${gpus}</b> GPUs · scored at
       ${esc(fmtTime(f.at))} · GPUs by level: ${byLevel.map((c, l) =>
-        `<span class="lvl lvl-${l}">${l}: ${c}</span>`).join(" ")}${silent
+        `<span class="lvl lvl-${l}">${l}: ${c}</span>`).join(" ")}${quiet
+        ? ` <span class="lvl quiet-count">no data: ${quiet}</span>` : ""}${silent
         ? ` · <span class="silent-note">${silent} node${silent > 1 ? "s" : ""} sending no data</span>` : ""}`;
     $("#grid").innerHTML = f.nodes.map(n => `<div class="row${n.silent ? " silent" : ""}"
         data-node="${esc(n.node)}" data-silent="${n.silent ? "1" : "0"}">
-        <span class="node">${nodeLink(n.node)}${n.silent
-          ? `<span class="nodata">${esc(noDataSince(n.silent_since))}</span>` : ""}</span>
+        <span class="node">${nodeLink(n.node)}</span>
         <span class="nrisk">${fmtRisk(n.risk)}</span>
         <span class="cells">${n.gpus.map(cell).join("")}</span>
-        <span class="ports">${n.ports.map(port).join("")}</span></div>`).join("")
+        <span class="ports">${n.ports.map(p => port(p, n.silent)).join("")}${n.silent
+          ? `<span class="nodata">${esc(noDataSince(n.silent_since))}</span>` : ""}</span></div>`).join("")
       || `<p class="muted">no node has reported yet</p>`;
     $("#riskiest").innerHTML = f.riskiest.length ? `<table class="list"><thead><tr>
         <th>entity</th><th>scope</th><th>risk</th><th>level</th><th>reason</th>
@@ -309,9 +321,9 @@ function cell(g) {
     data-entity="${esc(g.gpu)}" data-level="${level}" data-silent="${g.silent ? "1" : "0"}"
     title="${esc(title)}" href="#/node/${encodeURIComponent(node)}">${esc(unit)}</a>`;
 }
-function port(p) {
-  return `<span class="port lvl-${p.level}" data-entity="${esc(p.port)}" data-level="${p.level}"
-    title="${esc(`${p.port} risk ${fmtRisk(p.risk)} level ${p.level}`)}"></span>`;
+function port(p, silent) {
+  return `<span class="port lvl-${p.level}${silent ? " silent" : ""}" data-entity="${esc(p.port)}"
+    data-level="${p.level}" title="${esc(`${p.port} risk ${fmtRisk(p.risk)} level ${p.level}`)}"></span>`;
 }
 
 function entityTable(title, rows, selectable) {
@@ -341,7 +353,7 @@ pages.node = {
       state.gpu = top ? top.entity : null;
     }
     // The same risk and level as the node's row on the fleet grid (one computation, API-side).
-    $("#nodehead").innerHTML = `risk <b class="nrisk">${fmtRisk(n.risk)}</b> · ${levelBadge(n.level)} ·
+    $("#nodehead").innerHTML = `<span>risk <b class="noderisk">${fmtRisk(n.risk)}</b></span> · ${levelBadge(n.level)} ·
       ${n.silent ? `<span class="nodata">${esc(noDataSince(n.silent_since))}</span> · ` : ""}
       ${n.gpus.length} GPUs · ${n.links.length} NVLink links · ${n.ports.length} IB ports ·
       ${n.alerts.length} open alerts`;
@@ -453,7 +465,7 @@ pages.alerts = {
       <td>${levelBadge(a.level, quietNote(a, groups))}</td>
       <td class="entity">${entityName(a)}<div class="muted small">${esc(a.alertname)}</div></td>
       <td class="num">${fmtRisk(a.risk)}</td><td class="reason">${alertReason(a)}</td>
-      <td>${esc(fmtTime(a.started_at))}</td>
+      <td class="since">${esc(fmtTime(a.started_at))}</td>
       <td>${esc(a.state)}${a.acked_by ? ` · acked by ${esc(a.acked_by)}` : ""}</td>
       ${deliveryCell(a, groups)}
       <td class="verdict">${verdictText(a.verdict)}</td>
@@ -514,7 +526,7 @@ pages.alert = {
     const groups = Array.isArray(a.deliveries) ? undefined : await groupsByAlert();
     const chosen = keepChoices();
     $("#alerthead").innerHTML = `<span class="alertname">${esc(a.alertname)}</span>
-      ${entityName(a)} · ${levelBadge(a.level, quietNote(a, groups))} · risk
+      <span>${entityName(a)}</span> · ${levelBadge(a.level, quietNote(a, groups))} · risk
       <b class="arisk">${fmtRisk(a.risk)}</b> · <span class="astate">${esc(a.state)}</span> ·
       since ${esc(fmtTime(a.started_at))}${a.resolved_at ? ` · resolved ${esc(fmtTime(a.resolved_at))}`
         : ""}${a.peak_level > a.level ? ` · peak ${levelBadge(a.peak_level)}` : ""}
@@ -532,13 +544,13 @@ pages.alert = {
         </tbody></table>` : `<p class="reason">${alertReason(a) || '<span class="muted">no signals</span>'}</p>`}
       <h3>Delivery</h3>${ds.length ? `<table class="list deliveries"><thead><tr><th>receiver</th>
         <th>state</th><th>detail</th><th>level sent</th><th>sent</th><th>failed</th></tr></thead>
-        <tbody>${ds.map(d => `<tr class="dlv-${esc(d.state)}" data-receiver="${esc(d.receiver)}"
+        <tbody>${ds.map(d => `<tr class="d-${esc(d.state)}" data-receiver="${esc(d.receiver)}"
         data-state="${esc(d.state)}"><td>${esc(d.receiver)}</td><td><b>${esc(d.state)}</b></td>
         <td>${esc(deliveryWhy(d))}</td><td>${esc(d.level_sent ?? "–")}</td>
         <td>${esc(fmtTime(d.sent_at))}</td><td>${esc(fmtTime(d.failed_at))}</td></tr>`).join("")}
         </tbody></table>` : `<p class="muted">${groups === null ? "notification is off"
           : "no receiver has a record of it"}</p>`}
-      <h3>Alertmanager</h3>${am.length ? `<table class="list am"><thead><tr><th>receiver</th>
+      <h3>Alertmanager</h3>${am.length ? `<table class="list amtable"><thead><tr><th>receiver</th>
         <th>Alertmanager</th><th>state</th><th>silenced by</th><th>inhibited by</th>
         <th>read back</th></tr></thead><tbody>${am.map(m => `<tr data-am="${esc(m.receiver)}"
         data-state="${esc(m.state)}"><td>${esc(m.receiver)}</td><td>${esc(m.url)}</td>
