@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 
 from collectors.catalog import Scope
 from collectors.frames import Batch, Entity
@@ -23,10 +24,11 @@ from service.remediation.actions import AuditEntry
 from service.settings import Settings
 from service.stages.alert_machine import FlagChange, Transition, step_inputs
 from service.stages.alert_store import Alert
-from service.stages.fleet_alerts import FLEET, MISSING, STORM
+from service.stages.fleet_alerts import FLEET, FLEET_NODE, MISSING, NODATA, STORM, silence_signal
 from service.stages.heap import HeapTrim
 from service.stages.ingest import MAX_DETAILED_REJECTIONS, IngestResult
 from service.stages.scoring import SCOPES, RiskState
+from service.stages.storm_report import StormReport, storm_of
 from service.tick import Closable, Stats, TickResult
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,11 @@ class Pipeline:
         # Freed heap pages go back to the system after ticks (service/stages/heap.py): at once when
         # the store grew or forgot entities, else at most once a minute.
         self.heap = HeapTrim()
+        # What the open storm says (its hot nodes, every hard fault under it), kept current.
+        self.storm_report = StormReport(self.fleet, self.alerts, self.machine)
+        # node -> when its data last arrived behind the live edge (a backfill, a spool drain):
+        # handed to the fleet alerts at the next tick.
+        self._behind: dict[str, float] = {}
         self._layout = self._store_layout()
         self.forget_every_s = FORGET_EVERY_S
         self._forgot_at = -np.inf
@@ -98,7 +105,7 @@ class Pipeline:
 
     def _owns(self, node: str) -> bool:
         """Whether this shard owns `node` now (a fleet alert's "*" is everyone's)."""
-        if self.members is None or node == "*":
+        if self.members is None or node == FLEET_NODE:
             return True
         smap = self.members.map
         if smap is not self._owned[0]:
@@ -135,7 +142,11 @@ class Pipeline:
                 continue
             if a.scope is Scope.NODE or a.alertname == MISSING:
                 self.fleet.restore(a.name, a.node, a.level, a.entity)
+                if a.name == STORM:
+                    self.storm_report.restore(a)
                 continue
+            if a.level >= 2:  # a storm open across a restart still counts its nodes
+                self.fleet.restore_entry(a.node, a.started_at)
             try:
                 entity = Entity.parse(a.entity)
             except ValueError as exc:  # stored before names were validated at ingest
@@ -169,6 +180,7 @@ class Pipeline:
             st.counter_resets += res.resets
             if res.swapped:  # a new device under an old name: the labeller's repair
                 self._swapped.update(res.swapped)
+            self._note_behind(res.clean, now)
             st.last_ingest_s = time.perf_counter() - t0
             if res.ahead:
                 self._note_ahead(res.ahead, now)
@@ -185,6 +197,26 @@ class Pipeline:
     def live_nodes(self) -> int:
         """Nodes with fresh telemetry at the newest tick."""
         return self.parts.fleet_count.live
+
+    def _stale_after(self) -> float:
+        """Never call data stale before three of its steps are missing (replays at 5 min)."""
+        return max(self.machine.policy.stale_after_s, 3 * self.store.config.step_s)
+
+    def _note_behind(self, clean: Batch, now: float) -> None:
+        """Nodes whose accepted rows or events are older than the stale limit: their data
+        arrives behind the live edge (an agent's backfill, a relay draining its spool). Such a
+        node is reporting, not silent, and its level changes are no storm entries."""
+        edge = now - self._stale_after()
+        for f in clean.frames.values():
+            late = f.ts < edge
+            if late.any():
+                table = f.entities
+                for r in np.unique(f.rows[late]).tolist():
+                    self._behind[table[r].node] = now
+        ev = clean.events
+        for key, ts in zip(ev.keys, ev.ts, strict=True):
+            if ts < edge:
+                self._behind[key.split(":", 1)[0]] = now
 
     def _note_ahead(self, ahead: dict[str, float], now: float) -> None:
         """Remember nodes whose clocks run fast (exported until SKEW_FORGET_S after their last
@@ -237,8 +269,12 @@ class Pipeline:
             if self.controller is not None:
                 self.controller.reconcile(now)
             if self.census is not None:  # the fleet's storm is the leader's to judge
-                self.fleet.storm_level = max((a.level for a in self.alerts.open_alerts()
-                                              if a.alertname == STORM), default=0)
+                storm = storm_of(self.alerts.open_alerts())
+                self.fleet.storm_level = storm.level if storm is not None else 0
+                if storm is not None:
+                    self.storm_report.restore(storm)
+                else:
+                    self.storm_report.closed()
         self._writing, self._leading = writing, leading
         return writing, leading
 
@@ -258,11 +294,18 @@ class Pipeline:
                 flags = [f for f in flags if self._owns(f.node)]
             explain: dict[tuple[str, str], list[Signal]] = {}
             for t in transitions:
-                if t.alertname == MISSING and t.new:
-                    explain[t.alertname, t.entity] = [self._silence(t.slot, now)]
+                if t.alertname in (MISSING, NODATA) and t.new:
+                    explain[t.alertname, t.entity] = [self._silence(t, now)]
                 elif t.scope in risk.scopes and t.slot >= 0 and not t.derived:
                     explain[t.alertname, t.entity] = risk.scopes[t.scope].explain(t.slot)
-            changed = self.alerts.apply(transitions, explain) if transitions else []
+            storm = [t for t in transitions if t.alertname == STORM]
+            entity_ts = [t for t in transitions if t.alertname != STORM]
+            changed = self.alerts.apply(entity_ts, explain) if entity_ts else []
+            storm_updated = False
+            if writing and self.census is None:
+                done, storm_updated = self._storm_alert(risk, entity_ts, storm, now,
+                                                        shared=self.cluster is not SOLE)
+                changed += done
             for f in flags:
                 self.alerts.set_flags(f.entity, flapping=f.flapping, stale=f.stale, at=now)
             self.risk = risk
@@ -270,22 +313,23 @@ class Pipeline:
             levels = {sc: self.machine.level(sc).copy() for sc in SCOPES}
             if leading and self.census is not None:
                 storm = self._judge_fleet(now)
-                if storm:
-                    transitions = transitions + storm
-                    changed = changed + self.alerts.apply(storm, {})
+                transitions = transitions + storm
+                done, storm_updated = self._storm_alert(risk, entity_ts, storm, now,
+                                                        shared=True)
+                changed = changed + done
             derived = self.fleet.levels()
         sent = 0
         deliveries: list[Sent] = []
         if self.notification is not None and leading:
             # Sharing the state, other shards' writers open and resolve alerts too, which no
             # tick of ours sees change: the leader regroups from the shared state every tick.
-            if changed or flags or self.cluster is not SOLE:
+            if changed or flags or storm_updated or self.cluster is not SOLE:
                 self.notification.dispatcher.mark()
             sent = self.notification.flush(now)
             deliveries = self.notification.sender.drain()
             for d in deliveries:
                 self._count(d)
-        elif self.notification is not None and (changed or flags):
+        elif self.notification is not None and (changed or flags or storm_updated):
             self.notification.dispatcher.mark()  # the leader reads them; ours regroups later
         audit: list[AuditEntry] = []
         if self.remediation is not None:
@@ -350,12 +394,14 @@ class Pipeline:
                      now: float) -> tuple[list[Transition], list[FlagChange]]:
         transitions: list[Transition] = []
         flags: list[FlagChange] = []
-        # Never call data stale before three of its steps are missing (replays at 5 min).
-        stale_after = max(self.machine.policy.stale_after_s, 3 * self.store.config.step_s)
+        stale_after = self._stale_after()
         n_nodes = len(risk.node_names)
-        fresh_nodes = np.zeros(n_nodes)
+        heard_nodes = np.zeros(n_nodes)  # entities of the node not silent
         seen_nodes = np.zeros(n_nodes)
         node_level = np.zeros(n_nodes, np.int8)
+        silent: dict[Scope, npt.NDArray[np.bool_]] = {}
+        behind = self._behind
+        self._behind = {}
         for scope in SCOPES:
             sr = risk.scopes[scope]
             sw = self.store[scope]
@@ -367,28 +413,59 @@ class Pipeline:
             flags += self.machine.flag_changes
             nodes = sw.node_of[:n]
             ok = nodes >= 0
-            fresh = ~self.machine.stale(scope)[:n]
-            fresh_nodes += np.bincount(nodes[ok], weights=fresh[ok],
+            # Stale (the newest sample is old: levels freeze) is not silent (no sample row
+            # arrived for the stale limit): a node sending old data (a backfill) is behind
+            # (_note_behind), not gone.
+            quiet = self.machine.stale(scope)[:n] & ~(now - sw.heard[:n] <= stale_after)
+            silent[scope] = quiet
+            heard_nodes += np.bincount(nodes[ok], weights=~quiet[ok],
                                        minlength=n_nodes)[:n_nodes]
             seen_nodes += np.bincount(nodes[ok], minlength=n_nodes)[:n_nodes]
             np.maximum.at(node_level, nodes[ok], self.machine.level(scope)[:n][ok])
-        raised = {t.node: t.new for t in transitions if t.new >= 2 and t.new > t.old}
-        node_stale = (seen_nodes > 0) & (fresh_nodes == 0)
-        self.parts.fleet_count.live = int(np.count_nonzero(fresh_nodes > 0))
+        # Storm entries come from entities' own levels, never a derived (no-data) alert.
+        raised = {t.node: t.new for t in transitions
+                  if t.new >= 2 and t.new > t.old and not t.derived}
+        node_silent = (seen_nodes > 0) & (heard_nodes == 0)
+        self.parts.fleet_count.live = int(np.count_nonzero(heard_nodes > 0))
         # A GPU silent while other GPUs of its node report: all of a node's GPUs silent is
         # its GPU collector or driver (collector_up, NodeNoData say so), not one GPU.
         gpus = self.store[Scope.GPU]
         n = len(risk.scopes[Scope.GPU].risk)
         gnode = gpus.node_of[:n]
-        gstale = self.machine.stale(Scope.GPU)[:n]
+        gsilent = silent[Scope.GPU]
         ok = gnode >= 0
-        fresh_gpus = np.bincount(gnode[ok], weights=~gstale[ok], minlength=n_nodes)[:n_nodes]
-        silent = np.flatnonzero(gstale & ok & (fresh_gpus[np.maximum(gnode, 0)] > 0))
-        missing = {gpus.entities[i].key: (i, gpus.entities[i].node) for i in silent.tolist()}
-        transitions += self.fleet.step(now, risk.node_names, node_stale, node_level, raised,
+        heard_gpus = np.bincount(gnode[ok], weights=~gsilent[ok], minlength=n_nodes)[:n_nodes]
+        lost = np.flatnonzero(gsilent & ok & (heard_gpus[np.maximum(gnode, 0)] > 0))
+        missing = {gpus.entities[i].key: (i, gpus.entities[i].node) for i in lost.tolist()}
+        transitions += self.fleet.step(now, risk.node_names, node_silent, node_level, raised,
                                        missing, fleet_size=self.fleet_size,
-                                       fleet=self._publish if self.census is not None else None)
+                                       fleet=self._publish if self.census is not None else None,
+                                       behind=behind)
         return transitions, flags
+
+    def _storm_alert(self, risk: RiskState, entity_ts: list[Transition],
+                     storm: list[Transition], now: float, *, shared: bool
+                     ) -> tuple[list[tuple[Transition, Alert]], bool]:
+        """Open or resolve the storm alert, and keep what it says current while it fires:
+        its hot nodes and every hard fault under it (service.stages.storm_report). Returns
+        the storm's transitions applied, and whether its explanation was rewritten."""
+        report = self.storm_report
+        opening = any(t.new for t in storm)
+        if not (self.fleet.storm_level or opening or storm):
+            return [], False
+        signals = (report.signals(risk, entity_ts, shared)
+                   if self.fleet.storm_level or opening else [])
+        out: list[tuple[Transition, Alert]] = []
+        for t in storm:
+            got = self.alerts.apply([t], {(STORM, FLEET): signals} if t.new else {})
+            out += got
+            if t.new:
+                report.opened(got[0][1])
+            else:
+                report.closed()
+        if self.fleet.storm_level and not opening:
+            return out, report.update(signals, now) is not None
+        return out, False
 
     def _publish(self, live: int, hot: int) -> None:
         """This shard's part of the fleet census; the leader judges the storm from the sum."""
@@ -405,12 +482,28 @@ class Pipeline:
         self.parts.fleet_count.live = totals.live
         return self.fleet.judge(now, totals.live, totals.hot)
 
-    def _silence(self, slot: int, now: float) -> Signal:
-        last = self.store[Scope.GPU].last_ts[slot]
-        seen = float(np.nanmax(last)) if np.isfinite(last).any() else float("nan")
-        return Signal(MISSING, "seconds since this GPU last reported while its node still "
-                      "reports (fell off the bus, or its collector no longer sees it)",
-                      now - seen, self.machine.policy.stale_after_s, 1.0, False)
+    def _silence(self, t: Transition, now: float) -> Signal:
+        """A NodeNoData or GpuMissing alert's explanation: silent for how long, last seen
+        (when anything of it last arrived, or its newest sample's time if later)."""
+        if t.alertname == MISSING:
+            sw = self.store[Scope.GPU]
+            rows = np.array([t.slot]) if 0 <= t.slot < len(sw.entities) else np.zeros(0, int)
+            last = self._last_heard(Scope.GPU, rows)
+            return silence_signal(MISSING, t.entity, t.node, now, last,
+                                  self._stale_after())
+        last = -np.inf
+        for scope in SCOPES:
+            sw = self.store[scope]
+            n = len(sw.entities)
+            last = max(last, self._last_heard(scope, np.flatnonzero(sw.node_of[:n] == t.slot)))
+        return silence_signal(NODATA, t.node, t.node, now,
+                              last if np.isfinite(last) else float("nan"), self._stale_after())
+
+    def _last_heard(self, scope: Scope, rows: npt.NDArray[np.intp]) -> float:
+        sw = self.store[scope]
+        got = np.concatenate([sw.heard[rows], sw.last_ts[rows].ravel()])
+        got = got[np.isfinite(got)]
+        return float(got.max()) if len(got) else float("nan")
 
     def _remediate(self, changed: list[tuple[Transition, Alert]], now: float,
                    leading: bool = True) -> None:

@@ -23,6 +23,7 @@ from service.api import (
     peers,
     problems,
     read,
+    runbooks,
     verdicts,
     write,
 )
@@ -147,6 +148,7 @@ def create_app(
                        responses=problems.READ_ERRORS)
     app.include_router(alerting.router)
     app.include_router(verdicts.router)
+    app.include_router(runbooks.router)
     app.include_router(models.router)
     app.include_router(cluster.router)
     console.install(app)

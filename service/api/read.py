@@ -25,7 +25,7 @@ from service.api.schemas import (
     Readiness,
 )
 from service.api.state import Running, State
-from service.api.views import alert_out, gpu_detail, model_out, node_detail, node_list
+from service.api.views import alert_out, alerts_out, gpu_detail, model_out, node_detail, node_list
 from service.errors import NotFound
 
 router = APIRouter()
@@ -152,7 +152,7 @@ def list_alerts(
                                                                        int(after[1])))
     rows, next_cursor = page.slice("alerts", found, lambda a: (a.started_at, a.id), 0)
     return AlertList(limit=page.limit, next_cursor=next_cursor,
-                     alerts=[alert_out(st.pipeline, a) for a in rows])
+                     alerts=alerts_out(st.pipeline, rows))
 
 
 @router.get("/v1/alerts/{alert_id}", tags=["alerts"], dependencies=READ, response_model=AlertDetail,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from service.api.timefmt import Timestamp
+from service.notify.status import DeliveryState
 
 NEXT_CURSOR_DOC = "the `cursor` of the next page; null on the last"
 
@@ -78,6 +79,24 @@ class AlertmanagerOut(BaseModel):
     checked_at: Timestamp
 
 
+class DeliveryOut(BaseModel):
+    """What happened to the alert at one receiver it routes to (service/notify/status.py)."""
+
+    receiver: str
+    state: DeliveryState = Field(
+        description="sent: the receiver holds the alert's current state; pending: group "
+                    "timers or a retry under way; muted (why) or silenced (silence_id): our own "
+                    "receivers only, Alertmanager gets every alert; failed: error, failed_at; "
+                    "held: rate limited, in the next digest")
+    why: str = ""
+    silence_id: str | None = None
+    sent_at: Timestamp | None = Field(default=None, description="when it was first told the "
+                                                                "level it holds")
+    level_sent: int | None = None
+    error: str | None = None
+    failed_at: Timestamp | None = None
+
+
 class VerdictOut(BaseModel):
     verdict: str  # failed, false_alarm, maintenance, unknown
     mode: str | None  # failed: the failure mode
@@ -107,6 +126,9 @@ class AlertOut(BaseModel):
     explanation: list[SignalOut]
     alertmanager: list[AlertmanagerOut] = Field(
         default_factory=list, description="where an alertmanager receiver is configured")
+    deliveries: list[DeliveryOut] = Field(
+        default_factory=list, description="one per receiver the alert routes to: what "
+                                          "happened to it there")
     acked_by: str | None = None  # who acknowledged it (no repeats until it resolves)
     acked_at: Timestamp | None = None
     verdict: VerdictOut | None = Field(default=None, description=(

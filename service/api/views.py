@@ -20,6 +20,7 @@ from service.api.paging import Page
 from service.api.schemas import (
     AlertmanagerOut,
     AlertOut,
+    DeliveryOut,
     EntityOut,
     GpuDetail,
     MetricOut,
@@ -34,6 +35,7 @@ from service.api.schemas import (
     WindowOut,
 )
 from service.notify.labels import alert_labels
+from service.notify.status import DeliveryIndex
 from service.pipeline import Pipeline
 from service.stages.alert_store import Alert
 from service.stages.scoring import SCOPES, RiskState
@@ -54,14 +56,24 @@ def _signal(s: Signal) -> SignalOut:
                      threshold=_num(s.threshold), risk=s.risk, hard=s.hard)
 
 
-def alert_out(p: Pipeline, a: Alert) -> AlertOut:
-    """The alert with its labels (as receivers get them) and, where an alertmanager receiver
-    read it back, what each Alertmanager says of it."""
+def alerts_out(p: Pipeline, alerts: Iterable[Alert]) -> list[AlertOut]:
+    """Several alerts, their delivery column read from one index."""
+    index = p.notification.deliveries() if p.notification is not None else None
+    return [alert_out(p, a, index) for a in alerts]
+
+
+def alert_out(p: Pipeline, a: Alert, deliveries: DeliveryIndex | None = None) -> AlertOut:
+    """The alert with its labels (as receivers get them), what happened to it at each
+    receiver it routes to (`deliveries`: an index built for the request, else one is built)
+    and, where an alertmanager receiver read it back, what each Alertmanager says of it."""
     expl = [SignalOut(rule=str(d.get("rule", "")), signal=str(d.get("signal", "")),
                       value=_num(d.get("value")), threshold=_num(d.get("threshold")),
                       risk=_num(d.get("risk")) or 0.0, hard=bool(d.get("hard", False)))
             for d in a.explanation]
     upstream = p.notification.upstream(a.fingerprint) if p.notification is not None else []
+    if deliveries is None and p.notification is not None:
+        deliveries = p.notification.deliveries()
+    sent = deliveries.of(a) if deliveries is not None else []
     return AlertOut(id=a.id, alertname=a.name, fingerprint=a.fingerprint,
                     labels=alert_labels(a, p.settings.storage.influxdb.cluster),
                     entity=a.entity, scope=str(a.scope), node=a.node, level=a.level,
@@ -72,7 +84,11 @@ def alert_out(p: Pipeline, a: Alert) -> AlertOut:
                     alertmanager=[AlertmanagerOut(
                         receiver=u.receiver, url=u.url, state=u.state,
                         silenced_by=list(u.silenced_by), inhibited_by=list(u.inhibited_by),
-                        checked_at=u.checked_at) for u in upstream])
+                        checked_at=u.checked_at) for u in upstream],
+                    deliveries=[DeliveryOut(
+                        receiver=d.receiver, state=d.state, why=d.why, silence_id=d.silence_id,
+                        sent_at=d.sent_at, level_sent=d.level_sent, error=d.error,
+                        failed_at=d.failed_at) for d in sent])
 
 
 def entity_levels(alerts: Iterable[Alert]) -> dict[str, int]:
@@ -206,8 +222,7 @@ def node_detail(p: Pipeline, node: str) -> NodeDetail | None:
     return NodeDetail(node=node, risk=now.node_risk(node),
                       level=max((a.level for a in alerts), default=0), gpus=lists[Scope.GPU],
                       links=lists[Scope.NVLINK], ports=lists[Scope.IB_PORT],
-                      alerts=[alert_out(p, a) for a in alerts], silent=silent,
-                      silent_since=since)
+                      alerts=alerts_out(p, alerts), silent=silent, silent_since=since)
 
 
 def gpu_detail(p: Pipeline, key: str) -> GpuDetail | str:
@@ -242,7 +257,7 @@ def gpu_detail(p: Pipeline, key: str) -> GpuDetail | str:
         prediction = _prediction(p, Scope.GPU, slot)
     return GpuDetail(gpu=e.key, node=e.node, risk=me.risk, level=me.level, metrics=metrics,
                      explanation=me.explanation, links=links,
-                     alerts=[alert_out(p, a) for a in mine], prediction=prediction,
+                     alerts=alerts_out(p, mine), prediction=prediction,
                      window=me.window)
 
 

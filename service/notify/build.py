@@ -14,6 +14,7 @@ from service.notify.notification_log import NotificationLog
 from service.notify.record import RecordReceiver
 from service.notify.sender import Sender
 from service.notify.silences import SilenceStore
+from service.notify.status import DeliveryIndex
 from service.stages.alert_store import AlertStore
 
 
@@ -37,6 +38,10 @@ class Notification:
             if isinstance(r, ReadsBack):
                 out += r.upstream(fingerprint)
         return out
+
+    def deliveries(self) -> DeliveryIndex:
+        """Per alert and receiver, what happened to it (build one per request)."""
+        return DeliveryIndex(self.dispatcher)
 
     def close(self) -> None:
         self.sender.close()

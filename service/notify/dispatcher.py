@@ -9,8 +9,15 @@ one), then is looked at every `group_interval`; an unchanged group repeats after
 
 A receiver that must be told again before the far end forgets (`refresh`: Alertmanager drops
 an alert once its endsAt passes) also gets, every `refresh_interval_s`, one message with every
-firing alert its groups released (past their group_wait): one message per receiver per
-interval however many groups or alerts, outside rate limits and the notification log.
+firing alert its groups released (past their group_wait, or notified before a restart): one
+message per receiver per interval however many groups or alerts, outside rate limits and the
+notification log. Such a receiver gets the truth: inhibitions and silences mute only the other
+receivers, so its groups and refreshes hold every firing alert with its current labels (the far
+end applies its own inhibitions), and it hears of a resolve only when the alert resolved.
+
+Every message gets an id of its own and is written to the outbox before it goes to the sender;
+a restarted process (or a new leader) first sends again what the outbox still holds, the same
+message under the same id, with the groups concerned held until it is answered.
 """
 
 from __future__ import annotations
@@ -21,8 +28,9 @@ from dataclasses import dataclass, field, replace
 
 from service.notify.config import InhibitRule, NotifySettings
 from service.notify.matchers import Matcher, match_all, parse_all
-from service.notify.message import AlertRef, Message
-from service.notify.notification_log import Entry, NotificationLog, needs_update
+from service.notify.message import AlertRef, Delivery, Message
+from service.notify.notification_log import Entry, NotificationLog, Told, needs_update, news
+from service.notify.outbox import Outgoing, new_id, outgoing, staged
 from service.notify.ratelimit import Bucket
 from service.notify.refs import labels_of, ref_of
 from service.notify.routing import Route
@@ -39,6 +47,7 @@ class Group:
     next_flush: float
     alerts: dict[str, AlertRef] = field(default_factory=dict)  # firing, unmuted, this flush
     muted: dict[str, str] = field(default_factory=dict)  # fingerprint -> why
+    released: bool = False  # notified before a restart: refreshed without a new group_wait
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +60,22 @@ class _Routed:
 
 
 @dataclass(frozen=True, slots=True)
-class Outgoing:
-    """A message and the log entries to write once it is delivered."""
+class Failure:
+    """A receiver's last failed delivery for one group (cleared by the next success)."""
 
-    message: Message
-    log: tuple[tuple[str, str, Entry], ...]  # (receiver, group key, entry)
-    budget_s: float  # retries stop after this long; the next flush tries again
+    error: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    muted: dict[tuple[str, str], dict[str, str]]  # (receiver, group key) -> fp -> why
+    held: frozenset[tuple[str, str]]  # groups a rate limit holds
+    failures: dict[tuple[str, str], Failure]
+    routes: dict[int, tuple[tuple[Route, str, dict[str, str]], ...]]  # firing alert id -> them
+
+
+__all__ = ["Dispatcher", "Failure", "Group", "Outgoing", "Snapshot"]
 
 
 class _Inhibitor:
@@ -116,6 +135,8 @@ class Dispatcher:
         self.verdict_links = settings.verdict_links()
         self.refresh = dict(refresh or {})  # receiver -> seconds between refreshes
         self._refresh_at = dict.fromkeys(self.refresh, float("-inf"))
+        self.failures: dict[tuple[str, str], Failure] = {}  # (receiver, group key) -> last
+        self._recover = True  # send again what the outbox holds, before anything else
 
     def restart(self) -> None:
         """Start over as a restarted service would, from the shared alerts and notification
@@ -125,6 +146,9 @@ class Dispatcher:
             self.groups, self._held, self._cache = {}, {}, {}
             self._revisit = set(self.notification_log.open_groups())
             self._dirty = True
+            self._recover = True
+            # What the old leader kept in the far ends is refreshed at the first flush.
+            self._refresh_at = dict.fromkeys(self.refresh, float("-inf"))
 
     def mark(self) -> None:
         """Alerts, acknowledgements or silences changed: regroup at the next flush."""
@@ -138,9 +162,11 @@ class Dispatcher:
         with self._lock:
             due = any(now >= g.next_flush for g in self.groups.values()) or any(
                 now >= at for at in self._refresh_at.values())
-            if not (self._dirty or due or self._revisit or any(self._held.values())):
+            if not (self._dirty or due or self._revisit or self._recover
+                    or any(self._held.values())):
                 return []
             self._dirty = False
+            resent = self._resend(now) if self._recover else []
             current = self.alerts.recent(now - self.settings.resolved_keep_s)
             firing = [a for a in current if a.state == "firing"]
             by_fp = {a.fingerprint: a for a in current}
@@ -156,7 +182,7 @@ class Dispatcher:
                 for route, key, glabels in r.routes:
                     g = self._group(route, key, glabels, now)
                     seen.add((route.receiver, key))
-                    if muted:
+                    if muted and route.receiver not in self.refresh:
                         g.muted[r.ref.fingerprint] = muted
                     else:
                         g.alerts[r.ref.fingerprint] = r.ref
@@ -171,7 +197,22 @@ class Dispatcher:
                 g.next_flush = now + g.route.group_interval_s
                 if gid not in seen and msg is None:
                     del self.groups[gid]  # nothing firing and nothing left to say
-            return self._limit(out, now) + self._refreshes(now)
+            sent = self._limit(out, now)
+            self.notification_log.stage([staged(o) for o in sent])
+            return resent + sent + self._refreshes(now)
+
+    def _resend(self, now: float) -> list[Outgoing]:
+        """The outbox after a start: messages that were sent or being sent when the process
+        stopped, unanswered. Each goes again as it was, its groups held meanwhile; one older
+        than `resolved_keep_s` is history and dropped."""
+        self._recover = False
+        rows = self.notification_log.staged()
+        old = [r.id for r in rows if r.created_at < now - self.settings.resolved_keep_s]
+        self.notification_log.settle([], old)
+        out = [outgoing(r) for r in rows if r.id not in old]
+        for o in out:
+            self.inflight.update((r, k) for r, k, _ in o.log)
+        return out
 
     def _routed(self, a: Alert, now: float) -> _Routed:
         """An alert's labels, reference and routes, reused while its record is unchanged:
@@ -212,24 +253,27 @@ class Dispatcher:
         routes = {r.id: r for r in self.route.walk()}
         for receiver, key in self._revisit:
             route = routes.get(key.split(":", 1)[0])
-            if route is None or (receiver, key) in self.groups:
-                continue
-            self.groups[(receiver, key)] = Group(route, key, {}, now, now + route.group_wait_s)
+            g = self.groups.get((receiver, key))
+            if g is not None:
+                g.released = True
+            elif route is not None:
+                self.groups[(receiver, key)] = Group(route, key, {}, now,
+                                                     now + route.group_wait_s, released=True)
         self._revisit = set()
 
     def _flush_group(self, receiver: str, g: Group, by_fp: Mapping[str, Alert],
                      now: float) -> Outgoing | None:
         entry = self.notification_log.get(receiver, g.key)
-        firing = {fp: (r.level, r.alert_id) for fp, r in g.alerts.items()}
+        firing = {fp: Told(r.level, r.alert_id, r.revision, now) for fp, r in g.alerts.items()}
         resolved_refs: list[AlertRef] = []
-        for fp, (lv, alert_id) in (entry.firing.items() if entry else ()):
+        for fp, was in (entry.firing.items() if entry else ()):
             if fp in firing or fp in g.muted:
                 continue
-            a = by_fp.get(fp) or self.alerts.get(alert_id)
+            a = by_fp.get(fp) or self.alerts.get(was.alert_id)
             if a is None:
                 continue
             resolved_refs.append(ref_of(a, self.cluster, self.settings.external_url,
-                                        status="resolved", level=lv,
+                                        status="resolved", level=was.level,
                                         verdict_url=self._verdict_url(a.id, now)))
         resolved = {r.fingerprint for r in resolved_refs}
         send_resolved = self.send_resolved.get(receiver, True)
@@ -250,7 +294,13 @@ class Dispatcher:
         if send_resolved or not firing:
             shown += tuple(resolved_refs)
         labels = g.labels or _common(shown)
-        msg = Message(receiver, g.key, labels, shown, now, reason, self.settings.external_url)
+        msg = Message(receiver, g.key, labels, shown, now, reason, self.settings.external_url,
+                      id=new_id())
+        told = entry.firing if entry is not None else {}
+        for fp, t in firing.items():  # an unchanged alert keeps when it was first told so
+            old = told.get(fp)
+            if old is not None and old.same(t):
+                firing[fp] = t._replace(at=old.at)
         # The resolves this message told (not every one ever told: a later episode of the same
         # instance must be able to resolve again).
         new_entry = Entry(firing, frozenset(resolved if firing else ()), now)
@@ -266,14 +316,14 @@ class Dispatcher:
             self._refresh_at[rcv] = now + interval
             alerts: dict[str, AlertRef] = {}
             for (r, _), g in self.groups.items():
-                if r == rcv and now >= g.created_at + g.route.group_wait_s:
+                if r == rcv and (g.released or now >= g.created_at + g.route.group_wait_s):
                     alerts.update(g.alerts)
             if not alerts:
                 continue
             shown = tuple(sorted(alerts.values(), key=lambda a: (-a.level, -a.risk,
                                                                  a.fingerprint)))
             msg = Message(rcv, f"refresh:{rcv}", {}, shown, now, "refresh",
-                          self.settings.external_url)
+                          self.settings.external_url, id=new_id())
             out.append(Outgoing(msg, (), interval))  # retries end before the next one
         return out
 
@@ -299,34 +349,51 @@ class Dispatcher:
             self.inflight.update((r, k) for r, k, _ in o.log)
         return sent
 
-    def done(self, o: Outgoing, ok: bool) -> None:
+    def done(self, o: Outgoing, ok: bool | Delivery) -> None:
         """The Sender reports back: on success the log learns what the receiver was told."""
         self.done_many([(o, ok)])
 
-    def done_many(self, results: list[tuple[Outgoing, bool]]) -> None:
-        """Several reports in one log transaction."""
+    def done_many(self, results: list[tuple[Outgoing, bool | Delivery]]) -> None:
+        """Several reports in one transaction: the log learns what was delivered, and the
+        outbox forgets every message that was answered or given up (the group's next flush
+        sends its state then, as a new message)."""
         with self._lock:
-            entries = []
-            for o, ok in results:
-                for receiver, key, entry in o.log:
-                    self.inflight.discard((receiver, key))
-                    if ok:
-                        entries.append((receiver, key, entry))
-            self.notification_log.put_many(entries)
+            entries: list[tuple[str, str, Entry]] = []
+            for o, got in results:
+                d = got if isinstance(got, Delivery) else Delivery(ok=got)
+                keys = [(r, k) for r, k, _ in o.log] or [(o.message.receiver,
+                                                          o.message.group_key)]
+                for key in keys:
+                    self.inflight.discard(key)
+                    if d.ok:
+                        self.failures.pop(key, None)
+                    else:
+                        self.failures[key] = Failure(d.detail or "not delivered", o.message.at)
+                if d.ok:
+                    entries += o.log
+            self.notification_log.settle(entries, [o.message.id for o, _ in results
+                                                   if o.message.id])
+
+    def snapshot(self) -> Snapshot:
+        """What the API's delivery column reads, copied at once (a flush changes it)."""
+        with self._lock:
+            return Snapshot(
+                {gid: dict(g.muted) for gid, g in self.groups.items() if g.muted},
+                frozenset((r, k) for held in self._held.values() for o in held.values()
+                          for r, k, _ in o.log),
+                dict(self.failures), {i: r.routes for i, r in self._cache.items()})
 
     def held(self) -> dict[str, int]:
         with self._lock:
             return {r: len(h) for r, h in self._held.items() if h}
 
 
-def _reason(entry: Entry | None, firing: dict[str, tuple[int, int]],
-            resolved: list[AlertRef]) -> str:
+def _reason(entry: Entry | None, firing: dict[str, Told], resolved: list[AlertRef]) -> str:
     if entry is None:
         return "new"
     if not firing:
         return "resolved"
-    keys = {f"{fp}@{lv}" for fp, (lv, _) in firing.items()}
-    if not keys <= entry.firing_keys():
+    if news(entry, firing):
         return "update"
     return "resolved" if resolved else "repeat"
 
@@ -344,6 +411,6 @@ def _digest(receiver: str, held: list[Outgoing], now: float) -> Outgoing:
     keys = tuple(o.message.group_key for o in held)
     first = held[0].message
     msg = replace(first, group_key=f"digest:{receiver}", group_labels={}, alerts=alerts, at=now,
-                  reason="digest", digest_of=keys)
+                  reason="digest", digest_of=keys, id=new_id())
     return Outgoing(msg, tuple(x for o in held for x in o.log), max(o.budget_s for o in held))
 

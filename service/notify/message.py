@@ -28,6 +28,9 @@ class AlertRef:
     ends_at: float | None = None  # set once resolved
     explanation: tuple[dict[str, Any], ...] = ()  # signals, strongest first (Signal.as_dict)
     url: str = ""  # where an operator reads more (the API's alert page)
+    # Digest of the hard evidence in the explanation: a change is news to a receiver.
+    revision: str = ""
+    console_url: str = ""  # the console's page of the alert (generatorURL)
 
     @property
     def summary(self) -> str:
@@ -47,6 +50,9 @@ class Message:
     external_url: str = ""
     # A digest rolls several groups that a rate limit held back into one message.
     digest_of: tuple[str, ...] = field(default=())
+    # One delivery of one state: kept across retries and a resend after a crash (the outbox),
+    # never reused for another message. Empty only for messages built outside the pipeline.
+    id: str = ""
 
     @property
     def firing(self) -> tuple[AlertRef, ...]:
@@ -107,7 +113,9 @@ class Notifier(Protocol):
 class Refreshes(Protocol):
     """A receiver whose far end forgets an alert unless told again: Alertmanager drops one
     whose endsAt passed. The dispatcher hands it every firing alert routed to it, in one
-    message (reason "refresh"), every `refresh_interval_s`."""
+    message (reason "refresh"), every `refresh_interval_s`. Such a receiver gets the truth:
+    our inhibitions and silences never hold an alert back from it (its far end applies its
+    own), only our own people-facing receivers."""
 
     name: str
     refresh_interval_s: float

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from service.notify.labels import alert_labels
 from service.notify.message import AlertRef, Status
 from service.stages.alert_store import Alert
+from service.stages.fleet_alerts import derived_summary
 
 labels_of = alert_labels  # the name the dispatcher and older tests use
 WHEN = "failure expected in"  # how models.detectors.growth.when_text starts
 
 
 def summary_of(a: Alert) -> str:
+    """One line: a node or fleet alert's own (service.stages.fleet_alerts.derived_summary:
+    "FleetStorm: 5 of 16 nodes at level >= 2 within 10 min: n01 (xid 79), ...; 2 hard
+    faults: ...", "NodeNoData: n3 silent for 1 min 5 s, last seen ..."), else the entity's
+    top signal and risk."""
+    own = derived_summary(a.name, a.explanation, a.risk)
+    if own is not None:
+        return own
     top = a.explanation[0] if a.explanation else None
     why = (f"{top.get('rule')}: {top.get('signal')} = {top.get('value'):.4g}"
            if top and isinstance(top.get("value"), int | float) else "no signal")
@@ -28,6 +40,26 @@ def predicted_window_of(a: Alert) -> str:
     return ""
 
 
+def revision_of(explanation: Sequence[Mapping[str, Any]]) -> str:
+    """12 hex characters of a digest of the (rule, signal) pairs of the hard evidence (order
+    and repeats aside); empty when there is none. A firing alert whose hard evidence changes
+    (a storm that gains a hard fault) is news to its receivers."""
+    pairs = sorted({f"{s.get('rule', '')}\0{s.get('signal', '')}"
+                    for s in explanation if s.get("hard")})
+    if not pairs:
+        return ""
+    return hashlib.sha256("\n".join(pairs).encode()).hexdigest()[:12]
+
+
+def runbook_url(external_url: str, alertname: str) -> str:
+    return f"{external_url.rstrip('/')}/v1/runbooks/{alertname}"
+
+
+def console_url(external_url: str, alert_id: int) -> str:
+    """The console's page of one alert (generatorURL: where a receiver's link opens)."""
+    return f"{external_url.rstrip('/')}/#/alert/{alert_id}"
+
+
 def ref_of(a: Alert, cluster: str, external_url: str, *, status: Status | None = None,
            level: int | None = None, verdict_url: str = "") -> AlertRef:
     """`status`/`level` override the record's: an alert that fell below a route's level is
@@ -36,7 +68,8 @@ def ref_of(a: Alert, cluster: str, external_url: str, *, status: Status | None =
     lv = level if level is not None else (a.level if a.state == "firing" else a.peak_level)
     ann = {"summary": summary_of(a),
            "description": "; ".join(f"{s.get('rule')}: {s.get('signal')}"
-                                    for s in a.explanation[:5])}
+                                    for s in a.explanation[:5]),
+           "runbook_url": runbook_url(external_url, a.name)}
     window = predicted_window_of(a)
     if window:
         ann["predicted_window"] = window
@@ -49,4 +82,5 @@ def ref_of(a: Alert, cluster: str, external_url: str, *, status: Status | None =
         ends = a.updated_at
     return AlertRef(a.fingerprint, a.id, labels_of(a, cluster, lv), ann, st, lv, a.risk,
                     a.started_at, ends, tuple(a.explanation),
-                    f"{external_url.rstrip('/')}/v1/alerts/{a.id}")
+                    f"{external_url.rstrip('/')}/v1/alerts/{a.id}",
+                    revision_of(a.explanation), console_url(external_url, a.id))

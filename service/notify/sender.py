@@ -1,7 +1,9 @@
 """The notification pipeline's sending half: every message goes to its receiver with one
 retry policy (exponential backoff, honouring Retry-After, only for failures the receiver
 calls transient, bounded by the group's interval), on an event loop of its own so a slow SMTP
-server never holds up a scoring tick. Only a delivered message is written to the log."""
+server never holds up a scoring tick. Only a delivered message is written to the log, and as
+soon as its receiver answered (a crash right after must not send it again): answers that come
+in while a write is under way share the next one, written off the event loop."""
 
 from __future__ import annotations
 
@@ -49,7 +51,6 @@ class Sender:
         self.concurrency = concurrency
         self._sleep = sleep
         self._done: list[Sent] = []
-        self._reports: list[tuple[Outgoing, bool]] = []  # touched on the loop thread only
         self._lock = threading.Lock()
         self._pending: set[Future[None]] = set()
         self.sent = 0
@@ -115,24 +116,15 @@ class Sender:
         # Bounded: hundreds of SMTP sessions, or requests queued in one HTTP pool, at once
         # were measured slower than twenty at a time (bench.alerting).
         gate = asyncio.Semaphore(self.concurrency)
+        settle = _Settler(self.dispatcher)
 
         async def one(o: Outgoing) -> None:
             async with gate:
-                await self._send_one(o)
+                await self._send_one(o, settle)
 
-        try:
-            await asyncio.gather(*(one(o) for o in outs))
-        finally:
-            self._report()
+        await asyncio.gather(*(one(o) for o in outs))
 
-    def _report(self, at_least: int = 1) -> None:
-        """Tell the dispatcher what was delivered, in batches: one log transaction per batch
-        instead of one per message (the log write was most of a fast receiver's cost)."""
-        if len(self._reports) >= at_least:
-            batch, self._reports = self._reports, []
-            self.dispatcher.done_many(batch)
-
-    async def _send_one(self, o: Outgoing) -> None:
+    async def _send_one(self, o: Outgoing, settle: _Settler) -> None:
         msg = o.message
         receiver = self.receivers.get(msg.receiver)
         start = time.monotonic()
@@ -153,8 +145,7 @@ class Sender:
             await self._sleep(wait)
             waited += wait
             delay = min(delay * 2, self.retry_max_s)
-        self._reports.append((o, d.ok))
-        self._report(at_least=32)
+        await settle(o, d)
         kind = integration_of(receiver)
         with self._lock:
             self._done.append(Sent(msg, d, kind, attempts))
@@ -198,3 +189,25 @@ class Sender:
             if callable(close):
                 close()
         self.receivers = {}
+
+
+class _Settler:
+    """Reports answers to the dispatcher (log and outbox) as they come, in a worker thread:
+    whoever finds no write under way writes everything queued, the others' answers included,
+    so under load one transaction carries many answers and none waits for a batch to fill."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+        self._queue: list[tuple[Outgoing, bool | Delivery]] = []
+        self._lock = asyncio.Lock()
+
+    async def __call__(self, o: Outgoing, d: Delivery) -> None:
+        self._queue.append((o, d))
+        async with self._lock:
+            batch, self._queue = self._queue, []
+            if not batch:
+                return  # written by the one before
+            try:
+                await asyncio.to_thread(self.dispatcher.done_many, batch)
+            except Exception:  # the log is down: the outbox sends it again after a restart
+                log.exception("notification log: %d answer(s) not written", len(batch))

@@ -240,6 +240,18 @@ class AlertStore(StateStore):
                              "WHERE id = ?", (int(flapping), int(stale), at, row[0]))
             return self.get_unlocked(row[0])
 
+    def set_explanation(self, alert_id: int, explanation: list[dict[str, Any]],
+                        at: float) -> Alert | None:
+        """Rewrite a firing alert's explanation without a level change (the storm's list of
+        the hard faults under it); None when it is no longer firing."""
+        with self.transaction():
+            got = self.get_unlocked(alert_id)
+            if got is None or got.state != "firing":
+                return None
+            self._db.execute("UPDATE alerts SET explanation = ?, updated_at = ? WHERE id = ?",
+                             (json.dumps(explanation), at, alert_id))
+            return self.get_unlocked(alert_id)
+
     def ack(self, alert_id: int, actor: str, comment: str, at: float) -> Alert:
         """Acknowledge a firing alert until it resolves: repeats stop, a new level re-arms."""
         with self.transaction():  # not resolved meanwhile by another replica

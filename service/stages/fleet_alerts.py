@@ -1,36 +1,70 @@
 """Alerts about nodes and the fleet rather than one GPU, link or port:
 
-- `NodeNoData` (level 2): every entity of a node has stale telemetry. The node-level alert
-  mutes its GPUs' alerts (inhibition), and no action is ever taken on stale data.
-- `GpuMissing` (level 2): a GPU stopped reporting while other entities of its node still
-  report (gpud checks the expected GPU count the same way). A GPU that falls off the bus goes
+- `NodeNoData` (level 2): every entity of a node is silent. The node-level alert mutes its
+  GPUs' alerts (inhibition), and no action is ever taken on stale data.
+- `GpuMissing` (level 2): a GPU went silent while other entities of its node still report
+  (gpud checks the expected GPU count the same way). A GPU that falls off the bus goes
   silent; freezing its level on stale data alone would hide exactly that failure.
-- `FleetStorm` (level 3): at least `fraction` of the nodes (and `min_nodes`) entered level 2
-  or above within `window_s`. Something fleet-wide (a bad driver roll-out, a cooling or fabric
-  incident) is more likely than that many nodes failing at once: one page for the fleet mutes
-  the per-node pages, and the remediation breaker trips so nothing is drained automatically.
+- `FleetStorm` (level 3): at least `fraction` of the nodes (and `min_nodes`, in a fleet of at
+  least `min_fleet`) entered level 2 or above within `window_s`. Something fleet-wide (a bad
+  driver roll-out, a cooling or fabric incident) is more likely than that many nodes failing
+  at once: one page for the fleet mutes the per-node pages, and the remediation breaker trips
+  so nothing is drained automatically. Its explanation names the hot nodes and every hard
+  fault under it (service.stages.storm_report), so the one page still says which nodes are
+  really broken.
+
+Silent is not behind: an entity is silent when nothing of it arrived for the stale limit (by
+the service's clock), not when its newest sample is old. A node whose data arrives late (an
+agent's backfill, a spool drained after an outage) is reporting: it raises no no-data alert,
+and the level changes of its backfill count toward no storm (StormSettings).
+
+Node and fleet alerts explain themselves in entries of the same shape as a rule's (rule,
+signal, value, threshold, risk, hard); `summary_of` reads them back into one line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+import math
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import Scope
+from models.detectors.findings import Signal
 from service.notify.config import StormSettings
 from service.stages.alert_machine import Transition
 
 NODATA = "NodeNoData"
 MISSING = "GpuMissing"
 STORM = "FleetStorm"
-FLEET = "fleet"
+FLEET = "fleet"  # the storm's entity
+FLEET_NODE = "*"  # ... and its node label: every node ("*" is refused as a host name)
 DERIVED = (NODATA, MISSING, STORM)
 NODATA_LEVEL = MISSING_LEVEL = 2  # a human looks; no job moves on missing data alone
+# Rules of the storm's explanation entries besides the hard faults (which keep their own).
+STORM_NODE = "storm_node"  # one hot node: "n01 (xid 79): n01:gpu3 xid: Xid code logged ..."
+STORM_MORE = "storm_more"  # the hot nodes not named
+STORM_MUTES = "storm_mutes"  # what the storm mutes
+MUTES = "mutes per-node level-3 pages; the remediation breaker is tripped"
+SUMMARY_NODES = 5  # hot nodes a storm's one-line summary names
+SUMMARY_HARD = 3  # ... and hard faults
 # Across shards: this shard's (live, hot) nodes in, the fleet's (live, hot) out; None where
 # this replica does not judge the storm (service.cluster.census).
 FleetWide = Callable[[int, int], tuple[int, int] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class StormCount:
+    """What the storm was last judged on: the fleet's size, its hot nodes, and how many make
+    a storm (0: the fleet is below `min_fleet`, no storm is judged)."""
+
+    fleet: int = 0
+    hot: int = 0
+    need: int = 0
 
 
 class FleetAlerts:
@@ -42,14 +76,25 @@ class FleetAlerts:
         self.first: float | None = None
         self.nodata: dict[str, int] = {}  # node -> level of its open NodeNoData alert
         self.missing: dict[str, tuple[str, int]] = {}  # GPU key -> (node, level) GpuMissing
-        self.entered: dict[str, float] = {}  # node -> when it last entered level >= 2
+        self.entered: dict[str, float] = {}  # node -> when it last entered level >= 2, live
+        # node -> when its data last arrived behind the live edge (kept settle_s after).
+        self.behind: dict[str, float] = {}
+        # Nodes whose level >= 2 episode began behind or settling: no storm entry until it ends.
+        self.backfilled: set[str] = set()
+        # node -> since when an alert restored at level 2+ holds it (a restart): an entry once
+        # the node is heard from here (a shared store also holds other shards' alerts).
+        self.restored: dict[str, float] = {}
         self.storm_level = 0
+        self.count = StormCount()
+        self.hot: list[str] = []  # this shard's hot nodes of the latest step, earliest first
 
     def reset(self) -> None:
         """Forget every fleet-level alert (a replica taking over restores them)."""
         self.first = None
-        self.nodata, self.missing, self.entered = {}, {}, {}
+        self.nodata, self.missing, self.entered, self.behind = {}, {}, {}, {}
+        self.backfilled, self.restored = set(), {}
         self.storm_level = 0
+        self.count, self.hot = StormCount(), []
 
     def forget_nodes(self, nodes: Collection[str]) -> None:
         """Drop what is known of `nodes` (handed to another shard) without resolving their
@@ -57,11 +102,16 @@ class FleetAlerts:
         for n in nodes:
             self.nodata.pop(n, None)
             self.entered.pop(n, None)
+            self.behind.pop(n, None)
+            self.restored.pop(n, None)
+        self.backfilled -= set(nodes)
         self.missing = {k: v for k, v in self.missing.items() if v[0] not in nodes}
+        self.hot = [n for n in self.hot if n not in nodes]
 
     def nodes(self) -> set[str]:
         """Nodes with fleet-level state here."""
-        return {*self.nodata, *self.entered, *(node for node, _ in self.missing.values())}
+        return {*self.nodata, *self.entered, *self.behind, *self.backfilled, *self.restored,
+                *(node for node, _ in self.missing.values())}
 
     def restore(self, alertname: str, node: str, level: int, entity: str = "") -> None:
         if alertname == NODATA:
@@ -71,42 +121,48 @@ class FleetAlerts:
         elif alertname == STORM:
             self.storm_level = level
 
-    def step(self, now: float, nodes: list[str], node_stale: npt.NDArray[np.bool_],
+    def restore_entry(self, node: str, at: float) -> None:
+        """A node at level 2 or above since `at` (an open alert restored): a storm open before
+        a restart keeps counting it for the rest of its window rather than ending at once."""
+        self.restored[node] = max(at, self.restored.get(node, -math.inf))
+
+    def step(self, now: float, nodes: list[str], node_silent: npt.NDArray[np.bool_],
              node_level: npt.NDArray[np.int8], raised: Mapping[str, int],
              missing: Mapping[str, tuple[int, str]] | None = None,
-             fleet_size: int | None = None, fleet: FleetWide | None = None
-             ) -> list[Transition]:
-        """`node_stale`: every entity of the node is stale; `node_level`: the highest level of
-        its entities; `raised`: nodes whose level rose to 2 or above this tick; `missing`:
-        GPUs (key -> slot, node) that are stale while their node still reports; `fleet_size`:
-        the nodes a storm's fraction is of (default: every node named). `fleet`, across
-        shards: given this shard's (live, hot) nodes, the fleet's totals, or None where this
-        replica does not judge the storm (service.cluster.census; alone, the local counts)."""
+             fleet_size: int | None = None, fleet: FleetWide | None = None,
+             behind: Mapping[str, float] | None = None) -> list[Transition]:
+        """`node_silent`: nothing of the node arrived for the stale limit; `node_level`: the
+        highest level of its entities; `raised`: nodes whose level rose to 2 or above this
+        tick from their own telemetry (never a derived alert); `missing`: silent GPUs (key ->
+        slot, node) of nodes that still report; `fleet_size`: the nodes a storm's fraction
+        is of (default: every node named); `behind`: nodes whose data arrived behind the live
+        edge, and when (their level changes are no storm entries). `fleet`, across shards:
+        given this shard's (live, hot) nodes, the fleet's totals, or None where this replica
+        does not judge the storm (service.cluster.census; alone, the local counts)."""
         if self.first is None:
             self.first = now
         watching = now - self.first >= self.grace_s
         out: list[Transition] = []
         pos = {name: i for i, name in enumerate(nodes)}
-        for i in np.flatnonzero(node_stale).tolist() if watching else []:
+        silent_idx = np.flatnonzero(node_silent).tolist()
+        for i in silent_idx if watching else []:
             name = nodes[i]
             if self.nodata.get(name, 0) == 0:
                 self.nodata[name] = NODATA_LEVEL
                 out.append(Transition(Scope.NODE, i, name, name, 0, NODATA_LEVEL, now, 1.0,
                                       alertname=NODATA))
-        stale = {nodes[i] for i in np.flatnonzero(node_stale).tolist()}
-        for name in [n for n, lv in self.nodata.items() if lv and n not in stale]:
+        silent = {nodes[i] for i in silent_idx}
+        for name in [n for n, lv in self.nodata.items() if lv and n not in silent]:
             self.nodata[name] = 0
             slot = pos.get(name, -1)
             out.append(Transition(Scope.NODE, slot, name, name, NODATA_LEVEL, 0, now, 0.0,
                                   alertname=NODATA))
         out += self._missing(now, missing or {}, watching)
-        for name, lv in raised.items():
-            if lv >= 2:
-                self.entered[name] = now
-        s = self.storm
-        self.entered = {n: t for n, t in self.entered.items() if now - t <= s.window_s}
+        self._enter(now, pos, node_level, raised, behind or {}, silent)
         size = max(fleet_size if fleet_size is not None else len(nodes), 1)
-        hot = sum(1 for n in self.entered if n in pos and node_level[pos[n]] >= 2)
+        self.hot = sorted((n for n in self.entered if n in pos and node_level[pos[n]] >= 2),
+                          key=lambda n: (self.entered[n], n))
+        hot = len(self.hot)
         if fleet is not None:
             totals = fleet(size, hot)
             if totals is None:
@@ -115,22 +171,54 @@ class FleetAlerts:
         out += self._storm(now, size, hot)
         return out
 
+    def _enter(self, now: float, pos: Mapping[str, int], node_level: npt.NDArray[np.int8],
+               raised: Mapping[str, int], behind: Mapping[str, float],
+               silent: Collection[str]) -> None:
+        """Record this tick's storm entries: a node entering level 2 or above from live data.
+        An episode that began while its data arrived behind the live edge, or within
+        settle_s after it caught up, is no entry until its level falls below 2."""
+        s = self.storm
+        for name, at in behind.items():
+            self.behind[name] = max(at, self.behind.get(name, -math.inf))
+        self.behind = {n: t for n, t in self.behind.items() if now - t <= s.settle_s}
+        self.backfilled = {n for n in self.backfilled if n in pos and node_level[pos[n]] >= 2}
+        for name, lv in raised.items():
+            if lv < 2:
+                continue
+            if name in self.behind or name in self.backfilled:
+                self.backfilled.add(name)
+            else:
+                self.entered[name] = now
+        for name, at in list(self.restored.items()):
+            if name in pos and name not in silent:
+                del self.restored[name]
+                self.entered[name] = max(at, self.entered.get(name, -math.inf))
+        self.restored = {n: t for n, t in self.restored.items() if now - t <= s.window_s}
+        self.entered = {n: t for n, t in self.entered.items() if now - t <= s.window_s}
+
     def judge(self, now: float, fleet: int, hot: int) -> list[Transition]:
         """The storm judged on the fleet's totals across shards (the leader's part)."""
         return self._storm(now, max(fleet, 1), hot)
 
-    def _storm(self, now: float, fleet: int, hot: int) -> list[Transition]:
+    def need(self, fleet: int) -> int:
+        """Hot nodes that make a storm in a fleet of `fleet` nodes; 0 below `min_fleet`."""
         s = self.storm
+        if fleet < s.min_fleet:
+            return 0
+        return max(s.min_nodes, math.ceil(s.fraction * fleet - 1e-9))
+
+    def _storm(self, now: float, fleet: int, hot: int) -> list[Transition]:
         out: list[Transition] = []
-        need = max(s.min_nodes, int(np.ceil(s.fraction * fleet)))
+        need = self.need(fleet)
+        self.count = StormCount(fleet, hot, need)
         share = hot / fleet
-        if self.storm_level == 0 and hot >= need:
+        if self.storm_level == 0 and need and hot >= need:
             self.storm_level = 3
-            out.append(Transition(Scope.NODE, -1, FLEET, "*", 0, 3, now, share, hard=False,
-                                  alertname=STORM))
+            out.append(Transition(Scope.NODE, -1, FLEET, FLEET_NODE, 0, 3, now, share,
+                                  hard=False, alertname=STORM))
         elif self.storm_level and hot < need // 2 + 1 and not self._recent(now):
             self.storm_level = 0
-            out.append(Transition(Scope.NODE, -1, FLEET, "*", 3, 0, now, share,
+            out.append(Transition(Scope.NODE, -1, FLEET, FLEET_NODE, 3, 0, now, share,
                                   alertname=STORM))
         return out
 
@@ -160,3 +248,135 @@ class FleetAlerts:
     def _recent(self, now: float) -> bool:
         """A storm ends only once no node has entered level 2 for half the window."""
         return any(now - t < self.storm.window_s / 2 for t in self.entered.values())
+
+
+# ---- explanations and summaries ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HotNode:
+    """A node the storm names: its level, and its strongest entity's top signal (None when
+    no rule speaks for it now: a level held through its dwell)."""
+
+    node: str
+    level: int
+    entity: str = ""
+    top: Signal | None = None
+
+
+def duration_text(s: float) -> str:
+    """45 s, 2 min 5 s, 10 min, 3 h 20 min, 2 d 4 h."""
+    s = max(0, round(s))
+    for big, small, a, b in ((86400, 3600, "d", "h"), (3600, 60, "h", "min"),
+                             (60, 1, "min", "s")):
+        if s >= big:
+            hi, lo = divmod(s, big)
+            lo //= small
+            return f"{hi} {a} {lo} {b}" if lo else f"{hi} {a}"
+    return f"{s} s"
+
+
+def clock_text(ts: float) -> str:
+    if not math.isfinite(ts):
+        return "never"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+def short_reason(rule: str, value: object, threshold: object) -> str:
+    """A signal in a word or two: its rule, and its value where the rule has no threshold
+    (a code, such as an Xid's: "xid 79")."""
+    def finite(x: object) -> bool:
+        return isinstance(x, int | float) and math.isfinite(x)
+
+    if finite(value) and not finite(threshold):
+        return f"{rule} {value:g}"
+    return rule
+
+
+def silence_signal(alertname: str, subject: str, node: str, now: float, last: float,
+                   limit_s: float) -> Signal:
+    """A NodeNoData or GpuMissing alert's one explanation entry: who is silent, for how long
+    when raised (the value, in seconds), when anything of it last arrived (by the service's
+    clock; NaN: never since this service started)."""
+    also = f" while {node} reports" if alertname == MISSING else ""
+    if math.isfinite(last):
+        text = (f"{subject} silent for {duration_text(now - last)}{also}, last seen "
+                f"{clock_text(last)}")
+    else:
+        text = f"{subject} silent{also}, not heard from since this service started"
+    return Signal(alertname, text, now - last, limit_s, 1.0, False)
+
+
+def node_signal(h: HotNode) -> Signal:
+    """A hot node's entry: "n01 (xid 79): n01:gpu3 xid: Xid code logged in the last 10 min";
+    the part before the first colon is what a summary shows (node names have none)."""
+    if h.top is None:
+        return Signal(STORM_NODE, f"{h.node} (level {h.level})", h.level, 2, 0.0, False)
+    t = h.top
+    return Signal(STORM_NODE, f"{h.node} ({short_reason(t.rule, t.value, t.threshold)}): "
+                  f"{h.entity} {t.rule}: {t.signal}", h.level, 2, t.risk, False)
+
+
+def hard_signal(entity: str, s: Mapping[str, Any]) -> Signal:
+    """A hard fault under the storm, from an entry of its alert's explanation: "n03:gpu2:
+    uncorrectable ECC errors since the driver loaded" (the entity, then the fault)."""
+    def num(x: object) -> float:
+        return float(x) if isinstance(x, int | float) else math.nan
+
+    return Signal(str(s.get("rule", "")), f"{entity}: {s.get('signal', '')}", num(s.get("value")),
+                  num(s.get("threshold")), num(s.get("risk")), True)
+
+
+def storm_signals(count: StormCount, window_s: float, nodes: Sequence[HotNode],
+                  hard: Sequence[Signal], muted: int, names: int) -> list[Signal]:
+    """The storm's explanation, in this order: the count (value: hot nodes, threshold: how
+    many make a storm, risk: their share of the fleet); the first `names` hot nodes; how
+    many more; what it mutes (value: per-node level-3 alerts firing under it); then every
+    hard fault under it (hard=True)."""
+    share = count.hot / max(count.fleet, 1)
+    out = [Signal(STORM, f"{count.hot} of {count.fleet} nodes at level >= 2 within "
+                  f"{duration_text(window_s)}", count.hot, count.need, share, False)]
+    out += [node_signal(h) for h in nodes[:names]]
+    more = count.hot - min(len(nodes), names)
+    if more > 0:
+        out.append(Signal(STORM_MORE, f"+{more} more nodes at level >= 2", more, math.nan, 0.0,
+                          False))
+    out.append(Signal(STORM_MUTES, MUTES, muted, math.nan, 0.0, False))
+    out += hard
+    return out
+
+
+def derived_summary(alertname: str, explanation: Sequence[Mapping[str, Any]], risk: float
+                    ) -> str | None:
+    """One line for a node or fleet alert from its explanation; None for any other alert.
+    FleetStorm: "FleetStorm: 5 of 16 nodes at level >= 2 within 10 min: n01 (xid 79),
+    n02 (dbe), ... +3 more; 2 hard faults: n01:gpu3 xid 79, n02:gpu0 dbe";
+    NodeNoData: "NodeNoData: n3 silent for 1 min 5 s, last seen 2023-11-14 22:13:20 UTC"."""
+    if alertname == STORM:
+        return _storm_summary(explanation, risk)
+    if alertname in (NODATA, MISSING):
+        head = explanation[0].get("signal") if explanation else None
+        return f"{alertname}: {head}" if head else None
+    return None
+
+
+def _storm_summary(expl: Sequence[Mapping[str, Any]], risk: float) -> str:
+    head = next((e for e in expl if e.get("rule") == STORM), None)
+    if head is None:  # stored before storms explained themselves
+        return f"{STORM}: {risk:.0%} of the fleet entered level >= 2"
+    out = f"{STORM}: {head.get('signal')}"
+    names = [str(e.get("signal", "")).split(":", 1)[0] for e in expl
+             if e.get("rule") == STORM_NODE][:SUMMARY_NODES]
+    hot = head.get("value")
+    more = int(hot) - len(names) if isinstance(hot, int | float) else 0
+    if names:
+        out += ": " + ", ".join(names) + (f" +{more} more" if more > 0 else "")
+    hard = [e for e in expl if e.get("hard")]
+    if not hard:
+        return out + "; no hard fault"
+    faults = [f"{str(e.get('signal', '')).split(': ', 1)[0]} "
+              f"{short_reason(str(e.get('rule')), e.get('value'), e.get('threshold'))}"
+              for e in hard[:SUMMARY_HARD]]
+    rest = len(hard) - len(faults)
+    return (out + f"; {len(hard)} hard fault{'s' if len(hard) > 1 else ''}: "
+            + ", ".join(faults) + (f" +{rest} more" if rest > 0 else ""))

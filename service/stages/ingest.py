@@ -193,6 +193,9 @@ class Ingestor:
         self._refuse_rows(future, frame, slots, w, res,
                           f"timestamp more than {self.max_future_s:g}s in the future")
         ok &= ~future
+        # What silence goes by: a sample row with a usable time, however old (a backfill, a
+        # spool drain), never an event alone or a row whose time is refused.
+        w.heard[slots[ok]] = now
         frame = self._in_range(frame, ok, slots, w, res)
         ks = np.zeros(len(ts), np.int64)
         # A point ahead of the service clock (but within max_future_s) is kept at the

@@ -281,6 +281,10 @@ class ScopeWindows:
         # reported beyond one moment (a phantom name) once it is silent for the raw window.
         self.touched: F64 = np.full(capacity, np.nan)
         self.born: F64 = np.full(capacity, np.nan)
+        # When a sample row (events aside) last arrived, by the service's clock: an entity
+        # whose rows arrive behind the live edge (a backfill, a spool drain) is not silent,
+        # while one whose only news is a late Xid still is (service.stages.fleet_alerts).
+        self.heard: F64 = np.full(capacity, np.nan)
         self.refused_total = 0  # new entities turned away by the limits
         self._refused_seen = 0  # ... as of the last look for entities to forget
         self.forgotten_total = 0
@@ -464,6 +468,7 @@ class ScopeWindows:
         self.drop_streak = pad(self.drop_streak, 0)  # type: ignore[assignment]
         self.touched = pad(self.touched, np.nan)  # type: ignore[assignment]
         self.born = pad(self.born, np.nan)  # type: ignore[assignment]
+        self.heard = pad(self.heard, np.nan)  # type: ignore[assignment]
         self.raw.grow(capacity)
         for t in self.tiers:
             t.grow(capacity)
@@ -502,7 +507,8 @@ class ScopeWindows:
         self.node_of[:k], self.node_of[k:n_old] = node_of, -1
         self.gpu_of[:k], self.gpu_of[k:n_old] = gpu_of, -1
         for a, fill in ((self.last_val, np.nan), (self.last_ts, np.nan), (self.last_k, -1),
-                        (self.drop_streak, 0), (self.touched, np.nan), (self.born, np.nan)):
+                        (self.drop_streak, 0), (self.touched, np.nan), (self.born, np.nan),
+                        (self.heard, np.nan)):
             _squeeze(a, keep, n_old, fill, axis=0)
         for ring in (self.raw, *self.tiers):
             ring.take(keep, n_old)
@@ -738,7 +744,7 @@ class ScopeWindows:
 
     def nbytes(self) -> int:
         arrays = (self.node_of, self.gpu_of, self.last_val, self.last_ts, self.last_k,
-                  self.touched, self.born, self.drop_streak)
+                  self.touched, self.born, self.heard, self.drop_streak)
         running = self.running.nbytes() if self.running is not None else 0
         return (self.raw.nbytes() + sum(t.nbytes() for t in self.tiers)
                 + sum(a.nbytes for a in arrays) + running

@@ -42,7 +42,7 @@ def _shard(tmp: Path, sid: str, dsn: str, dial: Warm) -> tuple[Pipeline, Recorde
         "cluster": {"shard_id": sid, "replica_id": sid},
         "alerts": {"for_s": (0, 0, 0), "long_window_s": 0, "dwell_s": (0, 0, 0)},
         # 4 nodes in all: a storm needs 3 (75 %); each shard has 2.
-        "notify": {"storm": {"fraction": 0.75, "min_nodes": 3},
+        "notify": {"storm": {"fraction": 0.75, "min_nodes": 3, "min_fleet": 4},
                    "route": {"receiver": "record", "group_wait_s": 0}},
     })
     record = Recorder("record")
@@ -71,6 +71,12 @@ def test_a_storm_across_shards_is_judged_once_by_the_leader(tmp_path: Path,
             a.process(ra.batch(t), t)      # a's nodes: n0, n1; a judges after b published
         storms = [x for x in a.alerts.open_alerts() if x.alertname == STORM]
         assert len(storms) == 1, "the leader saw 4 hot nodes of 4 across both shards"
+        # It counts the fleet's hot nodes and names the leader's own (the rest by number).
+        expl = storms[0].explanation
+        assert expl[0]["signal"] == "4 of 4 nodes at level >= 2 within 10 min"
+        assert [e["signal"].split(":")[0] for e in expl if e["rule"] == "storm_node"] == [
+            "n0 (warm)", "n1 (warm)"]
+        assert [e["value"] for e in expl if e["rule"] == "storm_more"] == [2]
         assert not [x for x in b.alerts.find() if x.alertname == STORM and x.id != storms[0].id]
         assert rec_b.messages == []  # only the leader notifies
         assert any(al.labels.get("alertname") == STORM for m in rec_a.messages

@@ -28,7 +28,9 @@ receivers:
 
 
 class AlertmanagerServer(Daemon):
-    def __init__(self, root: Path) -> None:
+    """`extra`: more of its configuration (inhibit_rules, say), appended to CONFIG."""
+
+    def __init__(self, root: Path, extra: str = "") -> None:
         if ALERTMANAGER is None:
             raise RuntimeError("prometheus-alertmanager is not installed "
                                "(apt-get install prometheus-alertmanager)")
@@ -37,7 +39,7 @@ class AlertmanagerServer(Daemon):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.conf = root / "alertmanager.yml"
-        self.conf.write_text(CONFIG)
+        self.conf.write_text(CONFIG + extra)
         super().__init__(root, "alertmanager")
 
     def start(self, timeout_s: float = 30.0) -> None:

@@ -131,7 +131,9 @@ def test_through_the_service_our_api_shows_alertmanagers_silence(
         assert theirs["labels"]["fingerprint"] == ours["fingerprint"]
         assert ours["labels"] == {k: v for k, v in theirs["labels"].items()
                                   if k != "fingerprint"}
-        assert theirs["generatorURL"].endswith(f"/v1/alerts/{ours['id']}")
+        assert theirs["generatorURL"] == f"http://127.0.0.1:8080/#/alert/{ours['id']}"
+        assert theirs["annotations"]["runbook_url"] == (
+            "http://127.0.0.1:8080/v1/runbooks/GpuFailureRisk")
         assert ours["alertmanager"] == []  # nothing read back before the first refresh
 
         sid = am.silence({"node": "n001"})

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from service.notify.message import AlertRef, Message
-from service.notify.notification_log import Entry, NotificationLog
+from service.notify.notification_log import Entry, NotificationLog, Told, news
 from service.notify.record import RecordReceiver
 from service.notify.silences import SilenceStore
 from service.storage.state_db import open_state
@@ -33,13 +33,14 @@ def test_the_log_keeps_one_entry_per_group_and_forgets_resolved_ones(state_targe
     log = NotificationLog(state_target)
     try:
         assert log.get("pager", "g1") is None
-        log.put("pager", "g1", Entry({"fp1": (3, 7)}, frozenset(), T0))
-        log.put_many([("pager", "g1", Entry({"fp1": (3, 7), "fp2": (2, 8)}, frozenset({"fp0"}),
-                                            T0 + 60)),
+        log.put("pager", "g1", Entry({"fp1": Told(3, 7, "", T0)}, frozenset(), T0))
+        firing = {"fp1": Told(3, 7, "", T0), "fp2": Told(2, 8, "ab12", T0 + 60)}
+        log.put_many([("pager", "g1", Entry(firing, frozenset({"fp0"}), T0 + 60)),
                       ("email", "g1", Entry({}, frozenset({"fp1"}), T0 + 10))])
         got = log.get("pager", "g1")
-        assert got == Entry({"fp1": (3, 7), "fp2": (2, 8)}, frozenset({"fp0"}), T0 + 60)
-        assert got.firing_keys() == {"fp1@3", "fp2@2"}
+        assert got == Entry(firing, frozenset({"fp0"}), T0 + 60)
+        assert log.entries() == {("pager", "g1"): got,
+                                 ("email", "g1"): Entry({}, frozenset({"fp1"}), T0 + 10)}
         assert _rows(state_target, "SELECT count(*) FROM nflog") == [(2,)]  # replaced, not added
         assert log.open_groups() == [("pager", "g1")]
         assert log.prune(T0 + 5) == 0  # told everything resolved after that
@@ -49,12 +50,30 @@ def test_the_log_keeps_one_entry_per_group_and_forgets_resolved_ones(state_targe
         log.close()
 
 
+def test_rows_of_older_releases_read_with_unknown_revision(state_target: str) -> None:
+    """A row written before revisions ([level, alert id]) reads back with revision None, its
+    time the group's; it matches the same level whatever the revision (no upgrade re-pages),
+    and a level change is still news."""
+    log = NotificationLog(state_target)
+    try:
+        with log.transaction() as db:
+            db.execute("INSERT INTO nflog (receiver, group_key, firing, resolved, sent_at) "
+                       "VALUES (?,?,?,?,?)", ("pager", "g1", '{"fp1": [3, 7]}', "[]", T0))
+        got = log.get("pager", "g1")
+        assert got == Entry({"fp1": Told(3, 7, None, T0)}, frozenset(), T0)
+        assert not news(got, {"fp1": Told(3, 7, "c0ffee", T0 + 5)})
+        assert news(got, {"fp1": Told(2, 7, "", T0 + 5)})
+        assert news(Entry({"fp1": Told(3, 7, "", T0)}), {"fp1": Told(3, 7, "c0ffee", T0)})
+    finally:
+        log.close()
+
+
 def test_two_replicas_share_the_log(pg_dsn: str) -> None:
     """What one replica sent, the other will not send again (and knows to resolve)."""
     a, b = NotificationLog(pg_dsn), NotificationLog(pg_dsn)
     try:
-        a.put("pager", "g1", Entry({"fp1": (3, 7)}, frozenset(), T0))
-        assert b.get("pager", "g1") == Entry({"fp1": (3, 7)}, frozenset(), T0)
+        a.put("pager", "g1", Entry({"fp1": Told(3, 7, "", T0)}, frozenset(), T0))
+        assert b.get("pager", "g1") == Entry({"fp1": Told(3, 7, "", T0)}, frozenset(), T0)
         assert b.open_groups() == [("pager", "g1")]
         b.put_many([("pager", "g1", Entry({}, frozenset({"fp1"}), T0 + 300))])
         assert a.get("pager", "g1") == Entry({}, frozenset({"fp1"}), T0 + 300)

@@ -13,6 +13,7 @@ import pytest
 from collectors.frames import Entity
 from service.notify.config import NotifySettings, StormSettings
 from service.notify.message import Delivery, Notifier
+from service.notify.notification_log import Told
 from service.notify.refs import labels_of
 from service.stages.alert_machine import AlertMachine, AlertPolicy
 from service.stages.fleet_alerts import FLEET, NODATA, STORM, FleetAlerts
@@ -111,7 +112,7 @@ def test_an_escalation_is_a_new_message_at_the_next_interval(mk: MakeTimeline) -
     got = tl.seen("record")
     assert got == [Seen(30, "new", {"n0:gpu0": 2}), Seen(330, "update", {"n0:gpu0": 3})]
     entry = tl.entry("record", got[1].group)
-    assert entry is not None and entry.firing == {a.fingerprint: (3, a.id)}
+    assert entry is not None and entry.firing == {a.fingerprint: Told(3, a.id, "", T0 + 330)}
 
 
 def test_the_pager_gets_level_3_only_and_hears_it_resolved_when_it_falls_back(
@@ -247,7 +248,7 @@ def test_a_fleet_storm_mutes_per_node_pages_but_not_itself(mk: MakeTimeline) -> 
     tl = mk(notify_settings(routes=EMAIL_AND_PAGER,
                                       receivers={"email": True, "pager": True}),
                   [Recorder("email"), Recorder("pager")])
-    fleet = FleetAlerts(StormSettings(fraction=0.5, min_nodes=3, window_s=600))
+    fleet = FleetAlerts(StormSettings(fraction=0.5, min_nodes=3, window_s=600, min_fleet=4))
     nodes = ["n0", "n1", "n2", "n3"]
     for n in nodes[:3]:
         tl.fire(f"{n}:gpu0", 3, at=0)

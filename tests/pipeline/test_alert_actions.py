@@ -31,7 +31,9 @@ def _script(tmp: Path) -> tuple[Path, Path]:
 def _settings(tmp: Path) -> Settings:
     return Settings.model_validate({
         "storage": {"data_dir": tmp},
-        "notify": {"route": {"receiver": "record", "group_wait_s": 0}}})
+        # A storm in a fleet of 4 here (by default none below 10 nodes).
+        "notify": {"route": {"receiver": "record", "group_wait_s": 0},
+                   "storm": {"min_fleet": 4}}})
 
 
 def _pipeline(tmp: Path, nodes: int = 2, **rem: object) -> tuple[Pipeline, Path]:

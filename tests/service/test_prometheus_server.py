@@ -1,6 +1,7 @@
 """A real Prometheus (Debian's `prometheus`) on loopback scrapes the real service every second
 and evaluates the shipped rules: the per-GPU series arrive with their labels, a recording rule
-records and the GPU alert fires for the GPU the simulated round broke, and for no other."""
+records, the watchdog fires and no dead-service alert does while the service answers; once it
+stops, `GpuHealthDown` is pending for it. (The GPU's own alert is gpuhealth's, not a rule's.)"""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
@@ -60,21 +62,21 @@ class Service:
 
 
 @pytest.fixture
-def scraped(settings: Settings, tmp_path: Path) -> Iterator[PrometheusServer]:
+def scraped(settings: Settings, tmp_path: Path) -> Iterator[tuple[Service, PrometheusServer]]:
     with Service(settings) as svc:
         svc.scored_with_failures()
         prom = PrometheusServer(tmp_path / "prometheus", [f"127.0.0.1:{svc.port}"],
                                 [RULES_DIR / "rules.yml"])
         prom.start()
         try:
-            yield prom
+            yield svc, prom
         finally:
             prom.stop()
 
 
 def test_prometheus_scrapes_the_service_and_evaluates_the_rules(
-        scraped: PrometheusServer) -> None:
-    prom = scraped
+        scraped: tuple[Service, PrometheusServer]) -> None:
+    svc, prom = scraped
     gpus = prom.wait_for("gpuhealth_gpu_risk", lambda: prom.query("gpuhealth_gpu_risk"))
     assert len(gpus) == 16
     labels = {tuple(sorted(g["metric"].items())) for g in gpus}
@@ -96,21 +98,25 @@ def test_prometheus_scrapes_the_service_and_evaluates_the_rules(
         "node:gpuhealth_gpu_risk:max"))
     assert {r["metric"]["node"]: r["value"][1] for r in by_node} == {"n001": "1", "n002": "0"}
 
-    def firing() -> list[dict[str, str]]:
-        alerts = prom.api("alerts")["alerts"]
-        return [a["labels"] for a in alerts
-                if a["state"] == "firing" and a["labels"]["alertname"] == "GpuHealthGpuAtRisk"]
+    def alerts(name: str) -> list[dict[str, Any]]:
+        return [a for a in prom.api("alerts")["alerts"] if a["labels"]["alertname"] == name]
 
-    fired = prom.wait_for("GpuHealthGpuAtRisk firing", firing)
-    assert len(fired) == 1
-    assert {k: fired[0][k] for k in ("node", "gpu", "severity", "job")} == {
-        "node": "n001", "gpu": "3", "severity": "critical", "job": "gpuhealth"}
-    link = prom.wait_for("GpuHealthNvlinkAtRisk firing", lambda: [
-        a["labels"] for a in prom.api("alerts")["alerts"]
-        if a["state"] == "firing" and a["labels"]["alertname"] == "GpuHealthNvlinkAtRisk"])
-    assert [(a["node"], a["gpu"], a["link"]) for a in link] == [("n001", "3", "1")]
+    prom.wait_for("GpuHealthWatchdog firing", lambda: [
+        a for a in alerts("GpuHealthWatchdog") if a["state"] == "firing"])
+    # Alive and scored: no dead-service alert, not even pending.
+    assert prom.query('up{job="gpuhealth"} == 1')
+    prom.wait_for("gpuhealth_score_ticks_total", lambda: prom.query(
+        'gpuhealth_score_ticks_total{job="gpuhealth"}'))
+    for name in ("GpuHealthDown", "GpuHealthAbsent", "GpuHealthMetricsAbsent"):
+        assert alerts(name) == [], name
     # Every rule group loaded and evaluated without an error.
     groups = prom.api("rules")["groups"]
-    assert {g["name"] for g in groups} == {"gpuhealth-fleet", "gpuhealth-entities",
+    assert {g["name"] for g in groups} == {"gpuhealth-fleet", "gpuhealth-deadman",
                                            "gpuhealth-service"}
     assert all(r["health"] != "err" for g in groups for r in g["rules"]), groups
+
+    svc.__exit__(None, None, None)  # the service dies; Prometheus goes on scraping its port
+    down = prom.wait_for("GpuHealthDown pending", lambda: alerts("GpuHealthDown"))
+    assert [(a["state"], a["labels"]["instance"]) for a in down] == [
+        ("pending", f"127.0.0.1:{svc.port}")]
+    assert alerts("GpuHealthMetricsAbsent") == []  # one death, one alert

@@ -1,6 +1,8 @@
 """What the receivers share: a strict config base, secret redaction so a detail never carries
-a key or token, and for the HTTP ones one lazily created client and the retry mapping (retry
-only on 429, 5xx and network errors or timeouts, honouring Retry-After)."""
+a key or token, and for the HTTP ones one lazily created client, bounded reads of what the far
+end answers (a broken or hostile server's 50 MB answer is refused after `MAX_ANSWER` bytes,
+never held in memory) and the retry mapping (retry only on 429, 5xx and network errors or
+timeouts, honouring Retry-After)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,35 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 from service.notify.message import Delivery
 
 MAX_DETAIL = 300
+MAX_ANSWER = 64 * 1024  # what a post's answer may hold: a status, an id, an error message
+
+
+class TooLarge(Exception):
+    """The far end answered more than we read; nothing of it was kept."""
+
+    def __init__(self, status: int, limit: int) -> None:
+        super().__init__(f"HTTP {status}: answer over {_size(limit)}, refused")
+        self.status = status
+
+
+def _size(n: int) -> str:
+    return f"{n // (1024 * 1024)} MiB" if n >= 1024 * 1024 else f"{n // 1024} KiB"
+
+
+async def read_capped(resp: httpx.Response, limit: int) -> bytes:
+    """The body of a streamed response, read in chunks; TooLarge past `limit` bytes (a
+    declared length over it is refused before a byte is read)."""
+    declared = resp.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise TooLarge(resp.status_code, limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.aiter_raw():
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(resp.status_code, limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 class ReceiverConfig(BaseModel):
@@ -98,6 +129,16 @@ def failure(resp: httpx.Response, secrets: Iterable[str]) -> Delivery:
                     else None)
 
 
+def _too_large(resp: httpx.Response, big: TooLarge, secrets: Iterable[str]) -> Delivery:
+    status = resp.status_code
+    if 200 <= status < 300:  # accepted: sending it again would be a duplicate
+        return Delivery(ok=True, detail=str(big)[:MAX_DETAIL])
+    retry = status == 429 or status >= 500
+    return Delivery(ok=False, retry=retry, detail=redact(str(big), secrets)[:MAX_DETAIL],
+                    retry_after_s=retry_after_s(resp.headers.get("retry-after")) if retry
+                    else None)
+
+
 def network_failure(exc: BaseException, secrets: Iterable[str]) -> Delivery:
     if isinstance(exc, httpx.TimeoutException | TimeoutError):
         what = "timed out"
@@ -124,8 +165,11 @@ class HttpClient:
         if self._client is None or self._client.is_closed or self._loop is not loop:
             self._loop = loop
             # No redirects: a 3xx to elsewhere must not carry our credentials along.
+            # Identity encoding: an answer is bounded by what comes over the wire, and no
+            # small compressed answer inflates past the bound.
             self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s),
-                                             follow_redirects=False)
+                                             follow_redirects=False,
+                                             headers={"accept-encoding": "identity"})
         return self._client
 
     async def aclose(self) -> None:
@@ -134,11 +178,27 @@ class HttpClient:
             if self._loop is asyncio.get_running_loop():
                 await client.aclose()
 
-    async def post(self, url: str, **kwargs: Any) -> httpx.Response | Delivery:
-        """The response, or a retryable Delivery for a network error or timeout. The overall
+    async def post(self, url: str, *, limit: int = MAX_ANSWER,
+                   **kwargs: Any) -> httpx.Response | Delivery:
+        """The response (its body read, at most `limit` bytes), or a Delivery for a network
+        error, a timeout or an answer over the limit: that one is refused unread, a failure
+        retried as its status says, except that a 2xx still counts as accepted. The overall
         deadline bounds a server that trickles bytes under the per-read timeout."""
+        return await self.request("POST", url, limit=limit, **kwargs)
+
+    async def request(self, method: str, url: str, *, limit: int,
+                      **kwargs: Any) -> httpx.Response | Delivery:
         try:
-            async with asyncio.timeout(self.timeout_s * 2):
-                return await self.client.post(url, **kwargs)
+            async with asyncio.timeout(self.timeout_s * 2), \
+                    self.client.stream(method, url, **kwargs) as resp:
+                try:
+                    body = await read_capped(resp, limit)
+                except TooLarge as big:
+                    return _too_large(resp, big, self.secrets)
         except (httpx.TransportError, TimeoutError, OSError) as exc:
             return network_failure(exc, self.secrets)
+        # Decoded as a whole again: the stream was read raw, so any content-encoding stays.
+        headers = [(k, v) for k, v in resp.headers.multi_items()
+                   if k.lower() not in ("content-encoding", "transfer-encoding")]
+        return httpx.Response(resp.status_code, headers=headers, content=body,
+                              request=resp.request)

@@ -6,8 +6,8 @@ them with the Alertmanager it already runs.
   volatile ones (top signal, flapping, stale) travel as annotations, because Alertmanager
   takes any change of labels for another alert.
 - Annotations: summary, description (the explanation), risk, the predicted window where a
-  growth rule gave one, and whether it was acknowledged here. generatorURL links back to the
-  alert in our API.
+  growth rule gave one, runbook_url, and whether it was acknowledged here. generatorURL opens
+  the alert in our console.
 - A firing alert's endsAt is now + `resolve_timeout_s`; Alertmanager resolves it by itself
   once that passes, so the dispatcher hands this receiver every firing alert again every
   `refresh_interval_s` (one batched POST per Alertmanager, service/notify/dispatcher.py). A
@@ -15,7 +15,12 @@ them with the Alertmanager it already runs.
   is a new label set to Alertmanager: the superseded set is resolved in the same POST.
 - After each refresh the receiver reads back what every Alertmanager made of our alerts
   (active, or suppressed by which silences and inhibitions); the API shows it on the alert.
-  Kept in memory only: after a restart it is back within one refresh.
+  Kept in memory only: after a restart it is back within one refresh. The answer is read up
+  to `read_back_max_bytes` and parsed in a worker thread; a larger one is refused, and the
+  error kept per Alertmanager (`read_errors`).
+- What the receiver is given is the truth: every firing alert, muted here or not (the
+  dispatcher's inhibitions and silences are for our own receivers; mirror them as
+  Alertmanager inhibit rules).
 
 Every Alertmanager of an HA pair gets every post, as Prometheus does; a delivery succeeds
 when all of them accepted it (a post is idempotent, so a retry posting to all again is
@@ -57,6 +62,7 @@ class AlertmanagerConfig(ReceiverConfig):
     resolve_timeout_s: float = Field(default=300.0, gt=0)
     refresh_interval_s: float = Field(default=60.0, gt=0)
     read_back: bool = True  # read silences and inhibitions back after each refresh
+    read_back_max_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     headers: Headers = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -95,7 +101,7 @@ def am_alert(a: AlertRef, now: float, resolve_timeout_s: float) -> dict[str, Any
         ends = a.ends_at if a.ends_at is not None else now
     return {"labels": am_labels(a), "annotations": am_annotations(a),
             "startsAt": rfc3339(a.starts_at), "endsAt": rfc3339(max(ends, a.starts_at)),
-            "generatorURL": a.url}
+            "generatorURL": a.console_url or a.url}
 
 
 def _key(labels: dict[str, str]) -> LabelSet:
@@ -145,6 +151,18 @@ def statuses(receiver: str, url: str, alerts: Iterable[Any], told: dict[str, Lab
     return out
 
 
+def _statuses(receiver: str, url: str, data: bytes, told: dict[str, LabelSet],
+              now: float) -> dict[str, UpstreamStatus] | str:
+    """The read-back answer parsed, or why it could not be."""
+    try:
+        found = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return f"not JSON: {type(exc).__name__}"
+    if not isinstance(found, list):
+        return "alerts that are not a list"
+    return statuses(receiver, url, found, told, now)
+
+
 class AlertmanagerReceiver:
     """A Notifier (and, for the dispatcher, a Refreshes and a ReadsBack). Call aclose() when
     done with it. `clock` gives endsAt: Alertmanager compares it with its wall clock."""
@@ -161,6 +179,7 @@ class AlertmanagerReceiver:
         self._told: dict[str, LabelSet] = {}  # fingerprint -> labels Alertmanager has firing
         self._ended: dict[str, float] = {}  # fingerprint -> msg.at of its latest resolve
         self._upstream: dict[str, dict[str, UpstreamStatus]] = {}  # url -> fingerprint -> it
+        self.read_errors: dict[str, tuple[str, float]] = {}  # url -> (why, when): last failure
 
     def _headers(self) -> dict[str, str]:
         h = {k: v.get_secret_value() for k, v in self.config.headers.items()}
@@ -218,26 +237,30 @@ class AlertmanagerReceiver:
         return Delivery(ok=True, detail=f"HTTP {got.status_code}")
 
     async def _read_back(self, url: str, clusters: list[str], now: float) -> None:
-        """Best effort: a failed read keeps the last answer (its checked_at says how old)."""
+        """Best effort: a failed read keeps the last answer (its checked_at says how old) and
+        is logged and kept in `read_errors`, never a failed delivery."""
         matchers = ['fingerprint=~".+"']
         if len(clusters) == 1:
             matchers.append(f"cluster={json.dumps(clusters[0])}")  # quoted and escaped
-        params = {"filter": matchers}
-        try:
-            async with asyncio.timeout(self.config.timeout_s * 2):
-                resp = await self._http.client.get(url + ALERTS_PATH, params=params,
-                                                   headers=self._headers())
-            resp.raise_for_status()
-            found = resp.json()
-        except Exception as exc:  # any failure to read is logged, never a failed delivery
-            log.warning("alertmanager %s: reading alerts back from %s failed: %s", self.name,
-                        url, type(exc).__name__)
-            return
-        if not isinstance(found, list):
-            log.warning("alertmanager %s: %s answered alerts that are not a list", self.name,
-                        url)
-            return
-        self._upstream[url] = statuses(self.name, url, found, self._told, now)
+        got = await self._http.request("GET", url + ALERTS_PATH,
+                                       limit=self.config.read_back_max_bytes,
+                                       params={"filter": matchers}, headers=self._headers())
+        if isinstance(got, Delivery):
+            why = got.detail
+        elif not got.is_success:
+            why = failure(got, self._http.secrets).detail
+        else:
+            # Megabytes of JSON: parsed off the event loop that sends every other message.
+            found = await asyncio.to_thread(_statuses, self.name, url, got.content,
+                                            dict(self._told), now)
+            why = found if isinstance(found, str) else ""
+            if not isinstance(found, str):
+                self._upstream[url] = found
+                self.read_errors.pop(url, None)
+                return
+        log.warning("alertmanager %s: reading alerts back from %s failed: %s", self.name, url,
+                    why)
+        self.read_errors[url] = (why[:MAX_DETAIL], now)
 
     def upstream(self, fingerprint: str) -> list[UpstreamStatus]:
         """What each Alertmanager said of the alert at the last read-back (none if absent)."""

@@ -90,7 +90,8 @@ def build_mail(msg: Message, config: EmailConfig) -> EmailMessage:
     mail["From"] = config.from_addr
     mail["To"] = ", ".join(config.to)
     mail["Date"] = formatdate(usegmt=True)
-    mail["Message-ID"] = make_msgid(domain="gpuhealth")
+    # The message's id: a resend after a crash is the same mail to a client that dedups.
+    mail["Message-ID"] = f"<{msg.id}@gpuhealth>" if msg.id else make_msgid(domain="gpuhealth")
     # A root id nobody sent: every mail of the group replies to it, so clients thread them.
     thread = f"<{msg.dedup_key}@gpuhealth>"
     mail["In-Reply-To"] = thread

@@ -66,7 +66,7 @@ def _common(maps: list[dict[str, str]]) -> dict[str, str]:
 def _alert(a: AlertRef) -> dict[str, Any]:
     return {"status": a.status, "labels": a.labels, "annotations": a.annotations,
             "startsAt": rfc3339(a.starts_at), "endsAt": rfc3339(a.ends_at),
-            "generatorURL": a.url, "fingerprint": a.fingerprint,
+            "generatorURL": a.console_url or a.url, "fingerprint": a.fingerprint,
             "level": a.level, "risk": a.risk, "explanation": list(a.explanation)}
 
 
@@ -87,13 +87,14 @@ def payload(msg: Message, max_alerts: int = 0) -> dict[str, Any]:
 
 
 def message_id(msg: Message) -> str:
-    """Stable across retries of one message, and across a restart that sends the same
-    message again (a crash while it was in flight), so the far end can drop a duplicate: it
-    is made of what the message says (group, reason, each alert's episode, status and level),
-    not of when it was flushed. A repeat or a digest is news by its time, so its time counts."""
+    """The message's own id: one delivery of one state, the same across retries and a resend
+    after a crash (the outbox keeps it), never another message's, so the far end may drop a
+    duplicate by it. A message built outside the pipeline (no id) gets one from its content
+    and time."""
+    if msg.id:
+        return msg.id
     alerts = sorted(f"{a.fingerprint}:{a.alert_id}:{a.status}:{a.level}" for a in msg.alerts)
-    when = repr(msg.at) if msg.reason in ("repeat", "digest") else ""
-    raw = "\0".join([msg.group_key, msg.reason, msg.receiver, when, *alerts]).encode()
+    raw = "\0".join([msg.group_key, msg.reason, msg.receiver, repr(msg.at), *alerts]).encode()
     return "msg_" + hashlib.sha256(raw).hexdigest()[:32]
 
 

@@ -42,6 +42,10 @@ class Reply:
     body: Any = b""  # bytes, str, or anything JSON-serialisable
     headers: dict[str, str] = field(default_factory=dict)
     hang_s: float = 0.0  # wait this long before answering (longer than a client timeout)
+    # A huge answer instead of `body`: this many bytes of filler, written as the client reads
+    # (never held whole); `chunked`: without a content-length, so only reading finds its size.
+    size: int = 0
+    chunked: bool = False
 
     def encoded(self) -> tuple[bytes, str]:
         if isinstance(self.body, bytes):
@@ -69,6 +73,9 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 
+    def do_GET(self) -> None:
+        self.do_POST()
+
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length", "0"))
         body = self.rfile.read(length)
@@ -77,6 +84,9 @@ class _Handler(BaseHTTPRequestHandler):
                                          body))
         reply = self.server.owner.next_reply()
         if reply.hang_s and self.server.owner.stopping.wait(reply.hang_s):
+            return
+        if reply.size:
+            self._flood(reply)
             return
         data, ctype = reply.encoded()
         try:
@@ -89,6 +99,31 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except OSError:  # the client gave up (timeout) and closed the connection
             self.close_connection = True
+
+    def _flood(self, reply: Reply) -> None:
+        block = b"x" * (256 * 1024)
+        try:
+            self.send_response(reply.status)
+            self.send_header("content-type", "application/json")
+            if reply.chunked:
+                self.send_header("transfer-encoding", "chunked")
+            else:
+                self.send_header("content-length", str(reply.size))
+            self.end_headers()
+            left = reply.size
+            while left > 0 and not self.server.owner.stopping.is_set():
+                part = block[:left]
+                if reply.chunked:
+                    self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+                else:
+                    self.wfile.write(part)
+                left -= len(part)
+                self.server.owner.flooded += len(part)
+            if reply.chunked:
+                self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client stopped reading and closed: what a bounded read does
+            pass
+        self.close_connection = True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -107,6 +142,7 @@ class HttpRecorder:
         self._default = default or Reply(200)
         self._lock = threading.Lock()
         self.requests: list[Request] = []
+        self.flooded = 0  # filler bytes written by huge answers (the client may not read them)
         self.stopping = threading.Event()
         self._server = _Server((LOOPBACK, 0), _Handler)
         self._server.owner = self
