@@ -172,14 +172,16 @@ function amState(m) {
     ...(m.inhibited_by || []).map(x => `inhibited by ${x}`)].join("; ");
   return `${m.state || "absent"}${why ? ` (${why})` : ""}`;
 }
+function clip(text, n) { return text.length > n ? `${text.slice(0, n - 1)}…` : text; }
 function deliveryCell(a, groups) {
   const ds = deliveriesOf(a, groups);
   const am = a.alertmanager || [];
   const rows = ds.map(d => `<li class="dlv dlv-${esc(d.state)}" data-receiver="${esc(d.receiver)}"
-      data-state="${esc(d.state)}"><b>${esc(d.receiver)}</b> ${esc(deliveryDetail(d))}</li>`)
+      data-state="${esc(d.state)}" title="${esc(deliveryDetail(d))}"><span><b>${esc(d.receiver)}</b>
+      ${esc(clip(deliveryDetail(d), 90))}</span></li>`)
     .concat(am.map(m => `<li class="am am-${esc(m.state)}" data-am="${esc(m.receiver)}"
       data-state="${esc(m.state)}" title="${esc(m.url)}, read back ${esc(fmtTime(m.checked_at))}">
-      <b>Alertmanager</b> ${esc(amState(m))}</li>`));
+      <span><b>Alertmanager</b> ${esc(amState(m))}</span></li>`));
   const none = Array.isArray(a.deliveries) ? "no receiver got it"
     : groups === null ? "notification is off" : groups ? "routed to no receiver" : "unknown";
   return `<td class="delivery" data-outcome="${outcome(ds)}">${rows.length
@@ -196,7 +198,8 @@ function quietNote(a, groups) {
   const own = ds.filter(d => !upstream.has(d.receiver));
   const o = outcome(own.length ? own : ds);
   if (!["muted", "silenced", "failed", "held"].includes(o)) return "";
-  return ams.some(m => m.state === "active") ? `${o} here, active in Alertmanager` : `not sent (${o})`;
+  // Alertmanager's state reads beside it, in the delivery column.
+  return ams.some(m => m.state === "active") ? `${o} here` : `not sent (${o})`;
 }
 // fingerprint -> [{receiver, muted}] from every notification group; null when notification
 // is off (503), undefined when it could not be read.
