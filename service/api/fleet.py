@@ -15,12 +15,13 @@ from fastapi.concurrency import run_in_threadpool
 from collectors.catalog import Scope
 from service.api import peers
 from service.api.auth import require
+from service.api.node_state import NodeState
 from service.api.paging import MAX_LIMIT, Page, page_of
 from service.api.principals import Permission
 from service.api.problems import READ_ERRORS, problem_responses
 from service.api.schemas import FleetGrid, GridGpu, GridNode, GridPort, RiskyEntity
 from service.api.state import State
-from service.api.views import _signal, _window, rule_window
+from service.api.views import _signal, _window, entity_levels, rule_window
 from service.pipeline import Pipeline
 from service.stages.scoring import SCOPES, RiskState
 
@@ -56,12 +57,13 @@ def _risk_of(risk: RiskState | None, scope: Scope, slot: int) -> float | None:
 
 def grid(p: Pipeline, pg: Page, top: int) -> FleetGrid:
     open_alerts = p.alerts.open_alerts()
-    levels: dict[str, int] = {a.entity: a.level for a in open_alerts}
+    levels = entity_levels(open_alerts)
     node_level: dict[str, int] = defaultdict(int)
     for a in open_alerts:
         node_level[a.node] = max(node_level[a.node], a.level)
     with p.lock:
         risk = p.risk
+        now = NodeState(p, risk, open_alerts)
         names = sorted(p.store.registry.nodes)
         after = pg.after("fleet", (str,))
         start = 0 if after is None else bisect.bisect_right(names, after[0])
@@ -77,7 +79,7 @@ def grid(p: Pipeline, pg: Page, top: int) -> FleetGrid:
             e = lw.entities[i]
             if g < 0 or e.node not in page:
                 continue
-            lr = _risk_of(risk, Scope.NVLINK, i)
+            lr = now.entity_risk(e.key, _risk_of(risk, Scope.NVLINK, i))
             mine = (levels.get(e.key, 0), -1.0 if lr is None else lr, e.key)
             if g not in worst or mine[:2] > worst[g][:2]:
                 worst[g] = mine
@@ -86,22 +88,27 @@ def grid(p: Pipeline, pg: Page, top: int) -> FleetGrid:
             if e.node not in page:
                 continue
             lv, lr, lk = worst.get(i, (0, -1.0, ""))
+            since = now.silent_since(Scope.GPU, i)
             gpus[e.node].append(GridGpu(
-                gpu=e.key, risk=_risk_of(risk, Scope.GPU, i), level=levels.get(e.key, 0),
+                gpu=e.key, risk=now.entity_risk(e.key, _risk_of(risk, Scope.GPU, i)),
+                level=levels.get(e.key, 0),
                 link_risk=None if i not in worst or lr < 0 else lr, link_level=lv,
-                worst_link=lk if lk and (lv > 0 or lr > 0) else None))
+                worst_link=lk if lk and (lv > 0 or lr > 0) else None,
+                silent=since is not None, silent_since=since))
         for i in range(len(pw)):
             e = pw.entities[i]
             if e.node in page:
-                ports[e.node].append(GridPort(port=e.key, risk=_risk_of(risk, Scope.IB_PORT, i),
-                                              level=levels.get(e.key, 0)))
+                ports[e.node].append(GridPort(
+                    port=e.key, risk=now.entity_risk(e.key, _risk_of(risk, Scope.IB_PORT, i)),
+                    level=levels.get(e.key, 0)))
+        silent = {name: now.node_silent(name) for name in picked}
         riskiest = _riskiest(p, risk, levels, top)
     rows = []
     for name in picked:
         cells = sorted(gpus[name], key=lambda c: _index(c.gpu))
-        rows.append(GridNode(node=name, risk=None if risk is None else risk.node(name),
-                             level=node_level[name], gpus=cells,
-                             ports=sorted(ports[name], key=lambda c: c.port)))
+        rows.append(GridNode(node=name, risk=now.node_risk(name), level=node_level[name],
+                             gpus=cells, ports=sorted(ports[name], key=lambda c: c.port),
+                             silent=silent[name][0], silent_since=silent[name][1]))
     return FleetGrid(at=None if risk is None else risk.at, total=len(names), limit=pg.limit,
                      next_cursor=next_cursor, nodes=rows, riskiest=riskiest)
 

@@ -26,19 +26,26 @@ class TopSignal(BaseModel):
     risk: float
 
 
+SILENT_DOC = "every metric stale as of the last scoring tick: no data is arriving"
+SINCE_DOC = "while silent, its newest sample's time (null while it reports)"
+RISK_DOC = ("the scoring tick's; where an entity's telemetry went stale while its alert fires, "
+            "the risk that alert holds (its level is frozen on stale data, so is its risk)")
+
 MISSING_DOC = ("on a sharded service asked with partial=true: the shards that did not answer "
                "(their nodes are left out of this answer); otherwise empty")
 
 
 class NodeSummary(BaseModel):
     node: str
-    risk: float | None  # None until a tick has scored the node
+    risk: float | None = Field(description="None until a tick has scored the node; " + RISK_DOC)
     level: int  # level of the node's worst open alert, 0 when none
     gpus: int
     links: int
     ports: int
     alerts: int  # open alerts
     top_signal: TopSignal | None
+    silent: bool = Field(default=False, description=SILENT_DOC)
+    silent_since: Timestamp | None = Field(default=None, description=SINCE_DOC)
 
 
 class NodeList(BaseModel):
@@ -56,6 +63,8 @@ class EntityOut(BaseModel):
     level: int
     explanation: list[SignalOut]  # empty while risk is zero
     window: WindowOut | None = None  # the model's predicted failure window, where it has one
+    silent: bool = Field(default=False, description=SILENT_DOC)
+    silent_since: Timestamp | None = Field(default=None, description=SINCE_DOC)
 
 
 class AlertmanagerOut(BaseModel):
@@ -145,12 +154,14 @@ class AlertList(BaseModel):
 
 class NodeDetail(BaseModel):
     node: str
-    risk: float | None
+    risk: float | None = Field(description=RISK_DOC)
     level: int
     gpus: list[EntityOut]
     links: list[EntityOut]
     ports: list[EntityOut]
     alerts: list[AlertOut]
+    silent: bool = Field(default=False, description=SILENT_DOC)
+    silent_since: Timestamp | None = Field(default=None, description=SINCE_DOC)
 
 
 class MetricOut(BaseModel):
@@ -289,6 +300,8 @@ class GridGpu(BaseModel):
     link_risk: float | None  # its riskiest link's risk; None without links
     link_level: int  # its worst link's open alert level
     worst_link: str | None  # that link's key, when one is above zero risk or alerting
+    silent: bool = Field(default=False, description=SILENT_DOC)
+    silent_since: Timestamp | None = Field(default=None, description=SINCE_DOC)
 
 
 class GridPort(BaseModel):
@@ -299,10 +312,12 @@ class GridPort(BaseModel):
 
 class GridNode(BaseModel):
     node: str
-    risk: float | None
+    risk: float | None = Field(description=RISK_DOC)
     level: int  # the worst open alert of the node's GPUs, links and ports
     gpus: list[GridGpu]  # in GPU index order
     ports: list[GridPort]
+    silent: bool = Field(default=False, description=SILENT_DOC)
+    silent_since: Timestamp | None = Field(default=None, description=SINCE_DOC)
 
 
 class RiskyEntity(BaseModel):

@@ -15,6 +15,7 @@ from models.detectors.findings import Signal
 from models.detectors.fusion import ScopeRisk
 from models.detectors.growth import window_of
 from models.predictor.window import PredictedWindow, predicted_window
+from service.api.node_state import NodeState
 from service.api.paging import Page
 from service.api.schemas import (
     AlertmanagerOut,
@@ -90,6 +91,14 @@ def alert_out(p: Pipeline, a: Alert, deliveries: DeliveryIndex | None = None) ->
                         failed_at=d.failed_at) for d in sent])
 
 
+def entity_levels(alerts: Iterable[Alert]) -> dict[str, int]:
+    """Each entity's worst open alert: a GPU can have two (its risk's and GpuMissing)."""
+    out: dict[str, int] = {}
+    for a in alerts:
+        out[a.entity] = max(out.get(a.entity, 0), a.level)
+    return out
+
+
 def _verdict(p: Pipeline, alert_id: int) -> VerdictOut | None:
     v = p.verdicts.latest(alert_id)
     if v is None:
@@ -99,7 +108,7 @@ def _verdict(p: Pipeline, alert_id: int) -> VerdictOut | None:
 
 
 def _entity(risk: RiskState | None, scope: Scope, e: Entity, slot: int,
-            levels: dict[str, int]) -> EntityOut:
+            levels: dict[str, int], now: NodeState | None = None) -> EntityOut:
     r: float | None = None
     expl: list[SignalOut] = []
     if risk is not None and slot < len(risk.scopes[scope].risk):  # else new since the tick
@@ -107,8 +116,12 @@ def _entity(risk: RiskState | None, scope: Scope, e: Entity, slot: int,
         r = float(sr.risk[slot])
         if r > 0:
             expl = [_signal(s) for s in sr.explain(slot)]
+    since = None
+    if now is not None:
+        r = now.entity_risk(e.key, r)
+        since = now.silent_since(scope, slot)
     return EntityOut(entity=e.key, scope=str(scope), risk=r, level=levels.get(e.key, 0),
-                     explanation=expl)
+                     explanation=expl, silent=since is not None, silent_since=since)
 
 
 def node_list(p: Pipeline, sort: str, descending: bool, page: Page) -> NodeList:
@@ -120,6 +133,7 @@ def node_list(p: Pipeline, sort: str, descending: bool, page: Page) -> NodeList:
         level[a.node] = max(level[a.node], a.level)
     with p.lock:
         risk = p.risk
+        now = NodeState(p, risk, open_alerts)
         names = list(p.store.registry.nodes)
         counts = {}
         for s in SCOPES:
@@ -127,10 +141,7 @@ def node_list(p: Pipeline, sort: str, descending: bool, page: Page) -> NodeList:
             node_of = w.node_of[: len(w)]
             counts[s] = np.bincount(node_of[node_of >= 0], minlength=len(names))
         top = _riskiest(p, risk)
-    # Registry order is append-only, so a tick's node list is a prefix of the live one.
-    node_risk: list[float | None] = [None] * len(names)
-    if risk is not None:
-        node_risk[: len(risk.nodes)] = [float(x) for x in risk.nodes]
+    node_risk = [now.node_risk(name) for name in names]
     ranked = [-1.0 if r is None else r for r in node_risk]  # unscored sorts below zero risk
     # The listing order as an ascending key (ties in name order): a cursor is the last key.
     sign = -1.0 if descending else 1.0
@@ -153,10 +164,11 @@ def node_list(p: Pipeline, sort: str, descending: bool, page: Page) -> NodeList:
     rows = []
     for i in picked:
         name = names[i]
+        silent, since = now.node_silent(name)
         rows.append(NodeSummary(
             node=name, risk=node_risk[i], level=level[name], gpus=int(counts[Scope.GPU][i]),
             links=int(counts[Scope.NVLINK][i]), ports=int(counts[Scope.IB_PORT][i]),
-            alerts=n_alerts[name], top_signal=top.get(i)))
+            alerts=n_alerts[name], top_signal=top.get(i), silent=silent, silent_since=since))
     return NodeList(total=len(names), limit=page.limit, next_cursor=next_cursor, nodes=rows)
 
 
@@ -188,8 +200,10 @@ def _riskiest(p: Pipeline, risk: RiskState | None) -> dict[int, TopSignal]:
 
 
 def node_detail(p: Pipeline, node: str) -> NodeDetail | None:
+    """A node's entities and open alerts. Its risk and level are the fleet grid's
+    (service.api.node_state): the two pages read the same numbers."""
     alerts = p.alerts.find(state="firing", node=node, limit=ALL)
-    levels = {a.entity: a.level for a in alerts}
+    levels = entity_levels(alerts)
     lists: dict[Scope, list[EntityOut]] = {}
     with p.lock:
         try:
@@ -197,16 +211,18 @@ def node_detail(p: Pipeline, node: str) -> NodeDetail | None:
         except ValueError:
             return None
         risk = p.risk
+        now = NodeState(p, risk, alerts)
         for scope in SCOPES:
             w = p.store[scope]
             slots = np.flatnonzero(w.node_of[: len(w)] == node_slot)
             lists[scope] = [_with_window(p, scope, _entity(risk, scope, w.entities[i], i,
-                                                           levels), i, risk)
+                                                           levels, now), i, risk)
                             for i in map(int, slots)]
-    return NodeDetail(node=node, risk=None if risk is None else risk.node(node),
-                      level=max(levels.values(), default=0), gpus=lists[Scope.GPU],
+        silent, since = now.node_silent(node)
+    return NodeDetail(node=node, risk=now.node_risk(node),
+                      level=max((a.level for a in alerts), default=0), gpus=lists[Scope.GPU],
                       links=lists[Scope.NVLINK], ports=lists[Scope.IB_PORT],
-                      alerts=alerts_out(p, alerts))
+                      alerts=alerts_out(p, alerts), silent=silent, silent_since=since)
 
 
 def gpu_detail(p: Pipeline, key: str) -> GpuDetail | str:
@@ -220,7 +236,7 @@ def gpu_detail(p: Pipeline, key: str) -> GpuDetail | str:
     e = Entity.gpu(e.node, int(e.unit))  # 'gpu03' and 'gpu3' name one GPU
     mine = [a for a in p.alerts.find(state="firing", node=e.node, limit=ALL)
             if a.entity == e.key or a.entity.startswith(e.key + ":")]
-    levels = {a.entity: a.level for a in mine}
+    levels = entity_levels(mine)
     with p.lock:
         w = p.store[Scope.GPU]
         slot = w.slot(e)
@@ -231,7 +247,9 @@ def gpu_detail(p: Pipeline, key: str) -> GpuDetail | str:
                    for j, m in enumerate(w.metrics)]
         metrics += _latest_events(p, e.key)
         risk = p.risk
-        me = _with_window(p, Scope.GPU, _entity(risk, Scope.GPU, e, slot, levels), slot, risk)
+        now = NodeState(p, risk, mine)
+        me = _with_window(p, Scope.GPU, _entity(risk, Scope.GPU, e, slot, levels, now), slot,
+                          risk)
         lw = p.store[Scope.NVLINK]
         links = [_with_window(p, Scope.NVLINK, _entity(risk, Scope.NVLINK, lw.entities[i], i,
                                                        levels), i, risk)

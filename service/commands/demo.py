@@ -1,6 +1,10 @@
 """`gpuhealth demo`: a small simulated cluster with injected failures, run accelerated through
-the full pipeline with the API up, alerts shown as they fire, and a closing table of every
-injected failure (alerted or not, level, lead time) and every false alarm."""
+the full pipeline with the API and the console up, alerts shown as they fire, and a closing
+table of every injected failure (alerted or not, level, lead time) and every false alarm.
+
+The API runs on the trace's clock, not the wall clock: the simulated hours start at the
+scenario's start time, so "the last hour" the console's charts ask for is the trace's last
+hour, and the samples and risk the demo keeps in its SQLite file are there to chart."""
 
 from __future__ import annotations
 
@@ -40,6 +44,9 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--serve", action="store_true",
                    help="keep the API up after the run until interrupted")
     p.add_argument("--json", action="store_true", help="print the summary as JSON only")
+    p.add_argument("--no-history", action="store_true",
+                   help="keep no sample history (the console's metric charts stay empty; "
+                        "faster at --speed 0)")
 
 
 def _free_port(start: int) -> int:
@@ -53,15 +60,26 @@ def _free_port(start: int) -> int:
     raise RuntimeError(f"no free port in {start}..{start + 49}")
 
 
-class _Api:
-    """The service's API over the demo's pipeline, in a background thread."""
+class TraceClock:
+    """The trace's time: the newest round the demo has fed the pipeline. The API reads it as
+    its clock, so history queries ("the last hour"), silences and acks are in trace time."""
 
-    def __init__(self, pipeline: Pipeline, port: int) -> None:
+    def __init__(self, start: float) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Api:
+    """The service's API and console over the demo's pipeline, in a background thread."""
+
+    def __init__(self, pipeline: Pipeline, port: int, clock: TraceClock) -> None:
         import uvicorn
 
         from service.api.app import create_app
 
-        app = create_app(lambda: pipeline, schedule=False)
+        app = create_app(lambda: pipeline, clock=clock, schedule=False)
         cfg = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
         self.server = uvicorn.Server(cfg)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -93,8 +111,10 @@ def _lead(seconds: float | None) -> str:
 
 
 def run_demo(args: argparse.Namespace, out: Any = sys.stdout,
-             on_api: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run the demo; `on_api` is called with the API's URL once it is up."""
+             on_api: Callable[[str], None] | None = None,
+             on_done: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the demo; `on_api` is called with the API's URL once it is up, `on_done` with it
+    once the trace has run, while the API still serves the end state."""
     from models.evaluation.demo import summarize_demo
     from models.evaluation.rounds import Rounder
     from models.simulator import Simulator, load_scenario
@@ -114,15 +134,19 @@ def run_demo(args: argparse.Namespace, out: Any = sys.stdout,
     sim = Simulator(config)
     step = float(config.time.step_s)
     start, end = float(config.time.start_s), config.time.end_s
-    settings = Settings(storage={"data_dir": args.data_dir})  # type: ignore[arg-type]
+    history = not getattr(args, "no_history", False)
+    settings = Settings(storage={"data_dir": args.data_dir,  # type: ignore[arg-type]
+                                 "write_samples": history})
     _clear_database(settings)
-    # No sample history: at 600x the demo's 16M samples would make SQLite the bottleneck.
-    pipeline = build_pipeline(settings, Wiring(sinks=(), sample_history=False, influxdb=False))
+    # Risk history always (a row a minute per entity at most); samples unless --no-history:
+    # written change-only, the demo's 16M samples cost it about half again its time.
+    pipeline = build_pipeline(settings, Wiring(sinks=(), sample_history=True, influxdb=False))
     refused = RefusalTally()  # says what the `rejected` count was
     pipeline.sinks.append(refused)
     pipeline.observers.append(refused)
     transitions: list[Any] = []
-    api: _Api | None = _Api(pipeline, _free_port(args.port)) if args.port else None
+    clock = TraceClock(start)
+    api: _Api | None = _Api(pipeline, _free_port(args.port), clock) if args.port else None
     gpus = len(sim.tables[next(iter(sim.tables))]) if sim.tables else 0
     say(f"gpuhealth demo: {gpus} GPUs, {(end - start) / 3600:.0f} h of {step:g}-s samples "
         f"with {len([x for x in sim.labels if x['kind'] == 'failure'])} injected failures, "
@@ -150,8 +174,8 @@ def run_demo(args: argparse.Namespace, out: Any = sys.stdout,
         if api is not None:
             if on_api is not None:
                 on_api(api.url)
-            say(f"API up at {api.url}  (try {api.url}/v1/nodes, {api.url}/v1/alerts, "
-                f"{api.url}/docs)")
+            say(f"console at {api.url}/  (fleet grid, alerts, node charts; API docs at "
+                f"{api.url}/docs, e.g. {api.url}/v1/alerts)")
         rounder = Rounder(step)
         next_progress = start + 3600
         # With --json the hourly lines are off: progress goes to stderr instead.
@@ -159,6 +183,7 @@ def run_demo(args: argparse.Namespace, out: Any = sys.stdout,
         for chunk in sim.run():
             for rnd in rounder.feed(chunk):
                 on_tick(pipeline.process(rnd.batch, rnd.now))
+                clock.now = rnd.now
                 if bar is not None:
                     bar.update((rnd.now - start) / 3600)
                 if rnd.now >= next_progress:
@@ -173,6 +198,7 @@ def run_demo(args: argparse.Namespace, out: Any = sys.stdout,
                         time.sleep(ahead)
         for rnd in rounder.close():
             on_tick(pipeline.process(rnd.batch, rnd.now))
+            clock.now = rnd.now
         if bar is not None:
             bar.close()
         rows = summarize_demo(sim.labels, transitions, start, end)
@@ -185,8 +211,11 @@ def run_demo(args: argparse.Namespace, out: Any = sys.stdout,
             f"in {settings.storage.sqlite_path}")
         for line in refused.lines(lambda t: _clock(t, start), sim.labels, step):
             say(line)
+        if on_done is not None and api is not None:
+            on_done(api.url)
         if args.serve and api is not None:
-            say(f"API still up at {api.url}; Ctrl-C to stop")
+            say(f"console still at {api.url}/ (the trace's clock stopped at "
+                f"{_clock(clock.now, start)}); Ctrl-C to stop")
             try:
                 while True:
                     time.sleep(1)

@@ -7,23 +7,23 @@ else to the test's temporary directory."""
 from __future__ import annotations
 
 import os
-import socket
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-import uvicorn
+from fastapi import FastAPI
 
 from service.api.app import create_app
 from service.api.state import Running
 from service.settings import Settings, StorageSettings
 from service.storage.influx.sink import InfluxSink
 from tests.console.cdp import CHROMIUM, Browser, wait
+from tests.console.serve import Service, serving
+from tests.console.serve import open_page as _open
+from tests.console.serve import set_token as _set_token
+from tests.console.serve import unexpected as _unexpected
 from tests.influx.server import INFLUXD, InfluxServer
 from tests.service.fleet import STEP, T0, Fleet, FleetCollector, ManualClock
 
@@ -35,25 +35,6 @@ INJECTED = {"n001:gpu2": ("ecc_dbe_volatile", 1.0, 3),  # double-bit ECC: a hard
             "n002:gpu5:nvlink1": ("nvlink_state", 0.0, 3),  # a link down, folded into gpu5
             "n003:gpu1": ("mem_temp", 97.0, 1)}  # HBM far hotter than its peers
 CELL = {"n001:gpu2": "n001:gpu2", "n002:gpu5:nvlink1": "n002:gpu5", "n003:gpu1": "n003:gpu1"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Service:
-    url: str
-    st: Running
-    tokens: dict[str, str]
-    influx: bool = False
-
-    def get(self, path: str) -> Any:
-        r = httpx.get(self.url + path, timeout=10)
-        assert r.status_code == 200, r.text
-        return r.json()
 
 
 @pytest.fixture(scope="module", params=["sqlite", "influxdb"])
@@ -89,12 +70,12 @@ def service(store: StorageSettings) -> Iterator[Service]:
     clock = ManualClock(T0)
     app = create_app(settings, clock=clock, schedule=False,
                      collectors=[FleetCollector(fleet, clock)])
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait(lambda: server.started, "the service starting")
+    with serving(app) as url:
+        yield from _fed(app, fleet, clock, url, bool(store.influxdb.url))
+
+
+def _fed(app: FastAPI, fleet: Fleet, clock: ManualClock, url: str,
+         influx: bool) -> Iterator[Service]:
     st: Running = app.state.gpuhealth
 
     def rounds(n: int) -> None:
@@ -113,11 +94,7 @@ def service(store: StorageSettings) -> Iterator[Service]:
     auth = app.state.gpuhealth_auth
     tokens = {scope: auth.tokens.create(f"console-{scope}", scope, time.time())[1]
               for scope in ("operate", "admin")}
-    try:
-        yield Service(f"http://127.0.0.1:{port}", st, tokens, bool(store.influxdb.url))
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    yield Service(url, st, tokens, influx)
 
 
 @pytest.fixture(scope="module")
@@ -137,19 +114,6 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
         yield b
     finally:
         b.close()
-
-
-def _unexpected(b: Browser) -> list[tuple[str, str, str]]:
-    """Errors but the one the console is built to meet: a history endpoint's 501 where the
-    store keeps no such history (the page says so instead of drawing)."""
-    return [e for e in b.errors
-            if not (e[0] == "log:network" and "501" in e[1] and e[2].split("?")[0]
-                    .endswith(("/risk", "/metrics")))]
-
-
-def _open(b: Browser, url: str, ready: str, what: str) -> None:
-    b.goto(url)
-    b.wait_for(f"document.readyState === 'complete' && !!({ready})", what)
 
 
 def test_fleet_grid_shows_the_injected_failures_at_their_level(
@@ -214,11 +178,6 @@ def test_node_page_lists_gpus_links_and_ports_with_charts(
     assert browser.eval("document.querySelectorAll('#nodecharts svg polyline').length") == 1
     browser.screenshot(shots / "node.png")
     assert _unexpected(browser) == []
-
-
-def _set_token(b: Browser, token: str) -> None:
-    b.eval(f"(() => {{ const t = document.querySelector('#token'); t.value = {token!r};"
-           " t.dispatchEvent(new Event('change')); })()")
 
 
 def test_ack_and_silence_through_the_page(service: Service, browser: Browser,

@@ -54,3 +54,40 @@ def test_demo_json_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["samples"] > 1_000_000 and summary["rows"]
+
+
+def test_the_demo_keeps_history_on_the_traces_clock_and_says_where_the_console_is(
+        tmp_path: Path) -> None:
+    """The console's charts ask for "the last hour" of the service's clock: the demo's API runs
+    on the trace's, so the samples and risk it keeps are there; and its node and fleet pages
+    read one risk per node."""
+    seen: dict[str, object] = {}
+
+    def look(url: str) -> None:
+        fleet = httpx.get(f"{url}/v1/fleet", timeout=10).json()
+        seen["at"] = fleet["at"]
+        seen["fleet"] = {n["node"]: (n["risk"], n["level"]) for n in fleet["nodes"]}
+        seen["nodes"] = {}
+        for node in seen["fleet"]:  # type: ignore[attr-defined]
+            d = httpx.get(f"{url}/v1/nodes/{node}", timeout=10).json()
+            seen["nodes"][node] = (d["risk"], d["level"])  # type: ignore[index]
+        gpu = httpx.get(f"{url}/v1/gpus/n0002:gpu1/metrics?metric=gpu_temp", timeout=10)
+        risk = httpx.get(f"{url}/v1/nodes/n0002/risk", timeout=10)
+        seen["gpu"], seen["risk"] = gpu.json(), risk.json()
+        assert gpu.status_code == risk.status_code == 200, (gpu.text, risk.text)
+        seen["page"] = httpx.get(f"{url}/", timeout=10).status_code
+
+    out = io.StringIO()
+    summary = run_demo(_args(tmp_path, port=18090), out=out, on_done=look)
+    assert "console at http://127.0.0.1:" in out.getvalue()
+    assert seen["page"] == 200
+    assert seen["nodes"] == seen["fleet"]  # one risk and level per node on both pages
+    end = summary["end"]
+    for answer in (seen["gpu"], seen["risk"]):
+        assert isinstance(answer, dict)
+        series = answer["series"]
+        points = [t for s in series for t in s["times"]]
+        assert points, answer  # charts with data ...
+        # ... in the trace's last hour (to a step: its last round is at end - step), not in
+        # the wall clock's, a year or more after the trace
+        assert end - 3600 - 60 <= min(points) and max(points) <= end

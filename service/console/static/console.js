@@ -25,9 +25,14 @@ function fmtTime(t) {
   const d = typeof t === "number" ? new Date(t * 1000) : new Date(t);
   return isNaN(d) ? String(t) : d.toISOString().replace("T", " ").slice(0, 19) + "Z";
 }
-function levelBadge(level) {
+// `quiet`: what happened instead of the level's action (an alert muted at level 3 was not
+// paged: its badge says so instead of reading "3 page").
+function levelBadge(level, quiet) {
   const l = level || 0;
-  return `<span class="lvl lvl-${l}" data-level="${l}">${l} ${LEVEL_NAMES[l] || ""}</span>`;
+  return quiet
+    ? `<span class="lvl lvl-${l} quiet" data-level="${l}" title="level ${l}, ${esc(quiet)}">${l}
+        ${LEVEL_NAMES[l] || ""} · ${esc(quiet)}</span>`
+    : `<span class="lvl lvl-${l}" data-level="${l}">${l} ${LEVEL_NAMES[l] || ""}</span>`;
 }
 function reason(sig) {
   if (!sig) return "";
@@ -36,6 +41,34 @@ function reason(sig) {
 }
 function nodeLink(node) {
   return `<a href="#/node/${encodeURIComponent(node)}">${esc(node)}</a>`;
+}
+// An alert's or entity's name: its node linked, then the rest of its key. A node alert's entity
+// is its node; the fleet's (FleetStorm: entity "fleet", node "*") has no node to link.
+function entityName(x) {
+  if (x.entity === x.node) return nodeLink(x.node);
+  if (x.entity.startsWith(`${x.node}:`)) return nodeLink(x.node) + esc(x.entity.slice(x.node.length));
+  return `<span class="fleetwide">${esc(x.entity)}${x.node && x.node !== "*" ? "" : " (all nodes)"}</span>`;
+}
+const DERIVED_REASON = {
+  NodeNoData: a => `no data: every GPU, link and port of ${a.node} stopped reporting`,
+  GpuMissing: a => `${a.entity} stopped reporting while its node still reports`,
+  FleetStorm: a => `${Math.round((a.risk || 0) * 100)}% of the fleet's nodes at level 2 or
+    above; per-node alerts are muted under it`,
+};
+// Why an alert fires: its top signal; a node or fleet alert without signals says what it is.
+// A storm lists the hard faults under it (signals with hard=true), so none hides behind it.
+function alertReason(a) {
+  const ex = a.explanation || [];
+  if (!ex.length) {
+    const f = DERIVED_REASON[a.alertname];
+    return f ? `<span class="derived">${esc(f(a))}</span>` : "";
+  }
+  if (a.alertname !== "FleetStorm") return reason(ex[0]);
+  const hard = ex.filter(e => e.hard);
+  const rest = ex.length - 1;
+  return `${reason(ex[0])}${rest ? ` <span class="muted">+${rest} more</span>` : ""}${hard.length
+    ? `<ul class="hard">${hard.slice(0, 8).map(e => `<li>${reason(e)}</li>`).join("")}${hard.length > 8
+      ? `<li class="muted">and ${hard.length - 8} more hard faults</li>` : ""}</ul>` : ""}`;
 }
 function token() { return sessionStorage.getItem("gpuhealth-token") || ""; }
 function newKey() {
@@ -99,6 +132,93 @@ function setStatus(ok, msg) {
   if (ok) $("#updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
 }
 
+// ---- delivery: what each receiver did with an alert, and what Alertmanager says -------------
+
+// The state a delivery row is in, with what to show after it.
+function deliveryDetail(d) {
+  const at = d.sent_at ? ` ${fmtTime(d.sent_at)}` : "";
+  switch (d.state) {
+    case "sent": return `sent${d.level_sent ? ` at level ${d.level_sent}` : ""}${at}`;
+    case "muted": return `muted: ${d.why || "inhibited"}`;
+    case "silenced": return `silenced by ${d.silence_id || d.why || "a silence"}`;
+    case "failed": return `failed${d.failed_at ? ` ${fmtTime(d.failed_at)}` : ""}: ${d.error || d.why
+      || "no reason given"}`;
+    case "held": return `held: ${d.why || "rate limited"}`;
+    case "pending": return `pending${d.why ? `: ${d.why}` : ""}`;
+    case "routed": return "routed, not muted";
+    default: return `${d.state}${d.why ? `: ${d.why}` : ""}`;
+  }
+}
+// Each receiver's deliveries: the API's `deliveries` where it gives them, else what the
+// notification groups say (routed, or muted and why: /v1/groups) for a service without them.
+function deliveriesOf(a, groups) {
+  if (Array.isArray(a.deliveries)) return a.deliveries;
+  if (!groups) return [];
+  return (groups.get(a.fingerprint) || []).map(g => g.muted
+    ? (g.muted.startsWith("silenced by ")
+      ? { receiver: g.receiver, state: "silenced", silence_id: g.muted.slice(12) }
+      : { receiver: g.receiver, state: "muted", why: g.muted })
+    : { receiver: g.receiver, state: "routed" });
+}
+// One word for the row: was anything sent? Else the worst that happened.
+function outcome(ds) {
+  for (const s of ["sent", "failed", "pending", "held", "silenced", "muted", "routed"]) {
+    if (ds.some(d => d.state === s)) return s;
+  }
+  return "none";
+}
+function amState(m) {
+  const why = [...(m.silenced_by || []).map(x => `silenced by ${x}`),
+    ...(m.inhibited_by || []).map(x => `inhibited by ${x}`)].join("; ");
+  return `${m.state || "absent"}${why ? ` (${why})` : ""}`;
+}
+function clip(text, n) { return text.length > n ? `${text.slice(0, n - 1)}…` : text; }
+function deliveryCell(a, groups) {
+  const ds = deliveriesOf(a, groups);
+  const am = a.alertmanager || [];
+  const rows = ds.map(d => `<li class="dlv dlv-${esc(d.state)}" data-receiver="${esc(d.receiver)}"
+      data-state="${esc(d.state)}" title="${esc(deliveryDetail(d))}"><span><b>${esc(d.receiver)}</b>
+      ${esc(clip(deliveryDetail(d), 90))}</span></li>`)
+    .concat(am.map(m => `<li class="am am-${esc(m.state)}" data-am="${esc(m.receiver)}"
+      data-state="${esc(m.state)}" title="${esc(m.url)}, read back ${esc(fmtTime(m.checked_at))}">
+      <span><b>Alertmanager</b> ${esc(amState(m))}</span></li>`));
+  const none = Array.isArray(a.deliveries) ? "no receiver got it"
+    : groups === null ? "notification is off" : groups ? "routed to no receiver" : "unknown";
+  return `<td class="delivery" data-outcome="${outcome(ds)}">${rows.length
+    ? `<ul>${rows.join("")}</ul>` : `<span class="muted">${esc(a.state === "firing" ? none : "–")}</span>`}</td>`;
+}
+// Badge text when a firing alert reached no person: muted, silenced, held or failed at every
+// receiver of ours. Alertmanager receivers are judged by what Alertmanager says (active: its
+// own routes notify), not by our post having arrived there.
+function quietNote(a, groups) {
+  if (a.state !== "firing" || !a.level) return "";
+  const ams = a.alertmanager || [];
+  const upstream = new Set(ams.map(m => m.receiver));
+  const ds = deliveriesOf(a, groups);
+  const own = ds.filter(d => !upstream.has(d.receiver));
+  const o = outcome(own.length ? own : ds);
+  if (!["muted", "silenced", "failed", "held"].includes(o)) return "";
+  // Alertmanager's state reads beside it, in the delivery column.
+  return ams.some(m => m.state === "active") ? `${o} here` : `not sent (${o})`;
+}
+// fingerprint -> [{receiver, muted}] from every notification group; null when notification
+// is off (503), undefined when it could not be read.
+async function groupsByAlert() {
+  const res = await apiAll("/v1/groups", "groups");
+  if (res.status === 503) return null;
+  if (!res.ok) return undefined;
+  const out = new Map();
+  const add = (fp, receiver, muted) => {
+    if (!out.has(fp)) out.set(fp, []);
+    if (!out.get(fp).some(g => g.receiver === receiver)) out.get(fp).push({ receiver, muted });
+  };
+  for (const g of res.body.groups) {
+    for (const [fp, why] of Object.entries(g.muted || {})) add(fp, g.receiver, why);
+    for (const fp of g.alerts || []) add(fp, g.receiver, null);
+  }
+  return out;
+}
+
 // ---- charts: inline SVG lines -----------------------------------------------------------------
 
 function sparkline(series, opts = {}) {
@@ -134,7 +254,9 @@ async function charts(path, title, opts, keep = () => true) {
   }
   const figs = res.body.series.filter(keep).map(s => sparkline(s, s.metric === "risk" ? { min: 0, max: 1 }
     : s.metric === "level" ? { min: 0, max: 3 } : opts)).join("");
-  return `<div class="charts"><h3>${esc(title)}</h3>${figs || '<p class="muted">no series</p>'}</div>`;
+  // The span is the service's clock: a replay's or the demo's data time, not this browser's.
+  const span = `<span class="span">${esc(fmtTime(res.body.start))} – ${esc(fmtTime(res.body.end))}</span>`;
+  return `<div class="charts"><h3>${esc(title)} ${span}</h3>${figs || '<p class="muted">no series</p>'}</div>`;
 }
 
 // ---- pages ------------------------------------------------------------------------------------
@@ -144,8 +266,9 @@ const pages = {};
 pages.fleet = {
   shell() {
     return `<section><h2>Fleet</h2><div id="summary" class="summary"></div>
-      <div class="legend">${[0, 1, 2, 3].map(levelBadge).join(" ")}
+      <div class="legend">${[0, 1, 2, 3].map(l => levelBadge(l)).join(" ")}
         <span class="cell legend-link link">n</span> GPU coloured by a worse NVLink link
+        <span class="cell silent legend-silent">n</span> no data
         <span class="port legend-port"></span> IB port</div>
       <div id="grid" class="grid"></div></section>
       <section><h2>Riskiest</h2><div id="riskiest"></div></section>`;
@@ -156,20 +279,28 @@ pages.fleet = {
     const f = res.body;
     const gpus = f.nodes.reduce((n, x) => n + x.gpus.length, 0);
     const byLevel = [0, 0, 0, 0];
-    f.nodes.forEach(n => n.gpus.forEach(g => { byLevel[Math.max(g.level, g.link_level)] += 1; }));
+    let quiet = 0;  // a silent GPU is counted apart: its level is frozen, not "ok"
+    f.nodes.forEach(n => n.gpus.forEach(g => {
+      if (g.silent) quiet += 1; else byLevel[Math.max(g.level, g.link_level)] += 1;
+    }));
+    const silent = f.nodes.filter(n => n.silent).length;
     $("#summary").innerHTML = `<b>${f.total}</b> nodes · <b>${gpus}</b> GPUs · scored at
       ${esc(fmtTime(f.at))} · GPUs by level: ${byLevel.map((c, l) =>
-        `<span class="lvl lvl-${l}">${l}: ${c}</span>`).join(" ")}`;
-    $("#grid").innerHTML = f.nodes.map(n => `<div class="row" data-node="${esc(n.node)}">
+        `<span class="lvl lvl-${l}">${l}: ${c}</span>`).join(" ")}${quiet
+        ? ` <span class="lvl quiet-count">no data: ${quiet}</span>` : ""}${silent
+        ? ` · <span class="silent-note">${silent} node${silent > 1 ? "s" : ""} sending no data</span>` : ""}`;
+    $("#grid").innerHTML = f.nodes.map(n => `<div class="row${n.silent ? " silent" : ""}"
+        data-node="${esc(n.node)}" data-silent="${n.silent ? "1" : "0"}">
         <span class="node">${nodeLink(n.node)}</span>
         <span class="nrisk">${fmtRisk(n.risk)}</span>
         <span class="cells">${n.gpus.map(cell).join("")}</span>
-        <span class="ports">${n.ports.map(port).join("")}</span></div>`).join("")
+        <span class="ports">${n.ports.map(p => port(p, n.silent)).join("")}${n.silent
+          ? `<span class="nodata">${esc(noDataSince(n.silent_since))}</span>` : ""}</span></div>`).join("")
       || `<p class="muted">no node has reported yet</p>`;
     $("#riskiest").innerHTML = f.riskiest.length ? `<table class="list"><thead><tr>
         <th>entity</th><th>scope</th><th>risk</th><th>level</th><th>reason</th>
         <th>predicted window</th></tr></thead><tbody>${f.riskiest.map(r => `<tr
-        data-entity="${esc(r.entity)}"><td>${nodeLink(r.node)}${esc(r.entity.slice(r.node.length))}</td>
+        data-entity="${esc(r.entity)}"><td>${entityName(r)}</td>
         <td>${esc(r.scope)}</td><td class="num">${fmtRisk(r.risk)}</td><td>${levelBadge(r.level)}</td>
         <td>${reason(r.reason)}</td><td>${esc(r.window ? r.window.text : "–")}</td></tr>`).join("")}
         </tbody></table>` : `<p class="muted">nothing above zero risk</p>`;
@@ -177,18 +308,25 @@ pages.fleet = {
   },
 };
 
+function noDataSince(t) {
+  return t ? `no data since ${fmtTime(t)}` : "no data";
+}
+// A silent GPU is drawn grey and hatched whatever its level: green would read "healthy", and
+// its level is frozen on stale data. The level still shows as the cell's border.
 function cell(g) {
   const level = Math.max(g.level, g.link_level);
   const unit = g.gpu.slice(g.gpu.lastIndexOf(":") + 1).replace(/^gpu/, "");
   const title = `${g.gpu} risk ${fmtRisk(g.risk)} level ${g.level}` +
-    (g.worst_link ? `; worst link ${g.worst_link} risk ${fmtRisk(g.link_risk)} level ${g.link_level}` : "");
+    (g.worst_link ? `; worst link ${g.worst_link} risk ${fmtRisk(g.link_risk)} level ${g.link_level}` : "") +
+    (g.silent ? `; ${noDataSince(g.silent_since)}` : "");
   const node = g.gpu.slice(0, g.gpu.lastIndexOf(":"));
-  return `<a class="cell lvl-${level}${g.link_level > g.level ? " link" : ""}" data-entity="${esc(g.gpu)}"
-    data-level="${level}" title="${esc(title)}" href="#/node/${encodeURIComponent(node)}">${esc(unit)}</a>`;
+  return `<a class="cell lvl-${level}${g.link_level > g.level ? " link" : ""}${g.silent ? " silent" : ""}"
+    data-entity="${esc(g.gpu)}" data-level="${level}" data-silent="${g.silent ? "1" : "0"}"
+    title="${esc(title)}" href="#/node/${encodeURIComponent(node)}">${esc(unit)}</a>`;
 }
-function port(p) {
-  return `<span class="port lvl-${p.level}" data-entity="${esc(p.port)}" data-level="${p.level}"
-    title="${esc(`${p.port} risk ${fmtRisk(p.risk)} level ${p.level}`)}"></span>`;
+function port(p, silent) {
+  return `<span class="port lvl-${p.level}${silent ? " silent" : ""}" data-entity="${esc(p.port)}"
+    data-level="${p.level}" title="${esc(`${p.port} risk ${fmtRisk(p.risk)} level ${p.level}`)}"></span>`;
 }
 
 function entityTable(title, rows, selectable) {
@@ -197,13 +335,15 @@ function entityTable(title, rows, selectable) {
     <th>level</th><th>reason</th><th>predicted window</th></tr></thead><tbody>${rows.map(e => `<tr
     data-entity="${esc(e.entity)}"${selectable ? ` class="pick${e.entity === state.gpu ? " picked" : ""}"` : ""}>
     <td>${esc(e.entity)}</td><td class="num">${fmtRisk(e.risk)}</td><td>${levelBadge(e.level)}</td>
-    <td>${reason(e.explanation[0])}</td><td>${esc(e.window ? e.window.text : "–")}</td></tr>`).join("")}
+    <td>${e.silent ? `<span class="nodata">${esc(noDataSince(e.silent_since))}</span> ` : ""}${
+      reason(e.explanation[0])}</td><td>${esc(e.window ? e.window.text : "–")}</td></tr>`).join("")}
     </tbody></table>`;
 }
 
 pages.node = {
   shell(node) {
     return `<section><h2>Node ${esc(node)}</h2><div id="nodehead" class="summary"></div>
+      <div id="nodealerts"></div>
       <div class="chartrow"><div id="nodecharts"></div><div id="gpucharts"></div></div>
       <div id="entities"></div></section>`;
   },
@@ -215,9 +355,20 @@ pages.node = {
       const top = [...n.gpus].sort((a, b) => (b.level - a.level) || ((b.risk || 0) - (a.risk || 0)))[0];
       state.gpu = top ? top.entity : null;
     }
-    $("#nodehead").innerHTML = `risk <b>${fmtRisk(n.risk)}</b> · ${levelBadge(n.level)} ·
+    // The same risk and level as the node's row on the fleet grid (one computation, API-side).
+    $("#nodehead").innerHTML = `<span>risk <b class="noderisk">${fmtRisk(n.risk)}</b></span> · ${levelBadge(n.level)} ·
+      ${n.silent ? `<span class="nodata">${esc(noDataSince(n.silent_since))}</span> · ` : ""}
       ${n.gpus.length} GPUs · ${n.links.length} NVLink links · ${n.ports.length} IB ports ·
       ${n.alerts.length} open alerts`;
+    const groups = n.alerts.every(a => Array.isArray(a.deliveries)) ? undefined
+      : await groupsByAlert();
+    $("#nodealerts").innerHTML = n.alerts.length ? `<h3>Open alerts</h3><table class="list"><thead>
+      <tr><th>id</th><th>level</th><th>entity</th><th>risk</th><th>reason</th><th>delivery</th>
+      </tr></thead><tbody>${n.alerts.map(a => `<tr data-alert="${a.id}"><td class="num"><a
+      href="#/alert/${a.id}">${a.id}</a></td><td>${levelBadge(a.level, quietNote(a, groups))}</td>
+      <td>${entityName(a)}<div class="muted small">${esc(a.alertname)}</div></td>
+      <td class="num">${fmtRisk(a.risk)}</td><td>${alertReason(a)}</td>${deliveryCell(a, groups)}</tr>`)
+      .join("")}</tbody></table>` : "";
     $("#entities").innerHTML = entityTable("GPUs (click one for its charts)", n.gpus, true) +
       entityTable("NVLink links", n.links.filter(l => l.level || l.risk), false) +
       `<p class="muted">${n.links.filter(l => !l.level && !l.risk).length} links at zero risk not listed</p>` +
@@ -249,6 +400,42 @@ async function gpuCharts(gpu) {
   return risk + metrics;
 }
 
+function verdictText(v) {
+  return v ? `${esc(v.verdict.replace("_", " "))}${v.mode ? ` (${esc(v.mode)})` : ""} · ${esc(v.actor)}`
+    : "";
+}
+function verdictPicker(id) {
+  return `<select data-verdict-for="${id}" aria-label="verdict on alert ${id}">
+    ${VERDICTS.map(v => `<option value="${v}">${v.replace("_", " ")}</option>`).join("")}
+    </select><button data-do="verdict" data-id="${id}">Say</button>`;
+}
+function keepChoices() {
+  return new Map([...document.querySelectorAll("select[data-verdict-for]")]
+    .map(el => [el.dataset.verdictFor, el.value]));
+}
+function restoreChoices(chosen) {
+  for (const [id, value] of chosen) {
+    const el = $(`select[data-verdict-for="${id}"]`);
+    if (el) el.value = value;
+  }
+}
+// Ack and verdict, from the alerts list or one alert's page.
+async function alertAct(btn) {
+  const comment = ($("#comment") && $("#comment").value.trim()) || "seen from the console";
+  if (btn.dataset.do === "ack") {
+    return [await api(`/v1/alerts/${btn.dataset.id}/ack`, { method: "POST", json: { comment } }),
+      `alert ${btn.dataset.id} acknowledged`];
+  }
+  if (btn.dataset.do === "verdict") {
+    const verdict = $(`select[data-verdict-for="${btn.dataset.id}"]`).value;
+    const body = { verdict, comment };
+    if (verdict === "failed" && $("#vmode") && $("#vmode").value) body.mode = $("#vmode").value;
+    return [await api(`/v1/alerts/${btn.dataset.id}/verdict`, { method: "POST", json: body }),
+      `alert ${btn.dataset.id}: ${verdict.replace("_", " ")}`];
+  }
+  return null;
+}
+
 pages.alerts = {
   shell() {
     return `<section><h2>Alerts</h2>
@@ -269,30 +456,28 @@ pages.alerts = {
     if (!res.ok) return problem(res);
     const rows = res.body.alerts;
     const more = res.body.next_cursor ? `<p class="muted">the newest ${rows.length} shown</p>` : "";
-    // A choice being made survives the 5-s refresh.
-    const chosen = new Map([...document.querySelectorAll("select[data-verdict-for]")]
-      .map(el => [el.dataset.verdictFor, el.value]));
-    $("#alerts").innerHTML = rows.length ? `<table class="list"><thead><tr><th>id</th>
+    const chosen = keepChoices();  // a choice being made survives the 5-s refresh
+    // The delivery log comes with each alert; a service without it says what its groups hold.
+    const groups = rows.length && !rows.every(a => Array.isArray(a.deliveries))
+      ? await groupsByAlert() : undefined;
+    $("#alerts").innerHTML = rows.length ? `<table class="list alerts"><thead><tr><th>id</th>
       <th>level</th><th>entity</th><th>risk</th><th>reason</th><th>since</th><th>state</th>
-      <th>verdict</th><th></th></tr></thead><tbody>${rows.map(a => `<tr data-alert="${a.id}">
-      <td class="num">${a.id}</td><td>${levelBadge(a.level)}</td>
-      <td>${nodeLink(a.node)}${esc(a.entity.slice(a.node.length))}</td>
-      <td class="num">${fmtRisk(a.risk)}</td><td>${reason(a.explanation[0])}</td>
-      <td>${esc(fmtTime(a.started_at))}</td>
+      <th>delivery</th><th>verdict</th><th></th></tr></thead><tbody>${rows.map(a => `<tr
+      data-alert="${a.id}" data-alertname="${esc(a.alertname)}">
+      <td class="num"><a href="#/alert/${a.id}">${a.id}</a></td>
+      <td>${levelBadge(a.level, quietNote(a, groups))}</td>
+      <td class="entity">${entityName(a)}<div class="muted small">${esc(a.alertname)}</div></td>
+      <td class="num">${fmtRisk(a.risk)}</td><td class="reason">${alertReason(a)}</td>
+      <td class="since">${esc(fmtTime(a.started_at))}</td>
       <td>${esc(a.state)}${a.acked_by ? ` · acked by ${esc(a.acked_by)}` : ""}</td>
-      <td class="verdict">${a.verdict ? `${esc(a.verdict.verdict.replace("_", " "))}${
-        a.verdict.mode ? ` (${esc(a.verdict.mode)})` : ""} · ${esc(a.verdict.actor)}` : ""}</td>
+      ${deliveryCell(a, groups)}
+      <td class="verdict">${verdictText(a.verdict)}</td>
       <td class="buttons">${a.state === "firing" && !a.acked_by
         ? `<button data-do="ack" data-id="${a.id}">Ack</button>` : ""}
         <button data-do="silence" data-entity="${esc(a.entity)}">Silence</button>
-        <select data-verdict-for="${a.id}" aria-label="verdict on alert ${a.id}">
-          ${VERDICTS.map(v => `<option value="${v}">${v.replace("_", " ")}</option>`).join("")}
-        </select><button data-do="verdict" data-id="${a.id}">Say</button></td>
+        ${verdictPicker(a.id)}</td>
       </tr>`).join("")}</tbody></table>${more}` : `<p class="muted">no alerts</p>`;
-    for (const [id, value] of chosen) {
-      const el = $(`select[data-verdict-for="${id}"]`);
-      if (el) el.value = value;
-    }
+    restoreChoices(chosen);
     if (!state.notifyOff || Date.now() - state.offCheckedAt > 60000) {
       const s = await apiAll("/v1/silences", "silences");
       state.notifyOff = s.status === 503;
@@ -311,17 +496,8 @@ pages.alerts = {
   },
   async act(btn) {
     const comment = $("#comment").value.trim() || "seen from the console";
-    if (btn.dataset.do === "ack") {
-      return [await api(`/v1/alerts/${btn.dataset.id}/ack`, { method: "POST", json: { comment } }),
-        `alert ${btn.dataset.id} acknowledged`];
-    }
-    if (btn.dataset.do === "verdict") {
-      const verdict = $(`select[data-verdict-for="${btn.dataset.id}"]`).value;
-      const body = { verdict, comment };
-      if (verdict === "failed" && $("#vmode").value) body.mode = $("#vmode").value;
-      return [await api(`/v1/alerts/${btn.dataset.id}/verdict`, { method: "POST", json: body }),
-        `alert ${btn.dataset.id}: ${verdict.replace("_", " ")}`];
-    }
+    const done = await alertAct(btn);
+    if (done) return done;
     if (btn.dataset.do === "silence") {
       const res = await api("/v1/silences", { method: "POST", json: {
         matchers: [`entity=${btn.dataset.entity}`], comment,
@@ -337,6 +513,74 @@ pages.alerts = {
     return null;
   },
 };
+
+// One alert: what Alertmanager's generatorURL opens (#/alert/{id}).
+pages.alert = {
+  shell(id) {
+    return `<section><h2>Alert ${esc(id)}</h2><div id="alerthead" class="summary"></div>
+      <div class="controls"><label>Comment <input id="comment" value="seen from the console"
+        size="28"></label><span id="alertbuttons"></span></div><div id="flash" class="flash"></div>
+      <div id="alertbody"></div></section>`;
+  },
+  async refresh(id) {
+    const res = await api(`/v1/alerts/${encodeURIComponent(id)}`);
+    if (!res.ok) return problem(res);
+    const a = res.body;
+    const groups = Array.isArray(a.deliveries) ? undefined : await groupsByAlert();
+    const chosen = keepChoices();
+    $("#alerthead").innerHTML = `<span class="alertname">${esc(a.alertname)}</span>
+      <span>${entityName(a)}</span> · ${levelBadge(a.level, quietNote(a, groups))} · risk
+      <b class="arisk">${fmtRisk(a.risk)}</b> · <span class="astate">${esc(a.state)}</span> ·
+      since ${esc(fmtTime(a.started_at))}${a.resolved_at ? ` · resolved ${esc(fmtTime(a.resolved_at))}`
+        : ""}${a.peak_level > a.level ? ` · peak ${levelBadge(a.peak_level)}` : ""}
+      ${a.acked_by ? ` · acked by ${esc(a.acked_by)} ${esc(fmtTime(a.acked_at))}` : ""}`;
+    const ds = deliveriesOf(a, groups);
+    const am = a.alertmanager || [];
+    const ex = a.explanation || [];
+    $("#alertbody").innerHTML = `
+      <h3>Why</h3>${ex.length ? `<table class="list why"><thead><tr><th>rule</th><th>signal</th>
+        <th>value</th><th>threshold</th><th>risk</th><th></th></tr></thead><tbody>${ex.map(e => `<tr
+        class="${e.hard ? "hardrow" : ""}"><td><b>${esc(e.rule)}</b></td><td>${esc(e.signal)}</td>
+        <td class="num">${e.value === null ? "–" : esc(Number(e.value).toPrecision(3))}</td>
+        <td class="num">${e.threshold === null ? "–" : esc(Number(e.threshold).toPrecision(3))}</td>
+        <td class="num">${fmtRisk(e.risk)}</td><td>${e.hard ? "hard fault" : ""}</td></tr>`).join("")}
+        </tbody></table>` : `<p class="reason">${alertReason(a) || '<span class="muted">no signals</span>'}</p>`}
+      <h3>Delivery</h3>${ds.length ? `<table class="list deliveries"><thead><tr><th>receiver</th>
+        <th>state</th><th>detail</th><th>level sent</th><th>sent</th><th>failed</th></tr></thead>
+        <tbody>${ds.map(d => `<tr class="d-${esc(d.state)}" data-receiver="${esc(d.receiver)}"
+        data-state="${esc(d.state)}"><td>${esc(d.receiver)}</td><td><b>${esc(d.state)}</b></td>
+        <td>${esc(deliveryWhy(d))}</td><td>${esc(d.level_sent ?? "–")}</td>
+        <td>${esc(fmtTime(d.sent_at))}</td><td>${esc(fmtTime(d.failed_at))}</td></tr>`).join("")}
+        </tbody></table>` : `<p class="muted">${groups === null ? "notification is off"
+          : "no receiver has a record of it"}</p>`}
+      <h3>Alertmanager</h3>${am.length ? `<table class="list amtable"><thead><tr><th>receiver</th>
+        <th>Alertmanager</th><th>state</th><th>silenced by</th><th>inhibited by</th>
+        <th>read back</th></tr></thead><tbody>${am.map(m => `<tr data-am="${esc(m.receiver)}"
+        data-state="${esc(m.state)}"><td>${esc(m.receiver)}</td><td>${esc(m.url)}</td>
+        <td><b>${esc(m.state)}</b></td><td>${esc((m.silenced_by || []).join(", ") || "–")}</td>
+        <td>${esc((m.inhibited_by || []).join(", ") || "–")}</td><td>${esc(fmtTime(m.checked_at))}</td>
+        </tr>`).join("")}</tbody></table>`
+        : `<p class="muted">no Alertmanager has been asked about it</p>`}
+      <h3>Labels</h3><div class="labels">${Object.entries(a.labels || {}).map(([k, v]) =>
+        `<span class="label"><b>${esc(k)}</b>=${esc(v)}</span>`).join("")}</div>
+      ${(a.history || []).length ? `<h3>Level changes</h3><table class="list history"><thead><tr>
+        <th>at</th><th>from</th><th>to</th><th>risk</th></tr></thead><tbody>${a.history.map(h => `<tr>
+        <td>${esc(fmtTime(h.at))}</td><td>${levelBadge(h.old_level)}</td><td>${levelBadge(h.new_level)}</td>
+        <td class="num">${fmtRisk(h.risk)}</td></tr>`).join("")}</tbody></table>` : ""}
+      <h3>Verdict</h3><p class="verdict">${verdictText(a.verdict) || '<span class="muted">none yet</span>'}</p>`;
+    $("#alertbuttons").innerHTML = `${a.state === "firing" && !a.acked_by
+      ? `<button data-do="ack" data-id="${a.id}">Ack</button>` : ""} ${verdictPicker(a.id)}`;
+    restoreChoices(chosen);
+    return null;
+  },
+  act: alertAct,
+};
+function deliveryWhy(d) {
+  if (d.state === "muted" || d.state === "held" || d.state === "pending") return d.why || "";
+  if (d.state === "silenced") return d.silence_id || d.why || "";
+  if (d.state === "failed") return d.error || d.why || "";
+  return d.why || "";
+}
 
 pages.actions = {
   shell() {
