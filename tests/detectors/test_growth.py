@@ -1,6 +1,7 @@
 """When, not only whether: growth rules extrapolate to a time to failure, take their level
-from it (beyond a day watch, within a day warning, within the hour critical), and the estimate
-travels with the finding through entity joins and forgetting and into the API's window."""
+from it (beyond a day watch, within a day warning, critical when the whole window lies within
+the hour), and the estimate travels with the finding through entity joins and forgetting and
+into the API's window."""
 
 from __future__ import annotations
 
@@ -87,7 +88,10 @@ def test_a_new_stream_is_fitted_from_its_first_errors() -> None:
 
 
 @pytest.mark.parametrize(("ttf", "risk"), [
-    (math.nan, D.watch_risk), (72.0, D.watch_risk), (24.0, D.warn_risk), (1.0, D.crit_risk),
+    (math.nan, D.watch_risk), (72.0, D.watch_risk), (24.0, D.warn_risk),
+    # Critical only when the whole window (half to twice the estimate) lies within the hour:
+    # an estimate of an hour reads "0.5-2 h", and the issue's "3-13 h" page was a warning.
+    (0.5, D.crit_risk), (0.51, D.warn_risk), (1.0, D.warn_risk), (6.5, D.warn_risk),
 ])
 def test_levels_follow_the_predicted_time(ttf: float, risk: float) -> None:
     got = level_risk(np.array([True, False]), np.array([ttf, ttf]), G, D.watch_risk,
@@ -196,6 +200,7 @@ def test_the_fitted_days_rule_holds_only_on_the_rules_it_names() -> None:
 
 def test_the_explanation_says_when() -> None:
     assert when_text(10.0) == "failure expected in 5-20 h"
+    assert when_text(0.5).endswith("-1 h")  # the slowest estimate that may page
     assert when_text(72.0) == "failure expected in 1.5-6 days"
     assert growth_per_day(math.log1p(0.15) / 24) == pytest.approx(15.0)
 
