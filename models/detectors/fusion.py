@@ -63,8 +63,8 @@ def fuse(findings: list[Finding], sizes: dict[Scope, int]) -> dict[Scope, ScopeR
             if f.source == "model":
                 np.maximum(model, f.risk, out=model)
             else:
-                held = pieces.get(f.evidence)
-                pieces[f.evidence] = f.risk.copy() if held is None else np.maximum(held, f.risk)
+                held = pieces.get(f.evidence)  # never written in place: no copy needed
+                pieces[f.evidence] = f.risk if held is None else np.maximum(held, f.risk)
             if f.hard:
                 hard |= f.risk >= 0.999  # only a full-certainty hard rule skips the wait
         rules = combined(list(pieces.values()), n)
