@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import Scope
+from models.detectors.evidence import GPU_TEMP, HBM_ECC, IB_BER, MEM_TEMP, NVLINK_ERRORS
 from models.detectors.findings import F64, Finding, kept
 from models.detectors.growth import GrowthConfig, assess, level_risk
 from models.detectors.view import (
@@ -319,7 +320,8 @@ class DynamicThresholds:
         risk = np.where(held >= c.hbm_temp_hold_s, np.float32(c.hbm_temp_risk), np.float32(0))
         return Finding("hbm_temp_sustained", Scope.GPU, risk.astype(np.float32), held / HOUR,
                        c.hbm_temp_hold_s / HOUR,
-                       f"hours with HBM temperature above {c.hbm_temp_c:g} degC")
+                       f"hours with HBM temperature above {c.hbm_temp_c:g} degC",
+                       evidence=MEM_TEMP)
 
     def _sbe_hours(self, g: ScopeView, seconds: float) -> F64:
         vol = recent_sum(g, "ecc_sbe_volatile", seconds)
@@ -359,15 +361,16 @@ class DynamicThresholds:
         return [
             Finding("sbe_growth", Scope.GPU, risk, short,
                     c.sbe_factor, "correctable ECC errors in the last hour (vs x baseline)",
-                    ttf_h=ttf, growth=rate, mode="M1_hbm"),
+                    ttf_h=ttf, growth=rate, mode="M1_hbm", evidence=HBM_ECC),
             # A second remap is evidence beyond one benign remap (docs/simulator.md, `benign`),
             # whose pending flag already shows in the hard rules. Remaps and correctable errors
-            # come from one failing memory: the remaps' time is the errors' growth.
+            # come from one failing memory: the remaps' time is the errors' growth, and so they
+            # are one piece of evidence with them (fusion counts it once).
             Finding("remap_step", Scope.GPU, self._level(remapped, ttf, None, days, "remap_step"),
                     remaps,
                     c.remap_min,
                     f"rows remapped in the last {c.remap_window_s / HOUR:g} h",
-                    ttf_h=ttf, growth=rate, mode="M1_hbm"),
+                    ttf_h=ttf, growth=rate, mode="M1_hbm", evidence=HBM_ECC),
         ]
 
     def _level(self, fires: B, ttf: F64, recurs: B | None = None, days: B | None = None,
@@ -446,7 +449,8 @@ class DynamicThresholds:
                                 np.where(drift >= c.peer_watch_c, c.watch_risk, 0.0))
             out.append(Finding(f"peer_{metric}", Scope.GPU, risk.astype(np.float32), drift,
                                c.peer_watch_c,
-                               f"{metric} above the node median beyond its usual offset, degC"))
+                               f"{metric} above the node median beyond its usual offset, degC",
+                               evidence=GPU_TEMP if metric == "gpu_temp" else MEM_TEMP))
         return out
 
     # ---- InfiniBand -----------------------------------------------------------------------------
@@ -472,15 +476,16 @@ class DynamicThresholds:
             self._history(ib, ("ib_ber",)), c.ber_floor))
         return [
             Finding("ib_ber", Scope.IB_PORT, over.astype(np.float32), ber, c.ber_limit,
-                    "bit-error rate over the last hour (with link flaps: critical)",
-                    ttf_h=ttf, growth=rate, mode="M4_ib_link"),
+                    "bit-error rate over the last hour (higher with link flaps)",
+                    ttf_h=ttf, growth=rate, mode="M4_ib_link", evidence=IB_BER),
             Finding("ib_ber_step", Scope.IB_PORT, self._level(step, ttf, None, days, "ib_ber_step"),
                     ber / base,
                     c.ber_step, "bit-error rate over the port's own baseline",
-                    ttf_h=ttf, growth=rate, mode="M4_ib_link"),
+                    ttf_h=ttf, growth=rate, mode="M4_ib_link", evidence=IB_BER),
             Finding("ib_flaps", Scope.IB_PORT,
                     np.where(flaps > 0, np.float32(c.watch_risk - 0.05), np.float32(0)), flaps,
-                    1.0, "link error recoveries and link-downed events in the last hour"),
+                    1.0, "link error recoveries and link-downed events in the last hour",
+                    evidence=IB_BER),
         ]
 
     # ---- NVLink -------------------------------------------------------------------------------
@@ -512,7 +517,7 @@ class DynamicThresholds:
         return [Finding("nvlink_errors", Scope.NVLINK, self._level(fires, ttf, recurs, days,
                                                                      "nvlink_errors"), errs,
                         c.nvl_min_errors, "NVLink CRC and replay errors in the last hour",
-                        ttf_h=ttf, growth=rate, mode="M3_nvlink")]
+                        ttf_h=ttf, growth=rate, mode="M3_nvlink", evidence=NVLINK_ERRORS)]
 
     def _nvl_growth(self, nvl: ScopeView) -> tuple[F64, F64, B | None]:
         hours = self.c.growth.block_h * self.c.growth.blocks

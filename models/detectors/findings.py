@@ -42,6 +42,10 @@ class Finding:
     ttf_h: F64 | None = None
     growth: F64 | None = None
     mode: str | None = None
+    # The evidence this finding is a reading of (fusion.py): rules that read one error stream
+    # or share one growth fit name the same key, and fusion counts them once (keys in
+    # models/detectors/evidence.py). Left empty, the rule is its own evidence.
+    evidence: str = ""
 
     def signal_of(self, slot: int) -> str:
         text = self.signal if self.details is None else self.details.get(slot, self.signal)
@@ -60,6 +64,8 @@ class Finding:
         return t if math.isfinite(t) else None
 
     def __post_init__(self) -> None:
+        if not self.evidence:
+            self.evidence = self.rule
         for name, a in (("value", self.value), ("ttf_h", self.ttf_h), ("growth", self.growth)):
             if a is not None and a.shape != self.risk.shape:
                 raise ValueError(f"{self.rule}: risk and {name} shapes differ")
@@ -80,7 +86,7 @@ class Finding:
             {i: d for i, d in self.details.items() if i < n}
         return Finding(self.rule, self.scope, risk, value, self.threshold, self.signal,
                        self.hard, self.source, details, _fit(self.ttf_h, n),
-                       _fit(self.growth, n), self.mode)
+                       _fit(self.growth, n), self.mode, self.evidence)
 
     def kept(self, keep: npt.NDArray[np.intp]) -> Finding:
         """This finding after the window store forgot entities (see Forgets)."""
@@ -91,7 +97,8 @@ class Finding:
         return Finding(self.rule, self.scope, self.risk[keep], self.value[keep],
                        self.threshold, self.signal, self.hard, self.source, details,
                        None if self.ttf_h is None else self.ttf_h[keep],
-                       None if self.growth is None else self.growth[keep], self.mode)
+                       None if self.growth is None else self.growth[keep], self.mode,
+                       self.evidence)
 
 
 def _fit(a: F64 | None, n: int) -> F64 | None:

@@ -42,6 +42,9 @@ F64 = npt.NDArray[np.float64]
 ANCHOR_GROWTH_PER_DAY = 0.15
 ANCHOR_TTF_H = 72.0
 FAIL_EFOLDS = ANCHOR_TTF_H * math.log1p(ANCHOR_GROWTH_PER_DAY) / 24.0
+# A point estimate is read as the window from 1/WINDOW_FACTOR to WINDOW_FACTOR times it
+# (`window_of`, design choice: the factor the seed's one anchor leaves open).
+WINDOW_FACTOR = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +60,10 @@ class GrowthConfig:
     # (tests/detectors/test_growth.py measures it); one standard error gave 17 % and 4 %.
     z: float = 2.0
     fail_efolds: float = FAIL_EFOLDS
-    # Levels follow the predicted time (issue 16): beyond a day watch, within a day warning,
-    # within the hour critical.
+    # Levels follow the predicted time (issue 16): beyond a day watch, within a day warning
+    # (the point estimate), critical only when the whole window the explanation gives
+    # (`window_of`: up to twice the estimate) lies within the hour. A page wakes a person and
+    # drains a node: a "3-13 h" estimate is a warning however fast the growth.
     warn_within_h: float = 24.0
     crit_within_h: float = 1.0
 
@@ -152,8 +157,9 @@ def level_risk(fires: npt.NDArray[np.bool_], ttf_h: F64, c: GrowthConfig, watch:
                follow_ttf: bool = True,
                days: npt.NDArray[np.bool_] | None = None) -> npt.NDArray[np.float32]:
     """A rule that fires is at watch. Two routes raise it:
-    (a) a time estimate exists: the level follows it, warning within a day, critical within
-        the hour; an estimate of days keeps it at watch;
+    (a) a time estimate exists: the level follows it, warning within a day, critical when its
+        window's upper bound (`window_of`) is within the hour; an estimate of days keeps it
+        at watch;
     (b) no estimate (too little history since the first errors, or too noisy a stream):
         the rule's own recurrence test (`recurs`) decides warning, as before levels had a time;
         except where `days` (see `settled`) says the fit reads as days: that stays at watch.
@@ -168,7 +174,7 @@ def level_risk(fires: npt.NDArray[np.bool_], ttf_h: F64, c: GrowthConfig, watch:
         risk = np.where(fires, watch, 0.0)
         risk = np.where(fires & ~known & rec, warn, risk)
         risk = np.where(fires & known & (ttf_h <= c.warn_within_h), warn, risk)
-        risk = np.where(fires & known & (ttf_h <= c.crit_within_h), crit, risk)
+        risk = np.where(fires & known & (ttf_h * WINDOW_FACTOR <= c.crit_within_h), crit, risk)
     return risk.astype(np.float32)
 
 
@@ -181,7 +187,7 @@ def when_text(ttf_h: float) -> str:
 
 def window_of(ttf_h: float) -> tuple[float, float]:
     """(after_h, within_h) around a point estimate: half to twice it."""
-    return ttf_h / 2.0, ttf_h * 2.0
+    return ttf_h / WINDOW_FACTOR, ttf_h * WINDOW_FACTOR
 
 
 def _span(lo: float, hi: float) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collectors.catalog import Scope
+from models.detectors.evidence import GPU_TEMP, HBM_ECC
 from models.detectors.findings import F64, Finding, fired, sustained
 from models.detectors.view import FleetView, ScopeView
 from models.detectors.xid import xid_risk
@@ -62,15 +63,22 @@ class HardRules:
         retired = g.latest("retired_pages_sbe") + np.nan_to_num(g.latest("retired_pages_dbe"))
         return [
             Finding("dbe", Scope.GPU, fired(dbe, 1, 1.0), dbe, 1,
-                    "uncorrectable ECC errors since the driver loaded", hard=True),
+                    "uncorrectable ECC errors since the driver loaded", hard=True,
+                    evidence=HBM_ECC),
             Finding("remap_failure", Scope.GPU, fired(fail, 1, 1.0), fail, 1,
-                    "row-remap failure flag (spare rows exhausted)", hard=True),
+                    "row-remap failure flag (spare rows exhausted)", hard=True,
+                    evidence=HBM_ECC),
+            # The pending flag is left by the same memory's remaps: one piece of evidence with
+            # them and the correctable errors behind them (fusion counts it once).
             Finding("remap_pending", Scope.GPU, fired(pend, 1, c.pending_risk), pend, 1,
-                    "row remap or page retirement pending a GPU reset", hard=False),
+                    "row remap or page retirement pending a GPU reset", hard=False,
+                    evidence=HBM_ECC),
             Finding("retired_pages_limit", Scope.GPU, fired(retired, c.retired_hard, 1.0),
-                    retired, c.retired_hard, "retired pages (DCGM limit)", hard=True),
+                    retired, c.retired_hard, "retired pages (DCGM limit)", hard=True,
+                    evidence=HBM_ECC),
             Finding("retired_pages_soft", Scope.GPU, fired(retired, c.retired_soft, 0.45),
-                    retired, c.retired_soft, "retired pages (DCGM soft limit)"),
+                    retired, c.retired_soft, "retired pages (DCGM soft limit)",
+                    evidence=HBM_ECC),
         ]
 
     def _thermal(self, g: ScopeView) -> list[Finding]:
@@ -88,9 +96,10 @@ class HardRules:
             Finding("thermal_slowdown", Scope.GPU, fired(val, 1, 0.7), g.latest("gpu_temp"),
                     float(np.nanmedian(slow)) if np.isfinite(slow).any() else math.nan,
                     f"GPU at its slowdown temperature or thermally throttled for "
-                    f"{self.c.thermal_hold_s:g}s"),
+                    f"{self.c.thermal_hold_s:g}s", evidence=GPU_TEMP),
             Finding("near_shutdown", Scope.GPU, fired(-margin, -2.0, 1.0), margin, 2.0,
-                    "degrees below the GPU shutdown temperature", hard=True),
+                    "degrees below the GPU shutdown temperature", hard=True,
+                    evidence=GPU_TEMP),
         ]
 
     def _pcie(self, g: ScopeView) -> Finding:

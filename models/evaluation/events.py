@@ -22,6 +22,7 @@ prediction.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,9 @@ class AlertRecord:
     level: int
     prev: int = 0
     rule: str = ""  # the strongest signal behind the escalation, for false-alarm breakdowns
+    # That signal's own risk: below the level's enter threshold, the escalation rode on a
+    # combination of signals (NaN: not recorded).
+    strength: float = math.nan
 
     def crosses(self, level: int) -> bool:
         return self.prev < level <= self.level

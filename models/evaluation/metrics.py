@@ -26,6 +26,9 @@ from models.evaluation.events import Failure, Trap
 from models.evaluation.matching import HOUR, ViewMatch
 
 Scores = dict[str, Any]
+# The entity families an alert is raised on (a node's or the fleet's derived alerts predict no
+# failure and are not scored).
+FAMILIES = ("gpu", "nvlink", "ib_port")
 
 
 def ratio(a: float, b: float) -> float | None:
@@ -81,6 +84,7 @@ def view_scores(m: ViewMatch, failures: Sequence[Failure], node_days: float,
         "recall_observable": ratio(sum(i in m.first_alert for i in obs), len(obs)),
         "recall_all": ratio(len(hit), len(idx)), "f1": f1(prec, r_pre),
         "fa_per_1000_node_days": ratio(1000.0 * len(fas), node_days),
+        "fa_per_1000_node_days_by_family": _per_family(fas, node_days),
         "lead": lead_stats(leads),
         "lead_precursor": lead_stats([failures[i].time - m.first_alert[i] for i in hit
                                       if failures[i].precursor]),
@@ -88,6 +92,25 @@ def view_scores(m: ViewMatch, failures: Sequence[Failure], node_days: float,
         "false_alarms_by_rule": dict(Counter(a.rule or "?" for a in fas).most_common()),
         "by_mode": _by_mode(m, failures, idx, by_scope),
     }
+
+
+def _per_family(fas: Sequence[Any], node_days: float) -> Scores:
+    """False alarms per 1,000 node-days per entity family, every family present (0 where it
+    raised none), so that the mean over seeds counts the seeds without any."""
+    n = Counter(a.scope.value for a in fas)
+    return {fam: ratio(1000.0 * n[fam], node_days) for fam in FAMILIES}
+
+
+def combined_pages(alerts: Sequence[Any], enter: float, level: int = 3) -> Scores:
+    """Escalations to `level` whose strongest single signal was below the level's enter
+    threshold: pages that rode on a combination of signals rather than on one that supports
+    the level alone (issue 28: no page from two signals of one error stream). Escalations
+    without a recorded strength are not judged."""
+    pages = [a for a in alerts if a.crosses(level)]
+    judged = [a for a in pages if np.isfinite(a.strength)]
+    weak = [a for a in judged if a.strength < enter]
+    return {"pages": len(pages), "judged": len(judged), "combined": len(weak),
+            "by_rule": dict(Counter(a.rule or "?" for a in weak).most_common())}
 
 
 def _by_scope(failures: Sequence[Failure], hit: list[int], fas: Sequence[Any]) -> Scores:

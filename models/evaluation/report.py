@@ -12,8 +12,10 @@ from typing import Any
 
 from models.evaluation.aggregate import mean_of
 from models.evaluation.jobmodel import CLAIM_SHARE
+from models.evaluation.metrics import FAMILIES
 
 Scores = dict[str, Any]
+FAMILY_TITLES = ("GPU", "NVLink", "IB port")  # metrics.FAMILIES in words
 VIEW_TITLES = {"watch": "watch (level >= 1), [5 min, 7 d]",
                "warning": "warning (level >= 2), [5 min, 24 h]",
                "critical": "critical (level 3), [0, 1 h]", "any": "any level, [0, 7 d]"}
@@ -105,6 +107,8 @@ def render(result: Scores, plots: Mapping[str, str] | None = None, title: str = 
         _rows(dets, lambda d: [cell(get(res[d], "views", v, "fa_per_1000_node_days"))
                                for v in ("watch", "warning", "critical")]
               + [_causes(get(res[d], "views", "watch", "false_alarms_by_rule"))])))
+    lines += section("Critical (level 3) false alarms per 1,000 node-days per family",
+                     _critical(res, dets))
     traps = sorted({t for d in dets for t in (get(res[d], "traps", "1") or {})})
     lines += section("Benign traps that raised an alert (level >= 1, span + 1 h)", table(
         ["Trap", "n", *dets],
@@ -143,6 +147,24 @@ def render(result: Scores, plots: Mapping[str, str] | None = None, title: str = 
     for name, path in (plots or {}).items():
         lines += [f"![{name}]({path})", ""]
     return "\n".join(lines)
+
+
+def _critical(res: Mapping[str, Scores], dets: Sequence[str]) -> list[str]:
+    """Per detector: critical false alarms per 1,000 node-days on each entity family and in
+    all, their main causes (the strongest signal of each), and the pages that rode on a
+    combination of signals none of which supported a page alone (issue 28)."""
+    def row(d: str) -> list[str]:
+        crit = get(res[d], "views", "critical")
+        fams = [cell(get(crit, "fa_per_1000_node_days_by_family", f)) for f in FAMILIES]
+        combined = get(res[d], "combined_pages")
+        judged = mean_of(get(combined, "judged"))
+        pages = "–" if not judged else (f"{cell(get(combined, 'combined'), 1)} of "
+                                        f"{cell(get(combined, 'judged'), 1)}")
+        return [*fams, cell(get(crit, "fa_per_1000_node_days")),
+                _causes(get(crit, "false_alarms_by_rule")), pages]
+
+    return table(["Detector", *FAMILY_TITLES, "all", "main causes (per seed)",
+                  "pages on combined signals"], _rows(dets, row))
 
 
 def _causes(counts: Any, top: int = 3) -> str:

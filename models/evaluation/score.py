@@ -25,7 +25,13 @@ from models.evaluation.matching import (
     match,
     trap_hits,
 )
-from models.evaluation.metrics import Scores, delay_stats, trap_shares, view_scores
+from models.evaluation.metrics import (
+    Scores,
+    combined_pages,
+    delay_stats,
+    trap_shares,
+    view_scores,
+)
 from models.evaluation.riskscore import DailyMax, Samples, build_samples, pr_auc_table
 
 LEVELS = (1, 2, 3)
@@ -37,6 +43,9 @@ class EvalConfig:
     grace_s: float = GRACE_S
     trap_margin_s: float = HOUR
     pr_horizon_s: float = DAY
+    # The alert policy's level-3 enter threshold (service.stages.alert_machine.AlertPolicy):
+    # a page whose strongest signal was below it rode on a combination (combined_pages).
+    page_enter: float = 0.9
     job: JobModel = field(default_factory=JobModel)
 
     def views(self) -> tuple[View, ...]:
@@ -104,6 +113,7 @@ def score_run(truth: Truth, data: RunData, exp: Exposure,
         delays[str(level)] = delay_stats(
             failures, detection_delays(alerts, failures, level, cfg.grace_s))
     out: Scores = {"views": views, "halves": split, "traps": traps, "delay": delays,
+                   "combined_pages": combined_pages(alerts, cfg.page_enter),
                    "operational": operational(cfg.job, alerts, failures,
                                               exp.gpus * exp.days * 24, cfg.grace_s, index)}
     samples = None

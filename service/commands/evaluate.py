@@ -220,7 +220,8 @@ class Evaluator:
                 if t.new > t.old and not t.derived:
                     why = res.risk.scopes[t.scope].explain(t.slot)
                     d.alerts.append(AlertRecord(t.at, t.entity, t.scope, t.node, t.new, t.old,
-                                                why[0].rule if why else ""))
+                                                why[0].rule if why else "",
+                                                why[0].risk if why else float("nan")))
             assert d.daily is not None
             sc = res.risk.scopes
             d.daily.update(r.now, {"gpu": sc[Scope.GPU].risk, "nvlink": sc[Scope.NVLINK].risk,

@@ -279,7 +279,7 @@ def ib_fleet() -> FakeFleet:
 @pytest.mark.parametrize(("ber", "flap", "risk"), [
     (D.ber_limit * 1.01, 0.0, D.warn_risk),
     (D.ber_limit * 0.99, 0.0, 0.0),
-    (D.ber_limit * 1.01, 1.0, 0.8),  # with link flaps: critical
+    (D.ber_limit * 1.01, 1.0, 0.8),  # with link flaps: a drain, not a page
     (D.ber_limit * 0.99, 1.0, 0.0),
 ])
 def test_ib_ber(ber: float, flap: float, risk: float) -> None:

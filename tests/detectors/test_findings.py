@@ -10,7 +10,7 @@ import pytest
 
 from collectors.catalog import Scope
 from models.detectors.findings import Finding, fired, sustained
-from models.detectors.fusion import AGREE_CAP, fuse
+from models.detectors.fusion import AGREE_CAP, COMBINED_CAP, fuse
 from models.detectors.xid import (
     CRITICAL,
     CRITICAL_RISK,
@@ -56,21 +56,37 @@ def test_xid_classes(codes: frozenset[int], risk: float) -> None:
     assert {xid_risk(c) for c in codes} == {risk}
 
 
-def f(risk: float, hard: bool = False, source: str = "rule") -> Finding:
-    return Finding("r", Scope.GPU, np.array([risk], np.float32), np.array([0.0]), 0.0, "s",
-                   hard=hard, source=source)
+def f(risk: float, hard: bool = False, source: str = "rule", rule: str = "r",
+      evidence: str = "") -> Finding:
+    return Finding(rule, Scope.GPU, np.array([risk], np.float32), np.array([0.0]), 0.0, "s",
+                   hard=hard, source=source, evidence=evidence)
 
 
 @pytest.mark.parametrize(("findings", "risk", "hard"), [
-    ([f(0.5), f(0.5)], 0.75, False),  # noisy-OR of independent rules
+    ([f(0.5, rule="a"), f(0.5, rule="b")], 0.75, False),  # noisy-OR of independent rules
+    ([f(0.5, rule="a", evidence="e"), f(0.5, rule="b", evidence="e")], 0.5, False),  # one piece
+    ([f(0.5), f(0.5)], 0.5, False),  # one rule is one piece of evidence
+    ([f(0.65, rule="a"), f(0.65, rule="b"), f(0.65, rule="c")], COMBINED_CAP, False),
+    ([f(0.95, rule="a"), f(0.65, rule="b")], 0.95, False),  # the strongest piece stands
+    ([f(0.88, rule="a"), f(0.65, rule="b")], 0.88, False),  # ... but is not lifted to a page
     ([f(0.8, source="model"), f(0.8)], AGREE_CAP, False),  # agreement caps below a page
     ([f(0.95, source="model"), f(0.1)], 0.95, False),  # one sure opinion stands alone
+    # A model's modes are one opinion: two horizons' caps do not add up to a page.
+    ([f(0.85, source="model", rule="m1"), f(0.85, source="model", rule="m2")], 0.85, False),
     ([f(1.0, hard=True)], 1.0, True),  # a full-certainty hard rule skips the wait
     ([f(0.99, hard=True)], 0.99, False),  # below certainty it waits like any other
+    ([f(1.0, hard=True, rule="a", evidence="e"), f(0.3, rule="b", evidence="e")], 1.0, True),
 ])
 def test_fusion(findings: list[Finding], risk: float, hard: bool) -> None:
     got = fuse(findings, {Scope.GPU: 1})[Scope.GPU]
     assert got.risk[0] == pytest.approx(risk) and bool(got.hard[0]) is hard
+
+
+def test_the_evidence_key_defaults_to_the_rule_and_travels() -> None:
+    plain, keyed = f(0.5, rule="a"), f(0.5, rule="b", evidence="e")
+    assert plain.evidence == "a" and keyed.evidence == "e"
+    assert keyed.fitted(3).evidence == "e"
+    assert keyed.kept(np.array([0], np.intp)).evidence == "e"
 
 
 def test_the_fake_fleet_has_the_stores_default_layout() -> None:

@@ -8,8 +8,16 @@ import pytest
 from collectors.catalog import Scope
 from models.evaluation.events import AlertRecord, Failure
 from models.evaluation.matching import DAY, HOUR, MINUTE, default_views, match
-from models.evaluation.metrics import delay_stats, lead_stats, trap_shares, view_scores
+from models.evaluation.metrics import (
+    combined_pages,
+    delay_stats,
+    lead_stats,
+    trap_shares,
+    view_scores,
+)
 from models.evaluation.riskscore import average_precision
+from models.evaluation.score import EvalConfig
+from service.stages.alert_machine import AlertPolicy
 
 T0 = 1_735_689_600.0
 WATCH = default_views()[0]
@@ -120,3 +128,28 @@ def test_trap_shares_and_delay_stats() -> None:
     d = delay_stats(failures, {0: 30.0, 2: 5.0})
     assert d["failures"] == 2 and d["detected"] == 1 and d["median_s"] == 30.0
     assert d["within_60s"] == 0.5
+
+
+def test_critical_false_alarms_per_family_and_pages_on_combined_signals() -> None:
+    """Issue 28: the critical view's false alarms per family (every family present, so a
+    seed without any counts as 0 in the mean), and the pages whose strongest signal alone
+    would not have paged."""
+    t = T0 + 10 * DAY
+    failures = [Failure(t, gpu(0), Scope.GPU, "n0", "M1_hbm", t - DAY)]
+    link = "n1:gpu0:nvlink0"
+    alerts = [
+        AlertRecord(t - 30 * MINUTE, gpu(0), Scope.GPU, "n0", 3, 2, "dbe", 1.0),  # a hit
+        AlertRecord(t - 5 * HOUR, gpu(1), Scope.GPU, "n0", 3, 2, "sbe_growth", 0.65),
+        AlertRecord(t - 3 * DAY, link, Scope.NVLINK, "n1", 3, 0, "nvlink_down", 1.0),
+        AlertRecord(t - 4 * DAY, gpu(2), Scope.GPU, "n0", 3, 1, "xid"),  # strength unknown
+        AlertRecord(t - 2 * DAY, gpu(3), Scope.GPU, "n0", 2, 0, "sbe_growth", 0.65),  # warning
+    ]
+    s = view_scores(match(alerts, failures, default_views()[2]), failures, node_days=500.0)
+    assert s["fa_per_1000_node_days"] == 6.0
+    assert s["fa_per_1000_node_days_by_family"] == {"gpu": 4.0, "nvlink": 2.0, "ib_port": 0.0}
+    got = combined_pages(alerts, enter=0.9)
+    assert got == {"pages": 4, "judged": 3, "combined": 1, "by_rule": {"sbe_growth": 1}}
+
+
+def test_the_page_threshold_is_the_alert_policys() -> None:
+    assert EvalConfig().page_enter == AlertPolicy().enter[2]
