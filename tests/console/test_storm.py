@@ -286,8 +286,11 @@ def test_one_alerts_page_has_its_deliveries_labels_and_ack(
                      "the ack on the alert's page")
     assert storm.get(f"/v1/alerts/{dbe['id']}")["acked_by"] == "console-operate"
     storm_alert = firing["FleetStorm fleet"]
+    # Only the hash changes, so the last alert's page is still there until this one renders:
+    # wait for this alert's head, not for any alert page.
     open_page(browser, storm.url + f"/#/alert/{storm_alert['id']}",
-              "document.querySelector('#alertbody h3')", "the storm's page")
+              "document.querySelector('#alertbody h3') && document.querySelector('#alerthead')"
+              ".innerText.includes('FleetStorm')", "the storm's page")
     head = browser.eval("document.querySelector('#alerthead').innerText")
     assert "FleetStorm" in head and "fleet" in head and "*leet" not in head
     am = browser.eval("[...document.querySelectorAll('table.amtable tr[data-am]')]"
