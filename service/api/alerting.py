@@ -39,7 +39,7 @@ class AckIn(BaseModel):
 class SilenceIn(BaseModel):
     matchers: list[str] = Field(min_length=1, description='e.g. ["node=n0012", "level>=2"]')
     comment: str = Field(min_length=1, max_length=1000)
-    duration_s: float | None = Field(default=None, gt=0)
+    duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     ends_at: TimeIn | None = Field(default=None, description=TIME_DOC + "; or duration_s")
     starts_at: TimeIn | None = Field(default=None, description=TIME_DOC + "; default now")
 

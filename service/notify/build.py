@@ -66,7 +66,8 @@ def build_notification(settings: NotifySettings, alerts: AlertStore, db: str | P
     inline, inside flush, which timeline tests rely on."""
     rcv = dict(receivers) if receivers is not None else build_receivers(settings, db)
     notification_log = NotificationLog(db)
-    silences = SilenceStore(db, max_s=settings.silence_max_s)
+    silences = SilenceStore(db, max_s=settings.silence_max_s,
+                            max_active=settings.silence_max_active)
     resolved = {r.name: r.send_resolved for r in settings.receivers}
     refresh = {name: r.refresh_interval_s for name, r in rcv.items() if isinstance(r, Refreshes)}
     dispatcher = Dispatcher(settings, alerts, notification_log, silences, cluster=cluster,

@@ -8,13 +8,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
-from service.notify.matchers import Matcher
+from service.notify.matchers import parse_all
 from service.notify.verdict_links import VerdictLinks
 
 
 def _check_matchers(v: list[str]) -> list[str]:
-    for m in v:
-        Matcher.parse(m)  # ValueError names the bad one
+    parse_all(v)  # ValueError names the bad one (RE2 syntax, at most MAX_MATCHERS)
     return v
 
 
@@ -108,6 +107,8 @@ class NotifySettings(BaseModel):
     rate_limits: dict[str, RateLimit] = Field(default_factory=dict)  # by receiver name
     storm: StormSettings = StormSettings()
     silence_max_s: float = Field(default=7 * 86400.0, gt=0)
+    # Silences active or pending at once: each is matched against every alert a flush sends.
+    silence_max_active: int = Field(default=1000, ge=1, le=100_000)
     # One retry policy for every receiver: exponential backoff from retry_initial_s, given up
     # after the group's interval (the next flush tries again; the log says nothing was sent).
     retry_initial_s: float = Field(default=1.0, gt=0)

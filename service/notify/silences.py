@@ -1,16 +1,24 @@
 """Silences: matchers that mute notifications for a while, with an author, a comment and an
 expiry (at most `max_s` ahead, so nothing is muted forever by mistake). Persisted in the shared
-state (SQLite, or PostgreSQL shared by replicas); expiring one early keeps it for the record."""
+state (SQLite, or PostgreSQL shared by replicas); expiring one early keeps it for the record.
+
+Matching runs in the scoring tick, so its cost is bounded: matchers are RE2 with the limits of
+service.notify.matchers (at most MAX_MATCHERS per silence), and at most `max_active` silences
+are active or pending at once. A stored silence those rules refuse (written before them: a
+regex RE2 cannot run, too many matchers, an unreadable row) is loaded as invalid: listed with
+its reason, logged once, never muting anything, and it can still be expired."""
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from service.notify.matchers import Matcher, match_all, parse_all
+from service.notify.matchers import MAX_MATCHERS, Matcher, match_all, parse_all
 from service.storage.state_db import StateStore, StateTarget
 
 _SCHEMA = """
@@ -26,6 +34,9 @@ CREATE TABLE IF NOT EXISTS silences (
 );
 """
 
+log = logging.getLogger(__name__)
+MAX_TEXT = 1000  # characters of an author or a comment (the API's own limit)
+
 
 @dataclass(frozen=True, slots=True)
 class Silence:
@@ -37,6 +48,9 @@ class Silence:
     starts_at: float
     ends_at: float
     expired_by: str | None = None
+    # Set when the stored matchers are refused by today's rules: the silence mutes nothing.
+    invalid: str | None = None
+    texts: tuple[str, ...] = ()  # the matchers as stored, when invalid (at most MAX_MATCHERS)
 
     def active(self, now: float) -> bool:
         return self.starts_at <= now < self.ends_at
@@ -47,13 +61,44 @@ class Silence:
         return "active" if now >= self.starts_at else "pending"
 
     def mutes(self, labels: Mapping[str, str], now: float) -> bool:
-        return self.active(now) and match_all(self.matchers, labels)
+        return self.invalid is None and self.active(now) and match_all(self.matchers, labels)
 
     def as_dict(self, now: float) -> dict[str, Any]:
-        return {"id": self.id, "matchers": [str(m) for m in self.matchers],
+        shown = self.texts if self.invalid is not None else tuple(str(m) for m in self.matchers)
+        return {"id": self.id, "matchers": list(shown),
                 "author": self.author, "comment": self.comment, "created_at": self.created_at,
                 "starts_at": self.starts_at, "ends_at": self.ends_at,
-                "expired_by": self.expired_by, "state": self.state(now)}
+                "expired_by": self.expired_by, "state": self.state(now),
+                "invalid": self.invalid}
+
+
+def _text_ok(text: str) -> bool:
+    """Storable: valid Unicode (no lone surrogate, which no database takes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _load(row: tuple[Any, ...]) -> Silence:
+    """A stored silence; one today's matcher rules refuse comes back invalid, with its
+    reason, instead of raising (a restart must not fail on what an older release stored)."""
+    sid, raw, author, comment, created, starts, ends, expired_by = row
+    try:
+        texts = json.loads(raw)
+    except (TypeError, ValueError):
+        texts = None
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        return Silence(sid, (), author, comment, created, starts, ends, expired_by,
+                       invalid="its stored matchers are not a list of strings")
+    try:
+        matchers = parse_all(texts)
+    except ValueError as e:
+        shown = tuple(t[:200] for t in texts[:MAX_MATCHERS])
+        return Silence(sid, (), author, comment, created, starts, ends, expired_by,
+                       invalid=f"refused by today's matcher rules: {e}", texts=shown)
+    return Silence(sid, matchers, author, comment, created, starts, ends, expired_by)
 
 
 # What changes when any replica creates or expires a silence: the cache is read again when it
@@ -64,9 +109,11 @@ _REVISION = ("SELECT count(*), COALESCE(max(created_at), 0), count(expired_by), 
 
 class SilenceStore(StateStore):
     def __init__(self, target: StateTarget = ":memory:", *,
-                 max_s: float = 7 * 86400.0) -> None:
+                 max_s: float = 7 * 86400.0, max_active: int = 1000) -> None:
         super().__init__(target, _SCHEMA)
         self.max_s = max_s
+        self.max_active = max_active  # active or pending at once
+        self._logged: set[str] = set()  # invalid silences already logged
         self._cache: list[Silence] | None = None
         self._revision: tuple[object, ...] = ()
         self._checked_at: float | None = None  # the `now` of muting's last look
@@ -77,12 +124,24 @@ class SilenceStore(StateStore):
         start = now if starts_at is None else starts_at
         if not matchers:
             raise ValueError("a silence needs at least one matcher")
+        if len(matchers) > MAX_MATCHERS:
+            raise ValueError(f"a silence has at most {MAX_MATCHERS} matchers, not "
+                             f"{len(matchers)}")
         parsed = parse_all(matchers)
         if not any(m.op in ("=", "=~") and m.value not in ("", ".*", ".+") for m in parsed):
             raise ValueError("a silence needs one matcher that selects (= or =~ on a value), "
                              "so it cannot mute everything")
         if not author.strip() or not comment.strip():
             raise ValueError("a silence needs an author and a comment")
+        if len(author) > MAX_TEXT or len(comment) > MAX_TEXT:
+            raise ValueError(f"a silence's author and comment have at most {MAX_TEXT} "
+                             "characters")
+        if not _text_ok(author) or not _text_ok(comment):
+            raise ValueError("a silence's author and comment must be valid Unicode")
+        if not (math.isfinite(start) and math.isfinite(ends_at)):
+            raise ValueError("a silence starts and ends at finite times")
+        if start > now + self.max_s:
+            raise ValueError(f"a silence may start at most {self.max_s:.0f} s ahead")
         if ends_at <= start:
             raise ValueError("a silence must end after it starts")
         if ends_at - start > self.max_s:
@@ -90,6 +149,10 @@ class SilenceStore(StateStore):
         s = Silence(uuid.uuid4().hex, parsed, author.strip(), comment.strip(), now, start,
                     ends_at)
         with self._lock:
+            live = sum(1 for x in self._current(check=True) if x.ends_at > now)
+            if live >= self.max_active:
+                raise ValueError(f"{live} silences are active or pending, the most this "
+                                 f"service holds (notify.silence_max_active); expire some")
             self._db.execute("INSERT INTO silences (id, matchers, author, comment, created_at, "
                              "starts_at, ends_at, expired_by) VALUES (?,?,?,?,?,?,?,NULL)",
                              (s.id, json.dumps([str(m) for m in parsed]), s.author, s.comment,
@@ -131,8 +194,12 @@ class SilenceStore(StateStore):
             rows = self._db.execute(
                 "SELECT id, matchers, author, comment, created_at, starts_at, ends_at, "
                 "expired_by FROM silences ORDER BY created_at DESC").fetchall()
-            self._cache = [Silence(r[0], parse_all(json.loads(r[1])), r[2], r[3], r[4],
-                                   r[5], r[6], r[7]) for r in rows]
+            self._cache = [_load(tuple(r)) for r in rows]
+            for x in self._cache:
+                if x.invalid is not None and x.id not in self._logged:
+                    self._logged.add(x.id)
+                    log.warning("silence %s is ignored (it mutes nothing): %s", x.id,
+                                x.invalid)
         return self._cache
 
     def muting(self, labels: Mapping[str, str], now: float) -> list[str]:

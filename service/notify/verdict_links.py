@@ -42,7 +42,7 @@ class VerdictLinks:
         """None when the link is authentic and unexpired, else why not."""
         if not exp or not sig:
             return "the link lacks its exp or sig"
-        if not exp.isdigit() or len(exp) > 12:
+        if not (exp.isascii() and exp.isdigit()) or len(exp) > 12:  # `²` is a digit too
             return "the link's expiry is not a time"
         if not hmac.compare_digest(self.sign(alert_id, int(exp)).encode(), sig.encode()):
             return "the link's signature does not match (altered, or the secret has changed)"

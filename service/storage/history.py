@@ -113,6 +113,9 @@ class History(Protocol):
 def parse_time(text: str) -> float:
     """Epoch seconds (`1700000000`, `1700000000.5`) or RFC 3339 (`2023-11-14T22:13:20Z`)."""
     s = text.strip()
+    if not s.isascii():  # float() and fromisoformat() would read other scripts' digits
+        raise QueryError(f"time {text!r} is neither epoch seconds nor RFC 3339 "
+                         "(2023-11-14T22:13:20Z): write it in ASCII")
     try:
         ts = float(s)
     except ValueError:
