@@ -31,7 +31,8 @@ def _run(args: argparse.Namespace) -> int:
         labels[name] = value
     if "level" in labels and "severity" not in labels:
         level = labels["level"]
-        labels["severity"] = LEVEL_SEVERITY.get(int(level) if level.isdigit() else 0, "info")
+        known = level.isascii() and level.isdigit() and len(level) < 4  # not `²`, not 10**9
+        labels["severity"] = LEVEL_SEVERITY.get(int(level) if known else 0, "info")
     settings = load_settings(args.config)
     route = Route.build(settings.notify.route)
     hits: list[dict[str, Any]] = []

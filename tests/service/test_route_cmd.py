@@ -40,6 +40,7 @@ def test_route_test_follows_the_tree(config: Path, capsys: pytest.CaptureFixture
     assert _routes(config, capsys, "level=3", "scope=gpu", "node=n1") == ["ops-email", "oncall"]
     assert _routes(config, capsys, "level=3", "scope=ib_port", "node=n1") == ["ops-email"]
     assert _routes(config, capsys, "level=1", "node=n1") == ["record"]
+    assert _routes(config, capsys, "level=\u00b2", "node=n1") == ["record"]  # not a number
 
 
 def test_route_test_refuses_bad_input(config: Path, tmp_path: Path,
@@ -49,3 +50,7 @@ def test_route_test_refuses_bad_input(config: Path, tmp_path: Path,
     bad.write_text("notify:\n  route: {receiver: nobody}\n")
     assert main(["route-test", "--config", str(bad), "level=3"]) == 2
     assert "unknown receivers" in capsys.readouterr().err
+    bad.write_text("notify:\n  route: {receiver: record, routes: [{matchers: "
+                   "['alertname=~(?=Gpu).*']}]}\n")  # lookahead: RE2 cannot run it
+    assert main(["route-test", "--config", str(bad), "level=3"]) == 2
+    assert "alertname=~(?=Gpu).*" in capsys.readouterr().err

@@ -91,7 +91,7 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # `²` is a digit to isdigit, not to float
         return float(value)
     try:
         when = parsedate_to_datetime(value)
