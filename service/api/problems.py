@@ -13,6 +13,7 @@ The InfluxDB endpoints (line-protocol writes, `/query`) answer the same members 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -64,7 +65,7 @@ def install(app: FastAPI, influxdb_paths: Iterable[str] = ()) -> None:
         denied = await _authenticate_first(request)
         if denied is not None:
             return domain(request, denied)
-        errors = exc.errors()
+        errors = _json_safe(exc.errors())
         where = ", ".join(".".join(str(p) for p in e.get("loc", ())) for e in errors[:5])
         problem = RequestNotValid(f"the request is not valid: {len(errors)} error(s) at {where}",
                                   errors=errors)
@@ -78,6 +79,19 @@ def install(app: FastAPI, influxdb_paths: Iterable[str] = ()) -> None:
     app.add_exception_handler(HTTPException, http)
     app.add_exception_handler(RequestValidationError, not_valid)
     app.add_exception_handler(Exception, unexpected)
+
+
+def _json_safe(value: Any) -> Any:
+    """Field errors as JSON can carry them: a body's NaN or Infinity (which Python's JSON
+    reader takes) is echoed as the `input` of its error, and JSON has no such number, so the
+    answer itself failed (a 500 for a 422). Non-finite numbers become their text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def influx_response(exc: GpuhealthError, path: str) -> Response:

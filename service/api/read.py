@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 
 from service.api import peers
 from service.api.auth import require
+from service.api.bounded import AlertId
 from service.api.paging import PageDep
 from service.api.principals import Permission
 from service.api.problems import READ_ERRORS, problem_responses
@@ -158,7 +159,7 @@ def list_alerts(
 @router.get("/v1/alerts/{alert_id}", tags=["alerts"], dependencies=READ, response_model=AlertDetail,
             responses=problem_responses(404, description="Unknown alert") | READ_ERRORS,
             summary="One alert with its history of level changes")
-def get_alert(st: State, alert_id: int) -> AlertDetail:
+def get_alert(st: State, alert_id: AlertId) -> AlertDetail:
     alert = st.pipeline.alerts.get(alert_id)
     if alert is None:
         raise NotFound(f"alert {alert_id} does not exist")

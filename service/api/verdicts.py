@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from collectors.labels import FailureMode
 from service.api.auth import Reader
+from service.api.bounded import AlertId
 from service.api.guards import IdempotentOperate
 from service.api.idempotency import MUTATING_RESPONSES
 from service.api.paging import PageDep
@@ -68,7 +69,7 @@ def _give(st: Running, alert_id: int, verdict: str, *, actor: str, via: str,
              responses=MUTATING_RESPONSES | _UNKNOWN,
              summary="Say what an alert was: failed (with mode and time), false_alarm, "
                      "maintenance or unknown; the newest verdict's labels replace the last's")
-async def give_verdict(st: State, alert_id: int, body: VerdictIn,
+async def give_verdict(st: State, alert_id: AlertId, body: VerdictIn,
                        idem: IdempotentOperate) -> Response:
     def run() -> dict[str, Any]:
         return _give(st, alert_id, body.verdict, actor=idem.principal.name, via="api",
@@ -80,7 +81,7 @@ async def give_verdict(st: State, alert_id: int, body: VerdictIn,
 
 @router.get("/v1/alerts/{alert_id}/verdicts", tags=["alerting"], responses=_UNKNOWN,
             summary="Every verdict given on an alert, oldest first (the newest one counts)")
-def list_verdicts(st: State, who: Reader, alert_id: int) -> dict[str, Any]:
+def list_verdicts(st: State, who: Reader, alert_id: AlertId) -> dict[str, Any]:
     if st.pipeline.alerts.get(alert_id) is None:
         raise NotFound(f"alert {alert_id} does not exist")
     return {"verdicts": [verdict_out(v) for v in st.pipeline.verdicts.history(alert_id)]}
@@ -154,7 +155,7 @@ def _form(alert: Alert, exp: str, sig: str) -> str:
 
 
 @router.get("/verdict/{alert_id}", include_in_schema=False)
-def verdict_page(st: State, alert_id: int, exp: str | None = None,
+def verdict_page(st: State, alert_id: AlertId, exp: str | None = None,
                  sig: str | None = None) -> Response:
     got = _linked(st, alert_id, exp, sig)
     if isinstance(got, Response):
@@ -167,7 +168,7 @@ def verdict_page(st: State, alert_id: int, exp: str | None = None,
 
 
 @router.post("/verdict/{alert_id}", include_in_schema=False)
-async def verdict_form(st: State, alert_id: int, request: Request) -> Response:
+async def verdict_form(st: State, alert_id: AlertId, request: Request) -> Response:
     body = b""
     async for chunk in request.stream():
         body += chunk
