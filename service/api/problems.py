@@ -51,6 +51,9 @@ def install(app: FastAPI, influxdb_paths: Iterable[str] = ()) -> None:
 
     def domain(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, GpuhealthError)
+        if exc.status >= 500 and str(exc) != exc.detail:
+            # The client got the redacted detail; the operator's log gets the whole reason.
+            log.warning("%s %s: %s", request.method, request.url.path, exc)
         return respond(request, exc.problem(request.url.path), exc.status, exc.headers)
 
     def http(request: Request, exc: Exception) -> Response:

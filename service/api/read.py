@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -27,7 +28,7 @@ from service.api.schemas import (
 )
 from service.api.state import Running, State
 from service.api.views import alert_out, alerts_out, gpu_detail, model_out, node_detail, node_list
-from service.errors import NotFound
+from service.errors import GpuhealthError, NotFound
 
 router = APIRouter()
 # Fleet and alert reads need a read token when `api.read_requires_token` is set; probes never.
@@ -45,10 +46,12 @@ def healthz() -> dict[str, str]:
 
 @router.get("/readyz", tags=["probes"], response_model=Readiness,
             responses={503: {"model": Readiness, "description": "Not ready, with the reasons"}},
-            summary="Ready once a scoring tick has run and every collector is up")
+            summary="Ready once a scoring tick has run, the shared state answers and every "
+                    "collector is up")
 def readyz(st: State) -> JSONResponse:
     statuses = st.scheduler.statuses()
     reasons = [] if st.pipeline.stats.ticks else ["no scoring tick has run yet"]
+    reasons += _state_problems(st)
     reasons += st.scoring_problems()
     reasons += [f"collector {name} is down: {s.reason or 'no reason given'}"
                 for name, s in sorted(statuses.items()) if not s.up]
@@ -67,6 +70,18 @@ async def list_collectors(request: Request, st: State, fleet: peers.FleetDep,
     if fleet is not None:
         return await peers.collectors(request, fleet, lambda: _collectors(st), partial)
     return _collectors(st)
+
+
+def _state_problems(st: Running) -> list[str]:
+    """Why the shared state (alerts, tokens, silences: SQLite or PostgreSQL) cannot answer:
+    a service without it can neither alert nor authenticate, so it is not ready."""
+    try:
+        st.pipeline.alerts.ping()
+    except GpuhealthError as e:
+        return [f"the shared state does not answer: {e.detail}"]
+    except sqlite3.Error as e:
+        return [f"the shared state does not answer: {e}"]
+    return []
 
 
 def _collectors(st: Running) -> dict[str, CollectorOut]:
