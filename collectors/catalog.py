@@ -89,6 +89,12 @@ class Metric:
         return f"{self.name} value {value:.15g} is outside its valid range {self.bounds_text}{unit}"
 
     @property
+    def takes_bool(self) -> bool:
+        """Whether a boolean is a reading of this metric (a flag: true 1, false 0). Anywhere
+        else a boolean is a type error: `ecc_dbe_volatile=true` is not one error."""
+        return self.kind is Kind.STATE and self.unit == "bool"
+
+    @property
     def field_type(self) -> FieldType:
         return FieldType.FLOAT if self.kind is Kind.GAUGE else FieldType.INTEGER
 

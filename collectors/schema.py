@@ -66,7 +66,8 @@ _NUMERIC_TAGS = frozenset(("gpu", "link", "port", "index"))
 _TELEGRAF = {"nvidia_smi": (Scope.GPU, ("host", "index")),
              "infiniband": (Scope.IB_PORT, ("host", "device", "port"))}
 
-# nvidia-smi reports some conditions as words; Telegraf passes them on as strings.
+# nvidia-smi reports some flags as words; Telegraf passes them on as strings. Flags only: an
+# enumerated state (an IB port's, where 1 is DOWN) takes no word for 1.
 _STATE_WORDS = {"yes": 1.0, "no": 0.0, "active": 1.0, "not active": 0.0,
                 "true": 1.0, "false": 0.0}
 
@@ -231,7 +232,10 @@ class SchemaMapper:
         taken whole into a frame."""
         reject = batch.rejected.append
         specs = _SPECS
-        for p in translate(points, self._last_xid):
+        def refuse(p: Point, reason: str, name: str) -> None:
+            reject(_rejection(p, reason, None, name))
+
+        for p in translate(points, self._last_xid, refuse):
             spec = specs.get(p.measurement)
             if spec is None:
                 if p.measurement == collector_status.MEASUREMENT:
@@ -304,9 +308,8 @@ class SchemaMapper:
                 x = float(v)
             else:
                 y = _number(v, CATALOG.columns(spec.scope)[col])
-                if y is None:
-                    reject(_rejection(p, f"field value {v!r} is not a number",
-                                     known[0].key, name))
+                if isinstance(y, str):
+                    reject(_rejection(p, y, known[0].key, name))
                     continue
                 x = y
             if x < 0.0 and col in counters:
@@ -442,14 +445,22 @@ def _rejection(p: Point, reason: str, entity: str | None = None,
     return Rejection(f"{p.source}: {reason}" if p.source else reason, p.line, entity, metric)
 
 
-def _number(v: FieldValue, metric: Metric) -> float | None:
-    if isinstance(v, bool):
-        return 1.0 if v else 0.0
-    if isinstance(v, int | float):
+def _number(v: FieldValue, metric: Metric) -> float | str:
+    """The reading a field value gives, or why it gives none. Booleans and words are readings
+    of flags only (Metric.takes_bool): on a counter, gauge or enumerated state they are type
+    errors, refused rather than read as 1 or 0."""
+    if isinstance(v, int | float) and not isinstance(v, bool):
         return float(v)
-    if metric.kind is Kind.STATE:
-        return _STATE_WORDS.get(v.strip().lower())
-    return None
+    if metric.takes_bool:
+        if isinstance(v, bool):
+            return 1.0 if v else 0.0
+        word = _STATE_WORDS.get(v.strip().lower()) if isinstance(v, str) else None
+        if word is not None:
+            return word
+    if isinstance(v, bool):
+        return (f"field value {'true' if v else 'false'} is a boolean: {metric.name} is a "
+                f"{metric.kind} ({metric.unit}), a number")
+    return f"field value {v!r} is not a number"
 
 
 # ---- our schema back to line protocol ------------------------------------------------------

@@ -10,7 +10,7 @@ first value seen for a GPU is a baseline, as the dcgm-exporter collector's XidTr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,7 @@ from collectors.lineprotocol import FieldValue, Point
 if TYPE_CHECKING:
     from collectors.dcgm.fields import FieldMap
 
+Refuse = Callable[[Point, str, str], None]
 _VALUE_FIELDS = ("gauge", "counter", "value", "untyped")
 _XID = "DCGM_FI_DEV_XID_ERRORS"
 
@@ -42,12 +43,18 @@ def _host(tags: dict[str, str]) -> str | None:
     return tags.get("Hostname") or tags.get("hostname") or tags.get("host")
 
 
-def _one(name: str, value: FieldValue, p: Point,
-         last_xid: dict[tuple[str, str], int]) -> Iterator[Point]:
-    if isinstance(value, bool | str):
-        return
+def _one(name: str, value: FieldValue, p: Point, last_xid: dict[tuple[str, str], int],
+         refuse: Refuse | None) -> Iterator[Point]:
     host, gpu = _host(p.tags), p.tags.get("gpu")
     if host is None or gpu is None:
+        return
+    if isinstance(value, bool | str):
+        # A Prometheus sample is a number: a boolean (`true` would read as 1, one DBE) or a
+        # string on a field we read is a sender's type error, refused and said, not dropped.
+        if refuse is not None and (name == _XID or _fields().lookup(name) is not None):
+            shown = str(value).lower() if isinstance(value, bool) else repr(value[:40])
+            refuse(p, f"{name} value {shown} is not a number (a "
+                      f"{'boolean' if isinstance(value, bool) else 'string'})", name)
         return
     if name == _XID:
         code, before = int(value), last_xid.get((host, gpu))
@@ -71,19 +78,20 @@ def _one(name: str, value: FieldValue, p: Point,
                         p.source)
 
 
-def translate(points: Iterable[Point],
-              last_xid: dict[tuple[str, str], int]) -> Iterator[Point]:
+def translate(points: Iterable[Point], last_xid: dict[tuple[str, str], int],
+              refuse: Refuse | None = None) -> Iterator[Point]:
     """Our-schema points for Telegraf prometheus points; every other point passes through.
     DCGM fields the catalog has no home for are dropped, as the dcgm-exporter collector does.
-    `last_xid` is the caller's memory of each GPU's last Xid value between calls."""
+    `last_xid` is the caller's memory of each GPU's last Xid value between calls; `refuse`
+    hears of each value of a field we read that is not a number (point, reason, field)."""
     for p in points:
         if not is_prometheus(p):
             yield p
         elif p.measurement == "prometheus":
             for name, value in p.fields.items():
                 if name.startswith("DCGM_FI_"):
-                    yield from _one(name, value, p, last_xid)
+                    yield from _one(name, value, p, last_xid, refuse)
         else:
             found = next((p.fields[f] for f in _VALUE_FIELDS if f in p.fields), None)
             if found is not None:
-                yield from _one(p.measurement, found, p, last_xid)
+                yield from _one(p.measurement, found, p, last_xid, refuse)

@@ -14,6 +14,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from service.api.auth import Reader
+from service.api.bounded import AlertId
 from service.api.guards import IdempotentAdmin, IdempotentOperate
 from service.api.idempotency import MUTATING_RESPONSES
 from service.api.paging import PageDep
@@ -82,7 +83,7 @@ def list_groups(st: State, who: Reader, page: PageDep) -> dict[str, Any]:
 
 @router.post("/v1/alerts/{alert_id}/ack", tags=["alerting"], responses=_MUTATING_UNKNOWN,
              summary="Acknowledge a firing alert until it resolves (no repeats meanwhile)")
-async def ack_alert(st: State, alert_id: int, body: AckIn, idem: IdempotentOperate) -> Response:
+async def ack_alert(st: State, alert_id: AlertId, body: AckIn, idem: IdempotentOperate) -> Response:
     def run() -> dict[str, Any]:
         try:
             a = st.pipeline.alerts.ack(alert_id, idem.principal.name, body.comment, st.clock())

@@ -57,9 +57,10 @@ FLEET = Listing("fleet", lambda n: (n["node"],))  # service.api.fleet.grid: by n
 
 
 def merge_page(listing: Listing, pages: Mapping[str, Item], field: str, limit: int,
-               owner: Callable[[str], str]) -> tuple[list[Item], str | None]:
+               owner: Callable[[str], str], *, secret: bytes) -> tuple[list[Item], str | None]:
     """The merged page of `field`'s items (`pages`: each shard's answer, by shard id) and its
-    next cursor; `owner(node)` names the shard that owns a node."""
+    next cursor, signed with the fleet's cursor key; `owner(node)` names the shard that owns
+    a node."""
     order = cmp_to_key(listing.cmp)
     ends = [listing.key(p[field][-1]) for p in pages.values()
             if p.get("next_cursor") is not None and p[field]]
@@ -73,8 +74,8 @@ def merge_page(listing: Listing, pages: Mapping[str, Item], field: str, limit: i
                 items.append(item)
     items.sort(key=lambda i: order(listing.key(i)))
     if len(items) > limit:
-        return items[:limit], encode(listing.name, listing.key(items[limit - 1]))
-    return items, None if frontier is None else encode(listing.name, frontier)
+        return items[:limit], encode(listing.name, listing.key(items[limit - 1]), secret=secret)
+    return items, None if frontier is None else encode(listing.name, frontier, secret=secret)
 
 
 def merge_riskiest(pages: Mapping[str, Item], top: int, owner: Callable[[str], str]

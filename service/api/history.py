@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request
 
 from collectors.catalog import Scope
 from collectors.frames import Entity
+from service.api.bounded import I64_MAX
 from service.api.schemas import HistoryOut, SeriesPoints
 from service.api.state import Running, State
 from service.errors import NotFound
@@ -68,8 +69,8 @@ HistoryDep = Annotated[History, Depends(_history)]
 _TIME_DOC = "epoch seconds or RFC 3339 (2023-11-14T22:13:20Z)"
 From = Annotated[str | None, Query(alias="from", description=_TIME_DOC + "; default to - 1 h")]
 To = Annotated[str | None, Query(alias="to", description=_TIME_DOC + "; default now")]
-Step = Annotated[int | None, Query(description="bucket width in whole seconds; default: "
-                                               "at most 720 buckets over the range")]
+Step = Annotated[int | None, Query(le=I64_MAX, description=(
+    "bucket width in whole seconds; default: at most 720 buckets over the range"))]
 Agg_ = Annotated[Agg | None, Query(description="override the aggregation by kind (gauges "
                                                "mean, counters max or mean rate, states, risk "
                                                "and level max); events are always counted")]

@@ -4,6 +4,7 @@ admin routes put a model in shadow, stop it, promote it and roll back (service.s
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from pydantic import BaseModel, Field
 from service.api.auth import Reader
 from service.api.guards import IdempotentAdmin
 from service.api.idempotency import MUTATING_RESPONSES
+from service.api.principals import ANONYMOUS
 from service.api.problems import READ_ERRORS, problem_responses
 from service.api.state import Running, State
 from service.api.timefmt import stamp_fields
@@ -75,7 +77,25 @@ def list_models(st: State, who: Reader) -> dict[str, Any]:
     if out["run"] is not None:
         out["run"] = stamp_fields(out["run"], extra=("started_at", "updated_at", "ended_at"))
     out["audit"] = [stamp_fields(a.as_dict(), extra=("at",)) for a in reg.audit(50)]
-    return out
+    return _for_anonymous(out) if who == ANONYMOUS else out
+
+
+# An absolute path (a directory on the service's host) inside a reason or an error.
+_PATH = re.compile(r"(?<![\w.])/[^\s'\",;:)]+")
+
+
+def _for_anonymous(out: dict[str, Any]) -> dict[str, Any]:
+    """The comparison without what only a token holder may read: where artifacts lie on the
+    service's host, and the names of the tokens that added, promoted or rolled back."""
+    def clean(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: None if k in ("path", "added_by", "actor") else clean(x)
+                    for k, x in v.items()}
+        if isinstance(v, list):
+            return [clean(x) for x in v]
+        return _PATH.sub("<path>", v) if isinstance(v, str) else v
+
+    return {k: clean(v) for k, v in out.items()}
 
 
 @router.post("/v1/models/challenger", tags=["models"], responses=MUTATING_RESPONSES,

@@ -2,11 +2,13 @@
 `cursor`; an answer carries `next_cursor`, null on the last page.
 
 A cursor is the position after the last item of a page: the listing's name, its ordering
-(where the caller picks one) and the last item's sort key, as JSON in unpadded base64url with
-a short digest. Keyset rather than offset, so an item added or removed meanwhile neither
-repeats nor skips the ones after it. The digest catches a cursor edited or cut short (it is
-not a secret: whoever holds a cursor may read the listing anyway); a cursor from another
-listing or ordering is refused too. Both answer 400 with the reason. The old `offset`
+(where the caller picks one) and the last item's sort key, as JSON in unpadded base64url after
+an HMAC of it. Keyset rather than offset, so an item added or removed meanwhile neither
+repeats nor skips the ones after it. The HMAC's key (service.api.cursor_key) is the fleet's,
+kept in the shared state: a caller cannot make a cursor of its own (a forged sort key reaches
+a store's query), only hand back one a shard gave. A cursor edited, cut short or from another
+listing or ordering is refused, and so is a key out of a store's range; each answers 400
+with the reason. The old `offset`
 parameter is refused with a 400 that names its replacement, rather than being silently
 ignored (which would hand the first page again)."""
 
@@ -15,17 +17,22 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import json
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Query, Request
 
+from service.api import cursor_key
+from service.api.bounded import in_range
+from service.api.state import _running
 from service.errors import BadRequest
 
 MAX_LIMIT = 1000
-_DIGEST = 8  # bytes of sha256 kept
+_DIGEST = 16  # bytes of the HMAC-SHA256 kept
 T = TypeVar("T")
 
 
@@ -39,14 +46,19 @@ class OffsetRetired(BadRequest):
     title = "offset is replaced by cursor"
 
 
-def encode(listing: str, key: Sequence[Any]) -> str:
+def _mac(secret: bytes, payload: bytes) -> bytes:
+    return hmac.new(secret, payload, hashlib.sha256).digest()[:_DIGEST]
+
+
+def encode(listing: str, key: Sequence[Any], *, secret: bytes) -> str:
     payload = json.dumps([listing, list(key)], separators=(",", ":")).encode()
-    raw = hashlib.sha256(payload).digest()[:_DIGEST] + payload
+    raw = _mac(secret, payload) + payload
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-def decode(listing: str, cursor: str) -> list[Any]:
-    """The sort key the cursor holds; CursorNotValid (400) when it is not one of `listing`'s."""
+def decode(listing: str, cursor: str, *, secret: bytes) -> list[Any]:
+    """The sort key the cursor holds; CursorNotValid (400) when it is not one of `listing`'s
+    signed with `secret`."""
     try:
         raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_",
                                validate=True)
@@ -54,7 +66,7 @@ def decode(listing: str, cursor: str) -> list[Any]:
         raise CursorNotValid("the cursor is not one this service gave: not base64url") \
             from None
     digest, payload = raw[:_DIGEST], raw[_DIGEST:]
-    if len(raw) <= _DIGEST or hashlib.sha256(payload).digest()[:_DIGEST] != digest:
+    if len(raw) <= _DIGEST or not hmac.compare_digest(_mac(secret, payload), digest):
         raise CursorNotValid("the cursor was altered or cut short: pass `next_cursor` "
                              "exactly as an answer gave it")
     try:
@@ -68,22 +80,29 @@ def decode(listing: str, cursor: str) -> list[Any]:
 
 
 def _fits(value: object, kind: type) -> bool:
+    """Whether a cursor's key member is a `kind` a store's query takes: ints within 64 bits,
+    finite floats (a shard never writes others; one that did would be a 500 in a query)."""
     if isinstance(value, bool):
         return False
-    return isinstance(value, int | float) if kind is float else isinstance(value, kind)
+    if isinstance(value, int):
+        return kind in (int, float) and in_range(value)
+    if isinstance(value, float):
+        return kind is float and math.isfinite(value)
+    return isinstance(value, kind)
 
 
 @dataclass(frozen=True, slots=True)
 class Page:
     limit: int
     cursor: str | None
+    secret: bytes = field(repr=False)
 
     def after(self, listing: str, types: Sequence[type]) -> list[Any] | None:
         """The decoded sort key, its members checked against `types` (float takes an int
         too), or None on page one."""
         if self.cursor is None:
             return None
-        key = decode(listing, self.cursor)
+        key = decode(listing, self.cursor, secret=self.secret)
         if len(key) != len(types) or not all(
                 _fits(v, t) for v, t in zip(key, types, strict=True)):
             raise CursorNotValid(f"the cursor does not fit {listing!r}: start again "
@@ -96,7 +115,8 @@ class Page:
         end)."""
         items = list(ordered[start: start + self.limit])
         more = start + self.limit < len(ordered)
-        return items, encode(listing, key(items[-1])) if more and items else None
+        return items, (encode(listing, key(items[-1]), secret=self.secret) if more and items
+                       else None)
 
 
 def page_of(default: int) -> Callable[..., Page]:
@@ -110,9 +130,18 @@ def page_of(default: int) -> Callable[..., Page]:
         if "offset" in request.query_params:
             raise OffsetRetired("`offset` is no longer taken: page with `cursor`, passing "
                                 "each answer's `next_cursor` until it is null")
-        return Page(limit, cursor)
+        return Page(limit, cursor, secret(request))
 
     return page
+
+
+def secret(request: Request) -> bytes:
+    """The fleet's cursor key, read from the shared state on a service's first listing."""
+    key: bytes | None = getattr(request.app.state, "gpuhealth_cursor_key", None)
+    if key is None:
+        key = cursor_key.load(_running(request).settings.storage.state_target)
+        request.app.state.gpuhealth_cursor_key = key
+    return key
 
 
 PageDep = Annotated[Page, Depends(page_of(100))]

@@ -210,7 +210,7 @@ async def node_list(request: Request, smap: ShardMap, here: Callable[[], NodeLis
     """/v1/nodes across the shards: their pages merged in the listing's order, totals summed."""
     got, missing = await ask_all(request, smap, here, partial)
     nodes, cursor = merge_page(node_listing(sort, descending), got, "nodes", page.limit,
-                               _owner_of(smap))
+                               _owner_of(smap), secret=page.secret)
     return NodeList(total=sum(int(p["total"]) for p in got.values()), limit=page.limit,
                     next_cursor=cursor, nodes=[NodeSummary.model_validate(n) for n in nodes],
                     missing_shards=sorted(missing))
@@ -221,7 +221,7 @@ async def fleet_grid(request: Request, smap: ShardMap, here: Callable[[], FleetG
     """/v1/fleet across the shards: grids merged by node name, the riskiest by risk."""
     got, missing = await ask_all(request, smap, here, partial)
     owner = _owner_of(smap)
-    nodes, cursor = merge_page(FLEET, got, "nodes", page.limit, owner)
+    nodes, cursor = merge_page(FLEET, got, "nodes", page.limit, owner, secret=page.secret)
     return FleetGrid.model_validate({
         "at": oldest([p["at"] for p in got.values()]),
         "total": sum(int(p["total"]) for p in got.values()), "limit": page.limit,

@@ -51,6 +51,9 @@ def install(app: FastAPI, influxdb_paths: Iterable[str] = ()) -> None:
 
     def domain(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, GpuhealthError)
+        if exc.status >= 500 and str(exc) != exc.detail:
+            # The client got the redacted detail; the operator's log gets the whole reason.
+            log.warning("%s %s: %s", request.method, request.url.path, exc)
         return respond(request, exc.problem(request.url.path), exc.status, exc.headers)
 
     def http(request: Request, exc: Exception) -> Response:
@@ -82,10 +85,11 @@ def install(app: FastAPI, influxdb_paths: Iterable[str] = ()) -> None:
 
 
 def _json_safe(value: Any) -> Any:
-    """A field error as JSON can carry it: a non-finite number sent (`NaN`, `Infinity`, which
-    Python's JSON reader takes) is echoed as its name, not a number JSON lacks."""
+    """Field errors as JSON can carry them: a body's NaN or Infinity (which Python's JSON
+    reader takes) is echoed as the `input` of its error, and JSON has no such number, so the
+    answer itself failed (a 500 for a 422). Non-finite numbers become their text."""
     if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        return str(value)
     if isinstance(value, dict):
         return {k: _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

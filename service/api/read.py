@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -10,6 +11,7 @@ from fastapi.responses import JSONResponse
 
 from service.api import peers
 from service.api.auth import require
+from service.api.bounded import AlertId
 from service.api.paging import PageDep
 from service.api.principals import Permission
 from service.api.problems import READ_ERRORS, problem_responses
@@ -26,7 +28,7 @@ from service.api.schemas import (
 )
 from service.api.state import Running, State
 from service.api.views import alert_out, alerts_out, gpu_detail, model_out, node_detail, node_list
-from service.errors import NotFound
+from service.errors import GpuhealthError, NotFound
 
 router = APIRouter()
 # Fleet and alert reads need a read token when `api.read_requires_token` is set; probes never.
@@ -44,10 +46,12 @@ def healthz() -> dict[str, str]:
 
 @router.get("/readyz", tags=["probes"], response_model=Readiness,
             responses={503: {"model": Readiness, "description": "Not ready, with the reasons"}},
-            summary="Ready once a scoring tick has run and every collector is up")
+            summary="Ready once a scoring tick has run, the shared state answers and every "
+                    "collector is up")
 def readyz(st: State) -> JSONResponse:
     statuses = st.scheduler.statuses()
     reasons = [] if st.pipeline.stats.ticks else ["no scoring tick has run yet"]
+    reasons += _state_problems(st)
     reasons += st.scoring_problems()
     reasons += [f"collector {name} is down: {s.reason or 'no reason given'}"
                 for name, s in sorted(statuses.items()) if not s.up]
@@ -66,6 +70,18 @@ async def list_collectors(request: Request, st: State, fleet: peers.FleetDep,
     if fleet is not None:
         return await peers.collectors(request, fleet, lambda: _collectors(st), partial)
     return _collectors(st)
+
+
+def _state_problems(st: Running) -> list[str]:
+    """Why the shared state (alerts, tokens, silences: SQLite or PostgreSQL) cannot answer:
+    a service without it can neither alert nor authenticate, so it is not ready."""
+    try:
+        st.pipeline.alerts.ping()
+    except GpuhealthError as e:
+        return [f"the shared state does not answer: {e.detail}"]
+    except sqlite3.Error as e:
+        return [f"the shared state does not answer: {e}"]
+    return []
 
 
 def _collectors(st: Running) -> dict[str, CollectorOut]:
@@ -158,7 +174,7 @@ def list_alerts(
 @router.get("/v1/alerts/{alert_id}", tags=["alerts"], dependencies=READ, response_model=AlertDetail,
             responses=problem_responses(404, description="Unknown alert") | READ_ERRORS,
             summary="One alert with its history of level changes")
-def get_alert(st: State, alert_id: int) -> AlertDetail:
+def get_alert(st: State, alert_id: AlertId) -> AlertDetail:
     alert = st.pipeline.alerts.get(alert_id)
     if alert is None:
         raise NotFound(f"alert {alert_id} does not exist")

@@ -5,16 +5,18 @@ verdict link (`/verdict/{id}`), where the link is the credential and no token is
 from __future__ import annotations
 
 import html
-import re
+import logging
 from typing import Annotated, Any
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, Field
+from starlette.requests import ClientDisconnect
 
 from collectors.labels import FailureMode
 from service.api.auth import Reader
+from service.api.bounded import AlertId
 from service.api.guards import IdempotentOperate
 from service.api.idempotency import MUTATING_RESPONSES
 from service.api.paging import PageDep
@@ -29,7 +31,7 @@ from service.stages.verdicts import VERDICTS, Verdict, VerdictName, VerdictRefus
 router = APIRouter(responses=READ_ERRORS)
 _UNKNOWN = problem_responses(404, description="No such alert")
 FORM_MAX_BYTES = 4096  # a verdict form is a few short fields
-_NAME = re.compile(r"[\w .@'-]{0,80}")
+log = logging.getLogger(__name__)
 
 
 class VerdictIn(BaseModel):
@@ -52,11 +54,11 @@ def label_out(lb: StoredLabel) -> dict[str, Any]:
 
 def _give(st: Running, alert_id: int, verdict: str, *, actor: str, via: str,
           mode: str | None = None, failed_at: float | None = None,
-          comment: str = "") -> dict[str, Any]:
+          comment: str = "", link: str | None = None) -> dict[str, Any]:
     try:
         v, labels = st.pipeline.verdicts.give(alert_id, verdict, actor=actor, via=via,
                                               now=st.clock(), mode=mode, failed_at=failed_at,
-                                              comment=comment)
+                                              comment=comment, link=link)
     except KeyError:
         raise NotFound(f"alert {alert_id} does not exist") from None
     except VerdictRefused as e:
@@ -68,7 +70,7 @@ def _give(st: Running, alert_id: int, verdict: str, *, actor: str, via: str,
              responses=MUTATING_RESPONSES | _UNKNOWN,
              summary="Say what an alert was: failed (with mode and time), false_alarm, "
                      "maintenance or unknown; the newest verdict's labels replace the last's")
-async def give_verdict(st: State, alert_id: int, body: VerdictIn,
+async def give_verdict(st: State, alert_id: AlertId, body: VerdictIn,
                        idem: IdempotentOperate) -> Response:
     def run() -> dict[str, Any]:
         return _give(st, alert_id, body.verdict, actor=idem.principal.name, via="api",
@@ -80,7 +82,7 @@ async def give_verdict(st: State, alert_id: int, body: VerdictIn,
 
 @router.get("/v1/alerts/{alert_id}/verdicts", tags=["alerting"], responses=_UNKNOWN,
             summary="Every verdict given on an alert, oldest first (the newest one counts)")
-def list_verdicts(st: State, who: Reader, alert_id: int) -> dict[str, Any]:
+def list_verdicts(st: State, who: Reader, alert_id: AlertId) -> dict[str, Any]:
     if st.pipeline.alerts.get(alert_id) is None:
         raise NotFound(f"alert {alert_id} does not exist")
     return {"verdicts": [verdict_out(v) for v in st.pipeline.verdicts.history(alert_id)]}
@@ -122,12 +124,13 @@ def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
                                    "form-action 'self'"})
 
 
-def _linked(st: Running, alert_id: int, exp: str | None, sig: str | None) -> Alert | HTMLResponse:
+def _linked(st: Running, alert_id: int, exp: str | None, by: str | None,
+            sig: str | None) -> Alert | HTMLResponse:
     links = st.pipeline.settings.notify.verdict_links()
     if links is None:
         return _page("Verdict links are off", "<p>This service gives no verdict links "
                      "(notify.verdict_link_secret is not set).</p>", 404)
-    why = links.check(alert_id, exp, sig, st.clock())
+    why = links.check(alert_id, exp, by, sig, st.clock())
     if why is not None:
         return _page("This link does not work", f"<p>{html.escape(why)}.</p>", 403)
     alert = st.pipeline.alerts.get(alert_id)
@@ -136,7 +139,17 @@ def _linked(st: Running, alert_id: int, exp: str | None, sig: str | None) -> Ale
     return alert
 
 
-def _form(alert: Alert, exp: str, sig: str) -> str:
+def _used(st: Running, sig: str) -> HTMLResponse | None:
+    """The page for a link that gave its one verdict already, or None while it has not."""
+    used = st.pipeline.verdicts.link_used(sig)
+    if used is None:
+        return None
+    return _page("This link was used", f"<p>It recorded <b>{html.escape(used.verdict)}</b> "
+                 f"by {html.escape(used.actor)}; a link records one verdict. A new verdict "
+                 "goes through the API or the console.</p>", 409)
+
+
+def _form(alert: Alert, exp: str, by: str, sig: str) -> str:
     e = html.escape
     modes = "".join(f'<option value="{m.value}">{m.value}</option>' for m in FailureMode)
     buttons = "".join(
@@ -145,54 +158,68 @@ def _form(alert: Alert, exp: str, sig: str) -> str:
     return (f"<p>{e(alert.name)} on <b>{e(alert.entity)}</b> (node {e(alert.node)}), peak level "
             f"{alert.peak_level}, {e(alert.state)}.</p>"
             f'<form method="post"><input type="hidden" name="exp" value="{e(exp)}">'
+            f'<input type="hidden" name="by" value="{e(by)}">'
             f'<input type="hidden" name="sig" value="{e(sig)}">'
             f'<p><label>Mode, if it failed: <select name="mode"><option value="">'
             f"(the alert's own)</option>{modes}</select></label></p>"
-            '<p><label>Your name: <input name="name" maxlength="80"></label></p>'
             '<p><label>Comment: <input name="comment" maxlength="1000" size="40"></label></p>'
+            f"<p>Recorded as given by link:{e(by)}; the link records one verdict.</p>"
             f"<p>{buttons}</p></form>")
 
 
 @router.get("/verdict/{alert_id}", include_in_schema=False)
-def verdict_page(st: State, alert_id: int, exp: str | None = None,
+def verdict_page(st: State, alert_id: AlertId, exp: str | None = None, by: str | None = None,
                  sig: str | None = None) -> Response:
-    got = _linked(st, alert_id, exp, sig)
+    got = _linked(st, alert_id, exp, by, sig)
     if isinstance(got, Response):
         return got
+    used = _used(st, sig or "")
+    if used is not None:
+        return used
     latest = st.pipeline.verdicts.latest(alert_id)
     said = ("" if latest is None else
             f"<p>Verdict so far: <b>{html.escape(latest.verdict)}</b> by "
             f"{html.escape(latest.actor)}.</p>")
-    return _page(f"What was alert {alert_id}?", said + _form(got, exp or "", sig or ""))
+    return _page(f"What was alert {alert_id}?", said + _form(got, exp or "", by or "", sig or ""))
 
 
 @router.post("/verdict/{alert_id}", include_in_schema=False)
-async def verdict_form(st: State, alert_id: int, request: Request) -> Response:
+async def verdict_form(st: State, alert_id: AlertId, request: Request) -> Response:
     body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > FORM_MAX_BYTES:
-            return _page("Form too large", "<p>The form is larger than a verdict.</p>", 413)
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > FORM_MAX_BYTES:
+                return _page("Form too large", "<p>The form is larger than a verdict.</p>", 413)
+    except ClientDisconnect:
+        # The browser went away mid-form (a closed tab, a lost network): nothing was recorded
+        # and nobody is left to answer; not a fault of the service.
+        log.info("verdict form for alert %d: the client disconnected before sending it",
+                 alert_id)
+        return Response(status_code=400)
     try:
         fields = {k: v[0] for k, v in parse_qs(body.decode("utf-8"), max_num_fields=8).items()}
     except (UnicodeDecodeError, ValueError):
         return _page("Bad form", "<p>The form could not be read.</p>", 400)
-    got = _linked(st, alert_id, fields.get("exp"), fields.get("sig"))
+    exp, by, sig = fields.get("exp"), fields.get("by"), fields.get("sig")
+    got = _linked(st, alert_id, exp, by, sig)
     if isinstance(got, Response):
         return got
-    name = fields.get("name", "").strip()
-    if not _NAME.fullmatch(name):
-        return _page("Bad name", "<p>Names are letters, digits, spaces and .@'-, at most "
-                     "80.</p>", 422)
+    assert by is not None and sig is not None  # _linked checked them
     verdict = fields.get("verdict", "")
     mode = fields.get("mode") or None
     try:
-        out = _give(st, alert_id, verdict, actor=f"link:{name}" if name else "link", via="link",
+        # The actor is the receiver the link was made out to, inside its signature: a
+        # visitor cannot name one (a `name` field, as earlier forms sent, is ignored).
+        out = _give(st, alert_id, verdict, actor=f"link:{by}", via="link",
                     mode=mode if verdict == "failed" else None,
-                    comment=fields.get("comment", "")[:1000])
+                    comment=fields.get("comment", "")[:1000], link=sig)
     except Unprocessable as e:
+        used = _used(st, sig)
+        if used is not None:
+            return used
         return _page("Verdict not taken", f"<p>{html.escape(str(e))}</p>"
-                     + _form(got, fields.get("exp", ""), fields.get("sig", "")), 422)
+                     + _form(got, exp or "", by, sig), 422)
     n = len(out["labels"])
     return _page(f"Alert {alert_id}: {verdict.replace('_', ' ')}",
                  f"<p>Thank you: recorded, with {n} label{'s' * (n != 1)} for training.</p>")

@@ -229,11 +229,12 @@ def gpu_detail(p: Pipeline, key: str) -> GpuDetail | str:
     """The GPU's view, or why there is none (the 404 message)."""
     try:
         e = Entity.parse(key)
-    except ValueError:
-        e = Entity(Scope.NODE, key)
-    if e.scope is not Scope.GPU:
+        if e.scope is Scope.GPU:
+            e = Entity.gpu(e.node, int(e.unit))  # 'gpu03' and 'gpu3' name one GPU
+    except ValueError:  # not a key, or an index no GPU has (gpu1e400, 10**30)
+        e = None
+    if e is None or e.scope is not Scope.GPU:
         return f"{key!r} is not a GPU key: expected <node>:gpu<index>, e.g. n001:gpu3"
-    e = Entity.gpu(e.node, int(e.unit))  # 'gpu03' and 'gpu3' name one GPU
     mine = [a for a in p.alerts.find(state="firing", node=e.node, limit=ALL)
             if a.entity == e.key or a.entity.startswith(e.key + ":")]
     levels = entity_levels(mine)

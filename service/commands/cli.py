@@ -128,12 +128,24 @@ def _run_serve(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"service": svc})
     else:
         collectors = local_collectors(settings)
+    _reach_state(settings)
     app = create_app(settings, collectors=collectors, clock=clock or time.time)
     # log_config=None: logging was configured once, in main. One access line per request
     # only at --log-level debug: a scraped service would otherwise log little else.
     uvicorn.run(app, host=args.host or svc.host, port=args.port or svc.port, log_config=None,
                 access_log=logging.getLogger("uvicorn.access").isEnabledFor(logging.INFO))
     return 0
+
+
+def _reach_state(settings: Settings) -> None:
+    """A bad or unreachable storage.postgres.dsn is refused here, on one line (exit 2): the
+    app's lifespan would open it inside the server, where it is a startup traceback."""
+    target = settings.storage.state_target
+    if isinstance(target, str):
+        from service.storage.postgres_db import PostgresDatabase
+
+        PostgresDatabase(target, connect_timeout_s=settings.storage.postgres.connect_timeout_s
+                         ).close()
 
 
 def local_collectors(settings: Settings) -> list[Collector]:
@@ -373,7 +385,8 @@ def _settings_error(exc: ValueError | GpuhealthError) -> bool:
     stage's config, ~10 MB) into commands that never load it, such as `agent`: a command that
     raised one has imported its module."""
     for module, name in (("service.settings", "SettingsError"),
-                         ("service.storage.schema", "SchemaError")):
+                         ("service.storage.schema", "SchemaError"),
+                         ("service.storage.postgres_db", "PostgresUnavailable")):
         found = sys.modules.get(module)
         if found is not None and isinstance(exc, getattr(found, name)):
             return True

@@ -229,8 +229,18 @@ class Dispatcher:
                                                   verdict_url=self._verdict_url(a.id, now)),
                        routes)
 
-    def _verdict_url(self, alert_id: int, now: float) -> str:
-        return "" if self.verdict_links is None else self.verdict_links.url(alert_id, now)
+    def _verdict_url(self, alert_id: int, now: float, receiver: str = "receiver") -> str:
+        return ("" if self.verdict_links is None
+                else self.verdict_links.url(alert_id, now, receiver))
+
+    def _bound(self, receiver: str, refs: tuple[AlertRef, ...], now: float
+               ) -> tuple[AlertRef, ...]:
+        """`refs` with their verdict links made out to `receiver`: a link's verdict is recorded
+        by the receiver its message went to (service.notify.verdict_links)."""
+        if self.verdict_links is None:
+            return refs
+        return tuple(replace(r, annotations={**r.annotations, "verdict_url": self._verdict_url(
+            r.alert_id, now, receiver)}) if "verdict_url" in r.annotations else r for r in refs)
 
     def _muted(self, labels: dict[str, str], now: float) -> str | None:
         ids = self.silences.muting(labels, now)
@@ -294,6 +304,7 @@ class Dispatcher:
         if send_resolved or not firing:
             shown += tuple(resolved_refs)
         labels = g.labels or _common(shown)
+        shown = self._bound(receiver, shown, now)
         msg = Message(receiver, g.key, labels, shown, now, reason, self.settings.external_url,
                       id=new_id())
         told = entry.firing if entry is not None else {}
@@ -322,7 +333,7 @@ class Dispatcher:
                 continue
             shown = tuple(sorted(alerts.values(), key=lambda a: (-a.level, -a.risk,
                                                                  a.fingerprint)))
-            msg = Message(rcv, f"refresh:{rcv}", {}, shown, now, "refresh",
+            msg = Message(rcv, f"refresh:{rcv}", {}, self._bound(rcv, shown, now), now, "refresh",
                           self.settings.external_url, id=new_id())
             out.append(Outgoing(msg, (), interval))  # retries end before the next one
         return out

@@ -35,6 +35,10 @@ CREATE TABLE IF NOT EXISTS alert_verdicts (
     at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS alert_verdicts_alert ON alert_verdicts (alert_id, id);
+CREATE TABLE IF NOT EXISTS verdict_links_used (
+    link TEXT PRIMARY KEY,       -- the signature of a verdict link (service.notify.verdict_links)
+    verdict_id INTEGER NOT NULL  -- the one verdict it gave
+);
 """
 _COLS = "id, alert_id, verdict, mode, failed_at, comment, actor, via, at"
 
@@ -69,8 +73,9 @@ class VerdictStore(StateStore):
 
     def give(self, alert_id: int, verdict: str, *, actor: str, via: str, now: float,
              mode: str | None = None, failed_at: float | None = None,
-             comment: str = "") -> tuple[Verdict, list[StoredLabel]]:
-        """Record a verdict; KeyError for an unknown alert, VerdictRefused for a bad one."""
+             comment: str = "", link: str | None = None) -> tuple[Verdict, list[StoredLabel]]:
+        """Record a verdict; KeyError for an unknown alert, VerdictRefused for a bad one or
+        for a `link` (a verdict link's signature) that gave its one verdict already."""
         alert = self.alerts.get(alert_id)
         if alert is None:
             raise KeyError(alert_id)
@@ -84,11 +89,17 @@ class VerdictStore(StateStore):
         else:
             mode, failed_at = self._failure(alert, mode, failed_at, now)
         with self.transaction():
+            if link is not None and (used := self._used(link)) is not None:
+                raise VerdictRefused(f"this link gave its verdict already ({used.verdict} at "
+                                     f"{used.at:.0f}): a new one goes through the API")
             cur = self._db.execute(
                 "INSERT INTO alert_verdicts (alert_id, verdict, mode, failed_at, comment, "
                 "actor, via, at) VALUES (?,?,?,?,?,?,?,?) RETURNING id",
                 (alert_id, verdict, mode, failed_at, comment, actor, via, now))
             vid = int(cur.fetchone()[0])
+            if link is not None:
+                self._db.execute("INSERT INTO verdict_links_used (link, verdict_id) "
+                                 "VALUES (?, ?)", (link, vid))
             title = (f"Verdict on alert {alert_id} ({alert.entity}): {verdict}"
                      f"{f' ({mode})' if mode else ''} by {actor}")
             body = json.dumps({"alert_id": alert_id, "fingerprint": alert.fingerprint,
@@ -125,6 +136,16 @@ class VerdictStore(StateStore):
         if not math.isfinite(failed_at) or failed_at <= 0 or failed_at > now + MAX_FUTURE_S:
             raise VerdictRefused(f"failure time {failed_at} is not a past epoch time")
         return mode, float(failed_at)
+
+    def _used(self, link: str) -> Verdict | None:
+        r = self._db.execute("SELECT verdict_id FROM verdict_links_used WHERE link = ?",
+                             (link,)).fetchone()
+        return None if r is None else self._get(int(r[0]))
+
+    def link_used(self, link: str) -> Verdict | None:
+        """The verdict a verdict link gave, or None while it has given none."""
+        with self._lock:
+            return self._used(link)
 
     def _get(self, vid: int) -> Verdict:
         r = self._db.execute(f"SELECT {_COLS} FROM alert_verdicts WHERE id = ?",

@@ -25,7 +25,19 @@ SCHEMA_TABLE = "gpuhealth_schema"
 
 
 class PostgresUnavailable(GpuhealthError):
+    """The shared state cannot be reached. A client is told that much only (the driver's
+    message names the server's host, port, user and database); `str()` keeps the driver's
+    reason (its password cut out) for the operator: the command line's refusal and the log
+    line the API's handler writes (service.api.problems)."""
+
     status, slug, title = 503, "state-unavailable", "Shared state database unavailable"
+
+    def __init__(self, public: str, reason: str = "") -> None:
+        super().__init__(f"{public} (the service log says why)" if reason else public)
+        self.reason = f"{public}: {reason}" if reason else public
+
+    def __str__(self) -> str:
+        return self.reason
 
 
 def is_postgres(target: object) -> bool:
@@ -57,8 +69,8 @@ class PostgresDatabase(Database):
             else {"connect_timeout": max(1, int(self.connect_timeout_s))})
         try:
             conn = psycopg.connect(self.dsn, autocommit=True, **timeout)
-        except psycopg.OperationalError as exc:
-            raise PostgresUnavailable(f"cannot connect to PostgreSQL: {_redact(exc)}") from None
+        except psycopg.Error as exc:  # unreachable, refused, or a DSN psycopg cannot read
+            raise PostgresUnavailable("cannot connect to PostgreSQL", _redact(exc)) from None
         # SQLite keeps booleans as 0/1 in INTEGER columns; the stores pass Python bools there.
         conn.adapters.register_dumper(bool, IntDumper)
         conn.adapters.register_loader("numeric", _numeric_loader())  # SUM() of BIGINT
@@ -86,7 +98,7 @@ class PostgresDatabase(Database):
                 return self._live().execute(_translated(sql), params)  # type: ignore[no-any-return]
             return self._live().execute(sql)  # type: ignore[no-any-return]
         except psycopg.OperationalError as exc:
-            raise PostgresUnavailable(f"PostgreSQL: {_redact(exc)}") from None
+            raise PostgresUnavailable("PostgreSQL failed to answer", _redact(exc)) from None
 
     def executemany(self, sql: str, rows: Iterable[Params]) -> None:
         rows = list(rows)

@@ -75,6 +75,11 @@ class StateStore:
         with self._lock, self._db.transaction() as db:
             yield db
 
+    def ping(self) -> None:
+        """A round trip to the database (readiness): raises when it cannot answer."""
+        with self._lock:
+            self._db.execute("SELECT 1").fetchone()
+
     def close(self) -> None:
         with self._lock:
             self._db.close()

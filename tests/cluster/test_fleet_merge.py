@@ -12,6 +12,8 @@ import pytest
 from service.api.fleet_merge import merge_page, merge_riskiest, node_listing
 from service.api.paging import decode, encode
 
+KEY = b"k" * 32  # the fleet's cursor key (service.api.cursor_key)
+
 
 def _shard_page(rows: list[dict[str, Any]], sort: str, desc: bool, limit: int,
                 cursor: str | None) -> dict[str, Any]:
@@ -19,11 +21,11 @@ def _shard_page(rows: list[dict[str, Any]], sort: str, desc: bool, limit: int,
     listing = node_listing(sort, desc)
     ordered = sorted(rows, key=listing.key, reverse=listing.descending)
     if cursor is not None:
-        cut = tuple(decode(listing.name, cursor))
+        cut = tuple(decode(listing.name, cursor, secret=KEY))
         ordered = [r for r in ordered if listing.cmp(listing.key(r), cut) > 0]
     page = ordered[:limit]
     more = len(ordered) > limit
-    return {"nodes": page, "next_cursor": encode(listing.name, listing.key(page[-1]))
+    return {"nodes": page, "next_cursor": encode(listing.name, listing.key(page[-1]), secret=KEY)
             if more else None}
 
 
@@ -51,7 +53,8 @@ def test_paging_merged_pages_visits_every_node_once_in_order(seed: int, sort: st
         cursor = None
         while True:
             pages = {s: _shard_page(held[s], sort, desc, limit, cursor) for s in "abc"}
-            got, cursor = merge_page(listing, pages, "nodes", limit, owner.__getitem__)
+            got, cursor = merge_page(listing, pages, "nodes", limit, owner.__getitem__,
+                                     secret=KEY)
             assert len(got) <= limit
             seen += got
             if cursor is None:

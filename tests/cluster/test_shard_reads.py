@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from service.api import cursor_key
 from service.api.peers import LOCAL_HEADER
 from service.settings import Settings
 from tests.cluster.shards import TOKEN, Shards
@@ -55,6 +56,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ReadShar
             with auth[sid].transaction() as db:
                 db.execute("INSERT INTO api_tokens (id, name, scope, secret_sha256, created_at) "
                            "VALUES (?,?,?,?,?)", tuple(row))
+        # The fleet's cursor key likewise (service.api.cursor_key): one for every shard.
+        key = cursor_key.load(s.apps["a"].state.gpuhealth.settings.storage.state_target)
+        for sid in ("b", "c"):
+            keys = cursor_key.KeyStore(s.apps[sid].state.gpuhealth.settings.storage.state_target)
+            with keys.transaction() as db:
+                db.execute("INSERT INTO api_keys (name, secret) VALUES (?, ?)",
+                           ("cursor", key.hex()))
+            keys.close()
         read = {"Authorization": f"Bearer {secret}"}
         # Each shard: a node at zero risk, one with one failing GPU, one with two; all
         # posted to shard a (split and forwarded by owner), then every shard scores.

@@ -87,6 +87,26 @@ def test_models_side_by_side_promote_refused_forced_and_rolled_back(svc: Svc,
     svc.call("DELETE", "/v1/models/challenger", status=409)  # nothing in shadow any more
 
 
+def test_anonymous_readers_see_no_artifact_paths_nor_token_names(svc: Svc,
+                                                                 tmp_path: Path) -> None:
+    challenger = tmp_path / "challenger-secret-dir"
+    shutil.copytree(SHIPPED_MODEL, challenger)
+    svc.call("POST", "/v1/models/challenger", json={"path": str(challenger)})
+    svc.round()
+    r = svc.client.get("/v1/models")  # no token: reads are open on this service
+    assert r.status_code == 200, r.text
+    text = r.text
+    for secret in (str(challenger), "challenger-secret-dir", str(SHIPPED_MODEL), '"admin"'):
+        assert secret not in text, secret
+    got = r.json()
+    assert got["challenger"]["path"] is None and got["challenger"]["added_by"] is None
+    assert got["audit"][0]["action"] == "shadow" and got["audit"][0]["actor"] is None
+    assert got["active"]["version"] and got["challenger"]["version"]  # what a reader needs
+    full = svc.call("GET", "/v1/models", "read")  # a token holder reads it all
+    assert full["challenger"]["path"] == str(challenger.resolve())
+    assert full["audit"][0]["actor"] == "admin"
+
+
 def test_the_cli_changes_what_the_running_service_scores_with(svc: Svc, settings: Settings,
                                                               tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]

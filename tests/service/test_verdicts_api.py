@@ -5,8 +5,11 @@ expired or disabled link."""
 
 from __future__ import annotations
 
+import logging
 import re
+import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
@@ -177,10 +181,33 @@ def test_the_signed_link_asks_on_get_and_records_on_post(svc: Svc) -> None:
     assert "no-store" in page.headers["cache-control"]
     assert svc.call("GET", f"/v1/alerts/{a['id']}/verdicts", "read")["verdicts"] == []
     q = {k: v[0] for k, v in parse_qs(parts.query).items()}
-    done = svc.client.post(parts.path, data={**q, "verdict": "false_alarm", "name": "Ana B"})
+    assert q["by"] == "record"  # made out to the receiver the message went to
+    # A visitor cannot name the actor: the link's signed receiver is recorded, whatever a
+    # `name` field (as earlier forms had) says.
+    done = svc.client.post(parts.path, data={**q, "verdict": "false_alarm", "name": "admin"})
     assert done.status_code == 200, done.text
     (v,) = svc.call("GET", f"/v1/alerts/{a['id']}/verdicts", "read")["verdicts"]
-    assert (v["verdict"], v["actor"], v["via"]) == ("false_alarm", "link:Ana B", "link")
+    assert (v["verdict"], v["actor"], v["via"]) == ("false_alarm", "link:record", "link")
+
+
+def test_a_link_records_one_verdict_and_names_no_other_actor(svc: Svc) -> None:
+    a = svc.alert("n001:gpu2")
+    parts = urlsplit(_link(svc, "n001:gpu2"))
+    q = {k: v[0] for k, v in parse_qs(parts.query).items()}
+    for by in ("admin", "link:admin", ""):  # another actor is another signature
+        r = svc.client.post(parts.path, data={**q, "by": by, "verdict": "false_alarm"})
+        assert r.status_code == 403, r.text
+    first = svc.client.post(parts.path, data={**q, "verdict": "maintenance"})
+    assert first.status_code == 200, first.text
+    for verdict in ("false_alarm", "maintenance", "failed"):  # a replay records nothing
+        r = svc.client.post(parts.path, data={**q, "verdict": verdict})
+        assert r.status_code == 409 and "one verdict" in r.text, r.text
+    page = svc.client.get(f"{parts.path}?{parts.query}")
+    assert page.status_code == 409 and "<form" not in page.text
+    verdicts = svc.call("GET", f"/v1/alerts/{a['id']}/verdicts", "read")["verdicts"]
+    assert [(v["verdict"], v["actor"]) for v in verdicts] == [("maintenance", "link:record")]
+    # The API still takes a new verdict (with its token's name).
+    svc.call("POST", f"/v1/alerts/{a['id']}/verdict", json={"verdict": "false_alarm"})
 
 
 def test_a_tampered_or_expired_link_records_nothing(svc: Svc) -> None:
@@ -194,7 +221,7 @@ def test_a_tampered_or_expired_link_records_nothing(svc: Svc) -> None:
     assert r.status_code == 403 and "signature" in r.text
     later = {**q, "exp": str(int(q["exp"]) + 86400)}  # a longer life is a new signature
     assert svc.client.post(parts.path, data={**later, "verdict": "failed"}).status_code == 403
-    r = svc.client.post(parts.path, data={**q, "verdict": "unknown", "name": "<script>"})
+    r = svc.client.post(parts.path, data={**q, "verdict": "<script>"})
     assert r.status_code == 422 and "<script>" not in r.text
     assert svc.client.post(parts.path, content=b"x" * 5000).status_code == 413
     svc.clock.now = float(q["exp"]) + 1
@@ -211,3 +238,37 @@ def test_without_a_secret_messages_carry_no_link_and_the_page_is_off(settings: S
         r = svc.client.get("/verdict/1?exp=9999999999&sig=abc")
         assert r.status_code == 404 and "off" in r.text
         assert re.search(r"notify\.verdict_link_secret", r.text)
+
+
+def test_a_client_gone_mid_form_is_an_info_line_not_an_error(
+        settings: Settings, caplog: pytest.LogCaptureFixture) -> None:
+    """A browser that closes while sending the form: a real server, a body cut short."""
+    app = create_app(settings, clock=lambda: T0, schedule=False)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                           log_config=None))
+    thread = threading.Thread(target=server.run, daemon=True)
+    caplog.set_level(logging.INFO)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.started
+        with socket.create_connection(("127.0.0.1", port)) as c:
+            c.sendall(b"POST /verdict/1 HTTP/1.1\r\nHost: gpuhealth.test\r\n"
+                      b"Content-Type: application/x-www-form-urlencoded\r\n"
+                      b"Content-Length: 1000\r\n\r\nexp=1&by=record&si")
+            time.sleep(0.3)  # the route is reading the body when the client goes
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(
+                "disconnected" in r.getMessage() for r in caplog.records):
+            time.sleep(0.05)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+    gone = [r for r in caplog.records if "disconnected" in r.getMessage()]
+    assert gone and all(r.levelno == logging.INFO and r.exc_info is None for r in gone)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
