@@ -14,10 +14,18 @@ body as line protocol and refused every line: that one is a reason to send line 
 
 from __future__ import annotations
 
+import threading
+from typing import TYPE_CHECKING, cast
+
+from collectors.catalog import Scope
 from service.api.inflate import Inflated, inflate
 from service.api.state import Running
 from service.api.write import Parsed
 from service.errors import BadRequest, UnsupportedMediaType
+from service.settings import IngestSettings
+
+if TYPE_CHECKING:
+    from collectors.arrow_batch import Decoder
 
 MEDIA_TYPE = "application/vnd.apache.arrow.stream"  # collectors.arrow_batch.MEDIA_TYPE
 PAYLOAD_HEADER = "x-gpuhealth-payload"
@@ -35,9 +43,11 @@ def is_arrow(content_type: str) -> bool:
 
 
 def parse_arrow(st: Running, body: bytes | Inflated, gz: bool) -> Parsed:
-    """Inflate (bounded) and decode one body (a gzip one may come inflated already)."""
+    """Inflate (bounded) and decode one body (a gzip one may come inflated already). Decoded
+    without the parsers' lock (`mapper_lock`, which line-protocol writes take): the decoder is
+    safe from many threads, so no other write waits on an Arrow body."""
     try:
-        from collectors.arrow_batch import ArrowPayloadError, Decoder, Limits
+        from collectors.arrow_batch import ArrowPayloadError
     except ImportError:  # pyarrow missing from this install: the agent falls back
         raise UnsupportedMediaType("this service cannot read Arrow payloads (pyarrow is not "
                                    "installed); send line protocol") from None
@@ -48,14 +58,39 @@ def parse_arrow(st: Running, body: bytes | Inflated, gz: bool) -> Parsed:
             raise ArrowRefused(f"Arrow payload refused, nothing written: {got.cut}")
         body = got.data
     now = st.now()
-    with st.mapper_lock:
-        if st.arrow is None:  # tables kept: about three per node agent (one per scope)
-            st.arrow = Decoder(Limits(max_rows=st.settings.ingest.max_lines_per_request),
-                               max_tables=max(1024, st.settings.ingest.max_gpus))
-        try:
-            decoded = st.arrow.decode(body)
-        except ArrowPayloadError as exc:
-            raise ArrowRefused(f"Arrow payload refused, nothing written: {exc}") from None
+    try:
+        decoded = decoder(st).decode(body)
+    except ArrowPayloadError as exc:
+        raise ArrowRefused(f"Arrow payload refused, nothing written: {exc}") from None
     if decoded.reports:
         st.remote.record(decoded.reports)
     return Parsed(decoded.batch, now)
+
+
+_MADE = threading.Lock()
+
+
+def decoder(st: Running) -> Decoder:
+    """The service's decoder, made on the first Arrow body (pyarrow is imported only then)."""
+    if st.arrow is None:
+        with _MADE:
+            if st.arrow is None:
+                st.arrow = make_decoder(st.settings.ingest)
+    return cast("Decoder", st.arrow)
+
+
+def make_decoder(ingest: IngestSettings) -> Decoder:
+    """A decoder bounded by what the window store can hold: a body's dictionaries may list
+    at most every entity it could hold (KEY_BYTES a key on average), and the entity tables
+    kept cost at most twice those entities (a relay's roster table beside its nodes' own)."""
+    from collectors.arrow_batch import ENTRY_BYTES, Decoder, Limits
+
+    limits = ingest.limits()
+    keys = sum(limits.total(s) for s in Scope)
+    return Decoder(Limits(max_rows=ingest.max_lines_per_request, max_keys=keys,
+                          max_key_bytes=keys * KEY_BYTES),
+                   max_tables=max(1024, ingest.max_gpus),  # about three per node agent
+                   max_table_bytes=2 * keys * ENTRY_BYTES)
+
+
+KEY_BYTES = 128  # a key's bytes as sent, on average at most: its offset and its text

@@ -270,8 +270,9 @@ def test_message_headers_are_remembered_bounded_and_still_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import collectors.arrow_batch as ab
 
-    monkeypatch.setattr(ab, "_HEADERS", {})
-    monkeypatch.setattr(ab, "MAX_HEADERS", 2)
+    from collectors.byte_budget import ByteBudgetCache
+
+    monkeypatch.setattr(ab, "_HEADERS", ByteBudgetCache(ab.MAX_HEADER_BYTES, 2))
     for n in range(1, 5):  # four shapes of record batch: four distinct headers
         Decoder().decode(_v2([f"n1:gpu{i}" for i in range(n)], b"gpu_temp",
                              _lists([[float(i)] for i in range(n)], 1)))
