@@ -172,18 +172,19 @@ def dictionaries(rng: random.Random, tag: str) -> bytes:
 def claimed_length(rng: random.Random, tag: str) -> bytes:
     """A valid body whose record batch (or one of its buffers) claims up to 2**62 rows or
     bytes it does not carry."""
-    body = bytearray(valid(rng, tag))
-    for pos, meta_at, mtype in _messages(bytes(body)):
+    raw = valid(rng, tag)
+    body = bytearray(raw)
+    for _pos, meta_at, mtype in _messages(raw):
         if mtype != 3:  # record batch
             continue
-        msg = meta_at + int(_I32.unpack_from(body, meta_at)[0] & 0xFFFFFFFF)
-        header = _ref(body, _field(body, msg, 2))
+        msg = meta_at + struct.unpack_from("<I", raw, meta_at)[0]
+        header = _ref(raw, _field(raw, msg, 2))
         big = rng.choice([2**31, 2**40, 2**62])
         if rng.random() < 0.5:
-            at = _field(body, header, 0)  # RecordBatch.length
+            at = _field(raw, header, 0)  # RecordBatch.length
         else:  # RecordBatch.buffers[k].length: a vector of {offset, length} structs
-            vec = _ref(body, _field(body, header, 2))
-            count = _I32.unpack_from(body, vec)[0]
+            vec = _ref(raw, _field(raw, header, 2))
+            count = _I32.unpack_from(raw, vec)[0]
             at = vec + 4 + 16 * rng.randrange(max(1, count)) + 8
         if at is not None:
             _I64.pack_into(body, at, big)

@@ -42,7 +42,11 @@ instead), and streams, record batches, columns and rows are counted first: from 
 metadata (formats 1 and 2), or (format 3, whose rows are list items) from the record batch
 read in place and checked cheaply against its own buffers (`validate()`: each array's
 declared length must fit the body's bytes), before any per-row work. Every record batch is
-then fully validated (offsets, UTF-8, dictionary indices).
+then fully validated (offsets, UTF-8, dictionary indices). What a sender chooses the size of
+is bounded before it costs: each message's metadata (MAX_META_BYTES: fields, nesting, schema
+metadata), dictionaries (count, no deltas, and the body's keys and bytes: `Limits`), entity
+keys' length; an entity dictionary's keys become entities only where rows name them (or the
+rows name enough of it: WHOLE_KEYS), and entity tables are kept within a byte budget.
 Value ranges are the ingest stage's to check, as for line protocol.
 """
 

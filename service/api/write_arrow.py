@@ -7,6 +7,11 @@ segment as line protocol, whose lines the service can name one by one). A valid 
 through the same (coalesced) ingest as line protocol and gets the same answers: 204, or the
 partial write's 400 listing the samples the ingest stage refused by entity.
 
+A body is decoded without the parsers' lock (line-protocol writes go on meanwhile), within
+limits set by what the window store can hold (`make_decoder`): dictionaries listing more keys
+than it could ever hold are refused whole (400, saying so), and keys no row names are not
+decoded (issue 29: 500,000 keys behind one row cost 380 MB and 10 s under that lock).
+
 Every answer to an Arrow body carries `X-Gpuhealth-Payload: arrow`, so a sender tells a refusal
 of its payload by a service that reads Arrow from an older service (or InfluxDB) that read the
 body as line protocol and refused every line: that one is a reason to send line protocol.

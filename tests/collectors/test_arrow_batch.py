@@ -269,7 +269,6 @@ def test_values_of_a_sliced_batch_are_its_own_rows() -> None:
 def test_message_headers_are_remembered_bounded_and_still_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import collectors.arrow_batch as ab
-
     from collectors.byte_budget import ByteBudgetCache
 
     monkeypatch.setattr(ab, "_HEADERS", ByteBudgetCache(ab.MAX_HEADER_BYTES, 2))

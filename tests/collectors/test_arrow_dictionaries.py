@@ -7,6 +7,7 @@ before it costs time or memory."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 
 import numpy as np
@@ -150,7 +151,7 @@ def test_metadata_dictionaries_and_deltas_are_bounded_before_arrow_reads_them() 
                             options=ipc.IpcWriteOptions(emit_dictionary_deltas=delta)) as w:
             keys: list[str] = []
             for j in range(n):
-                keys = keys + [f"n{j}:gpu0"] if delta else [f"n{j}:gpu0"]
+                keys = [*keys, f"n{j}:gpu0"] if delta else [f"n{j}:gpu0"]
                 ent = pa.DictionaryArray.from_arrays(pa.array([len(keys) - 1], pa.int32()),
                                                      pa.array(keys))
                 w.write_batch(pa.RecordBatch.from_arrays([ent, pa.array([T])], schema=schema))
@@ -168,10 +169,8 @@ def test_lengths_claimed_past_the_body_are_refused_not_allocated() -> None:
     (a buffer past the body once read as OSError, which escaped as a 500)."""
     for seed in range(30):
         body = claimed_length(random.Random(seed), "c")
-        try:
+        with contextlib.suppress(ArrowPayloadError):
             Decoder().decode(body)
-        except ArrowPayloadError:
-            pass
 
 
 def test_every_hostile_body_is_refused_or_taken_never_raised_otherwise() -> None:
