@@ -374,15 +374,14 @@ class Decoder:
         rows = ent.indices.to_numpy().astype(np.int32, copy=False)  # validated: in range
         n = len(dictionary)
         out.keys += n
-        offsets = _offsets(dictionary)
-        longest = int(np.diff(offsets).max()) if n else 0
+        whole = (scope, _utf8_bytes(dictionary))
+        got = self._tables.get(whole)
+        if got is not None:  # its keys were checked when it was made
+            return got, rows
+        longest = int(np.diff(_offsets(dictionary)).max()) if n else 0
         if longest > self.limits.max_key_length:
             raise ArrowPayloadError(f"stream {scope.value!r}: an entity key of {longest} "
                                     f"bytes (at most {self.limits.max_key_length})")
-        whole = (scope, _utf8_bytes(dictionary))
-        got = self._tables.get(whole)
-        if got is not None:
-            return got, rows
         used, inverse = np.unique(rows, return_inverse=True)
         if n <= max(WHOLE_KEYS, KEYS_PER_ROW * len(used)):
             return self._build(whole, scope, dictionary, out), rows
