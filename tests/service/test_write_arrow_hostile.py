@@ -190,3 +190,21 @@ def test_writes_go_on_while_an_arrow_body_decodes(app_url: tuple[str, Any],
         slow.join(120)
     assert order == (204, 204, False, False), order
     assert slow.status == 204
+
+
+def test_the_coalescers_key_cache_is_bounded_by_keys_not_only_tables() -> None:
+    """Arrow bodies choose their tables' sizes (up to a body's rows): the coalescer's cache
+    of each table's keys starts over past `max_keys` keys held, not only past a count."""
+    import numpy as np
+
+    from collectors.catalog import Scope
+    from collectors.frames import Entity, EntityTable
+    from service.api.coalesce import PlanCache
+
+    cache = PlanCache(max_tables=1_000, max_keys=1_000)
+    tables = [EntityTable(Scope.GPU, [Entity.gpu(f"t{t}n{i}", 0) for i in range(400)])
+              for t in range(5)]
+    for t in tables:
+        assert len(cache.keys(t, np.arange(400, dtype=np.int32))) == 400
+        assert cache._held <= 1_000
+    assert len(cache._keys) == 1  # 400 + 400 fit, a third did not: it started over twice
