@@ -65,7 +65,7 @@ import pyarrow.ipc as ipc
 from collectors.byte_budget import ByteBudgetCache
 from collectors.catalog import CATALOG, Kind, Scope
 from collectors.collector_status import CollectorReport, read_report
-from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
+from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame, name_problem
 from collectors.lineprotocol import Point
 
 MEDIA_TYPE = "application/vnd.apache.arrow.stream"
@@ -614,6 +614,10 @@ def _reports(table: pa.Table) -> list[CollectorReport]:
         got = read_report(p)
         if isinstance(got, str):
             raise ArrowPayloadError(f"stream 'collectors', row {i}: {got}")
+        # as line protocol's are (collectors.schema): names reach /metrics labels and sinks
+        why = name_problem(got.host, "host") or name_problem(got.collector, "collector")
+        if why is not None:
+            raise ArrowPayloadError(f"stream 'collectors', row {i}: {why}")
         out.append(got)
     return out
 

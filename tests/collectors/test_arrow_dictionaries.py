@@ -207,3 +207,23 @@ def test_an_entity_parsed_from_a_named_key_is_what_the_key_says() -> None:
     f = got.batch.frames[Scope.GPU]
     assert [f.entities[i] for i in f.rows.tolist()] == [Entity.parse(keys[r]) for r in rows]
     assert f.rows.dtype == np.int32
+
+
+def test_collector_reports_are_held_to_line_protocols_names_and_a_bounded_error() -> None:
+    """A node agent's collector status by Arrow: host and collector names are checked as line
+    protocol's are (they reach /metrics labels), and a report's error text is kept bounded
+    (remembered per collector: up to 50,000 of them)."""
+    from collectors.arrow_batch import encode
+    from collectors.collector_status import MAX_ERROR, CollectorReport
+    from collectors.frames import Batch
+
+    def report(host: str, collector: str = "nvml", error: str = "") -> bytes:
+        return encode(Batch(), [CollectorReport(host, collector, not error, 0.1, 5, error, T)])
+
+    for host, collector in (("h" * 300, "nvml"), ("-rf", "nvml"), ("n1", "a,b=c"),
+                            ("n1", "c" * 5_000_000)):
+        with pytest.raises(ArrowPayloadError, match="stream 'collectors', row 0: ") as err:
+            Decoder().decode(report(host, collector))
+        assert len(str(err.value)) < 300
+    got = Decoder().decode(report("n1", error="e" * 10_000_000)).reports
+    assert [(r.host, len(r.error)) for r in got] == [("n1", MAX_ERROR)]
