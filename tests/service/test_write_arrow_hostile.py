@@ -27,6 +27,7 @@ import yaml
 
 from bench.soak_stack import Proc, wait_healthy
 from collectors.arrow_batch import MEDIA_TYPE, META_FORMAT, META_METRICS, encode
+from collectors.catalog import Scope
 from collectors.schema import SchemaMapper
 from service.api.app import create_app
 from service.settings import Settings
@@ -36,6 +37,7 @@ from tests.service.fleet import T0
 CLI = "import sys; from service.commands.cli import main; sys.exit(main())"
 ARROW = {"Content-Type": MEDIA_TYPE, "Content-Encoding": "gzip"}
 RSS_BOUND_MIB = 200  # four bodies; each added about 380 MB before
+HELD = sum(Settings().ingest.limits().total(s) for s in Scope)  # entities the store can hold
 
 
 def _one_row(tag: str, n_keys: int, row: int, ts: float) -> bytes:
@@ -92,13 +94,14 @@ def test_dictionary_floods_leave_memory_and_entities_alone(serve: tuple[str, Pro
         assert client.post(f"{url}/write", content=gzip.compress(warm),
                            headers=ARROW).status_code == 204
         before = _rss_mib(service.pid)
+        assert 400_000 < HELD < 500_000
         for tag in ("big-a", "big-b"):  # past what the store holds: refused, saying why
             r = client.post(f"{url}/write", headers=ARROW,
                             content=gzip.compress(_one_row(tag, 500_000, 250_000, now)))
             assert r.status_code == 400, r.text
             problem = r.json()
             assert "arrow-payload-refused" in problem["type"]
-            assert "more than 440000 keys" in problem["detail"]
+            assert f"more than {HELD} keys" in problem["detail"]  # 440,000 by default
             assert "max_gpus" in problem["detail"]
         for tag in ("fit-a", "fit-b"):  # within it: taken for the one row it has
             r = client.post(f"{url}/write", headers=ARROW,
@@ -197,7 +200,6 @@ def test_the_coalescers_key_cache_is_bounded_by_keys_not_only_tables() -> None:
     of each table's keys starts over past `max_keys` keys held, not only past a count."""
     import numpy as np
 
-    from collectors.catalog import Scope
     from collectors.frames import Entity, EntityTable
     from service.api.coalesce import PlanCache
 
