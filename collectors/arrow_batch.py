@@ -42,7 +42,11 @@ instead), and streams, record batches, columns and rows are counted first: from 
 metadata (formats 1 and 2), or (format 3, whose rows are list items) from the record batch
 read in place and checked cheaply against its own buffers (`validate()`: each array's
 declared length must fit the body's bytes), before any per-row work. Every record batch is
-then fully validated (offsets, UTF-8, dictionary indices).
+then fully validated (offsets, UTF-8, dictionary indices). What a sender chooses the size of
+is bounded before it costs: each message's metadata (MAX_META_BYTES: fields, nesting, schema
+metadata), dictionaries (count, no deltas, and the body's keys and bytes: `Limits`), entity
+keys' length; an entity dictionary's keys become entities only where rows name them (or the
+rows name enough of it: WHOLE_KEYS), and entity tables are kept within a byte budget.
 Value ranges are the ingest stage's to check, as for line protocol.
 """
 
@@ -58,9 +62,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from collectors.byte_budget import ByteBudgetCache
 from collectors.catalog import CATALOG, Kind, Scope
 from collectors.collector_status import CollectorReport, read_report
-from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
+from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame, name_problem
 from collectors.lineprotocol import Point
 
 MEDIA_TYPE = "application/vnd.apache.arrow.stream"
@@ -75,6 +80,21 @@ EVENTS = "events"
 COLLECTORS = "collectors"
 KINDS = frozenset([s.value for s in Scope] + [EVENTS, COLLECTORS])
 MAX_BATCHES = 64  # record batches per stream; an agent writes one
+MAX_DICTIONARIES = 64  # dictionary messages per stream; an agent writes one per dictionary
+# A message's flatbuffer metadata (schema: fields, their types and metadata; a batch: its
+# nodes and buffers). Ours are under 3 KiB (a format-3 schema listing every metric); anything
+# a schema can say that costs time or memory to open (fields, nesting, metadata, names) grows
+# with it, so it is bounded before Arrow reads it.
+MAX_META_BYTES = 64 * 1024
+# Entity dictionaries: a key no row names is not turned into an Entity (about 300 bytes and
+# 20 us of name checks each) unless the dictionary is at most this many keys, or at most
+# KEYS_PER_ROW times the keys its rows name (a relay's roster table, written whole so its
+# bytes are the same body after body: collectors.agent.relay_roster; a relay flushing every
+# second a roster of agents that push every 5 s names about a fifth of it). Otherwise only
+# the keys rows name are decoded, as a table of their own.
+WHOLE_KEYS = 256
+KEYS_PER_ROW = 16
+ENTRY_BYTES = 320  # an Entity and its strings, as a cached table holds them (measured ~280)
 _F64_ID = pa.float64().id
 _STR_ID = pa.string().id
 _COLUMN_AT = {s: {m.name: j for j, m in enumerate(CATALOG.columns(s))} for s in Scope}
@@ -93,6 +113,8 @@ class Decoded:
     batch: Batch
     reports: list[CollectorReport] = field(default_factory=list)
     rows: int = 0
+    keys: int = 0  # entity dictionary keys the body listed
+    parsed: int = 0  # of them, turned into entities by this decode (not found cached)
 
 
 # ---- writing ----------------------------------------------------------------------------------
@@ -198,17 +220,32 @@ def _write(out: pa.BufferOutputStream, kind: str, table: pa.Table,
 class Limits:
     max_rows: int = 1_000_000  # rows of all streams together (as lines per request)
     max_columns: int = 256
+    # Dictionary entries of all a body's dictionaries together, and their bytes as sent,
+    # counted from the messages' metadata before Arrow reads them (the service sets these
+    # to what its window store can hold: a body listing more is refused whole, 400).
+    max_keys: int = 4_000_000
+    max_key_bytes: int = 256 * 2**20
+    max_key_length: int = 512  # bytes of one entity key (a host name is at most 253)
 
 
 class Decoder:
     """Reads bodies into Batches. Entity tables are kept per dictionary (a node's agent sends
     the same keys every round), so the window store meets the same table object again and
-    its slot lookup is cached; bounded: past `max_tables` it starts over."""
+    its slot lookup is cached; bounded by their estimated bytes (`max_table_bytes`) and
+    count, least recently used first out. Safe from many threads at once: nothing but the
+    cache is shared between decodes, and its lock is held only to look up or keep a table."""
 
-    def __init__(self, limits: Limits = Limits(), max_tables: int = 16_384) -> None:
+    def __init__(self, limits: Limits = Limits(), max_tables: int = 16_384,
+                 max_table_bytes: int = 256 * 2**20) -> None:
         self.limits = limits
         self.max_tables = max_tables
-        self._tables: dict[tuple[Scope, bytes], EntityTable] = {}
+        self._tables: ByteBudgetCache[tuple[Scope, bytes], EntityTable] = ByteBudgetCache(
+            max_table_bytes, max_tables)
+
+    @property
+    def table_bytes(self) -> int:
+        """The estimated bytes of the entity tables kept."""
+        return self._tables.bytes
 
     def forget(self) -> None:
         self._tables.clear()
@@ -218,13 +255,18 @@ class Decoder:
         src = pa.BufferReader(buf)
         out = Decoded(Batch())
         seen: dict[str, str] = {}  # kind -> format of the streams read
+        tally = _Tally(self.limits)
         while src.tell() < buf.size:
             start = src.tell()
-            _, rows = _scan(src, len(seen) + 1)
+            _, rows = _scan(src, len(seen) + 1, tally)
             out.rows += rows
             if out.rows > self.limits.max_rows:
                 raise ArrowPayloadError(f"more than {self.limits.max_rows} rows")
-            stream = ipc.open_stream(buf.slice(start, src.tell() - start))
+            try:
+                stream = ipc.open_stream(buf.slice(start, src.tell() - start))
+            except (pa.ArrowException, ValueError, OSError) as exc:
+                raise ArrowPayloadError(f"stream {len(seen) + 1} does not open: "
+                                        f"{exc}") from None
             schema = stream.schema
             if not seen and _format(schema) == FORMAT_VERSION:
                 if src.tell() < buf.size:
@@ -256,7 +298,7 @@ class Decoder:
                                         f"{self.limits.max_columns} fields")
         try:
             batches = list(stream)
-        except (pa.ArrowException, ValueError) as exc:
+        except (pa.ArrowException, ValueError, OSError) as exc:
             raise ArrowPayloadError(f"the body does not decode: {exc}") from None
         if len(batches) != 1 or batches[0].num_rows != (1 if kinds else 0):
             raise ArrowPayloadError(f"a format-{FORMAT_VERSION} body holds one record batch of "
@@ -296,12 +338,12 @@ class Decoder:
         elif kind == COLLECTORS:
             out.reports = _reports(pa.Table.from_batches([batch]))
         else:
-            frame = self._frame(Scope(kind), names, meta, batch, fmt)
+            frame = self._frame(Scope(kind), names, meta, batch, fmt, out)
             if len(frame):
                 out.batch.add(frame)
 
     def _frame(self, scope: Scope, names: list[str], meta: dict[bytes, bytes] | None,
-               batch: pa.RecordBatch, fmt: str) -> Frame:
+               batch: pa.RecordBatch, fmt: str, out: Decoded) -> Frame:
         if names[:2] != ["entity", "ts"]:
             raise ArrowPayloadError(f"stream {scope.value!r}: the first columns must be "
                                     f"'entity' and 'ts', got {names[:2]}")
@@ -316,53 +358,80 @@ class Decoder:
                                     f"dictionary<utf8>, got {ent.type}")
         if ent.null_count:
             raise ArrowPayloadError(f"stream {scope.value!r}: 'entity' has nulls")
-        table_ = self._table(scope, ent.dictionary)
-        rows = ent.indices.to_numpy().astype(np.int32, copy=False)
+        table_, rows = self._table(scope, ent, out)
         return Frame(table_, rows, ts, values)
 
-    def _table(self, scope: Scope, dictionary: pa.Array) -> EntityTable:
-        # Looked up by the dictionary's own bytes (validated utf8: its offsets and text say
-        # exactly which keys, in which order), so a node's table met again costs no Python
-        # string per key.
+    def _table(self, scope: Scope, ent: pa.DictionaryArray, out: Decoded
+               ) -> tuple[EntityTable, np.ndarray]:
+        """The frame's entity table and its rows' indices into it. Looked up by the
+        dictionary's own bytes (validated utf8: its offsets and text say exactly which keys,
+        in which order), so a node's table met again costs no Python string per key. A table
+        not met is made of the whole dictionary only when its rows name enough of it (see
+        WHOLE_KEYS); else of the keys they name alone, the others never read."""
+        dictionary = ent.dictionary
         if dictionary.null_count:
             raise ArrowPayloadError(f"stream {scope.value!r}: a null entity key")
-        k = (scope, _utf8_bytes(dictionary))
-        got = self._tables.get(k)
-        if got is not None:
-            return got
+        rows = ent.indices.to_numpy().astype(np.int32, copy=False)  # validated: in range
+        n = len(dictionary)
+        out.keys += n
+        whole = (scope, _utf8_bytes(dictionary))
+        got = self._tables.get(whole)
+        if got is not None:  # its keys were checked when it was made
+            return got, rows
+        longest = int(np.diff(_offsets(dictionary)).max()) if n else 0
+        if longest > self.limits.max_key_length:
+            raise ArrowPayloadError(f"stream {scope.value!r}: an entity key of {longest} "
+                                    f"bytes (at most {self.limits.max_key_length})")
+        used, inverse = np.unique(rows, return_inverse=True)
+        if n <= max(WHOLE_KEYS, KEYS_PER_ROW * len(used)):
+            return self._build(whole, scope, dictionary, out), rows
+        named = dictionary.take(pa.array(used.astype(np.int32)))
+        key = (scope, _utf8_bytes(named))
+        got = self._tables.get(key)
+        if got is None:
+            got = self._build(key, scope, named, out)
+        return got, inverse.reshape(-1).astype(np.int32)
+
+    def _build(self, key: tuple[Scope, bytes], scope: Scope, dictionary: pa.Array,
+               out: Decoded) -> EntityTable:
         keys: list[str | None] = dictionary.to_pylist()
+        out.parsed += len(keys)
         if len(set(keys)) != len(keys):
             raise ArrowPayloadError(f"stream {scope.value!r}: the entity dictionary repeats "
                                     "a key")
         ents = []
-        for key in keys:
-            if key is None:
+        for k in keys:
+            if k is None:
                 raise ArrowPayloadError(f"stream {scope.value!r}: a null entity key")
-            e = _entity(key, scope.value)
+            e = _entity(k, scope.value)
             if e.scope is not scope:
-                raise ArrowPayloadError(f"stream {scope.value!r}: {key[:80]!r} is a "
+                raise ArrowPayloadError(f"stream {scope.value!r}: {k[:80]!r} is a "
                                         f"{e.scope.value} key, not a {scope.value} one")
             ents.append(e)
-        if len(self._tables) >= self.max_tables:
-            self._tables.clear()
-        table = self._tables[k] = EntityTable(scope, ents)
+        table = EntityTable(scope, ents)
+        self._tables.put(key, table, len(key[1]) + len(ents) * ENTRY_BYTES)
         return table
+
+
+def _offsets(arr: pa.Array) -> np.ndarray:
+    """A utf8 array's offsets, in place (validated: len + 1 of them within its buffers)."""
+    return np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4)
 
 
 def _utf8_bytes(arr: pa.Array) -> bytes:
     """A utf8 array's keys as one bytes value: its offsets (rebased to 0) and text."""
-    _, off_buf, text = arr.buffers()
-    offsets = np.frombuffer(off_buf, np.int32, len(arr) + 1, arr.offset * 4)  # validated
+    text = arr.buffers()[2]
+    offsets = _offsets(arr)
     start, end = int(offsets[0]), int(offsets[-1])
-    data = text.to_pybytes()[start:end] if text is not None else b""
+    data = text.slice(start, end - start).to_pybytes() if text is not None else b""
     return bytes((offsets - offsets[0]).tobytes()) + b"\x00" + data
 
 
 def _entity(key: str, where: str) -> Entity:
     try:
         return Entity.parse(key)
-    except ValueError as exc:
-        raise ArrowPayloadError(f"stream {where!r}: {exc}") from None
+    except ValueError as exc:  # its message quotes the key: not all of a long one
+        raise ArrowPayloadError(f"stream {where!r}: {str(exc)[:300]}") from None
 
 
 def _read(stream: ipc.RecordBatchStreamReader, kind: str, rows: int) -> pa.RecordBatch:
@@ -370,7 +439,7 @@ def _read(stream: ipc.RecordBatchStreamReader, kind: str, rows: int) -> pa.Recor
     indices), as one."""
     try:
         batches = list(stream)
-    except (pa.ArrowException, ValueError) as exc:
+    except (pa.ArrowException, ValueError, OSError) as exc:
         raise ArrowPayloadError(f"stream {kind!r} does not decode: {exc}") from None
     if sum(b.num_rows for b in batches) != rows:
         raise ArrowPayloadError(f"stream {kind!r} disagrees with its metadata")
@@ -383,7 +452,7 @@ def _read(stream: ipc.RecordBatchStreamReader, kind: str, rows: int) -> pa.Recor
         return batches[0]
     try:
         table = pa.Table.from_batches(batches, stream.schema).combine_chunks()
-    except (pa.ArrowException, ValueError) as exc:
+    except (pa.ArrowException, ValueError, OSError) as exc:
         raise ArrowPayloadError(f"stream {kind!r} does not decode: {exc}") from None
     got = table.to_batches()
     return got[0] if got else pa.RecordBatch.from_pylist([], stream.schema)
@@ -545,6 +614,10 @@ def _reports(table: pa.Table) -> list[CollectorReport]:
         got = read_report(p)
         if isinstance(got, str):
             raise ArrowPayloadError(f"stream 'collectors', row {i}: {got}")
+        # as line protocol's are (collectors.schema): names reach /metrics labels and sinks
+        why = name_problem(got.host, "host") or name_problem(got.collector, "collector")
+        if why is not None:
+            raise ArrowPayloadError(f"stream 'collectors', row {i}: {why}")
         out.append(got)
     return out
 
@@ -570,14 +643,39 @@ def _strings(table: pa.Table, name: str, kind: str) -> list[str]:
 
 # ---- bounds from the messages' metadata, before anything is decoded ---------------------------
 
-def _scan(src: pa.BufferReader, nth: int) -> tuple[int, int]:
+class _Tally:
+    """A body's dictionaries so far, against its limits (all its streams together)."""
+
+    __slots__ = ("bytes", "keys", "limits")
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.keys = self.bytes = 0
+
+    def dictionary(self, nth: int, keys: int, nbytes: int) -> None:
+        self.keys += keys
+        self.bytes += nbytes
+        lim = self.limits
+        if self.keys > lim.max_keys:
+            raise ArrowPayloadError(f"stream {nth}: its dictionaries list more than "
+                                    f"{lim.max_keys} keys in all (the most entities this "
+                                    "service holds; raise ingest.max_gpus for more)")
+        if self.bytes > lim.max_key_bytes:
+            raise ArrowPayloadError(f"stream {nth}: its dictionaries hold more than "
+                                    f"{lim.max_key_bytes} bytes in all")
+
+
+def _scan(src: pa.BufferReader, nth: int, tally: _Tally | None = None) -> tuple[int, int]:
     """Reads one stream's messages in place; (record batches, rows). Refuses a stream without
-    its end-of-stream marker (a truncated body), compressed buffers, too many batches."""
+    its end-of-stream marker (a truncated body), compressed buffers, too many batches or
+    dictionaries, delta dictionaries, metadata over MAX_META_BYTES, and (with `tally`)
+    dictionaries over the body's limits: all before Arrow opens any of it."""
     try:
         reader = ipc.MessageReader.open_stream(src)
     except pa.ArrowException as exc:
         raise ArrowPayloadError(f"stream {nth} is not an Arrow IPC stream: {exc}") from None
-    batches = rows = schemas = 0
+    tally = tally if tally is not None else _Tally(Limits())
+    batches = rows = schemas = dictionaries = 0
     first = True
     while True:
         pos = src.tell()
@@ -595,6 +693,10 @@ def _scan(src: pa.BufferReader, nth: int) -> tuple[int, int]:
         if first and mtype != "schema":
             raise ArrowPayloadError(f"stream {nth} does not start with a schema")
         first = False
+        meta = msg.metadata
+        if meta.size > MAX_META_BYTES:
+            raise ArrowPayloadError(f"stream {nth}: a {mtype} message's metadata is "
+                                    f"{meta.size} bytes (at most {MAX_META_BYTES})")
         if mtype == "schema":
             if schemas:
                 raise ArrowPayloadError(f"stream {nth} holds a second schema")
@@ -602,7 +704,7 @@ def _scan(src: pa.BufferReader, nth: int) -> tuple[int, int]:
             continue
         if mtype not in ("record batch", "dictionary"):
             raise ArrowPayloadError(f"stream {nth} holds a {mtype} message")
-        length, compressed = _header_of(msg.metadata.to_pybytes(), mtype)
+        length, compressed, delta = _header_of(meta.to_pybytes(), mtype)
         if compressed:
             raise ArrowPayloadError(f"stream {nth} has compressed buffers: send it "
                                     "uncompressed (gzip the body instead)")
@@ -611,6 +713,15 @@ def _scan(src: pa.BufferReader, nth: int) -> tuple[int, int]:
             rows += length
             if batches > MAX_BATCHES:
                 raise ArrowPayloadError(f"stream {nth} holds more than {MAX_BATCHES} batches")
+            continue
+        if delta:  # Arrow would join each delta to the dictionary so far: a copy per delta
+            raise ArrowPayloadError(f"stream {nth} holds a delta dictionary (send each "
+                                    "dictionary whole)")
+        dictionaries += 1
+        if dictionaries > MAX_DICTIONARIES:
+            raise ArrowPayloadError(f"stream {nth} holds more than {MAX_DICTIONARIES} "
+                                    "dictionaries")
+        tally.dictionary(nth, length, msg.body.size if msg.body is not None else 0)
 
 
 _F64 = pa.float64()
@@ -621,11 +732,15 @@ _I64 = struct.Struct("<q")
 _HEADER_TYPE = {"dictionary": 2, "record batch": 3}  # Arrow's MessageHeader union
 
 
-_HEADERS: dict[tuple[bytes, str], tuple[int, bool]] = {}
-MAX_HEADERS = 16_384  # remembered message headers: a few per node agent
+# Remembered message headers: a few per node agent, by their metadata's bytes (up to
+# MAX_META_BYTES each), so bounded by those bytes as well as by count.
+MAX_HEADERS = 16_384
+MAX_HEADER_BYTES = 16 * 2**20
+_HEADERS: ByteBudgetCache[tuple[bytes, str], tuple[int, bool, bool]] = ByteBudgetCache(
+    MAX_HEADER_BYTES, MAX_HEADERS)
 
 
-def _header_of(meta: bytes, kind: str) -> tuple[int, bool]:
+def _header_of(meta: bytes, kind: str) -> tuple[int, bool, bool]:
     """_batch_header, remembered: a node agent's messages have the same metadata every
     round (the same rows, buffers and offsets), and reading the flatbuffer in Python was
     most of a small body's scan."""
@@ -633,24 +748,25 @@ def _header_of(meta: bytes, kind: str) -> tuple[int, bool]:
     got = _HEADERS.get(key)
     if got is None:
         got = _batch_header(meta, kind)  # raises for a malformed one: nothing remembered
-        if len(_HEADERS) >= MAX_HEADERS:
-            _HEADERS.clear()
-        _HEADERS[key] = got
+        _HEADERS.put(key, got, len(meta) + 100)
     return got
 
 
-def _batch_header(meta: bytes, kind: str) -> tuple[int, bool]:
-    """(rows, compressed) of a record or dictionary batch, read from the flatbuffer `Message`
-    (format/Message.fbs: Message.header -> RecordBatch{length, nodes, buffers, compression};
-    DictionaryBatch{id, data: RecordBatch}). Arrow has verified the flatbuffer already; a
-    lookup that falls outside it is refused all the same."""
+def _batch_header(meta: bytes, kind: str) -> tuple[int, bool, bool]:
+    """(rows, compressed, delta) of a record or dictionary batch, read from the flatbuffer
+    `Message` (format/Message.fbs: Message.header -> RecordBatch{length, nodes, buffers,
+    compression}; DictionaryBatch{id, data: RecordBatch, isDelta}). Arrow has verified the
+    flatbuffer already; a lookup that falls outside it is refused all the same."""
     try:
         msg = _U32.unpack_from(meta, 0)[0]
         htype = _field(meta, msg, 1)
         if htype is None or meta[htype] != _HEADER_TYPE[kind]:
             raise ArrowPayloadError("a batch message's header disagrees with its type")
         header = _ref(meta, _field(meta, msg, 2))
+        delta = False
         if kind == "dictionary":
+            at_delta = _field(meta, header, 2)
+            delta = at_delta is not None and meta[at_delta] != 0
             header = _ref(meta, _field(meta, header, 1))
         at = _field(meta, header, 0)
         length = _I64.unpack_from(meta, at)[0] if at is not None else 0
@@ -659,7 +775,7 @@ def _batch_header(meta: bytes, kind: str) -> tuple[int, bool]:
         raise ArrowPayloadError("a batch message's metadata is malformed") from None
     if length < 0:
         raise ArrowPayloadError("a batch declares a negative length")
-    return length, compressed
+    return length, compressed, delta
 
 
 def _field(buf: bytes, table: int, i: int) -> int | None:

@@ -19,6 +19,7 @@ from collectors.lineprotocol_format import format_line
 MEASUREMENT = "gpuhealth_collector"
 TAGS = ("host", "collector")
 FIELDS = ("up", "scrape_seconds", "samples", "error")
+MAX_ERROR = 1_000  # characters of a report's error kept: a diagnostic, remembered per collector
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +65,8 @@ def read_report(p: Point) -> CollectorReport | str:
     error = p.fields.get("error", "")
     if not isinstance(error, str):
         return f"error must be a string, got {_text(error)}"
-    return CollectorReport(host, collector, bool(up), float(seconds), int(samples), error,
-                           p.ts_ns / 1e9)
+    return CollectorReport(host, collector, bool(up), float(seconds), int(samples),
+                           error[:MAX_ERROR], p.ts_ns / 1e9)
 
 
 def _text(v: FieldValue | None) -> str:

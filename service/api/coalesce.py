@@ -113,18 +113,26 @@ class PlanCache:
     """Per entity table (by identity: a mapper or decoder keeps one per sender layout), its
     entity keys: all of them as one set (a node agent's own table, every row named each
     round) and one by one (a mapper's table that many senders' frames share). Tables never
-    change, so nothing here goes stale; bounded, it starts over past `max_tables`."""
+    change, so nothing here goes stale; bounded, it starts over past `max_tables` or past
+    `max_keys` keys held in all (an Arrow sender chooses its tables' sizes, up to a body's
+    rows each: a count alone bounds nothing)."""
 
-    def __init__(self, max_tables: int = 32_768) -> None:
+    def __init__(self, max_tables: int = 32_768, max_keys: int = 2_000_000) -> None:
         self.max_tables = max_tables
+        self.max_keys = max_keys
+        self._held = 0  # keys of the tables kept
         self._keys: dict[int, tuple[EntityTable, frozenset[str], npt.NDArray[np.object_]]] = {}
 
     def keys(self, table: EntityTable, rows: npt.NDArray[np.int32]) -> frozenset[str]:
         """The keys of the table's entities that `rows` name."""
         got = self._keys.get(id(table))
         if got is None or got[0] is not table:
-            if len(self._keys) >= self.max_tables:
+            if len(self._keys) >= self.max_tables or self._held + len(table) > self.max_keys:
                 self._keys.clear()
+                self._held = 0
+            elif got is not None:  # another table at a reused id: it goes
+                self._held -= len(got[0])
+            self._held += len(table)
             names = [e.key for e in table.entities]
             arr = np.empty(len(names), object)
             arr[:] = names

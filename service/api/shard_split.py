@@ -112,11 +112,11 @@ class ArrowSplitter:
         """ValueError (collectors.arrow_batch.ArrowPayloadError) for a malformed body."""
         from collectors.arrow_batch import Decoder, Limits, encode
 
-        with self._lock:
+        with self._lock:  # the decoder is safe from many threads: made under it, used out
             if self._decoder is None:
                 self._decoder = Decoder(Limits(max_rows=self._max_rows))
             assert isinstance(self._decoder, Decoder)
-            decoded = self._decoder.decode(data)
+        decoded = self._decoder.decode(data)
         batches: dict[str, Batch] = {}
         reports: dict[str, list[CollectorReport]] = {}
         parts = Parts()

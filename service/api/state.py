@@ -40,7 +40,7 @@ class Running:
     # Writes ingested together (service.api.coalesce); made by the lean route when enabled.
     coalescer: Coalescer | None = None
     # Our agent's Arrow payloads (service.api.write_arrow): a collectors.arrow_batch.Decoder,
-    # made on the first one (pyarrow is imported only then), used under mapper_lock.
+    # made on the first one (pyarrow is imported only then); safe from many threads.
     arrow: Any = None
     # Node agents' collector reports. A collector reads as down after STALE_AFTER_ROUNDS rounds
     # without one; agents are assumed to run at the service's collect interval.

@@ -7,6 +7,11 @@ segment as line protocol, whose lines the service can name one by one). A valid 
 through the same (coalesced) ingest as line protocol and gets the same answers: 204, or the
 partial write's 400 listing the samples the ingest stage refused by entity.
 
+A body is decoded without the parsers' lock (line-protocol writes go on meanwhile), within
+limits set by what the window store can hold (`make_decoder`): dictionaries listing more keys
+than it could ever hold are refused whole (400, saying so), and keys no row names are not
+decoded (issue 29: 500,000 keys behind one row cost 380 MB and 10 s under that lock).
+
 Every answer to an Arrow body carries `X-Gpuhealth-Payload: arrow`, so a sender tells a refusal
 of its payload by a service that reads Arrow from an older service (or InfluxDB) that read the
 body as line protocol and refused every line: that one is a reason to send line protocol.
@@ -14,10 +19,18 @@ body as line protocol and refused every line: that one is a reason to send line 
 
 from __future__ import annotations
 
+import threading
+from typing import TYPE_CHECKING, cast
+
+from collectors.catalog import Scope
 from service.api.inflate import Inflated, inflate
 from service.api.state import Running
 from service.api.write import Parsed
 from service.errors import BadRequest, UnsupportedMediaType
+from service.settings import IngestSettings
+
+if TYPE_CHECKING:
+    from collectors.arrow_batch import Decoder
 
 MEDIA_TYPE = "application/vnd.apache.arrow.stream"  # collectors.arrow_batch.MEDIA_TYPE
 PAYLOAD_HEADER = "x-gpuhealth-payload"
@@ -35,9 +48,11 @@ def is_arrow(content_type: str) -> bool:
 
 
 def parse_arrow(st: Running, body: bytes | Inflated, gz: bool) -> Parsed:
-    """Inflate (bounded) and decode one body (a gzip one may come inflated already)."""
+    """Inflate (bounded) and decode one body (a gzip one may come inflated already). Decoded
+    without the parsers' lock (`mapper_lock`, which line-protocol writes take): the decoder is
+    safe from many threads, so no other write waits on an Arrow body."""
     try:
-        from collectors.arrow_batch import ArrowPayloadError, Decoder, Limits
+        from collectors.arrow_batch import ArrowPayloadError
     except ImportError:  # pyarrow missing from this install: the agent falls back
         raise UnsupportedMediaType("this service cannot read Arrow payloads (pyarrow is not "
                                    "installed); send line protocol") from None
@@ -48,14 +63,39 @@ def parse_arrow(st: Running, body: bytes | Inflated, gz: bool) -> Parsed:
             raise ArrowRefused(f"Arrow payload refused, nothing written: {got.cut}")
         body = got.data
     now = st.now()
-    with st.mapper_lock:
-        if st.arrow is None:  # tables kept: about three per node agent (one per scope)
-            st.arrow = Decoder(Limits(max_rows=st.settings.ingest.max_lines_per_request),
-                               max_tables=max(1024, st.settings.ingest.max_gpus))
-        try:
-            decoded = st.arrow.decode(body)
-        except ArrowPayloadError as exc:
-            raise ArrowRefused(f"Arrow payload refused, nothing written: {exc}") from None
+    try:
+        decoded = decoder(st).decode(body)
+    except ArrowPayloadError as exc:
+        raise ArrowRefused(f"Arrow payload refused, nothing written: {exc}") from None
     if decoded.reports:
         st.remote.record(decoded.reports)
     return Parsed(decoded.batch, now)
+
+
+_MADE = threading.Lock()
+
+
+def decoder(st: Running) -> Decoder:
+    """The service's decoder, made on the first Arrow body (pyarrow is imported only then)."""
+    if st.arrow is None:
+        with _MADE:
+            if st.arrow is None:
+                st.arrow = make_decoder(st.settings.ingest)
+    return cast("Decoder", st.arrow)
+
+
+def make_decoder(ingest: IngestSettings) -> Decoder:
+    """A decoder bounded by what the window store can hold: a body's dictionaries may list
+    at most every entity it could hold (KEY_BYTES a key on average), and the entity tables
+    kept cost at most twice those entities (a relay's roster table beside its nodes' own)."""
+    from collectors.arrow_batch import ENTRY_BYTES, Decoder, Limits
+
+    limits = ingest.limits()
+    keys = sum(limits.total(s) for s in Scope)
+    return Decoder(Limits(max_rows=ingest.max_lines_per_request, max_keys=keys,
+                          max_key_bytes=keys * KEY_BYTES),
+                   max_tables=max(1024, ingest.max_gpus),  # about three per node agent
+                   max_table_bytes=2 * keys * ENTRY_BYTES)
+
+
+KEY_BYTES = 128  # a key's bytes as sent, on average at most: its offset and its text

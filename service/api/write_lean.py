@@ -198,9 +198,10 @@ async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
         else:
             payload = small
     try:
-        if arrow:  # our agent's columnar payload (service.api.write_arrow)
-            parsed, plan_ = await _off_loop(st, inline, _parse_arrow, st, payload, gz,
-                                              coalescer)
+        if arrow:  # our agent's columnar payload (service.api.write_arrow): decoded without
+            # the parsers' lock, so never waiting for (nor holding up) a line-protocol parse
+            parsed, plan_ = (_parse_arrow(st, payload, gz, coalescer) if inline else
+                             await run_sync(_parse_arrow, st, payload, gz, coalescer))
             got = (await coalescer.ingest(parsed.batch, plan_)
                    if coalescer is not None and plan_ is not None else
                    await run_sync(_ingest_alone, st, parsed))

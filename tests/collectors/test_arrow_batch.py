@@ -269,9 +269,9 @@ def test_values_of_a_sliced_batch_are_its_own_rows() -> None:
 def test_message_headers_are_remembered_bounded_and_still_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import collectors.arrow_batch as ab
+    from collectors.byte_budget import ByteBudgetCache
 
-    monkeypatch.setattr(ab, "_HEADERS", {})
-    monkeypatch.setattr(ab, "MAX_HEADERS", 2)
+    monkeypatch.setattr(ab, "_HEADERS", ByteBudgetCache(ab.MAX_HEADER_BYTES, 2))
     for n in range(1, 5):  # four shapes of record batch: four distinct headers
         Decoder().decode(_v2([f"n1:gpu{i}" for i in range(n)], b"gpu_temp",
                              _lists([[float(i)] for i in range(n)], 1)))
