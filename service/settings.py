@@ -171,8 +171,9 @@ class ApiSettings(BaseModel):
     rate_limit_per_min: float = Field(default=60.0, gt=0)  # mutating requests per token
     rate_limit_burst: int = Field(default=20, ge=1)
     idempotency_ttl_s: float = Field(default=86400.0, gt=0)  # the IETF draft's 24 h
-    # Failed authentications per client address: past the burst, that address is answered
-    # 429 before any token is checked, so guessing tokens costs the guesser, not us.
+    # Failed authentications per credential, and new wrong credentials per client address
+    # (guessing): past the burst, those are answered 429 unchecked; a valid token never is
+    # (service/api/auth_failures.py).
     auth_failures_per_min: float = Field(default=10.0, gt=0)
     auth_failures_burst: int = Field(default=20, ge=1)
 

@@ -13,12 +13,13 @@ import yaml
 from tests.collectors.agent.relay_service import free_port
 from tests.loopback import Daemon, answers
 
-_MAIN = "import sys; from service.commands.cli import main; sys.exit(main())"
+MAIN = "import sys; from service.commands.cli import main; sys.exit(main())"
 
 
 class Served:
     def __init__(self, root: Path, settings: dict[str, Any] | None = None,
                  nofile: int | None = None) -> None:
+        root.mkdir(parents=True, exist_ok=True)
         self.root, self.port = root, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cfg: dict[str, Any] = {"storage": {"data_dir": str(root / "var")},
@@ -30,7 +31,7 @@ class Served:
         self.config.write_text(yaml.safe_dump(cfg, sort_keys=False))
         limit = ("import resource; resource.setrlimit(resource.RLIMIT_NOFILE, "
                  f"({nofile}, {nofile})); ") if nofile else ""
-        self.argv = [sys.executable, "-c", limit + _MAIN, "--log-level", "WARNING", "serve",
+        self.argv = [sys.executable, "-c", limit + MAIN, "--log-level", "WARNING", "serve",
                      "--config", str(self.config)]
         self.daemon = Daemon(root, "gpuhealth")
 
