@@ -6,6 +6,8 @@ and never finish it, and requests with bad credentials.
     slow.closed                  # how many the service closed (it should close them all)
 
     codes = auth_failures(client, url, n=200)    # {status: count}: 401 then 429, never 5xx
+
+    hostile_clients(url, n_slow=300, n_auth=200)  # both at once, /healthz probed throughout
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import socket
 import threading
 import time
 from collections import Counter
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -175,3 +178,50 @@ def auth_failures(client: httpx.Client, url: str, n: int,
             continue
         codes[r.status_code] += 1
     return codes
+
+
+def hostile_clients(url: str, n_slow: int = 300, n_auth: int = 200,
+                    close_within_s: float = 60.0) -> dict[str, Any]:
+    """Slow clients of every mode (n_slow in all) held open while `n_auth` bad-credential
+    requests go, with /healthz probed every 0.2 s throughout; then waits up to `close_within_s`
+    for the service to close every slow connection (its header and body deadlines: 10 s and
+    30 s by default). The goals: every probe 200, every slow connection closed, no 5xx."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    probes: Counter[int] = Counter()
+    worst_ms = 0.0
+    halt = threading.Event()
+
+    def probe() -> None:
+        nonlocal worst_ms
+        with httpx.Client(timeout=10.0) as c:
+            while not halt.is_set():
+                t0 = time.perf_counter()
+                try:
+                    probes[c.get(f"{url}/healthz").status_code] += 1
+                except httpx.HTTPError:
+                    probes[-1] += 1
+                worst_ms = max(worst_ms, (time.perf_counter() - t0) * 1e3)
+                halt.wait(0.2)
+
+    prober = threading.Thread(target=probe, name="healthz-probe", daemon=True)
+    prober.start()
+    modes: tuple[Mode, ...] = ("headers", "body", "idle")
+    slow = [SlowClients(host, port, n_slow // len(modes), mode) for mode in modes]
+    try:
+        for s in slow:
+            s.start()
+        with httpx.Client() as client:
+            codes = auth_failures(client, url, n_auth)
+        closed_all = all(s.wait_closed(close_within_s) for s in slow)
+    finally:
+        for s in slow:
+            s.stop()
+        halt.set()
+        prober.join()
+    return {"slow_opened": sum(s.opened for s in slow),
+            "slow_refused": sum(s.refused for s in slow),
+            "slow_closed": sum(s.closed for s in slow), "slow_all_closed": closed_all,
+            "healthz": dict(probes), "healthz_max_ms": round(worst_ms, 1),
+            "auth": dict(sorted(codes.items())),
+            "auth_5xx": sum(n for code, n in codes.items() if code >= 500 or code < 0)}

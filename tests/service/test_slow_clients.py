@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.fuzz_clients import SlowClients
+from bench.fuzz_clients import SlowClients, hostile_clients
 from tests.service.served import Served
 
 LIMITS = {"header_timeout_s": 2.0, "body_timeout_s": 2.0, "body_min_bytes_per_s": 500.0}
@@ -55,3 +55,13 @@ def test_oversized_headers_are_refused(tmp_path: Path) -> None:
         r = httpx.get(f"{svc.url}/healthz", headers={"X-Big": "a" * 100_000}, timeout=10)
         assert r.status_code == 400
         assert httpx.get(f"{svc.url}/healthz", timeout=10).status_code == 200
+
+
+def test_the_fuzz_benchmarks_hostile_clients_leave_the_service_answering(tmp_path: Path) -> None:
+    settings = {"service": LIMITS, "ingest": {"tokens": ["agent-token"]},
+                "api": {"auth_failures_burst": 5}}
+    with Served(tmp_path, settings) as svc:
+        got = hostile_clients(svc.url, n_slow=60, n_auth=60, close_within_s=30)
+        assert got["slow_all_closed"] and got["slow_opened"] == 60, got
+        assert set(got["healthz"]) == {200} and got["auth_5xx"] == 0, got
+        assert set(got["auth"]) <= {401, 429} and got["auth"].get(429), got
