@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import resource
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 # notification and InfluxDB connections, threads' pipes.
 FD_RESERVE = 128
 _NOFILE_CEILING = 1 << 20  # an unlimited hard limit is taken as this
+_WARN_EVERY_S = 60.0
 MAX_HEADER_BYTES = 64 * 1024  # nginx takes 4 x 8 KiB by default; our clients send under 1 KiB
 
 
@@ -96,10 +98,14 @@ def guarded_protocol(limits: Limits) -> type[HttpToolsProtocol]:
 
 
 class _Guarded(HttpToolsProtocol):
+    """Written against uvicorn 0.54's HttpToolsProtocol (requirements.txt pins it); the tests
+    run it in the real server."""
+
     limits: ClassVar[Limits]
     # Connections that may be closed to make room, oldest first (a dict keeps insertion order):
     # those waiting for a request's headers and those idle between requests.
     idle: ClassVar[dict[_Guarded, None]]
+    _warned_at: ClassVar[float] = -math.inf
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -114,8 +120,8 @@ class _Guarded(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
         if len(self.connections) > self.limits.max_connections and not self._make_room():
-            log.warning("%d connections, all inside a request: refusing a new one",
-                        len(self.connections))
+            self._warn("%d connections, all inside a request: refusing new ones",
+                       len(self.connections))
             self._drop()
             return
         self._set_idle()
@@ -131,6 +137,8 @@ class _Guarded(HttpToolsProtocol):
         """Close the oldest idle or unfinished connection; False when there is none."""
         if not self.idle:
             return False
+        self._warn("%d connections, the cap (service.max_connections, or the open-file limit): "
+                   "closing the oldest idle ones to admit new ones", self.limits.max_connections)
         oldest = next(iter(self.idle))
         oldest._drop()
         return True
@@ -141,6 +149,13 @@ class _Guarded(HttpToolsProtocol):
         # Counted out now: its connection_lost comes on a later turn of the loop.
         self.connections.discard(self)
         self.transport.close()
+
+    def _warn(self, msg: str, *args: object) -> None:
+        """Once a minute at most: under a flood of connections, every one would be logged."""
+        now = self.loop.time()
+        if now - _Guarded._warned_at >= _WARN_EVERY_S:
+            _Guarded._warned_at = now
+            log.warning(msg, *args)
 
     def _set_idle(self) -> None:
         self.idle.pop(self, None)
@@ -180,7 +195,8 @@ class _Guarded(HttpToolsProtocol):
         self.idle.pop(self, None)
         self._body_since = self._body_checked = self.loop.time()
         self._body_bytes = 0
-        self._body_timer = self.loop.call_later(self.limits.body_timeout_s, self._body_late)
+        if not self.parser.should_upgrade():  # an upgraded connection is another protocol's
+            self._body_timer = self.loop.call_later(self.limits.body_timeout_s, self._body_late)
         super().on_headers_complete()
 
     def _headers_late(self) -> None:
