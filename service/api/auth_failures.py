@@ -59,8 +59,9 @@ class AuthFailures:
                 self._good.popitem(last=False)
 
     def failed(self, ident: str, address: str) -> None:
-        """Charge a failure to the credential, and to the address when the credential is new
-        there: one stale token repeated is one client's problem, many wrong ones are guessing."""
+        """Charge a failure to the credential, and to the address when the credential has not
+        failed before: one stale token repeated is one client's problem, many wrong ones are
+        guessing."""
         with self._lock:
             self._good.pop(ident, None)  # revoked or expired since
         new = ident not in self.by_credential
