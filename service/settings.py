@@ -4,6 +4,7 @@ problems are reported at once (pydantic collects them)."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -40,6 +41,29 @@ class ServiceSettings(BaseModel):
     score_interval_s: float = Field(default=5.0, gt=0)
     # Listen beyond loopback with no write token (service/commands/exposure.py): off unless meant.
     insecure: bool = False
+    # Slow clients (service/api/http_guard.py): a request's headers must arrive within
+    # header_timeout_s and its body within body_timeout_s plus 1 s per body_min_bytes_per_s;
+    # idle kept-alive connections close after keep_alive_s. Past max_connections (or what the
+    # open-file limit leaves) the stalest idle connection is closed to admit a new one.
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=30.0, gt=0)
+    body_min_bytes_per_s: float = Field(default=500.0, ge=0)
+    keep_alive_s: int = Field(default=15, ge=1)
+    max_connections: int = Field(default=4096, ge=8)
+    # Proxies (addresses or networks) whose X-Forwarded-For and X-Forwarded-Proto are believed;
+    # empty: a request's client is its peer address, whatever its headers say.
+    trusted_proxies: list[str] = Field(default_factory=list)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        for p in v:
+            try:
+                ipaddress.ip_network(p.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"trusted_proxies: {p!r} is not an address or network "
+                                 "(e.g. 10.0.0.5 or 10.0.0.0/24)") from None
+        return [p.strip() for p in v]
 
 
 class InfluxSettings(BaseModel):
@@ -147,8 +171,9 @@ class ApiSettings(BaseModel):
     rate_limit_per_min: float = Field(default=60.0, gt=0)  # mutating requests per token
     rate_limit_burst: int = Field(default=20, ge=1)
     idempotency_ttl_s: float = Field(default=86400.0, gt=0)  # the IETF draft's 24 h
-    # Failed authentications per client address: past the burst, that address is answered
-    # 429 before any token is checked, so guessing tokens costs the guesser, not us.
+    # Failed authentications per credential, and new wrong credentials per client address
+    # (guessing): past the burst, those are answered 429 unchecked; a valid token never is
+    # (service/api/auth_failures.py).
     auth_failures_per_min: float = Field(default=10.0, gt=0)
     auth_failures_burst: int = Field(default=20, ge=1)
 

@@ -35,6 +35,7 @@ from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from service.api.auth_failures import AuthFailures, identity
 from service.api.idempotency import IdempotencyStore
 from service.api.principals import ANONYMOUS, Permission, Principal
 from service.api.ratelimit import RateLimiter
@@ -175,7 +176,7 @@ class ApiAuth:
     idempotency: IdempotencyStore
     settings: ApiSettings
     clock: Callable[[], float] = time.time  # wall time: expiry and limits are not data time
-    failures: RateLimiter | None = None  # failed authentications per client address
+    failures: AuthFailures | None = None  # failed authentications per credential and address
 
     @classmethod
     def open(cls, target: StateTarget, settings: ApiSettings | None = None,
@@ -186,8 +187,8 @@ class ApiAuth:
         return cls(TokenStore(target),
                    RateLimiter(settings.rate_limit_per_min, settings.rate_limit_burst, clock),
                    IdempotencyStore(target, settings.idempotency_ttl_s), settings, clock,
-                   RateLimiter(settings.auth_failures_per_min, settings.auth_failures_burst,
-                               clock, max_keys=10_000))
+                   AuthFailures(settings.auth_failures_per_min, settings.auth_failures_burst,
+                                clock))
 
     def close(self) -> None:
         self.tokens.close()
@@ -219,25 +220,28 @@ def _presented(request: Request) -> str | None:
 
 
 def authenticate(request: Request, auth: ApiAuth, permission: Permission) -> Principal:
-    """The request's principal if it may act at `permission`; 401 or 403 if not. Messages never
-    repeat what was sent."""
-    client = request.client.host if request.client else "?"
-    if auth.failures is not None:
-        wait = auth.failures.waiting(client)
-        if wait > 0:
-            raise _too_many_failures(wait)
+    """The request's principal if it may act at `permission`; 401 or 403 if not, 429 for a
+    credential locked out by its own failures (service.api.auth_failures). A valid token and a
+    read without one are never refused for others' failures. Messages never repeat what was
+    sent."""
+    address = request.client.host if request.client else "?"
     try:
         token = _presented(request)
     except Unauthorized:
-        _failed(auth, client)
+        _fail(auth, identity(",".join(request.headers.getlist("authorization"))), address)
         raise
     if token is None:
         if permission == Permission.READ and not auth.settings.read_requires_token:
             return ANONYMOUS
         raise _unauthorized("authorization required: send 'Authorization: Bearer <token>'")
+    ident = identity(token)
+    # API tokens hold 256 random bits: checking one answers nothing a guesser can use, so a
+    # valid one passes even from an address that is guessing.
+    _refuse_if_locked(auth, ident, address)
     who = auth.tokens.authenticate(token, auth.clock())
     if who is None:
-        _failed(auth, client)
+        if auth.failures is not None:
+            auth.failures.failed(ident, address)
         raise _unauthorized("invalid, expired or revoked token", "invalid_token")
     if not who.allows(permission):
         raise Forbidden(f"token {who.token_id} has scope {who.scope}; this needs {permission}",
@@ -247,15 +251,21 @@ def authenticate(request: Request, auth: ApiAuth, permission: Permission) -> Pri
     return who
 
 
-def _failed(auth: ApiAuth, client: str) -> None:
+def _fail(auth: ApiAuth, ident: str, address: str) -> None:
+    """A malformed credential: 429 while it is locked out, else charged (then 401)."""
+    _refuse_if_locked(auth, ident, address)
     if auth.failures is not None:
-        auth.failures.acquire(client)
+        auth.failures.failed(ident, address)
 
 
-def _too_many_failures(wait: float) -> TooManyRequests:
-    retry = max(1, math.ceil(wait))
-    return TooManyRequests(f"too many failed authentications from this address: retry in "
-                           f"{retry} s", retry_after=retry)
+def _refuse_if_locked(auth: ApiAuth, ident: str, address: str) -> None:
+    if auth.failures is None:
+        return
+    wait = auth.failures.refusal(ident, address, guessable=False)
+    if wait > 0:
+        retry = max(1, math.ceil(wait))
+        raise TooManyRequests(f"too many failed authentications with this credential: retry "
+                              f"in {retry} s", retry_after=retry)
 
 
 def require(permission: Permission | str) -> Callable[..., Awaitable[Principal]]:

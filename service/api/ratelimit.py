@@ -2,7 +2,7 @@
 
 Each token may make `rate_limit_burst` requests at once, then `rate_limit_per_min` a minute
 (settings.api); beyond that the answer is 429 with Retry-After (service.api.guards.mutating).
-The same buckets limit failed authentications per client address.
+The same buckets limit failed authentications (service.api.auth_failures).
 """
 
 # No `from __future__ import annotations`: FastAPI resolves string annotations in module
@@ -29,6 +29,10 @@ class RateLimiter:
         self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
         self._lock = threading.Lock()
         self.max_keys = max_keys
+
+    def __contains__(self, key: str) -> bool:
+        with self._lock:
+            return key in self._buckets
 
     def waiting(self, key: str) -> float:
         """Seconds until `key` may go again (0 now), taking nothing."""

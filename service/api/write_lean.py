@@ -27,6 +27,7 @@ from urllib.parse import parse_qsl
 
 from anyio.to_thread import run_sync
 from starlette.datastructures import Headers
+from starlette.requests import Request
 from starlette.responses import Response
 
 from service.api import problems, write, write_arrow
@@ -82,7 +83,7 @@ class LeanWrite:
         st = getattr(scope["app"].state, "gpuhealth", None) if "app" in scope else None
         query = _query(scope.get("query_string", b""), params)
         headers = Headers(scope=scope)
-        if not isinstance(st, Running) or query is None or not _authorized(headers, st, query):
+        if not isinstance(st, Running) or query is None or not _authorized(scope, st, query):
             await self.app(scope, receive, send)
             return
         encoding = headers.get("content-encoding", "").strip().lower()
@@ -134,21 +135,12 @@ def _query(raw: bytes, params: frozenset[str]) -> dict[str, str] | None:
     return out
 
 
-def _authorized(headers: Headers, st: Running, query: dict[str, str]) -> bool:
-    try:
-        authorize(_HeadersOnly(headers), st, query.get("u"), query.get("p"))  # type: ignore[arg-type]
+def _authorized(scope: MutableMapping[str, Any], st: Running, query: dict[str, str]) -> bool:
+    try:  # not charged: the FastAPI route that answers a refusal charges it, once
+        authorize(Request(scope), st, query.get("u"), query.get("p"), charge=False)
     except GpuhealthError:
         return False  # answered (401) by the FastAPI route, as it always was
     return True
-
-
-class _HeadersOnly:
-    """What write_auth.authorize reads of a request."""
-
-    __slots__ = ("headers",)
-
-    def __init__(self, headers: Headers) -> None:
-        self.headers = headers
 
 
 async def _read(receive: Receive, limit: int) -> tuple[bytes, bool, list[Message]]:

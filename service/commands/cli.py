@@ -90,6 +90,7 @@ def _run_serve(args: argparse.Namespace) -> int:
 
     from collectors.trace import TraceReader
     from service.api.app import CollectorFactory, create_app
+    from service.api.http_guard import server_options
     from service.commands.exposure import exposure_problem
     from service.pipeline import Pipeline
     from service.runtime.replay_progress import resumable_replay
@@ -133,7 +134,8 @@ def _run_serve(args: argparse.Namespace) -> int:
     # log_config=None: logging was configured once, in main. One access line per request
     # only at --log-level debug: a scraped service would otherwise log little else.
     uvicorn.run(app, host=args.host or svc.host, port=args.port or svc.port, log_config=None,
-                access_log=logging.getLogger("uvicorn.access").isEnabledFor(logging.INFO))
+                access_log=logging.getLogger("uvicorn.access").isEnabledFor(logging.INFO),
+                **server_options(svc))
     return 0
 
 

@@ -78,9 +78,11 @@ class _Api:
         import uvicorn
 
         from service.api.app import create_app
+        from service.api.http_guard import server_options
 
         app = create_app(lambda: pipeline, clock=clock, schedule=False)
-        cfg = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+        cfg = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                             **server_options(pipeline.settings.service))
         self.server = uvicorn.Server(cfg)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = f"http://127.0.0.1:{port}"
