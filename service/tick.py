@@ -23,14 +23,16 @@ from service.stages.scoring import RiskState
 
 @dataclass(slots=True)
 class FleetCount:
-    """The fleet the breaker and the storm measure against: the larger of the declared size
-    and the nodes reporting at the newest tick (never every node name ever seen)."""
+    """The fleet the breaker and the storm measure against: the declared size when there is
+    one (a ceiling as well as a floor: names from the wire cannot dilute it), else the nodes
+    with a history reporting at the newest tick (service.stages.fleet_alerts.FleetHistory;
+    never every node name ever seen, nor names that only just appeared)."""
 
     declared: int = 0
     live: int = 0
 
     def size(self) -> int:
-        return max(self.declared, self.live, 1)
+        return self.declared if self.declared > 0 else max(self.live, 1)
 
 
 @dataclass(slots=True)

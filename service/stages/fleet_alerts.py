@@ -13,6 +13,10 @@
   fault under it (service.stages.storm_report), so the one page still says which nodes are
   really broken.
 
+History before trust: a name that reported at one moment only (a phantom from the wire, a
+one-shot typo) raises no `NodeNoData` or `GpuMissing` when it falls silent, and a node counts
+toward the fleet a storm's share is of only once it has a history (FleetHistory).
+
 Silent is not behind: an entity is silent when nothing of it arrived for the stale limit (by
 the service's clock), not when its newest sample is old. A node whose data arrives late (an
 agent's backfill, a spool drained after an outage) is reporting: it raises no no-data alert,
@@ -57,6 +61,42 @@ SUMMARY_HARD = 3  # ... and hard faults
 FleetWide = Callable[[int, int], tuple[int, int] | None]
 
 
+HISTORY_STEPS = 2  # arrivals spanning fewer steps than this: a one-shot name, never notifies
+
+
+class FleetHistory:
+    """Which nodes have a history, from when anything of them first and last arrived (by the
+    service's clock: the window store's `born` and `touched`, per node its longest-reporting
+    entity). Two questions:
+
+    - May its silence notify (`NodeNoData`, `GpuMissing`)? Once its arrivals span
+      HISTORY_STEPS steps: a one-shot name never does, a real node within seconds.
+    - Does it count toward the fleet the storm's and the breaker's fractions are of? Once its
+      arrivals span `history_s`: names an unknown sender starts re-sending cannot dilute the
+      fleet while they are fresh. Nodes first heard in the service's first `grace_s` (a
+      start: every node is new) count after HISTORY_STEPS steps. A declared fleet size
+      (`remediation.fleet_size`) overrides both (service.tick.FleetCount)."""
+
+    def __init__(self, history_s: float, grace_s: float) -> None:
+        self.history_s, self.grace_s = history_s, grace_s
+        self.first: float | None = None  # the first tick: when watching began
+
+    def notifiable(self, span: npt.NDArray[np.float64], step_s: float
+                   ) -> npt.NDArray[np.bool_]:
+        """Whether each span of arrivals (seconds; NaN: none) is long enough to notify."""
+        with np.errstate(invalid="ignore"):
+            return np.nan_to_num(span, nan=-1.0) >= HISTORY_STEPS * step_s - 1e-9
+
+    def counted(self, now: float, born: npt.NDArray[np.float64],
+                span: npt.NDArray[np.float64], step_s: float) -> npt.NDArray[np.bool_]:
+        """Whether each node (its first arrival, the span of its arrivals) is of the fleet."""
+        if self.first is None:
+            self.first = now
+        early = np.nan_to_num(born, nan=np.inf) - self.first <= self.grace_s
+        long = np.nan_to_num(span, nan=-1.0) >= self.history_s
+        return self.notifiable(span, step_s) & (early | long)
+
+
 @dataclass(frozen=True, slots=True)
 class StormCount:
     """What the storm was last judged on: the fleet's size, its hot nodes, and how many make
@@ -87,6 +127,7 @@ class FleetAlerts:
         self.storm_level = 0
         self.count = StormCount()
         self.hot: list[str] = []  # this shard's hot nodes of the latest step, earliest first
+        self.history = FleetHistory(storm.history_s, grace_s)
 
     def reset(self) -> None:
         """Forget every fleet-level alert (a replica taking over restores them)."""
@@ -95,6 +136,7 @@ class FleetAlerts:
         self.backfilled, self.restored = set(), {}
         self.storm_level = 0
         self.count, self.hot = StormCount(), []
+        self.history = FleetHistory(self.storm.history_s, self.grace_s)
 
     def forget_nodes(self, nodes: Collection[str]) -> None:
         """Drop what is known of `nodes` (handed to another shard) without resolving their
@@ -130,13 +172,17 @@ class FleetAlerts:
              node_level: npt.NDArray[np.int8], raised: Mapping[str, int],
              missing: Mapping[str, tuple[int, str]] | None = None,
              fleet_size: int | None = None, fleet: FleetWide | None = None,
-             behind: Mapping[str, float] | None = None) -> list[Transition]:
+             behind: Mapping[str, float] | None = None,
+             notifiable: npt.NDArray[np.bool_] | None = None,
+             young: Collection[str] = ()) -> list[Transition]:
         """`node_silent`: nothing of the node arrived for the stale limit; `node_level`: the
         highest level of its entities; `raised`: nodes whose level rose to 2 or above this
         tick from their own telemetry (never a derived alert); `missing`: silent GPUs (key ->
         slot, node) of nodes that still report; `fleet_size`: the nodes a storm's fraction
         is of (default: every node named); `behind`: nodes whose data arrived behind the live
-        edge, and when (their level changes are no storm entries). `fleet`, across shards:
+        edge, and when (their level changes are no storm entries); `notifiable`: nodes whose
+        silence may raise NodeNoData, `young`: silent GPUs that may not raise GpuMissing (no
+        history: FleetHistory; an alert already open stays). `fleet`, across shards:
         given this shard's (live, hot) nodes, the fleet's totals, or None where this replica
         does not judge the storm (service.cluster.census; alone, the local counts)."""
         if self.first is None:
@@ -146,6 +192,8 @@ class FleetAlerts:
         pos = {name: i for i, name in enumerate(nodes)}
         silent_idx = np.flatnonzero(node_silent).tolist()
         for i in silent_idx if watching else []:
+            if notifiable is not None and not notifiable[i]:
+                continue
             name = nodes[i]
             if self.nodata.get(name, 0) == 0:
                 self.nodata[name] = NODATA_LEVEL
@@ -157,7 +205,7 @@ class FleetAlerts:
             slot = pos.get(name, -1)
             out.append(Transition(Scope.NODE, slot, name, name, NODATA_LEVEL, 0, now, 0.0,
                                   alertname=NODATA))
-        out += self._missing(now, missing or {}, watching)
+        out += self._missing(now, missing or {}, watching, young)
         self._enter(now, pos, node_level, raised, behind or {}, silent)
         size = max(fleet_size if fleet_size is not None else len(nodes), 1)
         self.hot = sorted((n for n in self.entered if n in pos and node_level[pos[n]] >= 2),
@@ -231,10 +279,10 @@ class FleetAlerts:
         return out
 
     def _missing(self, now: float, missing: Mapping[str, tuple[int, str]],
-                 watching: bool) -> list[Transition]:
+                 watching: bool, young: Collection[str] = ()) -> list[Transition]:
         out = []
         for key, (slot, node) in missing.items() if watching else ():
-            if key not in self.missing:
+            if key not in self.missing and key not in young:
                 self.missing[key] = (node, MISSING_LEVEL)
                 out.append(Transition(Scope.GPU, slot, key, node, 0, MISSING_LEVEL, now, 1.0,
                                       alertname=MISSING))
