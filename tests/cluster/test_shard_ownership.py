@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import stat
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -104,7 +103,8 @@ def test_every_write_form_keeps_foreign_nodes_out(shards: Acting) -> None:
          {NODE_HEADER: own, "Content-Type": MEDIA_TYPE}),
         (gzip.compress((lines(own, t) + lines(foreign[2], t, 1)).encode())[:-6],  # cut short
          {"Content-Encoding": "gzip"}),
-        ((lines(own, t) + lines(foreign[3], t, 1)).encode(), {NODE_HEADER: f"{own},{foreign[3]}"}),  # no host: "local"
+        ((lines(own, t) + lines(foreign[3], t, 1)).encode(),  # no host name: "this shard's"
+         {NODE_HEADER: f"{own},{foreign[3]}"}),
     ]
     for body, headers in forms:
         r = httpx.post(url, content=body, headers={**AUTH, **headers})
