@@ -169,6 +169,8 @@ class Pipeline:
             res = self.ingestor.ingest(batch, now, from_wire=from_wire, detail_limit=detail_limit)
             for f in foreign:  # another shard's node: refused by entity, naming its owner
                 res.refuse(f.n, f.reason, f.entity, f.metric)
+            if not from_wire:  # history the service replays itself vouches for its nodes
+                self.fleet.history.note(res.clean, self.store.config.step_s)
             for sink in self.sinks:
                 sink.write(res)
             st = self.stats
@@ -190,7 +192,7 @@ class Pipeline:
 
     @property
     def fleet_size(self) -> int:
-        """The declared fleet, else the nodes with a history reporting now (at least 1)."""
+        """The declared fleet, else the nodes with a history reporting now (0: none yet)."""
         return self.parts.fleet_count.size()
 
     @property
@@ -365,6 +367,7 @@ class Pipeline:
             self._forgot_at = now
             done = self.store.forget(now)
             if done is not None:
+                self.fleet.history.forget(set(self.store.registry.nodes))
                 log.info("forgot %s; nodes without entities left: %d",
                          ", ".join(f"{len(d)} {sc}" for sc, d in done.dropped.items() if d),
                          len(done.nodes_dropped))
@@ -434,7 +437,8 @@ class Pipeline:
         node_silent = (seen_nodes > 0) & (heard_nodes == 0)
         step_s = self.store.config.step_s
         history = self.fleet.history
-        counted = history.counted(now, node_born, node_span, step_s)
+        trusted = history.trusted(risk.node_names)
+        counted = history.counted(now, node_born, node_span, step_s, trusted)
         self.parts.fleet_count.live = int(np.count_nonzero((heard_nodes > 0) & counted))
         # A GPU silent while other GPUs of its node report: all of a node's GPUs silent is
         # its GPU collector or driver (collector_up, NodeNoData say so), not one GPU.
@@ -446,12 +450,17 @@ class Pipeline:
         heard_gpus = np.bincount(gnode[ok], weights=~gsilent[ok], minlength=n_nodes)[:n_nodes]
         lost = np.flatnonzero(gsilent & ok & (heard_gpus[np.maximum(gnode, 0)] > 0))
         missing = {gpus.entities[i].key: (i, gpus.entities[i].node) for i in lost.tolist()}
-        young = lost[~history.notifiable(gpus.touched[lost] - gpus.born[lost], step_s)]
+        # A GPU's own history, or its node's replayed one if the GPU was part of it (first
+        # heard with its node): a GPU index seen once under a real node never notifies.
+        first_of_node = node_born[gnode[lost]]
+        young = lost[~(history.notifiable(gpus.touched[lost] - gpus.born[lost], step_s)
+                       | (trusted[gnode[lost]] & (gpus.born[lost] <= first_of_node + 1e-6)))]
         transitions += self.fleet.step(now, risk.node_names, node_silent, node_level, raised,
                                        missing, fleet_size=self.fleet_size,
                                        fleet=self._publish if self.census is not None else None,
                                        behind=behind,
-                                       notifiable=history.notifiable(node_span, step_s),
+                                       notifiable=history.notifiable(node_span, step_s)
+                                       | trusted,
                                        young={gpus.entities[i].key for i in young.tolist()})
         return transitions, flags
 

@@ -32,7 +32,9 @@ class FleetCount:
     live: int = 0
 
     def size(self) -> int:
-        return self.declared if self.declared > 0 else max(self.live, 1)
+        """0 while undeclared and no node has a history yet: the breaker then refuses
+        without tripping ("fleet size unknown"), rather than judging a fleet of one."""
+        return self.declared if self.declared > 0 else self.live
 
 
 @dataclass(slots=True)

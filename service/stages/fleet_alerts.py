@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import Scope
+from collectors.frames import Batch, EntityTable
 from models.detectors.findings import Signal
 from service.notify.config import StormSettings
 from service.stages.alert_machine import Transition
@@ -73,13 +74,61 @@ class FleetHistory:
       HISTORY_STEPS steps: a one-shot name never does, a real node within seconds.
     - Does it count toward the fleet the storm's and the breaker's fractions are of? Once its
       arrivals span `history_s`: names an unknown sender starts re-sending cannot dilute the
-      fleet while they are fresh. Nodes first heard in the service's first `grace_s` (a
-      start: every node is new) count after HISTORY_STEPS steps. A declared fleet size
+      fleet while they are fresh. Nodes first heard within `grace_s` of the first arrival
+      (a start: every node is new) count after HISTORY_STEPS steps. A declared fleet size
       (`remediation.fleet_size`) overrides both (service.tick.FleetCount)."""
 
     def __init__(self, history_s: float, grace_s: float) -> None:
         self.history_s, self.grace_s = history_s, grace_s
-        self.first: float | None = None  # the first tick: when watching began
+        self.first: float | None = None  # when anything first arrived (the fleet's start)
+        # History the service replayed itself (a warm start, a replay: never the wire, whose
+        # timestamps a sender chooses): node -> (oldest, newest) data time, until it spans
+        # HISTORY_STEPS steps; then the node is `vouched`.
+        self._data: dict[str, tuple[float, float]] = {}
+        self.vouched: set[str] = set()
+        self._tables: dict[int, tuple[EntityTable, list[str], npt.NDArray[np.intp]]] = {}
+
+    def note(self, clean: Batch, step_s: float) -> None:
+        """Accepted rows of a trusted ingest (not from the wire): their data times."""
+        need = HISTORY_STEPS * step_s - 1e-9
+        for f in clean.frames.values():
+            if not len(f):
+                continue
+            names, idx = self._nodes_of(f.entities)
+            if self.vouched.issuperset(names):
+                continue
+            lo = np.full(len(names), np.inf)
+            hi = np.full(len(names), -np.inf)
+            np.minimum.at(lo, idx[f.rows], f.ts)
+            np.maximum.at(hi, idx[f.rows], f.ts)
+            for i in np.flatnonzero(np.isfinite(lo) & np.isfinite(hi)).tolist():
+                name = names[i]
+                if name in self.vouched:
+                    continue
+                a, b = self._data.get(name, (lo[i], hi[i]))
+                a, b = min(a, lo[i]), max(b, hi[i])
+                if b - a >= need:
+                    self.vouched.add(name)
+                    self._data.pop(name, None)
+                else:
+                    self._data[name] = (a, b)
+
+    def _nodes_of(self, table: EntityTable) -> tuple[list[str], npt.NDArray[np.intp]]:
+        got = self._tables.get(id(table))
+        if got is not None and got[0] is table:
+            return got[1], got[2]
+        pos: dict[str, int] = {}
+        idx = np.fromiter((pos.setdefault(e.node, len(pos)) for e in table.entities),
+                          np.intp, len(table))
+        if len(self._tables) >= 64:
+            self._tables.pop(next(iter(self._tables)))
+        self._tables[id(table)] = (table, list(pos), idx)
+        return list(pos), idx
+
+    def forget(self, keep: Collection[str]) -> None:
+        """Only what is known of the nodes in `keep` (the store's) stays."""
+        self.vouched &= set(keep)
+        self._data = {n: v for n, v in self._data.items() if n in keep}
 
     def notifiable(self, span: npt.NDArray[np.float64], step_s: float
                    ) -> npt.NDArray[np.bool_]:
@@ -87,14 +136,27 @@ class FleetHistory:
         with np.errstate(invalid="ignore"):
             return np.nan_to_num(span, nan=-1.0) >= HISTORY_STEPS * step_s - 1e-9
 
+    def trusted(self, names: Sequence[str]) -> npt.NDArray[np.bool_]:
+        """Which nodes a replayed history vouches for."""
+        if not self.vouched:
+            return np.zeros(len(names), bool)
+        return np.fromiter((n in self.vouched for n in names), bool, len(names))
+
     def counted(self, now: float, born: npt.NDArray[np.float64],
-                span: npt.NDArray[np.float64], step_s: float) -> npt.NDArray[np.bool_]:
-        """Whether each node (its first arrival, the span of its arrivals) is of the fleet."""
+                span: npt.NDArray[np.float64], step_s: float,
+                trusted: npt.NDArray[np.bool_] | None = None) -> npt.NDArray[np.bool_]:
+        """Whether each node (its first arrival, the span of its arrivals, whether a replayed
+        history vouches for it) is of the fleet."""
+        if self.first is None and np.isfinite(born).any():
+            self.first = float(np.nanmin(born))
         if self.first is None:
-            self.first = now
+            return np.zeros(len(born), bool)
         early = np.nan_to_num(born, nan=np.inf) - self.first <= self.grace_s
         long = np.nan_to_num(span, nan=-1.0) >= self.history_s
-        return self.notifiable(span, step_s) & (early | long)
+        known = self.notifiable(span, step_s)
+        if trusted is not None:
+            known |= trusted
+        return known & (early | long)
 
 
 @dataclass(frozen=True, slots=True)
