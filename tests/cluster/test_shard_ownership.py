@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from collectors.arrow_batch import MEDIA_TYPE, encode
+from collectors.collector_status import CollectorReport
 from collectors.schema import SchemaMapper
 from service.api.shard_route import FORWARDED_HEADER, NODE_HEADER
 from service.remediation.controller import MigrationRequest
@@ -118,6 +119,19 @@ def test_every_write_form_keeps_foreign_nodes_out(shards: Acting) -> None:
         assert shards.holders(f"{h}:gpu0") == [], h
         assert _alerts(shards, "a", h) == []
     assert shards.drains("a") == []
+
+
+def test_a_foreign_nodes_collector_report_is_not_kept(shards: Acting) -> None:
+    hosts = shards.hosts(per_shard=7)
+    own, foreign = hosts["a"][6], hosts["b"][6]
+    reports = [CollectorReport(h, "nvml", False, 0.5, 0, "driver gone", T0) for h in (own,
+                                                                                   foreign)]
+    body = encode(SchemaMapper().parse(lines(own, T0) + lines(foreign, T0, 1)), reports)
+    r = httpx.post(shards.urls["a"] + "/write", content=body,
+                   headers={**AUTH, NODE_HEADER: own, "Content-Type": MEDIA_TYPE})
+    assert r.status_code == 400, r.text
+    held = {s.host for s in shards.apps["a"].state.gpuhealth.remote.statuses(T0 + 1)}
+    assert own in held and foreign not in held
 
 
 def test_the_controller_refuses_another_shards_node(shards: Acting) -> None:
