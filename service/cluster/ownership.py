@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from collectors.frames import Batch, EntityTable
+from collectors.frames import Batch, EntityTable, JoinedTable
 from service.cluster.shard_map import Shard, ShardMap
 
 CACHED_TABLES = 64  # entity tables whose owned mask is remembered (senders reuse theirs)
@@ -130,6 +130,9 @@ class Ownership:
         got = self._tables.get(id(table))
         if got is not None and got[0] is table and got[1] is smap:
             return got[2]
+        if isinstance(table, JoinedTable):  # a coalesced ingest: its parts are cached
+            return np.concatenate([self._owned_rows(t, smap) for t in table.parts]
+                                  or [np.zeros(0, bool)])
         mine = np.fromiter((self.owns(e.node) for e in table.entities), bool, len(table))
         if smap is not None:
             if len(self._tables) >= CACHED_TABLES:
