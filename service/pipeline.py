@@ -17,6 +17,7 @@ from collectors.catalog import Scope
 from collectors.frames import Batch, Entity
 from models.detectors.findings import Signal
 from service.assembly import Parts, Wiring, build_parts
+from service.cluster.ownership import Ownership
 from service.cluster.roles import SOLE
 from service.cluster.shard_map import ShardMap, local_in
 from service.notify.sender import Sent
@@ -93,28 +94,24 @@ class Pipeline:
         # Ingest (collector thread) and tick (scheduler thread) must not interleave.
         self.lock = threading.RLock()
         # Live membership (service.cluster.members): the nodes this shard owns follow the
-        # published map; alert writes and restores only ever touch owned nodes. None: the
-        # static map, every node that reaches this process is its own (the route sees to it).
+        # published map; alert writes and restores only ever touch owned nodes. With a static
+        # map (`cluster.shards`) too: a node another shard owns is never ingested, alerted on
+        # or acted on here, whatever a sender says (service.cluster.ownership).
         self.members = parts.members
-        self._owned: tuple[ShardMap | None, dict[str, bool]] = (None, {})
+        members = self.members
+        self.ownership = Ownership(ShardMap.from_settings(self.settings.cluster),
+                                   (lambda: members.map) if members is not None else None)
         self._restored_map: ShardMap | None = None  # the map the alert state was restored for
         if self.members is not None:
             self._restored_map = self.members.map
             self.members.on_change.append(self.rebalance)
+        if self.controller is not None:
+            self.controller.owns = self._owns
         self._restore(self._owns)
 
     def _owns(self, node: str) -> bool:
         """Whether this shard owns `node` now (a fleet alert's "*" is everyone's)."""
-        if self.members is None or node == FLEET_NODE:
-            return True
-        smap = self.members.map
-        if smap is not self._owned[0]:
-            self._owned = (smap, {})
-        known = self._owned[1]
-        got = known.get(node)
-        if got is None:
-            got = known[node] = self.members.owns(node)
-        return got
+        return node == FLEET_NODE or self.ownership.owns(node)
 
     def rebalance(self, old: ShardMap | None, new: ShardMap | None) -> None:
         """Before a new shard map is used (the membership thread): forget the nodes it hands
@@ -168,7 +165,12 @@ class Pipeline:
             return IngestResult()
         t0 = time.perf_counter()
         with self.lock:
+            batch, foreign = self.ownership.keep_owned(batch)
             res = self.ingestor.ingest(batch, now, from_wire=from_wire, detail_limit=detail_limit)
+            for f in foreign:  # another shard's node: refused by entity, naming its owner
+                res.refuse(f.n, f.reason, f.entity, f.metric)
+            if not from_wire:  # history the service replays itself vouches for its nodes
+                self.fleet.history.note(res.clean, self.store.config.step_s)
             for sink in self.sinks:
                 sink.write(res)
             st = self.stats
@@ -190,7 +192,7 @@ class Pipeline:
 
     @property
     def fleet_size(self) -> int:
-        """The larger of the declared fleet and the nodes reporting now (at least 1)."""
+        """The declared fleet, else the nodes with a history reporting now (0: none yet)."""
         return self.parts.fleet_count.size()
 
     @property
@@ -289,7 +291,7 @@ class Pipeline:
             # A standby scores (its windows and risk stay current) but leaves the alerts to
             # its shard's writer: two writers would open every episode twice.
             transitions = forgotten + transitions if writing else []
-            if self.members is not None:  # nodes being handed over: the new owner writes
+            if self.ownership.sharded:  # nodes being handed over: the new owner writes
                 transitions = [t for t in transitions if self._owns(t.node)]
                 flags = [f for f in flags if self._owns(f.node)]
             explain: dict[tuple[str, str], list[Signal]] = {}
@@ -365,6 +367,7 @@ class Pipeline:
             self._forgot_at = now
             done = self.store.forget(now)
             if done is not None:
+                self.fleet.history.forget(set(self.store.registry.nodes))
                 log.info("forgot %s; nodes without entities left: %d",
                          ", ".join(f"{len(d)} {sc}" for sc, d in done.dropped.items() if d),
                          len(done.nodes_dropped))
@@ -399,6 +402,10 @@ class Pipeline:
         heard_nodes = np.zeros(n_nodes)  # entities of the node not silent
         seen_nodes = np.zeros(n_nodes)
         node_level = np.zeros(n_nodes, np.int8)
+        # Per node, its first arrival and its longest-reporting entity's span of arrivals:
+        # its history (service.stages.fleet_alerts.FleetHistory).
+        node_born = np.full(n_nodes, np.nan)
+        node_span = np.full(n_nodes, np.nan)
         silent: dict[Scope, npt.NDArray[np.bool_]] = {}
         behind = self._behind
         self._behind = {}
@@ -422,11 +429,17 @@ class Pipeline:
                                        minlength=n_nodes)[:n_nodes]
             seen_nodes += np.bincount(nodes[ok], minlength=n_nodes)[:n_nodes]
             np.maximum.at(node_level, nodes[ok], self.machine.level(scope)[:n][ok])
+            np.fmin.at(node_born, nodes[ok], sw.born[:n][ok])
+            np.fmax.at(node_span, nodes[ok], (sw.touched[:n] - sw.born[:n])[ok])
         # Storm entries come from entities' own levels, never a derived (no-data) alert.
         raised = {t.node: t.new for t in transitions
                   if t.new >= 2 and t.new > t.old and not t.derived}
         node_silent = (seen_nodes > 0) & (heard_nodes == 0)
-        self.parts.fleet_count.live = int(np.count_nonzero(heard_nodes > 0))
+        step_s = self.store.config.step_s
+        history = self.fleet.history
+        trusted = history.trusted(risk.node_names)
+        counted = history.counted(now, node_born, node_span, step_s, trusted)
+        self.parts.fleet_count.live = int(np.count_nonzero((heard_nodes > 0) & counted))
         # A GPU silent while other GPUs of its node report: all of a node's GPUs silent is
         # its GPU collector or driver (collector_up, NodeNoData say so), not one GPU.
         gpus = self.store[Scope.GPU]
@@ -437,10 +450,18 @@ class Pipeline:
         heard_gpus = np.bincount(gnode[ok], weights=~gsilent[ok], minlength=n_nodes)[:n_nodes]
         lost = np.flatnonzero(gsilent & ok & (heard_gpus[np.maximum(gnode, 0)] > 0))
         missing = {gpus.entities[i].key: (i, gpus.entities[i].node) for i in lost.tolist()}
+        # A GPU's own history, or its node's replayed one if the GPU was part of it (first
+        # heard with its node): a GPU index seen once under a real node never notifies.
+        first_of_node = node_born[gnode[lost]]
+        young = lost[~(history.notifiable(gpus.touched[lost] - gpus.born[lost], step_s)
+                       | (trusted[gnode[lost]] & (gpus.born[lost] <= first_of_node + 1e-6)))]
         transitions += self.fleet.step(now, risk.node_names, node_silent, node_level, raised,
                                        missing, fleet_size=self.fleet_size,
                                        fleet=self._publish if self.census is not None else None,
-                                       behind=behind)
+                                       behind=behind,
+                                       notifiable=history.notifiable(node_span, step_s)
+                                       | trusted,
+                                       young={gpus.entities[i].key for i in young.tolist()})
         return transitions, flags
 
     def _storm_alert(self, risk: RiskState, entity_ts: list[Transition],
@@ -467,9 +488,11 @@ class Pipeline:
             return out, report.update(signals, now) is not None
         return out, False
 
-    def _publish(self, live: int, hot: int) -> None:
-        """This shard's part of the fleet census; the leader judges the storm from the sum."""
+    def _publish(self, size: int, hot: int) -> None:
+        """This shard's part of the fleet census; the leader judges the storm from the sum.
+        What it publishes is its own nodes with a history, never `size` (a declared size)."""
         assert self.census is not None
+        live = self.parts.fleet_count.live
         try:
             self.census.publish(live, hot)
         except Exception:  # the census is advisory: a lost row ages out, scoring goes on
@@ -480,7 +503,7 @@ class Pipeline:
         assert self.census is not None
         totals = self.census.totals()
         self.parts.fleet_count.live = totals.live
-        return self.fleet.judge(now, totals.live, totals.hot)
+        return self.fleet.judge(now, self.fleet_size, totals.hot)
 
     def _silence(self, t: Transition, now: float) -> Signal:
         """A NodeNoData or GpuMissing alert's explanation: silent for how long, last seen

@@ -23,14 +23,18 @@ from service.stages.scoring import RiskState
 
 @dataclass(slots=True)
 class FleetCount:
-    """The fleet the breaker and the storm measure against: the larger of the declared size
-    and the nodes reporting at the newest tick (never every node name ever seen)."""
+    """The fleet the breaker and the storm measure against: the declared size when there is
+    one (a ceiling as well as a floor: names from the wire cannot dilute it), else the nodes
+    with a history reporting at the newest tick (service.stages.fleet_alerts.FleetHistory;
+    never every node name ever seen, nor names that only just appeared)."""
 
     declared: int = 0
     live: int = 0
 
     def size(self) -> int:
-        return max(self.declared, self.live, 1)
+        """0 while undeclared and no node has a history yet: the breaker then refuses
+        without tripping ("fleet size unknown"), rather than judging a fleet of one."""
+        return self.declared if self.declared > 0 else self.live
 
 
 @dataclass(slots=True)

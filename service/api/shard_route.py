@@ -8,9 +8,12 @@ request: one reference); a shard not in it yet answers an authorised write 503 w
 Retry-After. Otherwise, for a POST to a write path that carries a valid write token (else
 the routes answer its 401):
 
-- `X-Gpuhealth-Node: <host>` (our agent sends it; it promises the body holds that node's
-  points only) naming another shard's node: `307 Temporary Redirect` to the owner's same
-  path and query, before the body is read. Naming this shard's node: handed on unread.
+- `X-Gpuhealth-Node: <host>` (our agent sends it for its own node's points) naming another
+  shard's node: `307 Temporary Redirect` to the owner's same path and query, before the
+  body is read. Naming this shard's node: handed on unread. The header is a routing hint,
+  never trusted for ownership: ingest keeps only the nodes this shard owns and refuses the
+  rest by entity, naming their owner (service.cluster.ownership), so a body that holds
+  other nodes than its header says is answered 400 for those, and never scored here.
 - Otherwise the body is read and split by node (service.api.shard_split). All of it this
   shard's (or naming no node): handed on as it came. All of it one other shard's: 307 there.
   Mixed (a relay's body): this shard's part is written here through the same routes, every
@@ -21,6 +24,8 @@ the routes answer its 401):
   body, and since a point sent again overwrites (last write wins) the resend doubles nothing.
 - A forwarded request is never forwarded again: one that holds a node this shard does not
   own (the shard maps disagree, say mid-change) is answered `421 Misdirected Request`.
+- Whatever passes here unsplit (a body cut short, a malformed Arrow payload, a forwarded
+  or hinted one) meets the same ownership check at ingest.
 """
 
 from __future__ import annotations

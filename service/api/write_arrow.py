@@ -67,8 +67,8 @@ def parse_arrow(st: Running, body: bytes | Inflated, gz: bool) -> Parsed:
         decoded = decoder(st).decode(body)
     except ArrowPayloadError as exc:
         raise ArrowRefused(f"Arrow payload refused, nothing written: {exc}") from None
-    if decoded.reports:
-        st.remote.record(decoded.reports)
+    if decoded.reports:  # another shard's node's collectors are its owner's to report
+        st.remote.record(r for r in decoded.reports if st.pipeline.ownership.owns(r.host))
     return Parsed(decoded.batch, now)
 
 

@@ -75,7 +75,11 @@ class StormSettings(BaseModel):
       drain after an outage) or within `settle_s` after it caught up: its levels then still
       reflect history that arrived at once, not nodes failing together.
     - `names`: the storm's explanation names this many hot nodes (earliest first) with their
-      top reasons, and says how many more; it lists every hard fault under it."""
+      top reasons, and says how many more; it lists every hard fault under it.
+    - `history_s`: a node counts toward the fleet (the storm's and the breaker's fractions,
+      without a declared `remediation.fleet_size`) once it has reported for this long; one
+      heard in the service's first minute, after two steps. Names that just appeared on the
+      wire cannot dilute a fraction (service.stages.fleet_alerts.FleetHistory)."""
 
     fraction: float = Field(default=0.2, gt=0, le=1)
     min_nodes: int = Field(default=3, ge=1)
@@ -83,6 +87,7 @@ class StormSettings(BaseModel):
     min_fleet: int = Field(default=10, ge=1)
     settle_s: float = Field(default=300.0, ge=0)
     names: int = Field(default=10, ge=1, le=100)
+    history_s: float = Field(default=600.0, ge=0)
 
 
 def _default_inhibit() -> list[InhibitRule]:

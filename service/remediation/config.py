@@ -31,8 +31,8 @@ class RemediationSettings(BaseModel):
     breaker_max_nodes: int = Field(default=5, ge=1)
     breaker_window_s: float = Field(default=1800.0, gt=0)
     # Nodes the operator says the fleet has (0: not declared). The breaker's and the storm's
-    # fleet is the larger of this and the nodes reporting now, never every name ever seen:
-    # phantom nodes from the wire must not dilute a fraction.
+    # fleet is exactly this, a ceiling as well as a floor (names from the wire cannot dilute
+    # a fraction); undeclared, the nodes with a history reporting now (notify.storm.history_s).
     fleet_size: int = Field(default=0, ge=0)
 
     max_concurrent: int = Field(default=2, ge=1)  # executions in flight, cluster-wide

@@ -70,6 +70,9 @@ class RemediationController:
         # Whether this replica may start actions (the fleet's leader; service.cluster.roles).
         # One that may not records requests and approvals; the leader's step starts them.
         self.acting: Callable[[], bool] = lambda: True
+        # Whether this shard owns a node (service.cluster.ownership; the pipeline sets it):
+        # a request for another shard's node is refused, whatever led to it.
+        self.owns: Callable[[str], bool] = lambda node: True
 
     @property
     def breaker(self) -> CircuitBreaker:
@@ -100,6 +103,14 @@ class RemediationController:
             got = self._store.get(aid)
             if got is not None:
                 return got
+            if not self.owns(req.node):
+                if not self._store.has_audit(aid, "not_owned"):
+                    self._store.append_audit(AuditEntry(
+                        at=now, actor=SYSTEM, event="not_owned", action_id=aid, node=req.node,
+                        mode=mode, result=f"{req.node} is another shard's node; this shard "
+                        f"never acts on it: {req.summary}"))
+                log.error("refused to act on %s: another shard owns it", req.node)
+                return None
             if mode == "off":
                 if not self._store.has_audit(aid, "off"):
                     self._store.append_audit(AuditEntry(

@@ -51,6 +51,7 @@ def warm_start(pipeline: Pipeline, history: HistoryRounds, now: float, lookback_
     for at, batch in history.rounds(now - lookback_s, now, step):
         with pipeline.lock:
             res = pipeline.ingestor.ingest(batch, now)
+            pipeline.fleet.history.note(res.clean, step)  # a replayed history vouches
             st.rounds += 1
             st.samples += res.accepted
             st.rejected += res.rejected

@@ -13,6 +13,10 @@
   fault under it (service.stages.storm_report), so the one page still says which nodes are
   really broken.
 
+History before trust: a name that reported at one moment only (a phantom from the wire, a
+one-shot typo) raises no `NodeNoData` or `GpuMissing` when it falls silent, and a node counts
+toward the fleet a storm's share is of only once it has a history (FleetHistory).
+
 Silent is not behind: an entity is silent when nothing of it arrived for the stale limit (by
 the service's clock), not when its newest sample is old. A node whose data arrives late (an
 agent's backfill, a spool drained after an outage) is reporting: it raises no no-data alert,
@@ -34,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import Scope
+from collectors.frames import Batch, EntityTable
 from models.detectors.findings import Signal
 from service.notify.config import StormSettings
 from service.stages.alert_machine import Transition
@@ -55,6 +60,103 @@ SUMMARY_HARD = 3  # ... and hard faults
 # Across shards: this shard's (live, hot) nodes in, the fleet's (live, hot) out; None where
 # this replica does not judge the storm (service.cluster.census).
 FleetWide = Callable[[int, int], tuple[int, int] | None]
+
+
+HISTORY_STEPS = 2  # arrivals spanning fewer steps than this: a one-shot name, never notifies
+
+
+class FleetHistory:
+    """Which nodes have a history, from when anything of them first and last arrived (by the
+    service's clock: the window store's `born` and `touched`, per node its longest-reporting
+    entity). Two questions:
+
+    - May its silence notify (`NodeNoData`, `GpuMissing`)? Once its arrivals span
+      HISTORY_STEPS steps: a one-shot name never does, a real node within seconds.
+    - Does it count toward the fleet the storm's and the breaker's fractions are of? Once its
+      arrivals span `history_s`: names an unknown sender starts re-sending cannot dilute the
+      fleet while they are fresh. Nodes first heard within `grace_s` of the first arrival
+      (a start: every node is new) count after HISTORY_STEPS steps. A declared fleet size
+      (`remediation.fleet_size`) overrides both (service.tick.FleetCount)."""
+
+    def __init__(self, history_s: float, grace_s: float) -> None:
+        self.history_s, self.grace_s = history_s, grace_s
+        self.first: float | None = None  # when anything first arrived (the fleet's start)
+        # History the service replayed itself (a warm start, a replay: never the wire, whose
+        # timestamps a sender chooses): node -> (oldest, newest) data time, until it spans
+        # HISTORY_STEPS steps; then the node is `vouched`.
+        self._data: dict[str, tuple[float, float]] = {}
+        self.vouched: set[str] = set()
+        self._tables: dict[int, tuple[EntityTable, list[str], npt.NDArray[np.intp]]] = {}
+
+    def note(self, clean: Batch, step_s: float) -> None:
+        """Accepted rows of a trusted ingest (not from the wire): their data times."""
+        need = HISTORY_STEPS * step_s - 1e-9
+        for f in clean.frames.values():
+            if not len(f):
+                continue
+            names, idx = self._nodes_of(f.entities)
+            if self.vouched.issuperset(names):
+                continue
+            lo = np.full(len(names), np.inf)
+            hi = np.full(len(names), -np.inf)
+            np.minimum.at(lo, idx[f.rows], f.ts)
+            np.maximum.at(hi, idx[f.rows], f.ts)
+            for i in np.flatnonzero(np.isfinite(lo) & np.isfinite(hi)).tolist():
+                name = names[i]
+                if name in self.vouched:
+                    continue
+                a, b = self._data.get(name, (lo[i], hi[i]))
+                a, b = min(a, lo[i]), max(b, hi[i])
+                if b - a >= need:
+                    self.vouched.add(name)
+                    self._data.pop(name, None)
+                else:
+                    self._data[name] = (a, b)
+
+    def _nodes_of(self, table: EntityTable) -> tuple[list[str], npt.NDArray[np.intp]]:
+        got = self._tables.get(id(table))
+        if got is not None and got[0] is table:
+            return got[1], got[2]
+        pos: dict[str, int] = {}
+        idx = np.fromiter((pos.setdefault(e.node, len(pos)) for e in table.entities),
+                          np.intp, len(table))
+        if len(self._tables) >= 64:
+            self._tables.pop(next(iter(self._tables)))
+        self._tables[id(table)] = (table, list(pos), idx)
+        return list(pos), idx
+
+    def forget(self, keep: Collection[str]) -> None:
+        """Only what is known of the nodes in `keep` (the store's) stays."""
+        self.vouched &= set(keep)
+        self._data = {n: v for n, v in self._data.items() if n in keep}
+
+    def notifiable(self, span: npt.NDArray[np.float64], step_s: float
+                   ) -> npt.NDArray[np.bool_]:
+        """Whether each span of arrivals (seconds; NaN: none) is long enough to notify."""
+        with np.errstate(invalid="ignore"):
+            return np.nan_to_num(span, nan=-1.0) >= HISTORY_STEPS * step_s - 1e-9
+
+    def trusted(self, names: Sequence[str]) -> npt.NDArray[np.bool_]:
+        """Which nodes a replayed history vouches for."""
+        if not self.vouched:
+            return np.zeros(len(names), bool)
+        return np.fromiter((n in self.vouched for n in names), bool, len(names))
+
+    def counted(self, now: float, born: npt.NDArray[np.float64],
+                span: npt.NDArray[np.float64], step_s: float,
+                trusted: npt.NDArray[np.bool_] | None = None) -> npt.NDArray[np.bool_]:
+        """Whether each node (its first arrival, the span of its arrivals, whether a replayed
+        history vouches for it) is of the fleet."""
+        if self.first is None and np.isfinite(born).any():
+            self.first = float(np.nanmin(born))
+        if self.first is None:
+            return np.zeros(len(born), bool)
+        early = np.nan_to_num(born, nan=np.inf) - self.first <= self.grace_s
+        long = np.nan_to_num(span, nan=-1.0) >= self.history_s
+        known = self.notifiable(span, step_s)
+        if trusted is not None:
+            known |= trusted
+        return known & (early | long)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +189,7 @@ class FleetAlerts:
         self.storm_level = 0
         self.count = StormCount()
         self.hot: list[str] = []  # this shard's hot nodes of the latest step, earliest first
+        self.history = FleetHistory(storm.history_s, grace_s)
 
     def reset(self) -> None:
         """Forget every fleet-level alert (a replica taking over restores them)."""
@@ -95,6 +198,7 @@ class FleetAlerts:
         self.backfilled, self.restored = set(), {}
         self.storm_level = 0
         self.count, self.hot = StormCount(), []
+        self.history = FleetHistory(self.storm.history_s, self.grace_s)
 
     def forget_nodes(self, nodes: Collection[str]) -> None:
         """Drop what is known of `nodes` (handed to another shard) without resolving their
@@ -130,13 +234,17 @@ class FleetAlerts:
              node_level: npt.NDArray[np.int8], raised: Mapping[str, int],
              missing: Mapping[str, tuple[int, str]] | None = None,
              fleet_size: int | None = None, fleet: FleetWide | None = None,
-             behind: Mapping[str, float] | None = None) -> list[Transition]:
+             behind: Mapping[str, float] | None = None,
+             notifiable: npt.NDArray[np.bool_] | None = None,
+             young: Collection[str] = ()) -> list[Transition]:
         """`node_silent`: nothing of the node arrived for the stale limit; `node_level`: the
         highest level of its entities; `raised`: nodes whose level rose to 2 or above this
         tick from their own telemetry (never a derived alert); `missing`: silent GPUs (key ->
         slot, node) of nodes that still report; `fleet_size`: the nodes a storm's fraction
         is of (default: every node named); `behind`: nodes whose data arrived behind the live
-        edge, and when (their level changes are no storm entries). `fleet`, across shards:
+        edge, and when (their level changes are no storm entries); `notifiable`: nodes whose
+        silence may raise NodeNoData, `young`: silent GPUs that may not raise GpuMissing (no
+        history: FleetHistory; an alert already open stays). `fleet`, across shards:
         given this shard's (live, hot) nodes, the fleet's totals, or None where this replica
         does not judge the storm (service.cluster.census; alone, the local counts)."""
         if self.first is None:
@@ -146,6 +254,8 @@ class FleetAlerts:
         pos = {name: i for i, name in enumerate(nodes)}
         silent_idx = np.flatnonzero(node_silent).tolist()
         for i in silent_idx if watching else []:
+            if notifiable is not None and not notifiable[i]:
+                continue
             name = nodes[i]
             if self.nodata.get(name, 0) == 0:
                 self.nodata[name] = NODATA_LEVEL
@@ -157,7 +267,7 @@ class FleetAlerts:
             slot = pos.get(name, -1)
             out.append(Transition(Scope.NODE, slot, name, name, NODATA_LEVEL, 0, now, 0.0,
                                   alertname=NODATA))
-        out += self._missing(now, missing or {}, watching)
+        out += self._missing(now, missing or {}, watching, young)
         self._enter(now, pos, node_level, raised, behind or {}, silent)
         size = max(fleet_size if fleet_size is not None else len(nodes), 1)
         self.hot = sorted((n for n in self.entered if n in pos and node_level[pos[n]] >= 2),
@@ -231,10 +341,10 @@ class FleetAlerts:
         return out
 
     def _missing(self, now: float, missing: Mapping[str, tuple[int, str]],
-                 watching: bool) -> list[Transition]:
+                 watching: bool, young: Collection[str] = ()) -> list[Transition]:
         out = []
         for key, (slot, node) in missing.items() if watching else ():
-            if key not in self.missing:
+            if key not in self.missing and key not in young:
                 self.missing[key] = (node, MISSING_LEVEL)
                 out.append(Transition(Scope.GPU, slot, key, node, 0, MISSING_LEVEL, now, 1.0,
                                       alertname=MISSING))

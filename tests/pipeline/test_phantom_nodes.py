@@ -51,10 +51,15 @@ def test_a_thousand_phantoms_hide_no_storm(tmp_path: Path) -> None:
     assert any(a.name == STORM for a in p.alerts.open_alerts())
 
 
-def test_a_declared_fleet_size_is_a_floor(tmp_path: Path) -> None:
+def test_a_declared_fleet_size_is_a_floor_and_a_ceiling(tmp_path: Path) -> None:
     p, r = _pipeline(tmp_path, fleet_size=100), Rounds(nodes=4, gpus=1, links=1, ports=1)
     p.process(r.batch(T0), T0)
     assert p.fleet_size == 100
     p2 = _pipeline(tmp_path / "b")
-    p2.process(r.batch(T0), T0)
+    for k in range(3):  # counted once their arrivals span two steps
+        p2.process(r.batch(T0 + STEP * k), T0 + STEP * k)
     assert p2.fleet_size == 4
+    p3 = _pipeline(tmp_path / "c", fleet_size=2)
+    for k in range(3):
+        p3.process(r.batch(T0 + STEP * k), T0 + STEP * k)
+    assert p3.fleet_size == 2  # no name from the wire makes the fleet larger than declared

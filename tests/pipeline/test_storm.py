@@ -204,19 +204,23 @@ def test_a_spool_drain_after_an_outage_is_not_a_storm(tmp_path: Path) -> None:
         p.close()
 
 
-def test_silent_one_shot_nodes_raise_no_data_which_never_counts_toward_a_storm(
+def test_silent_short_lived_nodes_raise_no_data_which_never_counts_toward_a_storm(
         tmp_path: Path) -> None:
-    """Three nodes send one round and go silent, while two live nodes of twelve fail: three
-    NodeNoData alerts that say who and since when, and no storm (2 hot nodes; 3 make one)."""
+    """Three nodes send three rounds and go silent, three more send one (names seen once,
+    issue 29), while two live nodes of twelve fail: three NodeNoData alerts that say who and
+    since when, none for a name seen once, and no storm (2 hot nodes; 3 make one)."""
     p, r = _pipeline(tmp_path), Rounds(nodes=12, gpus=2, links=1, ports=1)
-    once = Rounds(nodes=3, gpus=1, links=1, ports=1)
-    once.tables = {s: EntityTable(s, [Entity.parse("x" + e.key) for e in tb.entities])
-                   for s, tb in once.tables.items()}  # nodes xn0, xn1, xn2
+    once, short = (Rounds(nodes=3, gpus=1, links=1, ports=1) for _ in range(2))
+    for rounds, prefix in ((short, "x"), (once, "y")):  # nodes xn0..xn2, yn0..yn2
+        rounds.tables = {s: EntityTable(s, [Entity.parse(prefix + e.key) for e in tb.entities])
+                         for s, tb in rounds.tables.items()}
     try:
         p.ingest(once.batch(T0), T0)
         t = T0
         for k in range(40):
             t = T0 + STEP * k
+            if k < 3:
+                p.ingest(short.batch(t - 2 * STEP), t - 2 * STEP)
             if k == 20:
                 for n in range(2):
                     r.set(f"n{n}:gpu0", "ecc_dbe_volatile", 1.0)
