@@ -35,7 +35,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from collectors.agent.push import Pusher
-from collectors.agent.relay_batch import Push, arrow_body, bodies, lines_body, read_arrow
+from collectors.agent.relay_batch import (
+    Push,
+    arrow_body,
+    bodies,
+    lines_body,
+    only_nodes,
+    read_arrow,
+)
 from collectors.agent.relay_roster import Roster
 from collectors.agent.relay_wire import (
     PATHS,
@@ -99,7 +106,8 @@ class Relay:
         self.limits, self.flush_s = limits, flush_s
         self.clock, self.wall = clock, wall
         self.target = Target(spool, pusher, backoff_s=backoff_s, clock=clock,
-                             send=lambda body: pusher.push_as(_as_arrow(body), _as_lines(body)))
+                             send=lambda body: pusher.push_as(_as_arrow(body), _as_lines(body)),
+                             narrow=_narrowed)
         self.stats = RelayStats()
         self._mappers = {False: SchemaMapper(strict=False), True: SchemaMapper(strict=True)}
         self._decoder: Any = None  # collectors.arrow_batch.Decoder, made when needed
@@ -233,6 +241,11 @@ class Relay:
 def _as_arrow(body: bytes) -> Callable[[bool], bytes | None]:
     """A spooled body as sent: as it is (format 3), or as format 2 for an older service."""
     return lambda streams: arrow_body(read_arrow(body), True) if streams else body
+
+
+def _narrowed(body: bytes, nodes: tuple[str, ...]) -> bytes:
+    """A spooled body cut to the nodes the service has not taken yet (a 503 naming them)."""
+    return arrow_body(only_nodes(read_arrow(body), nodes))
 
 
 def _as_lines(body: bytes) -> Callable[[], bytes]:
