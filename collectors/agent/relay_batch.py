@@ -110,9 +110,9 @@ def _on_roster(pushes: Sequence[Push], roster: Roster) -> Push:
             ts.append(f.ts)
             values.append(f.values)
         if rows:
-            joined = np.concatenate(rows).astype(np.int32, copy=False)
-            out.add(Frame(roster.table(scope, np.unique(joined)), joined, np.concatenate(ts),
-                          np.concatenate(values)))
+            table, joined = roster.table(scope, np.concatenate(rows).astype(np.int32,
+                                                                            copy=False))
+            out.add(Frame(table, joined, np.concatenate(ts), np.concatenate(values)))
     return _with_events(out, pushes)
 
 
