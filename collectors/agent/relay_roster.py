@@ -128,9 +128,10 @@ class _Scope:
         # layout), the shared-table row of each of its entities (-1: not shared)
         self.of_table: dict[int, tuple[EntityTable, I32]] = {}
 
-    def rows_of(self, table: EntityTable, flush: int, now: float) -> I32:
+    def rows_of(self, table: EntityTable, used: I32, flush: int, now: float) -> I32:
         """Per entity of `table`, its row in this body's table: the shared table's, or (as
-        -1 - k) the k-th of this flush's tail."""
+        -1 - k) the k-th of this flush's tail; only the rows `used` are placed (a table may
+        list names no row of the push refers to: those go nowhere)."""
         got = self.of_table.get(id(table))
         if got is None or got[0] is not table:
             got = (table, np.fromiter((self.index.get(e, -1) for e in table.entities),
@@ -139,7 +140,9 @@ class _Scope:
                 self.of_table.clear()
             self.of_table[id(table)] = got
         out = got[1]
-        missing = np.flatnonzero(out < 0)
+        if not (out < 0).any():
+            return out
+        missing = used[out[used] < 0]
         if not len(missing):
             return out
         out = out.copy()
@@ -225,7 +228,7 @@ class Roster:
         s = self._scopes.get(scope)
         if s is None:
             s = self._scopes[scope] = _Scope(scope, self.limits.max_entities)
-        return s.rows_of(table, self.flushes, self.clock())[rows]
+        return s.rows_of(table, np.unique(rows), self.flushes, self.clock())[rows]
 
     def table(self, scope: Scope, rows: I32) -> tuple[EntityTable, I32]:
         """This body's table for `scope` once its rows are all placed, and the rows on it;
