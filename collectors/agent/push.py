@@ -19,6 +19,11 @@ token goes along only when the new URL's scheme is the configured one's, so it n
 https for http). The owner is then the target until a push there fails, when the configured
 URL is tried again (it redirects once more if ownership still holds). A `421` (a shard that
 was forwarded a part it does not own) is a retry.
+
+A retry waits as long as the target's `Retry-After` says (bounded), else backs off. A service
+that takes a write's new entities a share at a time (no token: `ingest.max_new_gpus_per_batch`)
+answers the rest 503 `entities-pending` naming the nodes still to come: the whole segment goes
+again (what was kept merges), or, from the relay, only those nodes' samples (target.Target).
 """
 
 from __future__ import annotations
