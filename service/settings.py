@@ -190,7 +190,8 @@ class IngestSettings(BaseModel):
     # Entities held at once, in GPUs (NVLink links and IB ports scale with it), and new ones
     # taken from one request: names from the wire must not allocate window memory without
     # bound. Raise max_gpus for a fleet beyond it; entities silent past their longest window
-    # (7 days) are forgotten.
+    # (7 days) are forgotten. The per-request cap holds for anonymous writes only (no tokens);
+    # its excess is answered 503 with Retry-After: the same body sent again takes the rest.
     max_gpus: int = Field(default=20_000, gt=0)
     max_new_gpus_per_batch: int = Field(default=1_024, gt=0)
     # Writes wait this long (ms) to be ingested together with the other senders' (one
@@ -202,7 +203,10 @@ class IngestSettings(BaseModel):
     coalesce_ms: float = Field(default=50.0, ge=0, le=1000)
 
     def limits(self) -> EntityLimits:
-        return EntityLimits(self.max_gpus, self.max_new_gpus_per_batch)
+        # With write tokens every writer is a known sender: its new entities are taken in
+        # full (a relay's cold start); anonymous writes keep the per-request cap.
+        return EntityLimits(self.max_gpus, self.max_new_gpus_per_batch,
+                            trusted=bool(self.tokens))
 
 
 class CollectorSettings(BaseModel):

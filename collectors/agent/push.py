@@ -19,6 +19,11 @@ token goes along only when the new URL's scheme is the configured one's, so it n
 https for http). The owner is then the target until a push there fails, when the configured
 URL is tried again (it redirects once more if ownership still holds). A `421` (a shard that
 was forwarded a part it does not own) is a retry.
+
+A retry waits as long as the target's `Retry-After` says (bounded), else backs off. A service
+that takes a write's new entities a share at a time (no token: `ingest.max_new_gpus_per_batch`)
+answers the rest 503 `entities-pending` naming the nodes still to come: the whole segment goes
+again (what was kept merges), or, from the relay, only those nodes' samples (target.Target).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from enum import Enum
 
 import httpx
@@ -45,11 +51,18 @@ class Outcome(Enum):
     DROP = "drop"  # the segment itself can never be stored (413): resending cannot help
 
 
+MAX_RETRY_AFTER_S = 300.0  # a Retry-After past this is taken as this
+
+
 @dataclass(frozen=True, slots=True)
 class PushResult:
     outcome: Outcome
     status: int | None
     detail: str
+    # RETRY only: the wait the target asked for (Retry-After), and the nodes whose samples it
+    # has not taken yet (a 503 `entities-pending`: the rest was kept); None: resend it all.
+    retry_after: float | None = None
+    pending_nodes: tuple[str, ...] | None = None
 
 
 def outcome_of(r: httpx.Response, body: bytes | None = None) -> PushResult:
@@ -64,8 +77,38 @@ def outcome_of(r: httpx.Response, body: bytes | None = None) -> PushResult:
         return PushResult(Outcome.SENT, 400, r.text[:500])
     if r.status_code == 413:
         return PushResult(Outcome.DROP, 413, r.text[:500])
-    # 401/403 (a token being rotated), 404 (a proxy or database mid-deploy), 429 and 5xx: wait.
-    return PushResult(Outcome.RETRY, r.status_code, r.text[:500])
+    # 401/403 (a token being rotated), 404 (a proxy or database mid-deploy), 429 and 5xx: wait,
+    # as long as the target says (a service taking new entities a share at a time says 1 s).
+    pending = _pending_nodes(r) if r.status_code == 503 else None
+    return PushResult(Outcome.RETRY, r.status_code, r.text[:500], retry_after(r), pending)
+
+
+def retry_after(r: httpx.Response) -> float | None:
+    """Retry-After in seconds (RFC 9110: a number of seconds or an HTTP date), bounded."""
+    raw = r.headers.get("retry-after", "").strip()
+    if not raw:
+        return None
+    try:
+        wait = float(raw) if raw.isdigit() else (
+            parsedate_to_datetime(raw).timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return min(max(wait, 0.0), MAX_RETRY_AFTER_S)
+
+
+def _pending_nodes(r: httpx.Response) -> tuple[str, ...] | None:
+    """The nodes a 503 `entities-pending` says are still to come (service.api.write)."""
+    try:
+        said = r.json()
+    except ValueError:
+        return None
+    if not isinstance(said, dict) or not str(said.get("type", "")).endswith(
+            "/entities-pending"):
+        return None
+    nodes = said.get("pending_nodes")
+    if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
+        return None
+    return tuple(nodes)
 
 
 def _said_truncated(r: httpx.Response) -> bool:

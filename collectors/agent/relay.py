@@ -35,10 +35,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from collectors.agent.push import Pusher
-from collectors.agent.relay_batch import Push, arrow_body, bodies, lines_body, read_arrow
-from collectors.agent.relay_roster import Roster
+from collectors.agent.relay_batch import (
+    Push,
+    arrow_body,
+    bodies,
+    lines_body,
+    only_nodes,
+    read_arrow,
+)
+from collectors.agent.relay_roster import Roster, RosterLimits, bound_push
 from collectors.agent.relay_wire import (
     PATHS,
+    Query,
     Refusal,
     authorize,
     bad_request,
@@ -93,13 +101,15 @@ class Relay:
                  limits: Limits = Limits(), flush_s: float = 1.0,
                  backoff_s: tuple[float, float] = (1.0, 60.0),
                  clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time,
+                 roster: RosterLimits | None = None) -> None:
         self.spool, self.pusher = spool, pusher
         self.tokens = [t.encode() for t in tokens if t]
         self.limits, self.flush_s = limits, flush_s
         self.clock, self.wall = clock, wall
         self.target = Target(spool, pusher, backoff_s=backoff_s, clock=clock,
-                             send=lambda body: pusher.push_as(_as_arrow(body), _as_lines(body)))
+                             send=lambda body: pusher.push_as(_as_arrow(body), _as_lines(body)),
+                             narrow=_narrowed)
         self.stats = RelayStats()
         self._mappers = {False: SchemaMapper(strict=False), True: SchemaMapper(strict=True)}
         self._decoder: Any = None  # collectors.arrow_batch.Decoder, made when needed
@@ -108,27 +118,43 @@ class Relay:
         self._pending_lock = threading.Lock()
         self._forward_lock = threading.Lock()
         self._refused_whole = 0  # bodies the service answered 413
-        self.roster = Roster(clock=clock)  # the one table per scope every body shares
+        # the one table per scope every body shares
+        self.roster = Roster(limits=roster or RosterLimits(), clock=clock)
 
     # ---- answering agents ---------------------------------------------------------------
+
+    def check(self, path: str, query: str, headers: Mapping[str, str],
+              length: int | None = None) -> Query:
+        """What can be answered from the request head alone, before a byte of the body is
+        read (collectors.agent.relay_http): the path, the query, the token, the encoding and
+        a declared length over the limit. Raises the Refusal."""
+        params = PATHS.get(path)
+        if params is None:
+            raise Refusal(404, "not-found", "Not found", f"no write endpoint at {path[:200]}")
+        q = read_query(query, params)
+        authorize(headers, self.tokens, q.p)
+        encoding = headers.get("content-encoding", "").strip().lower()
+        if encoding not in ("", "identity", "gzip"):
+            raise unsupported(f"unsupported Content-Encoding {encoding[:40]!r}; send gzip "
+                              f"or none")
+        if length is not None and length > self.limits.max_body_bytes:
+            raise too_big(self.limits.max_body_bytes)
+        return q
+
+    def refused(self, refusal: Refusal, path: str, headers: Mapping[str, str]) -> Answer:
+        """A request refused before its body was read (or with it), counted."""
+        self.stats.refused += 1
+        return Answer(refusal.status, refusal.body(path),
+                      (*refusal.headers.items(), *_payload(headers)))
 
     def answer(self, path: str, query: str, headers: Mapping[str, str], body: bytes) -> Answer:
         """One POST, its headers' names in lower case, its body read whole within the limit
         (the HTTP side refuses a larger one, 413, before reading it)."""
         arrow = headers.get("content-type", "").split(";", 1)[0].strip().lower() == ARROW_TYPE
-        extra = ((PAYLOAD_HEADER, "arrow"),) if arrow else ()
+        extra = _payload(headers)
         try:
-            params = PATHS.get(path)
-            if params is None:
-                raise Refusal(404, "not-found", "Not found", f"no write endpoint at {path[:200]}")
-            q = read_query(query, params)
-            authorize(headers, self.tokens, q.p)
+            q = self.check(path, query, headers, len(body))
             encoding = headers.get("content-encoding", "").strip().lower()
-            if encoding not in ("", "identity", "gzip"):
-                raise unsupported(f"unsupported Content-Encoding {encoding[:40]!r}; send gzip "
-                                  f"or none")
-            if len(body) > self.limits.max_body_bytes:
-                raise too_big(self.limits.max_body_bytes)
             got = (inflate(body, limit=self.limits.max_body_bytes) if encoding == "gzip"
                    else None)
             if arrow:
@@ -139,9 +165,11 @@ class Relay:
                 push, rejections, cut = self._lines(got.data if got else body,
                                                     got.cut if got else None, q.precision,
                                                     q.strict)
-        except Refusal as refused:
-            self.stats.refused += 1
-            return Answer(refused.status, refused.body(path), (*refused.headers.items(), *extra))
+        except Refusal as refusal:
+            return self.refused(refusal, path, headers)
+        # One agent names its own node: names past the roster's bounds per push are refused
+        # here, so no sender can swell the table every body carries (relay_roster).
+        rejections += bound_push(push.batch, self.roster.limits)
         if push.rows or push.reports:
             with self._pending_lock:
                 self._pending.append(push)
@@ -149,8 +177,8 @@ class Relay:
         if not rejections:
             return Answer(204, None, extra)
         self.stats.lines_refused += len(rejections)
-        refusal = partial_write(push.batch.samples, rejections, cut)
-        return Answer(400, refusal.body(path), extra)
+        partial = partial_write(push.batch.samples, rejections, cut)
+        return Answer(400, partial.body(path), extra)
 
     def _lines(self, data: bytes, cut: str | None, precision: str, strict: bool
                ) -> tuple[Push, list[Rejection], bool]:
@@ -230,9 +258,20 @@ class Relay:
         self.forward()
 
 
+def _payload(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """`X-Gpuhealth-Payload: arrow` on every answer to an Arrow body, as the service says it."""
+    arrow = headers.get("content-type", "").split(";", 1)[0].strip().lower() == ARROW_TYPE
+    return ((PAYLOAD_HEADER, "arrow"),) if arrow else ()
+
+
 def _as_arrow(body: bytes) -> Callable[[bool], bytes | None]:
     """A spooled body as sent: as it is (format 3), or as format 2 for an older service."""
     return lambda streams: arrow_body(read_arrow(body), True) if streams else body
+
+
+def _narrowed(body: bytes, nodes: tuple[str, ...]) -> bytes:
+    """A spooled body cut to the nodes the service has not taken yet (a 503 naming them)."""
+    return arrow_body(only_nodes(read_arrow(body), nodes))
 
 
 def _as_lines(body: bytes) -> Callable[[], bytes]:

@@ -11,7 +11,7 @@ came: entity, timestamp and every value, only re-indexed into the joined entity 
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -110,9 +110,9 @@ def _on_roster(pushes: Sequence[Push], roster: Roster) -> Push:
             ts.append(f.ts)
             values.append(f.values)
         if rows:
-            joined = np.concatenate(rows).astype(np.int32, copy=False)
-            out.add(Frame(roster.table(scope, np.unique(joined)), joined, np.concatenate(ts),
-                          np.concatenate(values)))
+            table, joined = roster.table(scope, np.concatenate(rows).astype(np.int32,
+                                                                            copy=False))
+            out.add(Frame(table, joined, np.concatenate(ts), np.concatenate(values)))
     return _with_events(out, pushes)
 
 
@@ -122,6 +122,26 @@ def _with_events(out: Batch, pushes: Sequence[Push]) -> Push:
         events.extend(p.batch.events)
     out.events = events
     return Push(out, [r for p in pushes for r in p.reports])
+
+
+def only_nodes(push: Push, nodes: Collection[str]) -> Push:
+    """The samples and events of `nodes` only (what a service that kept the rest still
+    lacks); each frame keeps its table, so the service meets a table it knows. Collector
+    reports are left out: the service recorded them with the first send."""
+    keep = set(nodes)
+    out = Batch()
+    for f in push.batch.frames.values():
+        named = np.fromiter((e.node in keep for e in f.entities.entities), bool,
+                            len(f.entities))
+        rows = named[f.rows] if len(f.rows) else np.zeros(0, bool)
+        if rows.any():
+            out.add(Frame(f.entities, f.rows[rows], f.ts[rows], f.values[rows]))
+    ev, events = push.batch.events, EventFrame()
+    for key, ts, metric, value in zip(ev.keys, ev.ts, ev.metrics, ev.values, strict=True):
+        if key.split(":", 1)[0] in keep:
+            events.add(key, ts, metric, value)
+    out.events = events
+    return Push(out, [])
 
 
 def arrow_body(push: Push, streams: bool = False, level: int = GZIP_LEVEL) -> bytes:

@@ -80,6 +80,17 @@ class Spool:
             self._refresh()
         return seq
 
+    def replace(self, seq: int, data: bytes) -> None:
+        """A segment's bytes changed in place (the part a target has not taken yet), keeping
+        its place in the order; written as append_bytes writes, never half a segment."""
+        if seq not in self._sizes:
+            return
+        tmp = self.dir / f".tmp-{seq:012d}"
+        tmp.write_bytes(data)
+        os.replace(tmp, self._path(seq))
+        self._sizes[seq] = len(data)
+        self._refresh()
+
     def oldest(self) -> tuple[int, bytes] | None:
         got = self.first(1)
         return got[0] if got else None

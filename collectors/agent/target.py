@@ -33,8 +33,13 @@ class Target:
     def __init__(self, spool: Spool, pusher: Pusher | None, *,
                  backoff_s: tuple[float, float] = (1.0, 60.0),
                  clock: Callable[[], float],
-                 send: Callable[[bytes], PushResult] | None = None) -> None:
+                 send: Callable[[bytes], PushResult] | None = None,
+                 narrow: Callable[[bytes, tuple[str, ...]], bytes | None] | None = None
+                 ) -> None:
+        """`narrow(segment, nodes)`: the segment cut to those nodes' samples (None: keep it
+        whole), for a target that kept all but theirs (a 503 naming pending nodes)."""
         self.spool, self.pusher, self.clock = spool, pusher, clock
+        self.narrow = narrow
         self.send = send if send is not None else (pusher.push if pusher is not None else None)
         self.backoff_min, self.backoff_max = backoff_s
         self._backoff = self.backoff_min
@@ -59,10 +64,16 @@ class Target:
             if res.outcome is Outcome.RETRY:
                 out.failed = True
                 out.error = f"{res.status}: {res.detail}" if res.status else res.detail
-                self._retry_at = self.clock() + self._backoff
+                if res.pending_nodes is not None:
+                    self._narrow(seq, body, res.pending_nodes)
+                if res.retry_after is not None:  # the target said when: no doubling
+                    wait = min(res.retry_after, self.backoff_max)
+                else:
+                    wait = self._backoff
+                    self._backoff = min(self._backoff * 2, self.backoff_max)
+                self._retry_at = self.clock() + wait
                 log.warning("push to %s failed (%s); retrying in %.0f s", self.name, out.error,
-                            self._backoff)
-                self._backoff = min(self._backoff * 2, self.backoff_max)
+                            wait)
                 return out
             if res.outcome is Outcome.DROP:
                 out.dropped += 1
@@ -75,3 +86,12 @@ class Target:
             out.sent += 1
         self._backoff = self.backoff_min
         return out
+
+    def _narrow(self, seq: int, body: bytes, nodes: tuple[str, ...]) -> None:
+        """Keep only the pending nodes' samples of the segment (the rest was taken), so what
+        is sent again is what the target still lacks."""
+        if self.narrow is None:
+            return
+        cut = self.narrow(body, nodes)
+        if cut is not None:
+            self.spool.replace(seq, cut)

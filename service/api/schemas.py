@@ -265,6 +265,10 @@ class WriteError(Problem):
     # The gzip body arrived cut short: the whole lines before the cut were kept, and a sender
     # holding the complete body may send it again (its points merge, last write wins).
     truncated: bool = False
+    # A 503 for new entities past one request's share: the nodes whose samples are still to
+    # come (send the body again, or just their lines; null: send it all) and when.
+    pending_nodes: list[str] | None = None
+    retry_after: int | None = None
 
 
 class SeriesPoints(BaseModel):

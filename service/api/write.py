@@ -22,7 +22,13 @@ from service.api.inflate import Inflated, inflate
 from service.api.schemas import RejectionOut, WriteError
 from service.api.state import Running, State
 from service.api.write_auth import authorize
-from service.errors import BadRequest, GpuhealthError, PayloadTooLarge, UnsupportedMediaType
+from service.errors import (
+    BadRequest,
+    GpuhealthError,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    UnsupportedMediaType,
+)
 from service.stages.ingest import IngestResult
 
 Precision = Literal["ns", "n", "us", "u", "ms", "s", "m", "h"]  # InfluxDB v1 and v2 spellings
@@ -43,6 +49,19 @@ class PartialWrite(BadRequest):
     title = "Partial write"
 
 
+class EntitiesPending(ServiceUnavailable):
+    """New entities past one anonymous request's share (ingest.max_new_gpus_per_batch) were
+    held back, the rest kept: send the same body again after Retry-After (what was kept
+    merges, last write wins). A 503, not a 400: Telegraf's influxdb outputs, InfluxDB clients
+    and our agent and relay retry a 503 and drop a 4xx (a 400 here lost a relay's cold start)."""
+
+    slug = "entities-pending"
+    title = "New entities pending"
+
+
+PENDING_RETRY_S = 1  # Retry-After of EntitiesPending: each resend takes the next share
+
+
 _WRITE_DOC = """Line protocol, plain or `Content-Encoding: gzip`: our own schema (`gpu`, `nvlink`,
 `ib_port`, `xid`), Telegraf's `nvidia_smi` and `infiniband`, and node agents' collector status
 (`gpuhealth_collector`, exported on /metrics). Measurements and fields the catalog does not
@@ -51,14 +70,17 @@ track are ignored, as InfluxDB would store them and we have no use for them (cou
 step, overwrite (last write wins). 204 when every line was accepted; 400 (a partial write)
 listing each refused line (number and reason: not line protocol, a value of the wrong type, an
 invalid host or device name, a timestamp out of range, a number over 64 characters, a gzip body
-cut short: its whole lines before the cut are kept) while every valid sample is kept; 413 when
-the body, or what it inflates to, is over the limit, when gzip inflates to over 100 times its
-size (past 1 MiB), or holds over 1,000 members. `strict=true` refuses unknown
-measurements and fields instead (for checking a sender's output). Errors are InfluxDB's
-`{"error": ...}` with the problem-detail members (RFC 9457) beside it, as `application/json`."""
+cut short: its whole lines before the cut are kept) while every valid sample is kept; 503 with
+`Retry-After` when a write without a token names more new GPUs than
+`ingest.max_new_gpus_per_batch` (the rest was kept: send the same body again; `pending_nodes`
+names the nodes still to come); 413 when the body, or what it inflates to, is over the limit,
+when gzip inflates to over 100 times its size (past 1 MiB), or holds over 1,000 members.
+`strict=true` refuses unknown measurements and fields instead (for checking a sender's
+output). Errors are InfluxDB's `{"error": ...}` with the problem-detail members (RFC 9457)
+beside it, as `application/json`."""
 _WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": WriteError}, 401: {"model": WriteError}, 413: {"model": WriteError},
-    415: {"model": WriteError}}
+    415: {"model": WriteError}, 503: {"model": WriteError}}
 
 
 @router.post("/api/v2/write", tags=["ingest"], status_code=204, response_class=Response,
@@ -118,8 +140,26 @@ async def write(
     if not res.rejected:
         st.metrics.write_requests.labels("204").inc()
         return Response(status_code=204)
-    st.metrics.write_requests.labels("400").inc()
-    raise partial_write(res, cut)
+    answer = refusal(res, cut)
+    st.metrics.write_requests.labels(str(answer.status)).inc()
+    raise answer
+
+
+def refusal(res: IngestResult, cut: bool) -> PartialWrite | EntitiesPending:
+    """What a write with refused samples is answered: 503 while new entities are pending (the
+    sender sends it again), else the partial write's 400."""
+    if not (res.pending_nodes or res.pending_more):
+        return partial_write(res, cut)
+    # `pending_nodes`: the nodes to send again (a relay sends only theirs); absent when there
+    # were too many to list: send the whole body again.
+    nodes = None if res.pending_more else sorted(res.pending_nodes)
+    return EntitiesPending(
+        f"{res.rejected} samples not taken yet: more new entities than one request may add "
+        f"(ingest.max_new_gpus_per_batch); {res.accepted} samples kept; send the body again "
+        f"in {PENDING_RETRY_S} s. {partial_write_message(res)}",
+        headers={"Retry-After": str(PENDING_RETRY_S)}, retry_after=PENDING_RETRY_S,
+        pending_nodes=nodes, accepted=res.accepted, rejected=res.rejected,
+        rejections=[_rejection(r).model_dump() for r in res.rejections], truncated=cut)
 
 
 def partial_write(res: IngestResult, cut: bool) -> PartialWrite:

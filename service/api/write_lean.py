@@ -217,8 +217,9 @@ async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
     if not res.rejected:
         st.metrics.write_requests.labels("204").inc()
         return Response(status_code=204)
-    st.metrics.write_requests.labels("400").inc()
-    return problems.influx_response(write.partial_write(res, cut), path)
+    answer = write.refusal(res, cut)
+    st.metrics.write_requests.labels(str(answer.status)).inc()
+    return problems.influx_response(answer, path)
 
 
 async def _off_loop(st: Running, inline: bool, fn: Callable[..., _T], *args: Any) -> _T:

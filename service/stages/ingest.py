@@ -107,6 +107,10 @@ class IngestResult:
     # lists every one, so each request's own can be told apart and counted (`refused_n`).
     detail_limit: int = MAX_DETAILED_REJECTIONS
     refused_n: list[int] = field(default_factory=list)  # samples each listed rejection refused
+    # Nodes whose new entities this request's budget held back (ingest.max_new_gpus_per_batch):
+    # not refused for good, the same body sent again takes them (service.api.write: 503).
+    pending_nodes: set[str] = field(default_factory=set)
+    pending_more: bool = False  # more pending nodes than listed: send the whole body again
 
     def refuse(self, n: int, reason: str, entity: str | None = None, metric: str | None = None,
                line: int | None = None) -> None:
@@ -173,6 +177,7 @@ class Ingestor:
                 if derived is not None:
                     res.derived.append(derived)
         self._events(batch.events, now, res, admit)
+        res.pending_nodes, res.pending_more = admit.pending, admit.pending_more
         return res
 
     def _step(self, ts: float) -> int:

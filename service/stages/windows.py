@@ -196,6 +196,9 @@ class EntityLimits:
 
     max_gpus: int = 20_000  # held at once (about 3.2 GB of windows with links and ports)
     max_new_gpus_per_batch: int = 1_024  # taken from one request; the rest in later ones
+    # Every writer holds a write token (ingest.tokens set): a known sender's request is
+    # admitted in full (max_gpus bounds it); the per-request cap stays for anonymous writes.
+    trusted: bool = False
     links_per_gpu: int = 18  # NVSwitch systems (H100/H200: 18 NVLink links per GPU)
     ports_per_gpu: int = 2  # DGX: 8 compute + up to 4 storage ports per 8 GPUs
 
@@ -209,13 +212,28 @@ class EntityLimits:
         return self.max_new_gpus_per_batch * self._per_gpu(scope)
 
 
+MAX_PENDING_NODES = 10_000  # nodes an answer names as pending; past it, "resend it all"
+
+
 class Admission:
-    """New entities one batch may still add, per scope, and why any were turned away."""
+    """New entities one batch may still add, per scope, and why any were turned away.
+    `pending`: the nodes some of whose new entities the per-request budget held back (not
+    refused: the same body sent again takes the next share; service.api.write answers 503
+    with Retry-After); `pending_more` when there were more than MAX_PENDING_NODES of them."""
 
     def __init__(self, limits: EntityLimits, per_batch: bool = True) -> None:
         self.limits = limits
-        self.left = {s: limits.per_batch(s) if per_batch else limits.total(s) for s in Scope}
+        capped = per_batch and not limits.trusted
+        self.left = {s: limits.per_batch(s) if capped else limits.total(s) for s in Scope}
         self.refused: dict[Scope, str] = {}  # scope -> the reason of its first refusal
+        self.pending: set[str] = set()
+        self.pending_more = False
+
+    def defer(self, node: str) -> None:
+        if len(self.pending) < MAX_PENDING_NODES:
+            self.pending.add(node)
+        elif node not in self.pending:
+            self.pending_more = True
 
     def reason(self, scope: Scope) -> str:
         return self.refused.get(scope, f"no {scope} entity can be added")
@@ -429,9 +447,10 @@ class ScopeWindows:
                                 f"{self.scope} entities (ingest.max_gpus); one silent for "
                                 f"{self.horizon_s / 86400:g} days is forgotten")
         if admit is not None and admit.left[self.scope] <= 0:
+            admit.defer(e.node)
             return self._refuse(admit, f"more than {admit.limits.per_batch(self.scope)} new "
                                 f"{self.scope} entities in one request "
-                                "(ingest.max_new_gpus_per_batch); send the rest again")
+                                "(ingest.max_new_gpus_per_batch); send the body again")
         gpu = -1
         if e.scope is Scope.NVLINK:
             gpu = registry.gpu_slot(e, admit)

@@ -315,14 +315,18 @@ def test_a_flood_of_new_names_is_refused_past_the_limits_with_a_reason(
         body = "\n".join([_line(0, 41.0)] + [_line(0, 40.0, node=f"ph{i:05d}")
                                              for i in range(20_000)])
         r = c.post("/write", content=gzip.compress(body.encode()), headers=GZ)
-        assert r.status_code == 400, r.text
+        # Not final: the rest is pending (a 503 senders retry), too many nodes to list.
+        assert r.status_code == 503, r.text
+        assert r.headers["retry-after"] == "1"
         got = r.json()
+        assert got["type"] == "/problems/entities-pending" and got["pending_nodes"] is None
         assert got["accepted"] == 2 * 21  # two fields of the known GPU and 20 new ones
         reasons = {x["reason"] for x in got["rejections"]}
         assert any("max_new_gpus_per_batch" in x for x in reasons), reasons
         for _ in range(2):  # later requests take more, up to the total
             c.post("/write", content=gzip.compress(body.encode()), headers=GZ)
         r = c.post("/write", content=gzip.compress(body.encode()), headers=GZ)
+        assert r.status_code == 400, r.text  # the total is final: a resend cannot help
         assert any("ingest.max_gpus" in x["reason"] for x in r.json()["rejections"])
         [temp] = [m for m in c.get("/v1/gpus/n001:gpu0").json()["metrics"]
                   if m["name"] == "gpu_temp"]

@@ -42,10 +42,12 @@ def _flush(pushes: list[Push], roster: Roster | None) -> bytes:
 
 def test_every_flush_of_a_relay_decodes_to_the_same_table() -> None:
     roster, service = Roster(), Decoder()
-    rounds = [["n1", "n2", "n3"], ["n2"], ["n3", "n1"], ["n1", "n2", "n3"]]
+    # A name is shared from its second flush on; the first lists it in the same order.
+    rounds = [["n1", "n2", "n3"], ["n1", "n2", "n3"], ["n2"], ["n3", "n1"], ["n1", "n2", "n3"]]
     tables = []
     for k, nodes in enumerate(rounds):
         pushes = [_push(n, k) for n in nodes]
+        roster.prune()
         got = service.decode(_flush(pushes, roster)).batch
         tables.append(got.frames[Scope.GPU].entities)
         # exactly the pushes' samples, whatever else the table lists
@@ -64,19 +66,26 @@ def test_without_the_roster_each_node_set_is_a_new_table() -> None:
 
 def test_a_node_joining_makes_one_new_table_listing_the_others_in_their_order() -> None:
     roster, service = Roster(), Decoder()
-    first = service.decode(_flush([_push("n1", 0), _push("n2", 0)], roster)).batch
-    joined = service.decode(_flush([_push("n3", 1)], roster)).batch
+    for k in range(2):
+        roster.prune()
+        first = service.decode(_flush([_push("n1", k), _push("n2", k)], roster)).batch
+    roster.prune()
+    joined = service.decode(_flush([_push("n3", 2)], roster)).batch
     t0, t1 = first.frames[Scope.GPU].entities, joined.frames[Scope.GPU].entities
     assert [e.key for e in t1.entities] == [e.key for e in t0.entities] + ["n3:gpu0", "n3:gpu1"]
-    again = service.decode(_flush([_push("n1", 2)], roster)).batch
-    assert again.frames[Scope.GPU].entities is t1
+    for k in (3, 4):  # n3 shared from its second flush: the table its first body listed
+        roster.prune()
+        again = service.decode(_flush([_push("n3", k), _push("n1", k)], roster)).batch
+        assert again.frames[Scope.GPU].entities is t1
     assert roster.tables_made == 2
 
 
 def test_an_entity_named_by_no_body_for_idle_s_leaves_the_roster() -> None:
     now = [0.0]
     roster = Roster(idle_s=60.0, clock=lambda: now[0])
-    _flush([_push("n1", 0), _push("gone", 0)], roster)
+    for k in range(2):
+        roster.prune()
+        _flush([_push("n1", -k), _push("gone", -k)], roster)
     for k in range(1, 4):
         now[0] += 30.0
         roster.prune()
