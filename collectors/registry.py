@@ -244,7 +244,7 @@ def gpu_bus_map(binary: str = "nvidia-smi", timeout_s: float = 5.0) -> dict[str,
     out: dict[str, int] = {}
     for line in stdout.splitlines():
         index, _, bus = (x.strip() for x in line.partition(","))
-        if index.isdigit() and bus:
+        if (index.isascii() and index.isdigit()) and bus:
             out[bus] = int(index)
     return out
 

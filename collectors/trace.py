@@ -112,7 +112,7 @@ def _part_number(name: str, prefix: str) -> int | None:
     for suffix in SUFFIXES:
         if name.startswith(prefix + "-") and name.endswith(suffix):
             digits = name[len(prefix) + 1: -len(suffix)]
-            return int(digits) if digits.isdigit() else None
+            return int(digits) if (digits.isascii() and digits.isdigit()) else None
     return None
 
 

@@ -89,7 +89,7 @@ def retry_after(r: httpx.Response) -> float | None:
     if not raw:
         return None
     try:
-        wait = float(raw) if raw.isdigit() else (
+        wait = float(raw) if (raw.isascii() and raw.isdigit()) else (
             parsedate_to_datetime(raw).timestamp() - time.time())
     except (TypeError, ValueError, OverflowError):
         return None

@@ -245,7 +245,7 @@ class RelayServer:
                 raise bad_request("Transfer-Encoding: only chunked, and never with "
                                   "Content-Length")
             declared = headers.get("content-length", "0") or "0"
-            if not declared.isdigit():
+            if not (declared.isascii() and declared.isdigit()):
                 raise bad_request(f"Content-Length {declared[:20]!r} is not a number")
             # Everything the head can say is answered before a byte of the body is read.
             relay.check(path, query, headers, None if chunked else int(declared))

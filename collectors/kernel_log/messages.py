@@ -79,7 +79,7 @@ def parse_xid(message: str) -> XidMessage | str:
     return XidMessage(
         bus_id=bus,
         code=code,
-        pid=int(pid) if pid is not None and pid.isdigit() else None,
+        pid=int(pid) if pid is not None and (pid.isascii() and pid.isdigit()) else None,
         process=None if name is None or name.strip() == "<unknown>" else name.strip(),
         detail=m["detail"].strip(),
     )

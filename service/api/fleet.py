@@ -115,7 +115,7 @@ def grid(p: Pipeline, pg: Page, top: int) -> FleetGrid:
 
 def _index(gpu_key: str) -> tuple[int, str]:
     unit = gpu_key.rsplit(":gpu", 1)[-1]
-    return (int(unit), gpu_key) if unit.isdigit() else (1 << 30, gpu_key)
+    return (int(unit), gpu_key) if (unit.isascii() and unit.isdigit()) else (1 << 30, gpu_key)
 
 
 def _riskiest(p: Pipeline, risk: RiskState | None, levels: dict[str, int],

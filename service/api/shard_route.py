@@ -125,7 +125,7 @@ class ShardRoute:
         encoding = headers.get("content-encoding", "").strip().lower()
         limit = st.settings.ingest.max_body_bytes
         declared = headers.get("content-length", "")
-        if encoding not in ("", "identity", "gzip") or (declared.isdigit()
+        if encoding not in ("", "identity", "gzip") or ((declared.isascii() and declared.isdigit())
                                                         and int(declared) > limit):
             await self.app(scope, receive, send)  # refused there (415, 413)
             return

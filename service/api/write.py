@@ -183,7 +183,7 @@ def partial_write_message(res: IngestResult, shown: int = 5) -> str:
 async def _read_body(request: Request, limit: int) -> bytes:
     too_big = PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if (declared.isascii() and declared.isdigit()) and int(declared) > limit:
         raise too_big  # refused before reading a byte of it
     body = bytearray()
     async for chunk in request.stream():

@@ -92,7 +92,7 @@ class LeanWrite:
             return
         limit = st.settings.ingest.max_body_bytes
         declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
+        if (declared.isascii() and declared.isdigit()) and int(declared) > limit:
             await self.app(scope, receive, send)
             return
         body, whole, replay = await _read(receive, limit)

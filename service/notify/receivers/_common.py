@@ -39,7 +39,7 @@ async def read_capped(resp: httpx.Response, limit: int) -> bytes:
     """The body of a streamed response, read in chunks; TooLarge past `limit` bytes (a
     declared length over it is refused before a byte is read)."""
     declared = resp.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if (declared.isascii() and declared.isdigit()) and int(declared) > limit:
         raise TooLarge(resp.status_code, limit)
     chunks: list[bytes] = []
     size = 0

@@ -38,7 +38,7 @@ def read_masks(series: Sequence[Series]) -> Masks:
 
 
 def _bit(link: str) -> int | None:
-    return int(link) if link.isdigit() and int(link) < MASK_BITS else None
+    return int(link) if (link.isascii() and link.isdigit()) and int(link) < MASK_BITS else None
 
 
 def fill(series: Sequence[Series], masks: Masks, start: int) -> list[Series]:

@@ -274,7 +274,7 @@ class RawReader:
     def _entity(self, scope: Scope, tags: dict[str, str], points: int) -> Entity | None:
         names = [tags.get(t, "") for t in ENTITY_TAGS[scope]]
         ok = all(names) and not any(":" in v for v in names) and all(
-            v.isdigit() for t, v in zip(ENTITY_TAGS[scope], names, strict=True)
+            (v.isascii() and v.isdigit()) for t, v in zip(ENTITY_TAGS[scope], names, strict=True)
             if t in _NUMERIC_TAGS)
         if not ok:
             self.skipped += points

@@ -24,7 +24,7 @@ MASK_BITS = 63  # links numbered at or above this are always written (no bit for
 
 def link_bit(e: Entity) -> int | None:
     """The link's bit in its GPU's mask; None for a link number the mask cannot hold."""
-    return int(e.sub) if e.sub.isdigit() and int(e.sub) < MASK_BITS else None
+    return int(e.sub) if (e.sub.isascii() and e.sub.isdigit()) and int(e.sub) < MASK_BITS else None
 
 
 @dataclass
