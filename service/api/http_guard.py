@@ -27,6 +27,7 @@ import asyncio
 import logging
 import math
 import resource
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -42,6 +43,11 @@ FD_RESERVE = 128
 _NOFILE_CEILING = 1 << 20  # an unlimited hard limit is taken as this
 _WARN_EVERY_S = 60.0
 MAX_HEADER_BYTES = 64 * 1024  # nginx takes 4 x 8 KiB by default; our clients send under 1 KiB
+
+# Connections closed by the guard, by why (exported as gpuhealth_http_connections_closed): an
+# operator sees a slow-client flood, or a cap set too low, without reading debug logs.
+CLOSED: Counter[str] = Counter()
+CLOSE_REASONS = ("header_timeout", "body_timeout", "headers_too_large", "evicted", "refused")
 
 
 class HeadersTooLarge(Exception):
@@ -122,7 +128,7 @@ class _Guarded(HttpToolsProtocol):
         if len(self.connections) > self.limits.max_connections and not self._make_room():
             self._warn("%d connections, all inside a request: refusing new ones",
                        len(self.connections))
-            self._drop()
+            self._drop("refused")
             return
         self._set_idle()
         self._header_timer = self.loop.call_later(self.limits.header_timeout_s,
@@ -140,10 +146,11 @@ class _Guarded(HttpToolsProtocol):
         self._warn("%d connections, the cap (service.max_connections, or the open-file limit): "
                    "closing the oldest idle ones to admit new ones", self.limits.max_connections)
         oldest = next(iter(self.idle))
-        oldest._drop()
+        oldest._drop("evicted")
         return True
 
-    def _drop(self) -> None:
+    def _drop(self, reason: str) -> None:
+        CLOSED[reason] += 1
         self._cancel_timers()
         self.idle.pop(self, None)
         # Counted out now: its connection_lost comes on a later turn of the loop.
@@ -186,6 +193,7 @@ class _Guarded(HttpToolsProtocol):
     def _count_header(self, n: int) -> None:
         self._header_bytes += n
         if self._header_bytes > MAX_HEADER_BYTES:
+            CLOSED["headers_too_large"] += 1
             raise HeadersTooLarge(f"request headers over {MAX_HEADER_BYTES} bytes")
 
     def on_headers_complete(self) -> None:
@@ -204,7 +212,7 @@ class _Guarded(HttpToolsProtocol):
         if not self.transport.is_closing():
             log.debug("closing a connection whose headers took over %g s",
                       self.limits.header_timeout_s)
-            self._drop()
+            self._drop("header_timeout")
 
     # ---- its body ---------------------------------------------------------------------------
     def on_body(self, body: bytes) -> None:
@@ -232,7 +240,7 @@ class _Guarded(HttpToolsProtocol):
         elif not self.transport.is_closing():
             log.debug("closing a connection whose body came slower than %g B/s",
                       self.limits.body_min_bytes_per_s)
-            self._drop()
+            self._drop("body_timeout")
 
     # ---- between requests -------------------------------------------------------------------
     def on_response_complete(self) -> None:

@@ -88,6 +88,7 @@ class PipelineCollector:
         yield from self._entity_limits()
         yield self._roles()
         yield from self._map_epoch()
+        yield _http_closed()
 
     def _roles(self) -> Metric:
         """Which of the replica roles this process holds: alone, both; with replicas, the
@@ -374,3 +375,16 @@ class ServiceMetrics:
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def _http_closed() -> Metric:
+    """Connections the server's guard closed (service.api.http_guard), by why."""
+    from service.api.http_guard import CLOSE_REASONS, CLOSED
+
+    fam = CounterMetricFamily(
+        "gpuhealth_http_connections_closed", "Client connections the service closed: headers or "
+        "body too slow or too large, evicted to make room at the connection cap, refused at it",
+        labels=["reason"])
+    for reason in CLOSE_REASONS:
+        fam.add_metric([reason], float(CLOSED[reason]))
+    return fam

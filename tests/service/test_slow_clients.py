@@ -48,6 +48,20 @@ def test_a_request_that_never_finishes_is_closed_at_its_deadline(tmp_path: Path,
         assert slow.opened == 20
         assert slow.wait_closed(timeout_s=30), f"{slow.open_now} of 20 still open"
         assert _probe_and_write(svc.url) == [200] * 5 + [204]
+        if mode != "idle":  # idle ones are closed by uvicorn's own keep-alive timer
+            why = "header_timeout" if mode == "headers" else "body_timeout"
+            assert _closed(svc.url)[why] >= 20
+
+
+def _closed(url: str) -> dict[str, float]:
+    """gpuhealth_http_connections_closed by reason, read from /metrics."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("gpuhealth_http_connections_closed_total{"):
+            reason = line.split('reason="', 1)[1].split('"', 1)[0]
+            out[reason] = float(line.rsplit(" ", 1)[1])
+    return out
 
 
 def test_oversized_headers_are_refused(tmp_path: Path) -> None:
@@ -55,6 +69,7 @@ def test_oversized_headers_are_refused(tmp_path: Path) -> None:
         r = httpx.get(f"{svc.url}/healthz", headers={"X-Big": "a" * 100_000}, timeout=10)
         assert r.status_code == 400
         assert httpx.get(f"{svc.url}/healthz", timeout=10).status_code == 200
+        assert _closed(svc.url)["headers_too_large"] == 1
 
 
 def test_the_fuzz_benchmarks_hostile_clients_leave_the_service_answering(tmp_path: Path) -> None:
