@@ -24,7 +24,7 @@ GPUS = 8
 NOT_IN_AGENT = ("torch", "sklearn", "scipy", "matplotlib", "kubernetes", "fastapi", "starlette",
                 "uvicorn", "apscheduler", "prometheus_client", "aiosmtplib", "tqdm", "pydantic",
                 "pydantic_core", "pydantic_settings", "yaml", "sympy", "networkx", "PIL",
-                "joblib", "fastapi_offline", "pyarrow", "httptools", "uvloop")
+                "joblib", "fastapi_offline", "pyarrow", "httptools", "uvloop", "re2")
 
 # `python -c AGENT_ONLY ARGS...` is `gpuhealth ARGS...` from the source tree in the current
 # directory, with every NOT_IN_AGENT module failing to import as if not installed. At exit it

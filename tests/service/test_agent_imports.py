@@ -25,7 +25,7 @@ with (REPO / "pyproject.toml").open("rb") as _f:
 # Distribution -> import name, for the server extra's distributions.
 IMPORT_NAME = {"scikit-learn": "sklearn", "PyYAML": "yaml", "APScheduler": "apscheduler",
                "pydantic-settings": "pydantic_settings", "nvidia-ml-py": "pynvml",
-               "fastapi-offline": "fastapi_offline"}
+               "fastapi-offline": "fastapi_offline", "google-re2": "re2"}
 HEAVY = {"torch", "scikit-learn", "scipy", "matplotlib", "kubernetes", "fastapi", "uvicorn"}
 
 
