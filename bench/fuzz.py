@@ -353,8 +353,6 @@ def judge(rep: Report, n_inputs: int) -> list[str]:
 
 def render(rep: Report) -> str:
     def cls(c: dict[str, Any]) -> str:
-        if not c["available"]:
-            return "not available"
         answers = " ".join(f"{k}:{v}" for k, v in sorted(c["by_status"].items()))
         figs = " ".join(f"{k}={v:g}" for k, v in sorted(c["figures"].items()))
         return f"{c['inputs']} inputs, {answers}{' (' + figs + ')' if figs else ''}"

@@ -2,8 +2,9 @@
 hostile input runs in its own thread against the running service while `/write` is fuzzed,
 and counts what it sent and how it was answered.
 
-A class comes from a generator module (one per surface, each owned with the fix it keeps
-honest) and is loaded when the run starts, by importing that module inside its loader:
+A class comes from a generator module (one per surface, each written with the fix it keeps
+honest), imported when the run chooses the class (`--classes`), so a run without it needs
+none of its imports:
 
 | class | module | entry |
 |---|---|---|
@@ -58,7 +59,6 @@ class Target:
 @dataclass
 class ClassStats:
     name: str
-    available: bool = True
     inputs: int = 0
     requests: int = 0
     by_status: dict[str, int] = field(default_factory=dict)
@@ -138,12 +138,14 @@ def _auth() -> Surface:
 
 
 def _slow_clients() -> Surface:
-    from bench.fuzz_clients import SlowClients
+    from bench.fuzz_clients import Mode, SlowClients
+
+    modes: tuple[Mode, ...] = ("headers", "body", "idle")
 
     def run(target: Target, rng: random.Random, stats: ClassStats) -> None:
         port = int(target.url.rsplit(":", 1)[1])
         while not target.stop.is_set():  # a round of each mode, about 20 s each
-            mode = rng.choice(("headers", "body", "idle"))
+            mode = rng.choice(modes)
             target.in_flight[stats.name] = f"300 slow clients ({mode})"
             with SlowClients("127.0.0.1", port, n=300, mode=mode) as slow:
                 target.stop.wait(ROUND_S)
@@ -252,18 +254,6 @@ CLASSES: dict[str, Callable[[], Surface]] = {
     "relay": _relay, "shards": _shards, "api": _api}
 
 
-def load(name: str, stats: ClassStats) -> Surface | None:
-    """The class's surface; None, and the class marked not available, while its generator
-    module is not in this tree (each lands with the fix it covers, issue 29)."""
-    try:
-        return CLASSES[name]()
-    except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("bench.fuzz_"):
-            raise
-        stats.available = False
-        return None
-
-
 class Surfaces:
     """The chosen classes, each in its own thread from `start` until `stop`."""
 
@@ -272,12 +262,10 @@ class Surfaces:
         self.stats = {n: ClassStats(n) for n in names}
         self._threads: list[threading.Thread] = []
         for i, n in enumerate(names):
-            surface = load(n, self.stats[n])
-            if surface is not None:
-                rng = random.Random(seed * 1000 + i)
-                self._threads.append(threading.Thread(
-                    target=self._guard, args=(surface, rng, self.stats[n]), name=f"fuzz-{n}",
-                    daemon=True))
+            rng = random.Random(seed * 1000 + i)
+            self._threads.append(threading.Thread(
+                target=self._guard, args=(CLASSES[n](), rng, self.stats[n]), name=f"fuzz-{n}",
+                daemon=True))
 
     def _guard(self, surface: Surface, rng: random.Random, stats: ClassStats) -> None:
         try:
