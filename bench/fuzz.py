@@ -303,6 +303,8 @@ def run(n_inputs: int, seed: int, root: Path, control: bool = False,
     finally:
         if surfaces is not None:
             surfaces.stop()
+            for proc in surfaces.target.procs:
+                proc.stop()
         if watch is not None:
             watch.stop()
         service.stop()

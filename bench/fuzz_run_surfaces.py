@@ -54,6 +54,7 @@ class Target:
     known_nodes: frozenset[str]  # the nodes valid input names; any other is a phantom
     stop: threading.Event = field(default_factory=threading.Event)
     in_flight: dict[str, str] = field(default_factory=dict)  # class -> what it sends now
+    procs: list[Any] = field(default_factory=list)  # processes a class started (the run stops them)
 
 
 @dataclass
@@ -171,6 +172,7 @@ def _relay() -> Surface:
                                "--listen", "127.0.0.1", "--port", str(port),
                                "--spool", str(target.root / "relay-spool")],
                      target.root / "relay.log")
+        target.procs.append(relay)
         relay.start()
         try:
             if not _listening(port, target.stop):
