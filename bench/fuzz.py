@@ -194,10 +194,16 @@ def send(client: httpx.Client, url: str, req: Request, rep: Report) -> bool:
         log.warning("write failed (%s): %s", req.kind, exc)
         return False
     rep.by_status[str(r.status_code)] = rep.by_status.get(str(r.status_code), 0) + 1
-    if r.status_code >= 500:
+    if failed(r):
         rep.status_5xx += 1
         log.warning("5xx on a %s body: %s %s", req.kind, r.status_code, r.text[:300])
-    return r.status_code < 500
+    return r.status_code < 500  # a 503's canaries were not taken: none to read back
+
+
+def failed(r: httpx.Response) -> bool:
+    """A 5xx, except a 503 with Retry-After: a refusal to be sent again (new entities past
+    one request's share, issue 29), which senders honour."""
+    return r.status_code >= 500 and not (r.status_code == 503 and "retry-after" in r.headers)
 
 
 def read_back(client: httpx.Client, url: str, sent: dict[str, dict[int, float]]

@@ -78,8 +78,9 @@ class ClassStats:
                 return
             key = str(r.status_code)
             self.by_status[key] = self.by_status.get(key, 0) + 1
-            if r.status_code >= 500:
-                self.status_5xx += 1
+            if r.status_code >= 500 and not (r.status_code == 503
+                                             and "retry-after" in r.headers):
+                self.status_5xx += 1  # a 503 with Retry-After is a refusal to send again
                 log.warning("5xx from %s (%s): %s %s", self.name, what, r.status_code,
                             r.text[:300])
 
