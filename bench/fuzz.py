@@ -122,7 +122,9 @@ def config(root: Path, port: int, drain_file: Path, receiver_url: str) -> dict[s
             "hook_config": {"drain": ["/bin/sh", "-c", f"echo \"$1\" >> {drain_file}", "sh",
                                       "{node}"],
                             "release": ["/bin/sh", "-c", "true"]},
-            "breaker_max_fraction": 1.0, "breaker_max_nodes": 1000},
+            "breaker_max_fraction": 1.0, "breaker_max_nodes": 1000,
+            # The fleet the valid input is: the breaker judges against it, never phantoms.
+            "fleet_size": len(KNOWN_NODES)},
         "notify": fuzz_run_notify.route(receiver_url),
     }
 

@@ -66,3 +66,4 @@ def test_fuzz_sees_a_real_drain(tmp_path: Path) -> None:
     assert rep["drains"] == 1
     assert rc == 1
     assert any("drains requested" in m for m in rep["missed"])  # type: ignore[attr-defined]
+    assert rep["pages"] == 1  # its page reached the webhook receiver
