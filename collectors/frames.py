@@ -146,9 +146,10 @@ class Entity:
 
 class EntityTable:
     """An immutable list of entities of one scope. Collectors reuse one table across rounds
-    while the topology is unchanged, which lets the window store cache its slot lookup."""
+    while the topology is unchanged, which lets the window store cache its slot lookup (by a
+    weak reference: a cache keeps no table its maker let go, collectors.table_cache)."""
 
-    __slots__ = ("_index", "entities", "scope")
+    __slots__ = ("__weakref__", "_index", "entities", "scope")
 
     def __init__(self, scope: Scope, entities: Iterable[Entity]) -> None:
         self.scope = scope

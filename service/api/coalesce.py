@@ -31,6 +31,7 @@ Order and limits, as for requests ingested one by one:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -42,6 +43,7 @@ from anyio.to_thread import run_sync
 
 from collectors.catalog import CATALOG, Kind, Scope
 from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame, JoinedTable
+from collectors.table_cache import TableCache, entity_budget
 from service.pipeline import Pipeline
 from service.stages.ingest import MAX_DETAILED_REJECTIONS, IngestResult
 
@@ -113,33 +115,26 @@ class PlanCache:
     """Per entity table (by identity: a mapper or decoder keeps one per sender layout), its
     entity keys: all of them as one set (a node agent's own table, every row named each
     round) and one by one (a mapper's table that many senders' frames share). Tables never
-    change, so nothing here goes stale; bounded, it starts over past `max_tables` or past
-    `max_keys` keys held in all (an Arrow sender chooses its tables' sizes, up to a body's
-    rows each: a count alone bounds nothing)."""
+    change, so nothing here goes stale. Bounded by tables and by the keys they hold
+    (collectors.table_cache): an Arrow sender chooses its tables' sizes, so a count alone
+    bounds nothing; and a mapper's superseded tables leave, its current one stays."""
 
-    def __init__(self, max_tables: int = 32_768, max_keys: int = 2_000_000) -> None:
-        self.max_tables = max_tables
-        self.max_keys = max_keys
-        self._held = 0  # keys of the tables kept
-        self._keys: dict[int, tuple[EntityTable, frozenset[str], npt.NDArray[np.object_]]] = {}
+    def __init__(self, max_tables: int = 32_768, max_entities: int = 1_000_000) -> None:
+        self._keys: TableCache[tuple[frozenset[str], npt.NDArray[np.object_]]] = TableCache(
+            max_tables, max_entities)
 
     def keys(self, table: EntityTable, rows: npt.NDArray[np.int32]) -> frozenset[str]:
         """The keys of the table's entities that `rows` name."""
-        got = self._keys.get(id(table))
-        if got is None or got[0] is not table:
-            if len(self._keys) >= self.max_tables or self._held + len(table) > self.max_keys:
-                self._keys.clear()
-                self._held = 0
-            elif got is not None:  # another table at a reused id: it goes
-                self._held -= len(got[0])
-            self._held += len(table)
+        got = self._keys.get(table)
+        if got is None:
             names = [e.key for e in table.entities]
             arr = np.empty(len(names), object)
             arr[:] = names
-            got = self._keys[id(table)] = (table, frozenset(names), arr)
+            got = (frozenset(names), arr)
+            self._keys.put(table, got)
         if len(rows) >= len(table) and np.bincount(rows, minlength=len(table)).all():
-            return got[1]
-        return frozenset(got[2][np.unique(rows)].tolist())
+            return got[0]
+        return frozenset(got[1][np.unique(rows)].tolist())
 
 
 class Coalescer:
@@ -153,9 +148,14 @@ class Coalescer:
         self.observe = observe
         self._pending: list[Pending] = []
         self._flusher: asyncio.Task[None] | None = None
-        self.plans = PlanCache()
         self.ingests = 0  # pipeline ingests made, and the requests they took (for the bench)
         self.requests = 0
+
+    @functools.cached_property
+    def plans(self) -> PlanCache:
+        """Bounded by what the store's scopes may hold (made when first asked for)."""
+        return PlanCache(max_entities=sum(
+            entity_budget(w.max_entities) for w in self.pipeline.store.scopes.values()))
 
     def plan(self, batch: Batch) -> tuple[frozenset[str], int, bool]:
         """`plan` with this coalescer's cache; in a worker thread, beside parsing."""

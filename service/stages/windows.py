@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from collectors.catalog import CATALOG, Kind, Metric, Scope
 from collectors.frames import Entity, EntityTable, JoinedTable
+from collectors.table_cache import TableCache, entity_budget
 from models.detectors.view import time_total
 from service.stages.rollup import FOLD_LAG, RunningBucket, reduce_rows
 from service.stages.tier_sums import WindowSum
@@ -88,7 +89,8 @@ class WindowConfig:
 # raw window of silence, not the longest window (a flood of one-line names frees its room).
 PROBATION_STEPS = 3
 # Tables whose slots are cached per scope (by identity): a mapper keeps one per sender layout,
-# so one per node agent; a coalesced ingest joins them and reuses each one's slots.
+# so one per node agent; a coalesced ingest joins them and reuses each one's slots. Bounded by
+# the entities they name too (collectors.table_cache): a name flood's superseded tables go.
 TABLE_CACHE = 32_768
 PRESSED = 0.9  # share of the entity limit from which entities on probation are forgotten
 
@@ -287,7 +289,8 @@ class ScopeWindows:
         self.capacity = capacity
         self.entities: list[Entity] = []
         self._slot: dict[Entity, int] = {}
-        self._table_cache: dict[int, tuple[EntityTable, I32]] = {}
+        self._table_cache: TableCache[I32] = TableCache(TABLE_CACHE,
+                                                        entity_budget(self.max_entities))
         self.node_of: I32 = np.full(capacity, -1, np.int32)
         self.gpu_of: I32 = np.full(capacity, -1, np.int32)
         m = len(self.metrics)
@@ -417,10 +420,7 @@ class ScopeWindows:
         # table is only ever met joined with others when the coalescer merges relays' bodies).
         at = 0
         for part in table.parts if isinstance(table, JoinedTable) else (table,):
-            if len(self._table_cache) >= TABLE_CACHE:
-                self._table_cache.clear()
-            self._table_cache[id(part)] = (part, out if part is table
-                                           else out[at:at + len(part)].copy())
+            self._table_cache.put(part, out if part is table else out[at:at + len(part)].copy())
             at += len(part)
         return out
 
@@ -429,13 +429,11 @@ class ScopeWindows:
         looking at any entity; None when the table was not met (since the last compaction).
         A joined table (a coalesced ingest) is known by its parts: a part not met yet reads
         -1 throughout (None when no part was met)."""
-        cached = self._table_cache.get(id(table))
-        if cached is not None and cached[0] is table:
-            return cached[1]
+        cached = self._table_cache.get(table)
+        if cached is not None:
+            return cached
         if isinstance(table, JoinedTable):  # a coalesced ingest: its parts met before
-            got = [self._table_cache.get(id(t)) for t in table.parts]
-            hits = [c[1] if c is not None and c[0] is t else None
-                    for c, t in zip(got, table.parts, strict=True)]
+            hits = [self._table_cache.get(t) for t in table.parts]
             if any(h is not None for h in hits):  # a part not met yet: -1, looked at when asked
                 return np.concatenate([np.full(len(t), -1, np.int32) if h is None else h
                                        for h, t in zip(hits, table.parts, strict=True)])

@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import EntityTable, Frame, JoinedTable
+from collectors.table_cache import TableCache
 from service.storage import sample_codec
 
 HEARTBEAT_S = 600.0  # an unchanged entity is written again after this long
@@ -150,13 +151,14 @@ class ScopeState:
         self.nodes: list[str] = []
         self.cur = np.zeros(0)
         self.prev = np.zeros(0)
-        self._tables: dict[int, tuple[EntityTable, I64]] = {}
+        # Topologies change rarely: a few tables, held only while their makers hold them.
+        self._tables: TableCache[I64] = TableCache(64)
 
     def slots(self, table: EntityTable) -> I64:
         """Slots of a table's rows; collectors reuse one immutable table, so once per table."""
-        hit = self._tables.get(id(table))
-        if hit is not None and hit[0] is table:
-            return hit[1]
+        hit = self._tables.get(table)
+        if hit is not None:
+            return hit
         if isinstance(table, JoinedTable):  # a coalesced ingest's, met once: its parts' slots
             return np.concatenate([self.slots(t) for t in table.parts])
         out = np.empty(len(table), np.int64)
@@ -165,9 +167,7 @@ class ScopeState:
             if s is None:
                 s = self._add(e.key, e.node)
             out[i] = s
-        if len(self._tables) > 64:  # topologies change rarely; never let the cache grow
-            self._tables.clear()
-        self._tables[id(table)] = (table, out)
+        self._tables.put(table, out)
         return out
 
     def _add(self, key: str, node: str) -> int:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from collectors.frames import Entity, EntityTable, Frame
+from collectors.table_cache import TableCache
 
 HEARTBEAT_S = 55.0  # with rounds 5 s apart, points of a quiet link are 55 s apart: one per minute
 MASK_FIELD = "nvlink_mask"  # on the `gpu` measurement: bit k set = link k reported this round
@@ -67,15 +68,13 @@ class LinkGate:
         self.heartbeat_s = heartbeat_s
         self._index: dict[Entity, int] = {}
         # table -> (the table, link index per slot, whether a slot has no mask bit)
-        self._tables: dict[int, tuple[EntityTable, np.ndarray, np.ndarray]] = {}
+        self._tables: TableCache[tuple[np.ndarray, np.ndarray]] = TableCache(64)
         self._state: _State | None = None
 
     def _indices(self, table: EntityTable) -> tuple[np.ndarray, np.ndarray]:
-        hit = self._tables.get(id(table))
-        if hit is not None and hit[0] is table:
-            return hit[1], hit[2]
-        if len(self._tables) > 64:  # tables are reused while the topology holds; bound churn
-            self._tables.clear()
+        hit = self._tables.get(table)  # tables are reused while the topology holds
+        if hit is not None:
+            return hit
         if len(self._index) > 2_000_000:
             self._index.clear()
             self._state = None
@@ -83,7 +82,7 @@ class LinkGate:
         idx = np.array([self._index.setdefault(e, len(self._index)) for e in table.entities],
                        dtype=np.int64)
         unmasked = np.array([link_bit(e) is None for e in table.entities], dtype=bool)
-        self._tables[id(table)] = (table, idx, unmasked)
+        self._tables.put(table, (idx, unmasked))
         return idx, unmasked
 
     def select(self, frame: Frame) -> Frame:
