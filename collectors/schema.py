@@ -180,6 +180,11 @@ class SchemaMapper:
         out, self._reports = self._reports, []
         return out
 
+    def unfamiliar(self, data: bytes, limit: int) -> bool:
+        """Whether parsing `data` would map more than `limit` lines the slow way (new entities
+        or layouts): its cost is then not bounded by its size alone."""
+        return self._fast.unfamiliar(data, limit)
+
     def table(self, scope: Scope) -> EntityTable | None:
         return self._tables.get(scope)
 

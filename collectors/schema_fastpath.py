@@ -126,6 +126,20 @@ class FastPath:
             self._meas.append(mid)
             self._arrays = None
 
+    def unfamiliar(self, data: bytes, limit: int) -> bool:
+        """Whether more than `limit` lines of `data` have a head this path has not learned:
+        lines the slower reference path must map (a new entity costs tens of µs there)."""
+        heads = self._heads
+        left = limit
+        for line in data.split(b"\n"):
+            if not line or line[:1] == b"#":
+                continue
+            if line.partition(b" ")[0].decode("utf-8", "replace") not in heads:
+                left -= 1
+                if left < 0:
+                    return True
+        return False
+
     def run(self, lines: list[str], first_line: int, mult: int, ignored: IgnoredNames
             ) -> tuple[dict[Scope, list[Chunk]], list[int]]:
         """Chunks for the lines the fast path took, and the indices (ascending) of the lines

@@ -64,8 +64,13 @@ _STRICT = {"true": True, "false": False}  # other spellings FastAPI reads go to 
 # thread, which inflates it in full as before (tests/service/test_write_hostile.py); so does
 # a larger body. The hop to a worker thread cost a node agent's gzip body more CPU than
 # inflating and parsing it (`python -m bench.collectors`: Arrow gzip against uncompressed).
+# Nor is the parse's cost bounded by size alone: a line naming a new entity costs ~20 µs on
+# the reference path, so a 256 KiB flood of new names held the event loop (and /healthz) for
+# hundreds of ms. A body with more than INLINE_NEW_LINES lines the mapper has not learned goes
+# to a worker thread (a node agent's first round does; its later ones stay inline).
 INLINE_BODY_BYTES = 64 * 1024
 INLINE_INFLATED_BYTES = 256 * 1024
+INLINE_NEW_LINES = 256
 
 
 class LeanWrite:
@@ -201,8 +206,11 @@ async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
         elif coalescer is None:
             res, cut = await run_sync(write._write_body, st, body, gz, precision, strict)
         else:  # parsed alone, ingested with other senders' batches (service.api.coalesce)
-            parsed, plan = await _off_loop(st, inline, _parse, st, payload, gz, precision,
-                                           strict, coalescer)
+            text = payload.data if isinstance(payload, Inflated) else payload
+            mapper = st.mappers[strict]
+            parsed, plan = await _off_loop(
+                st, inline, lambda: not mapper.unfamiliar(text, INLINE_NEW_LINES),
+                _parse, st, payload, gz, precision, strict, coalescer)
             res, cut = write.finish(st, parsed, await coalescer.ingest(parsed.batch, plan),
                                     strict)
     except GpuhealthError as refused:
@@ -222,12 +230,15 @@ async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
     return problems.influx_response(answer, path)
 
 
-async def _off_loop(st: Running, inline: bool, fn: Callable[..., _T], *args: Any) -> _T:
-    """fn(*args) here when `inline` and the parsers are free (never waiting for a worker
-    thread's parse on the event loop), else in a worker thread."""
+async def _off_loop(st: Running, inline: bool, cheap: Callable[[], bool],
+                    fn: Callable[..., _T], *args: Any) -> _T:
+    """fn(*args) here when `inline`, the parsers are free (never waiting for a worker
+    thread's parse on the event loop) and `cheap()` (asked under their lock), else in a
+    worker thread."""
     if inline and st.mapper_lock.acquire(blocking=False):
         try:
-            return fn(*args)
+            if cheap():
+                return fn(*args)
         finally:
             st.mapper_lock.release()
     return await run_sync(fn, *args)

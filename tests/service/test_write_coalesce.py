@@ -362,3 +362,23 @@ def test_a_merged_ingest_answers_its_senders_in_one_hand_over() -> None:
     answers, handed = _coalesce_three(failed)
     assert failed.calls == 1 and handed == 1
     assert all(isinstance(a, RuntimeError) for a in answers)
+
+
+def test_a_small_body_of_new_names_is_parsed_off_the_event_loop(
+        services: dict[str, _Service], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each new entity costs the reference path tens of µs: a small gzip body naming
+    thousands (a name flood) held the event loop, and /healthz, for hundreds of ms."""
+    svc = services["coalesced"]
+    gz = {"Content-Encoding": "gzip"}
+    n = write_lean.INLINE_NEW_LINES * 4
+    flood = "\n".join(f"gpu,host=flood{i},gpu=0 gpu_temp=40 {NS}" for i in range(n))
+    body = gzip.compress(flood.encode())
+    assert len(body) <= write_lean.INLINE_BODY_BYTES
+    with httpx.Client(base_url=svc.url, timeout=30) as c:
+        assert c.post("/write", content=_WARMUP[0].encode()).status_code == 204
+        seen = _parse_threads(svc, monkeypatch)
+        assert c.post("/write", content=body, headers=gz).status_code in (204, 400, 503)
+        assert seen[0] != svc.thread.name
+        # The same names again are known to the fast path: inline, as an agent's later rounds.
+        assert c.post("/write", content=body, headers=gz).status_code in (204, 400, 503)
+        assert seen[1] == svc.thread.name
