@@ -167,7 +167,9 @@ class SchemaMapper:
         # Every entity gets its slot when first seen; the table catches up when a frame is built.
         self._known: dict[Scope, list[Entity]] = {s: [] for s in Scope}
         self._slot_of: dict[Entity, int] = {}
-        self._by_tags: dict[Scope, dict[tuple[str | None, ...], tuple[Entity, int]]] = {
+        # Tag values -> slot: ints and tuples of strings the garbage collector stops tracking,
+        # so remembered names cost a full collection one object each (their Entity).
+        self._by_tags: dict[Scope, dict[tuple[str | None, ...], int]] = {
             s: {} for s in Scope}
         self._fast = FastPath()
 
@@ -252,7 +254,8 @@ class SchemaMapper:
                     self._ignored.add_fields(p.measurement, p.fields)
                 continue
             ts_ns = p.ts_ns
-            known = self._by_tags[spec.scope].get(tuple(map(p.tags.get, spec.tags)))
+            slot = self._by_tags[spec.scope].get(tuple(map(p.tags.get, spec.tags)))
+            known = None if slot is None else (self._known[spec.scope][slot], slot)
             if known is None or ts_ns is None:
                 try:
                     if ts_ns is None:
@@ -392,8 +395,8 @@ class SchemaMapper:
             known = self._known[spec.scope]
             slot = self._slot_of[e] = len(known)
             known.append(e)
-        found = self._by_tags[spec.scope][tuple(map(tags.get, spec.tags))] = (e, slot)
-        return found
+        self._by_tags[spec.scope][tuple(map(tags.get, spec.tags))] = slot
+        return e, slot
 
     def _frame(self, scope: Scope, rows: _Rows) -> Frame:
         known = self._known[scope]
