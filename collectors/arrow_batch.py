@@ -108,6 +108,11 @@ class ArrowPayloadError(ValueError):
     """The body is not a payload this module writes; the message names what is wrong."""
 
 
+class OverBudget(Exception):
+    """A decode would make more new entities than its caller allowed (`decode(max_new=)`):
+    nothing is wrong with the body, it costs more than that caller can spend here."""
+
+
 @dataclass(slots=True)
 class Decoded:
     batch: Batch
@@ -115,6 +120,7 @@ class Decoded:
     rows: int = 0
     keys: int = 0  # entity dictionary keys the body listed
     parsed: int = 0  # of them, turned into entities by this decode (not found cached)
+    max_new: int | None = None  # Decoder.decode's budget for `parsed`
 
 
 # ---- writing ----------------------------------------------------------------------------------
@@ -250,10 +256,12 @@ class Decoder:
     def forget(self) -> None:
         self._tables.clear()
 
-    def decode(self, body: bytes) -> Decoded:
+    def decode(self, body: bytes, max_new: int | None = None) -> Decoded:
+        """`max_new`: raise OverBudget before making more new entities than this (keys not
+        met before cost tens of µs each: the event loop decodes only bodies of known ones)."""
         buf = pa.py_buffer(body)
         src = pa.BufferReader(buf)
-        out = Decoded(Batch())
+        out = Decoded(Batch(), max_new=max_new)
         seen: dict[str, str] = {}  # kind -> format of the streams read
         tally = _Tally(self.limits)
         while src.tell() < buf.size:
@@ -394,6 +402,8 @@ class Decoder:
 
     def _build(self, key: tuple[Scope, bytes], scope: Scope, dictionary: pa.Array,
                out: Decoded) -> EntityTable:
+        if out.max_new is not None and out.parsed + len(dictionary) > out.max_new:
+            raise OverBudget(f"more than {out.max_new} new entities")
         keys: list[str | None] = dictionary.to_pylist()
         out.parsed += len(keys)
         if len(set(keys)) != len(keys):

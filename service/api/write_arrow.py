@@ -47,7 +47,8 @@ def is_arrow(content_type: str) -> bool:
     return content_type.split(";", 1)[0].strip().lower() == MEDIA_TYPE
 
 
-def parse_arrow(st: Running, body: bytes | Inflated, gz: bool) -> Parsed:
+def parse_arrow(st: Running, body: bytes | Inflated, gz: bool, max_new: int | None = None
+                ) -> Parsed:
     """Inflate (bounded) and decode one body (a gzip one may come inflated already). Decoded
     without the parsers' lock (`mapper_lock`, which line-protocol writes take): the decoder is
     safe from many threads, so no other write waits on an Arrow body."""
@@ -64,7 +65,7 @@ def parse_arrow(st: Running, body: bytes | Inflated, gz: bool) -> Parsed:
         body = got.data
     now = st.now()
     try:
-        decoded = decoder(st).decode(body)
+        decoded = decoder(st).decode(body, max_new)  # OverBudget passes up to the caller
     except ArrowPayloadError as exc:
         raise ArrowRefused(f"Arrow payload refused, nothing written: {exc}") from None
     if decoded.reports:  # another shard's node's collectors are its owner's to report

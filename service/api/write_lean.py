@@ -66,8 +66,9 @@ _STRICT = {"true": True, "false": False}  # other spellings FastAPI reads go to 
 # inflating and parsing it (`python -m bench.collectors`: Arrow gzip against uncompressed).
 # Nor is the parse's cost bounded by size alone: a line naming a new entity costs ~20 µs on
 # the reference path, so a 256 KiB flood of new names held the event loop (and /healthz) for
-# hundreds of ms. A body with more than INLINE_NEW_LINES lines the mapper has not learned goes
-# to a worker thread (a node agent's first round does; its later ones stay inline).
+# hundreds of ms. A body with more than INLINE_NEW_LINES lines the mapper has not learned (or
+# Arrow keys the decoder has not met) goes to a worker thread (a node agent's first round
+# does; its later ones stay inline).
 INLINE_BODY_BYTES = 64 * 1024
 INLINE_INFLATED_BYTES = 256 * 1024
 INLINE_NEW_LINES = 256
@@ -197,8 +198,10 @@ async def _answer(st: Running, body: bytes, gz: bool, query: dict[str, str],
     try:
         if arrow:  # our agent's columnar payload (service.api.write_arrow): decoded without
             # the parsers' lock, so never waiting for (nor holding up) a line-protocol parse
-            parsed, plan_ = (_parse_arrow(st, payload, gz, coalescer) if inline else
-                             await run_sync(_parse_arrow, st, payload, gz, coalescer))
+            here = _inline_arrow(st, payload, gz, coalescer) if inline else None
+            if here is None:
+                here = await run_sync(_parse_arrow, st, payload, gz, coalescer, None)
+            parsed, plan_ = here
             got = (await coalescer.ingest(parsed.batch, plan_)
                    if coalescer is not None and plan_ is not None else
                    await run_sync(_ingest_alone, st, parsed))
@@ -244,10 +247,23 @@ async def _off_loop(st: Running, inline: bool, cheap: Callable[[], bool],
     return await run_sync(fn, *args)
 
 
-def _parse_arrow(st: Running, body: bytes | Inflated, gz: bool, coalescer: Coalescer | None
+def _parse_arrow(st: Running, body: bytes | Inflated, gz: bool, coalescer: Coalescer | None,
+                 max_new: int | None = None
                  ) -> tuple[write.Parsed, tuple[frozenset[str], int, bool] | None]:
-    parsed = write_arrow.parse_arrow(st, body, gz)
+    parsed = write_arrow.parse_arrow(st, body, gz, max_new)
     return parsed, coalescer.plan(parsed.batch) if coalescer is not None else None
+
+
+def _inline_arrow(st: Running, body: bytes | Inflated, gz: bool, coalescer: Coalescer | None
+                  ) -> tuple[write.Parsed, tuple[frozenset[str], int, bool] | None] | None:
+    """Decoded here, on the event loop, unless it names more than INLINE_NEW_LINES entities
+    not met before (None: decode it in a worker thread)."""
+    from collectors.arrow_batch import OverBudget  # pyarrow: imported with the first body
+
+    try:
+        return _parse_arrow(st, body, gz, coalescer, INLINE_NEW_LINES)
+    except OverBudget:
+        return None
 
 
 def _ingest_alone(st: Running, parsed: write.Parsed) -> IngestResult:

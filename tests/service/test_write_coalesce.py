@@ -382,3 +382,37 @@ def test_a_small_body_of_new_names_is_parsed_off_the_event_loop(
         # The same names again are known to the fast path: inline, as an agent's later rounds.
         assert c.post("/write", content=body, headers=gz).status_code in (204, 400, 503)
         assert seen[1] == svc.thread.name
+
+
+def test_a_small_arrow_body_of_new_keys_is_decoded_off_the_event_loop(
+        services: dict[str, _Service], monkeypatch: pytest.MonkeyPatch) -> None:
+    """As for lines: an Arrow body's keys not met before are made into entities at tens of µs
+    each, so a small body of thousands held the event loop; known ones stay on it."""
+    from collectors.arrow_batch import MEDIA_TYPE, encode
+    from collectors.schema import SchemaMapper
+    from service.api.write_arrow import decoder
+
+    svc = services["coalesced"]
+    n = write_lean.INLINE_NEW_LINES * 4
+    batch = SchemaMapper().parse("\n".join(
+        f"gpu,host=arrow{i},gpu=0 gpu_temp=40 {NS}" for i in range(n)))
+    body = encode(batch)
+    assert len(body) <= write_lean.INLINE_BODY_BYTES
+    arrow = {"Content-Type": MEDIA_TYPE}
+    with httpx.Client(base_url=svc.url, timeout=30) as c:
+        assert c.post("/write", content=_WARMUP[0].encode()).status_code == 204
+        dec = decoder(svc.running)
+        seen: list[tuple[str, int | None]] = []
+        decode = dec.decode
+
+        def recorded(body: bytes, max_new: int | None = None) -> Any:
+            seen.append((threading.current_thread().name, max_new))
+            return decode(body, max_new)
+
+        monkeypatch.setattr(dec, "decode", recorded)
+        assert c.post("/write", content=body, headers=arrow).status_code in (204, 400, 503)
+        # Tried on the loop within its budget, refused there, decoded in a worker thread.
+        assert seen[0] == (svc.thread.name, write_lean.INLINE_NEW_LINES)
+        assert seen[1][0] != svc.thread.name and seen[1][1] is None
+        assert c.post("/write", content=body, headers=arrow).status_code in (204, 400, 503)
+        assert seen[2:] == [(svc.thread.name, write_lean.INLINE_NEW_LINES)]  # met: inline
