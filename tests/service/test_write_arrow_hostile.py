@@ -164,11 +164,11 @@ def test_writes_go_on_while_an_arrow_body_decodes(app_url: tuple[str, Any],
     decoding, release = threading.Event(), threading.Event()
     first = threading.Lock()
 
-    def held(self: Decoder, body: bytes) -> Any:
+    def held(self: Decoder, body: bytes, max_new: int | None = None) -> Any:
         if first.acquire(blocking=False):  # only the first body's decode waits
             decoding.set()
             release.wait(120)
-        return real(self, body)
+        return real(self, body, max_new)
 
     monkeypatch.setattr(Decoder, "decode", held)
     ns = int((T0 + 1) * 1e9)
@@ -197,16 +197,17 @@ def test_writes_go_on_while_an_arrow_body_decodes(app_url: tuple[str, Any],
 
 def test_the_coalescers_key_cache_is_bounded_by_keys_not_only_tables() -> None:
     """Arrow bodies choose their tables' sizes (up to a body's rows): the coalescer's cache
-    of each table's keys starts over past `max_keys` keys held, not only past a count."""
+    of each table's keys lets the least recent go past `max_entities` keys held, not only past a
+    count."""
     import numpy as np
 
     from collectors.frames import Entity, EntityTable
     from service.api.coalesce import PlanCache
 
-    cache = PlanCache(max_tables=1_000, max_keys=1_000)
+    cache = PlanCache(max_tables=1_000, max_entities=1_000)
     tables = [EntityTable(Scope.GPU, [Entity.gpu(f"t{t}n{i}", 0) for i in range(400)])
-              for t in range(5)]
+              for t in range(5)]  # all alive: only the entity bound can let them go
     for t in tables:
         assert len(cache.keys(t, np.arange(400, dtype=np.int32))) == 400
-        assert cache._held <= 1_000
-    assert len(cache._keys) == 1  # 400 + 400 fit, a third did not: it started over twice
+        assert cache._keys.entities <= 1_000
+    assert len(cache._keys) == 2  # 400 + 400 fit, a third did not: least recent out
