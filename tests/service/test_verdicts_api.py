@@ -250,7 +250,9 @@ def test_a_client_gone_mid_form_is_an_info_line_not_an_error(
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_config=None))
     thread = threading.Thread(target=server.run, daemon=True)
-    caplog.set_level(logging.INFO)
+    # On the module's own logger: a test before may have set a level on `service` (main's
+    # logging set-up), which a level on the root alone would leave in force.
+    caplog.set_level(logging.INFO, logger="service.api.verdicts")
     thread.start()
     try:
         deadline = time.monotonic() + 20
