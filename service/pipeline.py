@@ -453,8 +453,11 @@ class Pipeline:
         # A GPU's own history, or its node's replayed one if the GPU was part of it (first
         # heard with its node): a GPU index seen once under a real node never notifies.
         first_of_node = node_born[gnode[lost]]
+        replayed = np.fromiter((gpus.entities[i].key in history.vouched_gpus
+                                for i in lost.tolist()), bool, len(lost))
         young = lost[~(history.notifiable(gpus.touched[lost] - gpus.born[lost], step_s)
-                       | (trusted[gnode[lost]] & (gpus.born[lost] <= first_of_node + 1e-6)))]
+                       | (trusted[gnode[lost]] & (gpus.born[lost] <= first_of_node + 1e-6))
+                       | replayed)]
         transitions += self.fleet.step(now, risk.node_names, node_silent, node_level, raised,
                                        missing, fleet_size=self.fleet_size,
                                        fleet=self._publish if self.census is not None else None,

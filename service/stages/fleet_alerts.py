@@ -86,32 +86,25 @@ class FleetHistory:
         # HISTORY_STEPS steps; then the node is `vouched`.
         self._data: dict[str, tuple[float, float]] = {}
         self.vouched: set[str] = set()
+        # The same for GPUs (by key): one the replay vouches for may raise GpuMissing at once,
+        # however soon after a restart it falls silent and whenever live rounds first named
+        # it (writes arrive while the replay runs, so first arrivals say nothing then).
+        self._gpu_data: dict[str, tuple[float, float]] = {}
+        self.vouched_gpus: set[str] = set()
         self._tables: dict[int, tuple[EntityTable, list[str], npt.NDArray[np.intp]]] = {}
 
     def note(self, clean: Batch, step_s: float) -> None:
         """Accepted rows of a trusted ingest (not from the wire): their data times."""
         need = HISTORY_STEPS * step_s - 1e-9
-        for f in clean.frames.values():
+        for scope, f in clean.frames.items():
             if not len(f):
                 continue
             names, idx = self._nodes_of(f.entities)
-            if self.vouched.issuperset(names):
-                continue
-            lo = np.full(len(names), np.inf)
-            hi = np.full(len(names), -np.inf)
-            np.minimum.at(lo, idx[f.rows], f.ts)
-            np.maximum.at(hi, idx[f.rows], f.ts)
-            for i in np.flatnonzero(np.isfinite(lo) & np.isfinite(hi)).tolist():
-                name = names[i]
-                if name in self.vouched:
-                    continue
-                a, b = self._data.get(name, (lo[i], hi[i]))
-                a, b = min(a, lo[i]), max(b, hi[i])
-                if b - a >= need:
-                    self.vouched.add(name)
-                    self._data.pop(name, None)
-                else:
-                    self._data[name] = (a, b)
+            _vouch(names, idx[f.rows], f.ts, need, self._data, self.vouched)
+            if scope is Scope.GPU:
+                keys = [e.key for e in f.entities.entities]
+                _vouch(keys, f.rows.astype(np.intp), f.ts, need, self._gpu_data,
+                       self.vouched_gpus)
 
     def _nodes_of(self, table: EntityTable) -> tuple[list[str], npt.NDArray[np.intp]]:
         got = self._tables.get(id(table))
@@ -128,6 +121,9 @@ class FleetHistory:
     def forget(self, keep: Collection[str]) -> None:
         """Only what is known of the nodes in `keep` (the store's) stays."""
         self.vouched &= set(keep)
+        kept = set(keep)
+        self.vouched_gpus = {k for k in self.vouched_gpus if k.split(":", 1)[0] in kept}
+        self._gpu_data = {k: v for k, v in self._gpu_data.items() if k.split(":", 1)[0] in kept}
         self._data = {n: v for n, v in self._data.items() if n in keep}
 
     def notifiable(self, span: npt.NDArray[np.float64], step_s: float
@@ -157,6 +153,28 @@ class FleetHistory:
         if trusted is not None:
             known |= trusted
         return known & (early | long)
+
+
+def _vouch(names: list[str], of_row: npt.NDArray[np.intp], ts: npt.NDArray[np.float64],
+           need: float, data: dict[str, tuple[float, float]], vouched: set[str]) -> None:
+    """Widen each name's span of data times by these rows; past `need`, it is vouched for."""
+    if vouched.issuperset(names):
+        return
+    lo = np.full(len(names), np.inf)
+    hi = np.full(len(names), -np.inf)
+    np.minimum.at(lo, of_row, ts)
+    np.maximum.at(hi, of_row, ts)
+    for i in np.flatnonzero(np.isfinite(lo) & np.isfinite(hi)).tolist():
+        name = names[i]
+        if name in vouched:
+            continue
+        a, b = data.get(name, (lo[i], hi[i]))
+        a, b = min(a, lo[i]), max(b, hi[i])
+        if b - a >= need:
+            vouched.add(name)
+            data.pop(name, None)
+        else:
+            data[name] = (a, b)
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,3 +110,29 @@ def test_one_shot_names_raise_no_level_2_alert(tmp_path: Path) -> None:
         assert raised == [(NODATA, "n3")]
     finally:
         pipe.close()
+
+
+def test_a_gpu_the_warm_start_replayed_notifies_however_soon_it_falls_silent(
+        tmp_path: Path) -> None:
+    """After a restart, live rounds arrive while the warm start replays the store: a GPU the
+    replay restored after its node's first live round looked like a one-shot index (born
+    after its node, no span of its own yet) and its silence raised nothing (the short soak's
+    GPU silenced 4 s after a restart). The replayed history vouches for the GPU itself."""
+    pipe, _ = _pipeline(tmp_path)
+    r = Rounds(nodes=2, gpus=2, links=1, ports=1)
+    gone = ("n1:gpu1",)
+    raised: list[tuple[str, str]] = []
+    try:
+        res = pipe.process(r.batch(T0, gone), T0)  # the first live round, before the replay
+        # The warm start: stored rounds of n1:gpu1 (and the rest) from before the restart.
+        for k in range(-6, 0):
+            got = pipe.ingestor.ingest(r.batch(T0 + STEP * k), T0 + 1.0)
+            pipe.fleet.history.note(got.clean, STEP)
+        for k in range(1, 40):  # n1:gpu1 never reports live again; n1's other GPU does
+            t = T0 + STEP * k
+            res = pipe.process(r.batch(t, gone), t)
+            raised += [(tr.alertname, tr.entity) for tr in res.transitions
+                       if tr.new >= 2 and tr.old < 2]
+        assert (MISSING, "n1:gpu1") in raised, raised
+    finally:
+        pipe.close()
