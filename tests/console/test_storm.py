@@ -333,9 +333,14 @@ def test_node_and_fleet_pages_read_the_same_risk(
                            ".map(r => [r.dataset.node, r.querySelector('.nrisk').innerText]))")
     api = {n["node"]: n["risk"] for n in storm.get("/v1/fleet")["nodes"]}
     for node in ("n001", "n003", "n005", SILENT_NODE, "n006"):
-        open_page(browser, storm.url + f"/#/node/{node}",
-                  "document.querySelector('#nodehead .noderisk')", f"node {node}'s page")
-        on_page = browser.eval("document.querySelector('#nodehead .noderisk').innerText")
+        # Its own head, read in one evaluation: a hash change keeps the last node's page until
+        # this one renders, and a refresh may replace the head between two evaluations.
+        risk = ("(() => { const h = document.querySelector('#nodehead');"
+                " const r = h && h.querySelector('.noderisk');"
+                " const t = h && h.parentElement.querySelector('h2');"
+                f" return r && t && t.innerText === {'Node ' + node!r} ? r.innerText : ''; }})()")
+        open_page(browser, storm.url + f"/#/node/{node}", risk, f"node {node}'s page")
+        on_page = browser.wait_for(risk, f"node {node}'s risk")
         assert on_page == on_grid[node] == f"{api[node]:.2f}", node
         assert storm.get(f"/v1/nodes/{node}")["risk"] == api[node]
         if node == SILENT_NODE:
