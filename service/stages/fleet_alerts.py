@@ -120,8 +120,8 @@ class FleetHistory:
 
     def forget(self, keep: Collection[str]) -> None:
         """Only what is known of the nodes in `keep` (the store's) stays."""
-        self.vouched &= set(keep)
         kept = set(keep)
+        self.vouched &= kept
         self.vouched_gpus = {k for k in self.vouched_gpus if k.split(":", 1)[0] in kept}
         self._gpu_data = {k: v for k, v in self._gpu_data.items() if k.split(":", 1)[0] in kept}
         self._data = {n: v for n, v in self._data.items() if n in keep}
