@@ -6,7 +6,8 @@ loopback. At least N generated inputs go in: line-protocol `/write` requests of 
 lines of every hostile class (bench.fuzz_inputs) with valid canary lines mixed in, and
 meanwhile, each in its own thread, the other surfaces' classes (bench.fuzz_run_surfaces:
 Arrow bodies, silences, auth failures, slow clients, relay bodies, shard headers, API
-requests). A thread polls /healthz every 20 ms and /metrics each second. Then the canaries
+requests). A process of its own polls /healthz every 20 ms, and the service's peak resident
+memory is read from /proc each second. Then the canaries
 are read back through the history API and the notifications counted.
 
     python -m bench.fuzz [--inputs 100000] [--seed 14] [--classes arrow,silences,...] [--json]
@@ -65,6 +66,11 @@ class Report:
     crashes: int = 0
     healthz_max_ms: float = 0.0
     healthz_polls: int = 0
+    healthz_p99_ms: float = 0.0  # one outlier decides the goal; these show the rest
+    healthz_over_100ms: int = 0
+    # The slowest polls: (wall time the answer came, ms, what was in flight), for matching
+    # against the service's log.
+    healthz_slowest: list[tuple[float, float, str]] = field(default_factory=list)
     healthz_worst_during: str = ""  # what was in flight at the longest poll, per class
     canaries_sent: int = 0
     canaries_lost: int = 0
@@ -177,6 +183,9 @@ while True:
 """
 
 
+SLOW_MS, KEEP_SLOWEST = 100.0, 10  # the slowest polls the report lists
+
+
 class Watch:
     """Polls /healthz every 20 ms from a process of its own (the longest answer is the stall)
     and reads the service's peak resident memory each second."""
@@ -190,6 +199,7 @@ class Watch:
         self._thread = threading.Thread(target=self._run, name="fuzz-watch", daemon=True)
         self._probes = threading.Thread(target=self._read_probes, name="fuzz-probe", daemon=True)
         self._probe: subprocess.Popen[str] | None = None
+        self.took: list[float] = []
 
     def start(self) -> None:
         self._probe = subprocess.Popen(
@@ -203,8 +213,13 @@ class Watch:
         if self._probe is not None:
             self._probe.kill()
             self._probe.wait()
-        self._probes.join(timeout=PROBE_TIMEOUT_S * 3)
-        self._thread.join(timeout=PROBE_TIMEOUT_S * 3)
+        for t in (self._probes, self._thread):
+            if t.is_alive():  # never started when the service did not come up
+                t.join(timeout=PROBE_TIMEOUT_S * 3)
+        if self.took:
+            ranked = sorted(self.took)
+            self.report.healthz_p99_ms = round(ranked[int(0.99 * (len(ranked) - 1))], 1)
+            self.report.healthz_over_100ms = sum(t >= 100 for t in ranked)
 
     def during(self) -> str:
         others = [f"{k}: {v}" for k, v in sorted(dict(self.others).items())]
@@ -223,6 +238,11 @@ class Watch:
             if took > rep.healthz_max_ms:
                 rep.healthz_max_ms, rep.healthz_worst_during = took, self.during()
             rep.healthz_polls += 1
+            self.took.append(took)
+            if took >= SLOW_MS:
+                rep.healthz_slowest.append((round(time.time(), 3), took, self.during()))
+                rep.healthz_slowest.sort(key=lambda s: -s[1])
+                del rep.healthz_slowest[KEEP_SLOWEST:]
 
     def _run(self) -> None:
         rep = self.report
@@ -424,6 +444,8 @@ def render(rep: Report) -> str:
             ("crashes (goal 0)", rep.crashes),
             (f"longest /healthz ms (goal < {STALL_GOAL_MS:g})",
              f"{rep.healthz_max_ms} (during: {rep.healthz_worst_during or 'start'})"),
+            ("/healthz p99 ms, polls of 100 ms or more",
+             f"{rep.healthz_p99_ms}, {rep.healthz_over_100ms} of {rep.healthz_polls}"),
             ("canaries lost (goal 0)", f"{rep.canaries_lost} of {rep.canaries_sent}"
              f" ({rep.canaries_wrong} with another value)"),
             ("RSS MiB (goal within bound)", f"{rep.rss_start_mib:.1f} -> {rep.rss_peak_mib:.1f}"
@@ -449,7 +471,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--classes", default=",".join(CLASSES),
                    help="the surfaces fuzzed beside /write, comma-separated (empty: none); "
                         f"default all: {','.join(CLASSES)}")
-    p.add_argument("--dir", type=Path, help="keep the service's data and log here")
+    p.add_argument("--dir", type=Path, help="keep the service's data and log here (a new or "
+                   "empty directory: a kept store would be warm-started, and the same seed's "
+                   "names then have a history)")
     args = p.parse_args(argv)
     classes = [c for c in args.classes.split(",") if c]
     unknown = sorted(set(classes) - set(CLASSES))
@@ -459,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         root = args.dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         root.mkdir(parents=True, exist_ok=True)
+        if args.dir is not None and any(root.iterdir()):
+            p.error(f"--dir {root} is not empty: a run starts from no data")
         try:
             rep = run(args.inputs, args.seed, root, args.control, classes)
         except RuntimeError as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -35,6 +34,7 @@ from service.api.write_lean import LeanWrite
 from service.cluster.roles import LeasedRoles
 from service.console import routes as console
 from service.pipeline import Pipeline, build_pipeline
+from service.runtime import gc_policy
 from service.runtime.metrics import ServiceMetrics
 from service.runtime.rebalance import follow_membership
 from service.runtime.retrain import start_retraining
@@ -80,6 +80,7 @@ def create_app(
         scheduler: TickScheduler | None = None
         retraining: BackgroundScheduler | None = None
         found: list[Collector] = []
+        policy_installed = False
         try:
             # Before the first live round, so detectors continue from where they stopped.
             # With live membership the shard owns nothing yet: its nodes are warm-started
@@ -106,10 +107,11 @@ def create_app(
                 scheduler.start()
                 retraining = start_retraining(pipeline)
             # What start-up loaded (modules, the model, warm-started state) lives as long as
-            # the process: out of the garbage collector's scans, a full collection under a
-            # burst of writes pauses every thread for tens of ms instead of hundreds.
-            gc.collect()
-            gc.freeze()
+            # the process, and so does what survives a full collection: out of the collector's
+            # scans, a full collection under a burst of writes pauses every thread for what
+            # arrived since the last one, not for everything (service.runtime.gc_policy).
+            gc_policy.POLICY.install()
+            policy_installed = True
             yield
         finally:
             app.state.gpuhealth = None
@@ -127,9 +129,8 @@ def create_app(
                 if isinstance(c, Closes):
                     _guarded(c, c.close)
             pipeline.close()
-            # What was frozen at start may be garbage now (a process that serves again, as
-            # tests do, would otherwise keep every earlier service's cycles).
-            gc.unfreeze()
+            if policy_installed:
+                gc_policy.POLICY.uninstall()
 
     # The docs are served from the service's own assets (service.console), never a CDN.
     app = FastAPI(title="gpuhealth", version="0.1.0", lifespan=lifespan,

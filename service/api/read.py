@@ -40,7 +40,9 @@ AT_OWNER = [*READ, Depends(peers.at_owner)]
 # ---- probes and metrics -------------------------------------------------------------------------
 
 @router.get("/healthz", tags=["probes"], summary="The process is alive")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
+    # On the event loop: a sync route waits for a free worker thread, and under a write
+    # flood every one of them can be parsing (a liveness probe then waited 300 ms).
     return {"status": "ok"}
 
 

@@ -66,10 +66,17 @@ class Shards:
                                                log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
-        deadline = time.monotonic() + 20
+        # Generous: a loaded machine (the fuzz benchmark runs a dozen senders beside it)
+        # can take tens of seconds to start a shard in a thread of a busy process.
+        deadline = time.monotonic() + 60
         while not server.started and thread.is_alive() and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert server.started, f"shard {sid} did not start"
+        if not server.started:
+            # A daemon server thread left running at interpreter exit can crash the process.
+            server.should_exit = True
+            thread.join(timeout=20)
+            raise AssertionError(f"shard {sid} did not start (thread alive: "
+                                 f"{thread.is_alive()})")
         self.apps[sid] = app
         self._servers[sid] = (server, thread)
 
