@@ -1,17 +1,16 @@
-"""SQLite sink benchmark: the old write path (a row per entity and sample), the first
-change-only one (a column per metric, key and node on every row) and today's (packed values,
-entity ids), side by side on the same rounds of a DGX-like fleet.
+"""SQLite sink benchmark: the change-only write path (packed values, entity ids) on rounds of a
+DGX-like fleet.
 
-    python -m bench.sqlite_sink [--gpus 10000] [--rounds 24] [--no-old]
+    python -m bench.sqlite_sink [--gpus 10000] [--rounds 24]
 
-Every sink gets the same IngestResult of each round, in turn (bench.pipeline's Fleet: healthy
-gauges that move every round, NVLink counters that do not, IB traffic counters that do). Prints
-for each the median write of a round after the first (wall seconds, and CPU seconds, which a
-loaded machine inflates less), the ratios, rows written per round and the file's growth per
-hour at a 5-s round. The cost of a row grows with the rows an index already holds, so the
-median of the last quarter of the rounds is printed too: a long run without the old path
-(`--rounds 240 --no-old`) shows the paths past the first ~150 rounds, where the wide
-change-only tables' (entity, time) index costs a page write per written row.
+The sink gets the IngestResult of each round (bench.pipeline's Fleet: healthy gauges that move
+every round, NVLink counters that do not, IB traffic counters that do). Prints the median write
+of a round after the first (wall seconds, and CPU seconds, which a loaded machine inflates
+less), rows written per round and the file's growth per hour at a 5-s round. The cost of a row
+grows with the rows an index already holds, so the median of the last quarter of the rounds is
+printed too (`--rounds 240` shows the path past the first ~150 rounds). The write paths before
+it (a row per entity and sample; a column per metric) are retired: their figures are in
+docs/design.md, "SQLite sink: change-only writes".
 """
 
 from __future__ import annotations
@@ -25,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.pipeline import Fleet
-from bench.sqlite_change_only_wide import WideChangeOnlySink
-from bench.sqlite_legacy import LegacySQLiteSink
 from service.stages.ingest import IngestResult
 from service.stages.sinks import SQLiteSink
 
@@ -57,64 +54,46 @@ def _rows(db: Path, tables: list[str]) -> int:
         c.close()
 
 
-def run(gpus: int, rounds: int, where: Path, with_old: bool = True) -> list[Figures]:
+def run(gpus: int, rounds: int, where: Path) -> Figures:
     fleet = Fleet(gpus)
     t0 = 1_699_999_200.0
-    old, wide, new = where / "old.db", where / "wide.db", where / "new.db"
-    sinks: list[tuple[str, Path, LegacySQLiteSink | WideChangeOnlySink | SQLiteSink]] = []
-    if with_old:
-        sinks.append(("old (every row)", old, LegacySQLiteSink(old)))
-    sinks += [("change-only, wide", wide, WideChangeOnlySink(wide)),
-              ("change-only, packed", new, SQLiteSink(new, background=False))]
+    path = where / "history.db"
+    sink = SQLiteSink(path, background=False)
     scopes = ("gpu", "nvlink", "ib_port")
-    tables = {name: [f"{s}_samples" for s in scopes]
-              + ([f"{s}_{k}" for s in scopes for k in ("rounds", "late")]
-                 if not isinstance(sink, LegacySQLiteSink) else []) for name, _, sink in sinks}
-    times: dict[str, list[float]] = {name: [] for name, _, _ in sinks}
-    cpu: dict[str, list[float]] = {name: [] for name, _, _ in sinks}
-    first: dict[str, tuple[int, int]] = {}
+    tables = [f"{s}_{k}" for s in scopes for k in ("samples", "rounds", "late")]
+    times: list[float] = []
+    cpu: list[float] = []
+    first = (0, 0)
     for k in range(rounds):
         r = IngestResult(clean=fleet.round(t0 + ROUND_S * k))  # made outside the timing
-        for name, path, sink in sinks:  # in turn, so all see the same machine load
-            a, c = time.perf_counter(), time.process_time()
-            sink.write(r)
-            times[name].append(time.perf_counter() - a)
-            cpu[name].append(time.process_time() - c)
-            if k == 0:  # the first round writes every entity in both: steady state after it
-                first[name] = (_rows(path, tables[name]), _size(path))
-    out = []
+        a, c = time.perf_counter(), time.process_time()
+        sink.write(r)
+        times.append(time.perf_counter() - a)
+        cpu.append(time.process_time() - c)
+        if k == 0:  # the first round writes every entity: steady state after it
+            first = (_rows(path, tables), _size(path))
+    n, size = _rows(path, tables), _size(path)
+    sink.close()
     steady = max(rounds - 1, 1)
-    for name, path, sink in sinks:
-        n, size = _rows(path, tables[name]), _size(path)
-        sink.close()
-        out.append(Figures(name, statistics.median(times[name][1:] or times[name]),
-                           statistics.median(cpu[name][1:] or cpu[name]),
-                           statistics.median(cpu[name][-max(rounds // 4, 1):]),
-                           (n - first[name][0]) / steady,
-                           (size - first[name][1]) / steady * (3600 / ROUND_S) / 1e6))
-    return out
+    return Figures("change-only, packed", statistics.median(times[1:] or times),
+                   statistics.median(cpu[1:] or cpu), statistics.median(cpu[-max(rounds // 4, 1):]),
+                   (n - first[0]) / steady,
+                   (size - first[1]) / steady * (3600 / ROUND_S) / 1e6)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--gpus", type=int, default=10000)
     ap.add_argument("--rounds", type=int, default=24)
-    ap.add_argument("--no-old", action="store_true",
-                    help="leave out the old path (for long runs: it takes seconds a round)")
     ap.add_argument("--dir", type=Path, default=None, help="where the files go (temp)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
-        figs = run(args.gpus, args.rounds, Path(d), with_old=not args.no_old)
+        f = run(args.gpus, args.rounds, Path(d))
     print(f"{args.gpus} GPUs, {args.rounds} rounds of {ROUND_S:g} s (pid {os.getpid()})")
     print(f"{'write path':<20} {'s/round':>9} {'CPU s/round':>12} {'CPU, last 1/4':>14} "
           f"{'rows/round':>11} {'MB/hour':>9}")
-    for f in figs:
-        print(f"{f.name:<20} {f.seconds:>9.4f} {f.cpu:>12.4f} {f.cpu_late:>14.4f} "
-              f"{f.rows:>11.0f} {f.mb_per_hour:>9.1f}")
-    for i, a in enumerate(figs):
-        for b in figs[i + 1:]:
-            print(f"{a.name} / {b.name}: {a.seconds / b.seconds:.1f}x wall, "
-                  f"{a.cpu / b.cpu:.1f}x CPU, {a.cpu_late / b.cpu_late:.1f}x CPU last 1/4")
+    print(f"{f.name:<20} {f.seconds:>9.4f} {f.cpu:>12.4f} {f.cpu_late:>14.4f} "
+          f"{f.rows:>11.0f} {f.mb_per_hour:>9.1f}")
     return 0
 
 

@@ -26,6 +26,7 @@ from collectors.frames import name_problem
 from models.detectors.dynamic import DynamicConfig
 from models.detectors.hard import HardRuleConfig
 from models.predictor.policy import PredictorConfig
+from service.errors import field_errors
 from service.notify.config import NotifySettings
 from service.remediation.config import RemediationSettings
 from service.stages.alert_machine import AlertPolicy
@@ -413,9 +414,8 @@ class SettingsError(ValueError):
 
 
 def _explain(exc: ValidationError) -> SettingsError:
-    lines = [f"  {'.'.join(str(p) for p in e['loc']) or '(settings)'}: {e['msg']}"
-             for e in exc.errors(include_url=False, include_input=False)]
-    return SettingsError("invalid settings:\n" + "\n".join(lines))
+    lines = field_errors(exc, "(settings)")
+    return SettingsError("invalid settings:\n" + "\n".join(f"  {line}" for line in lines))
 
 
 def load(path: str | Path | None = None, **overrides: Any) -> Settings:

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from service.errors import field_errors
+
 if TYPE_CHECKING:
     from service.settings import Settings
 
@@ -23,8 +25,8 @@ PRESETS = "demo, ci, fleet-year; families train-family, shifted-family"
 TRACE_FORMAT = "a directory of *.lp / *.lp.gz line-protocol files or one such file"
 
 
-# This distribution's top-level packages: a ModuleNotFoundError naming one is a bug, not a
-# dependency left out of the install.
+# This repository's top-level packages: a ModuleNotFoundError naming one is a bug, not a
+# dependency left out of the install (bench is not installed, and shipped code never imports it).
 OWN_PACKAGES = frozenset({"collectors", "models", "service", "bench"})
 
 
@@ -103,8 +105,7 @@ def scenario_errors(scenario: str | os.PathLike[str],
         where = scenario if overrides is None else f"{scenario} or --overrides {overrides}"
         raise UsageError(yaml_problem(where, exc)) from None
     except ValidationError as exc:
-        bad = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(scenario)'}: {e['msg']}"
-                        for e in exc.errors(include_url=False, include_input=False))
+        bad = "; ".join(field_errors(exc, "(scenario)"))
         raise UsageError(f"scenario {scenario}: {bad}") from None
     except ValueError as exc:  # not a mapping, an unknown `preset:`
         raise UsageError(f"scenario {scenario}: {exc}") from None

@@ -1,22 +1,22 @@
-"""The change-only SQLite sink answers every history query as the writer of a row per sample
-did (bench/sqlite_legacy.py keeps that writer and its reader), on the same input: values that
-hold still and move, NaN and missing metrics, resent and late rounds, GPUs that vanish and
-come back, counters that reset, a restart of the writer."""
+"""The change-only SQLite sink answers every history query as a store of every row it is given
+would (the writer before issue 18; RowPerSample below computes its answers from the input), on
+the same input: values that hold still and move, NaN and missing metrics, resent and late
+rounds, GPUs that vanish and come back, counters that reset, a restart of the writer."""
 
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from bench.sqlite_legacy import LegacySQLiteHistory, LegacySQLiteSink
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, Frame
 from service.stages.ingest import IngestResult
 from service.stages.sinks import SQLiteSink
-from service.storage.history import Agg, build_query
+from service.storage.history import Agg, SeriesQuery, ValueOrigin, Wanted, build_query
 from service.storage.history_sqlite import SQLiteHistory
 
 T0 = 1_700_000_000.0
@@ -67,10 +67,58 @@ def _rounds() -> list[IngestResult]:
     return out
 
 
+class RowPerSample:
+    """Every row it is given, one per entity and time (a resent row's values replace the stored
+    ones, its missing ones keep them), and the answers of the row-per-sample store: a bucket is
+    `int(ts / step)`, a rate is between consecutive readings (the last one before `start`
+    included), and a drop of a counter is a reset (the new value over the gap) or bad data."""
+
+    def __init__(self) -> None:
+        self.points: dict[str, dict[float, dict[str, float]]] = {}
+
+    def write(self, result: IngestResult) -> None:
+        for scope, f in result.clean.frames.items():
+            cols = [m.name for m in CATALOG.columns(scope)]
+            for t, r, vals in zip(f.ts.tolist(), f.rows.tolist(), f.values.tolist(), strict=True):
+                point = self.points.setdefault(f.entities.entities[r].key, {}).setdefault(t, {})
+                point.update((c, v) for c, v in zip(cols, vals, strict=True) if not math.isnan(v))
+
+    def rows(self) -> int:
+        return sum(len(p) for p in self.points.values())
+
+    def series(self, q: SeriesQuery) -> list[tuple[list[float], list[float]]]:
+        points = sorted(self.points.get(q.entity.key, {}).items())
+        return [self._one(q, w, [(t, p[w.name]) for t, p in points if w.name in p])
+                for w in q.metrics]
+
+    @staticmethod
+    def _one(q: SeriesQuery, w: Wanted,
+             readings: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+        samples = [(t, v) for t, v in readings if q.start <= t < q.end]
+        if w.origin is ValueOrigin.RATE:
+            before = [(t, v) for t, v in readings if t < q.start][-1:]
+            samples = [(t, (v - pv if v >= pv else v) / (t - pt))
+                       for (pt, pv), (t, v) in pairwise(before + samples)
+                       if v >= pv or w.resets]
+        buckets: dict[int, list[tuple[float, float]]] = {}
+        for t, v in samples:
+            buckets.setdefault(int(t / q.step), []).append((t, v))
+        times, values = [], []
+        for b, tv in sorted(buckets.items()):
+            vs = [v for _, v in tv]
+            times.append(float(b * q.step))
+            if w.agg is Agg.LAST:
+                values.append(max(tv)[1])
+            else:
+                values.append({Agg.MEAN: math.fsum(vs) / len(vs), Agg.MAX: max(vs),
+                               Agg.MIN: min(vs)}[w.agg])
+        return times, values
+
+
 @pytest.fixture(scope="module")
-def stores(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def stores(tmp_path_factory: pytest.TempPathFactory) -> tuple[RowPerSample, Path]:
     d = tmp_path_factory.mktemp("sinks")
-    old, new = LegacySQLiteSink(d / "old.db"), SQLiteSink(d / "new.db", background=False)
+    old, new = RowPerSample(), SQLiteSink(d / "new.db", background=False)
     rounds = _rounds()
     for i, r in enumerate(rounds):
         old.write(r)
@@ -78,9 +126,8 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         if i == len(rounds) // 2:  # a restart of the service: the new writer forgets all
             new.close()
             new = SQLiteSink(d / "new.db", background=False)
-    old.close()
     new.close()
-    return d / "old.db", d / "new.db"
+    return old, d / "new.db"
 
 
 def _same(a: list[float], b: list[float]) -> bool:
@@ -89,9 +136,9 @@ def _same(a: list[float], b: list[float]) -> bool:
 
 
 @pytest.mark.parametrize("entity", [*GPUS[:5], LINKS[0], LINKS[3]], ids=lambda e: e.key)
-def test_every_query_answers_as_the_row_per_sample_store(stores: tuple[Path, Path],
+def test_every_query_answers_as_the_row_per_sample_store(stores: tuple[RowPerSample, Path],
                                                          entity: Entity) -> None:
-    old, new = LegacySQLiteHistory(stores[0]), SQLiteHistory(stores[1])
+    old, new = stores[0], SQLiteHistory(stores[1])
     cols = [m.name for m in CATALOG.columns(entity.scope)]
     counters = [m.name for m in CATALOG.columns(entity.scope) if m.kind.value == "counter"]
     asked = 0
@@ -100,27 +147,31 @@ def test_every_query_answers_as_the_row_per_sample_store(stores: tuple[Path, Pat
         for step in (5, 15, 60, 300):
             for agg in (None, Agg.MEAN, Agg.MAX, Agg.MIN, Agg.LAST):
                 q = build_query(entity, cols, start=start, end=end, step=step, agg=agg, now=end)
-                for a, b in zip(old.series(q), new.series(q), strict=True):
-                    assert a.times == b.times, (q, a.metric.name)
-                    assert _same(a.values, b.values), (q, a.metric.name)
-                    asked += bool(a.times)
+                for (times, values), b in zip(old.series(q), new.series(q), strict=True):
+                    assert times == b.times, (q, b.metric.name)
+                    assert _same(values, b.values), (q, b.metric.name)
+                    asked += bool(times)
                 rq = build_query(entity, counters, start=start, end=end, step=step, rate=True,
                                  agg=agg, now=end)
-                for a, b in zip(old.series(rq), new.series(rq), strict=True):
-                    assert a.times == b.times, (rq, a.metric.name)
-                    assert _same(a.values, b.values), (rq, a.metric.name)
+                for (times, values), b in zip(old.series(rq), new.series(rq), strict=True):
+                    assert times == b.times, (rq, b.metric.name)
+                    assert _same(values, b.values), (rq, b.metric.name)
     assert asked > 100
 
 
-def test_the_new_store_writes_far_fewer_rows(stores: tuple[Path, Path]) -> None:
+def test_the_new_store_writes_far_fewer_rows(stores: tuple[RowPerSample, Path]) -> None:
     import sqlite3
 
-    def count(path: Path, table: str) -> int:
-        db = sqlite3.connect(path)
+    def count(table: str) -> int:
+        db = sqlite3.connect(stores[1])
         try:
             return int(db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
         finally:
             db.close()
 
-    assert count(stores[1], "nvlink_samples") < count(stores[0], "nvlink_samples") / 5
-    assert count(stores[1], "gpu_samples") < count(stores[0], "gpu_samples")
+    written = {scope: sum(len(p) for k, p in stores[0].points.items() if k in keys)
+               for scope, keys in (("nvlink", {e.key for e in LINKS}),
+                                   ("gpu", {e.key for e in GPUS}))}
+    assert written["gpu"] + written["nvlink"] == stores[0].rows()
+    assert count("nvlink_samples") < written["nvlink"] / 5
+    assert count("gpu_samples") < written["gpu"]

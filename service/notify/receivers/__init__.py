@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from service.errors import field_errors
 from service.notify.message import Notifier
 from service.notify.receivers.alertmanager import AlertmanagerConfig, AlertmanagerReceiver
 from service.notify.receivers.email import EmailConfig, EmailReceiver
@@ -36,12 +37,6 @@ def register(rt: ReceiverType[Any]) -> None:
     RECEIVER_TYPES[rt.name] = rt
 
 
-def _errors(exc: ValidationError) -> str:
-    # Field and reason only: pydantic's own text echoes the input, which may be a secret.
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(config)'}: {e['msg']}"
-                     for e in exc.errors(include_url=False, include_input=False))
-
-
 def check_receiver(name: str, type_: str, config: dict[str, Any]) -> str | None:
     """What is wrong with a receiver's settings, or None (settings validate at load)."""
     try:
@@ -59,7 +54,8 @@ def _validated(name: str, type_: str, config: dict[str, Any]) -> tuple[ReceiverT
     try:
         return rt, rt.config.model_validate(config)
     except ValidationError as exc:
-        raise ValueError(f"receiver {name!r} ({type_}): {_errors(exc)}") from None
+        bad = "; ".join(field_errors(exc, "(config)"))
+        raise ValueError(f"receiver {name!r} ({type_}): {bad}") from None
 
 
 def build_receiver(name: str, type_: str, config: dict[str, Any]) -> Notifier:

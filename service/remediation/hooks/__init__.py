@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from service.errors import field_errors
 from service.remediation.hooks.base import Hook
 from service.remediation.hooks.command import CommandConfig, CommandHook
 from service.remediation.hooks.kubernetes import KubernetesConfig, KubernetesHook
@@ -58,9 +59,7 @@ def check_hook(type_: str, config: Mapping[str, Any]) -> str | None:
 
 
 def _problems(exc: ValidationError) -> str:
-    # Field and reason only: the input may be a secret.
-    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(config)'}: {err['msg']}"
-                     for err in exc.errors(include_url=False, include_input=False))
+    return "; ".join(field_errors(exc, "(config)"))
 
 
 def build_hook(type_: str, config: Mapping[str, Any]) -> Hook:
