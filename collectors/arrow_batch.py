@@ -4,30 +4,23 @@ Line protocol costs the service about 4 µs of parsing per line; an agent's roun
 per node, so 1,250 agents cost most of a core in parsing alone (`python -m bench.collectors`,
 section 3). The same round as Arrow IPC is a few columns the service takes without a per-line
 step. The format is Arrow's own (the IPC streaming format, `application/vnd.apache.arrow.stream`),
-nothing home-made; what is ours is which streams a body holds and what their columns mean:
+nothing home-made; what is ours is what the stream holds and what its columns mean:
 
-- format 3 (what the agent writes): a body is ONE IPC stream, schema metadata
-  `gpuhealth.format` = "3", holding one record batch of one row (none, or no row, for an
-  empty body). Each column is one kind: named after it (a scope `gpu`, `nvlink`, `ib_port`,
-  `node`, or `events`, `collectors`; each at most once), of type list<struct<...>> whose one
-  list holds that kind's rows, the struct's fields being the columns of the kind's format-2
-  stream below, and a scope column's field metadata `gpuhealth.metrics` naming its metrics as
-  format 2's schema metadata does. One stream is scanned, opened and validated once per body,
-  where format 2 took one per kind (about three times the work for a node agent's body);
-- format 2 (still read): a body is a sequence of complete IPC streams (each with its schema
-  and end-of-stream marker), at most one per kind; schema metadata `gpuhealth.format` = "2"
-  and `gpuhealth.kind` = a scope, `events` or `collectors`;
+- a body is ONE IPC stream, schema metadata `gpuhealth.format` = "3" (FORMAT_VERSION),
+  holding one record batch of one row (none, or no row, for an empty body). Each column is
+  one kind: named after it (a scope `gpu`, `nvlink`, `ib_port`, `node`, or `events`,
+  `collectors`; each at most once), of type list<struct<...>> whose one list holds that
+  kind's rows, the struct's fields being the kind's columns below. One stream is scanned,
+  opened and validated once per body. Formats 1 and 2 (a stream per kind, before any
+  release) are refused whole, as any other `gpuhealth.format` is;
 - a scope's rows: `entity` (dictionary<int32, utf8>: entity keys as Entity.key
   spells them), `ts` (float64 epoch seconds) and `values`, a fixed_size_list<float64>[k] whose
-  k items are the metrics named, in order, by `gpuhealth.metrics` (catalog
-  metrics of the scope, comma-separated, none twice; a metric left out is not reported for
-  any row; no metric at all: no `values` column and an empty list). One column for every
-  metric: a request decodes in a handful of Arrow calls, not one per metric. Batch's NaN
-  ("not reported") is written as a null item and read back as NaN, so Batch -> Arrow -> Batch
-  is exact;
-- format 1 (the first agents' payload) is still read: streams as format 2's, but a scope's
-  metrics are float64 columns named after them, one per metric. A body's streams must all be
-  of one format;
+  k items are the metrics named, in order, by the column's field metadata `gpuhealth.metrics`
+  (catalog metrics of the scope, comma-separated, none twice; a metric left out is not
+  reported for any row; no metric at all: no `values` field and an empty list). One list for
+  every metric: a request decodes in a handful of Arrow calls, not one per metric. Batch's
+  NaN ("not reported") is written as a null item and read back as NaN, so Batch -> Arrow ->
+  Batch is exact;
 - `events`: `entity` (utf8 or dictionary), `ts` float64, `metric` (an event metric of the
   entity's scope), `value` float64;
 - `collectors`: node agents' collector status (collectors.collector_status): `host`,
@@ -38,11 +31,11 @@ anything is handed on: this format is only ever written by our agent, which can 
 segment whole (or as line protocol). Work and memory are bounded before decoding: the body is
 read in place from its own buffer (a declared length past it is an error, not an allocation),
 compressed Arrow buffers are refused (their declared sizes would allocate; gzip the body
-instead), and streams, record batches, columns and rows are counted first: from the messages'
-metadata (formats 1 and 2), or (format 3, whose rows are list items) from the record batch
-read in place and checked cheaply against its own buffers (`validate()`: each array's
-declared length must fit the body's bytes), before any per-row work. Every record batch is
-then fully validated (offsets, UTF-8, dictionary indices). What a sender chooses the size of
+instead), and the stream's messages, record batches and dictionaries are counted from their
+metadata first; its columns and rows (list items) are counted from the record batch read in
+place and checked cheaply against its own buffers (`validate()`: each array's declared length
+must fit the body's bytes), before any per-row work. The record batch is then fully
+validated (offsets, UTF-8, dictionary indices). What a sender chooses the size of
 is bounded before it costs: each message's metadata (MAX_META_BYTES: fields, nesting, schema
 metadata), dictionaries (count, no deltas, and the body's keys and bytes: `Limits`), entity
 keys' length; an entity dictionary's keys become entities only where rows name them (or the
@@ -70,19 +63,16 @@ from collectors.lineprotocol import Point
 
 MEDIA_TYPE = "application/vnd.apache.arrow.stream"
 FORMAT_VERSION = "3"
-STREAM_FORMATS = frozenset({"1", "2"})  # a stream per kind: still read
-FORMATS = STREAM_FORMATS | {FORMAT_VERSION}
 META_FORMAT = b"gpuhealth.format"
-META_KIND = b"gpuhealth.kind"
 META_METRICS = b"gpuhealth.metrics"
 VALUES = "values"
 EVENTS = "events"
 COLLECTORS = "collectors"
 KINDS = frozenset([s.value for s in Scope] + [EVENTS, COLLECTORS])
-MAX_BATCHES = 64  # record batches per stream; an agent writes one
-MAX_DICTIONARIES = 64  # dictionary messages per stream; an agent writes one per dictionary
+MAX_BATCHES = 64  # record batches in a body's stream; an agent writes one
+MAX_DICTIONARIES = 64  # dictionary messages in it; an agent writes one per dictionary
 # A message's flatbuffer metadata (schema: fields, their types and metadata; a batch: its
-# nodes and buffers). Ours are under 3 KiB (a format-3 schema listing every metric); anything
+# nodes and buffers). Ours are under 3 KiB (a schema listing every metric); anything
 # a schema can say that costs time or memory to open (fields, nesting, metadata, names) grows
 # with it, so it is bounded before Arrow reads it.
 MAX_META_BYTES = 64 * 1024
@@ -146,16 +136,6 @@ def encode(batch: Batch, reports: Sequence[CollectorReport] = (), whole: bool = 
     return bytes(out.getvalue())
 
 
-def encode_streams(batch: Batch, reports: Sequence[CollectorReport] = (), whole: bool = False
-                   ) -> bytes:
-    """The same as format 2 (a stream per kind), which agents wrote before format 3 and the
-    decoder still reads."""
-    out = pa.BufferOutputStream()
-    for kind, table, metrics in _kinds(batch, reports, whole):
-        _write(out, kind, table, metrics)
-    return bytes(out.getvalue())
-
-
 def _kinds(batch: Batch, reports: Sequence[CollectorReport], whole: bool = False
            ) -> Iterator[tuple[str, pa.Table, bytes | None]]:
     """Each kind the batch holds: its name, its columns, its metric names (scopes only)."""
@@ -210,21 +190,11 @@ def _keys_of(table: EntityTable) -> pa.Array:
     return got[1]
 
 
-def _write(out: pa.BufferOutputStream, kind: str, table: pa.Table,
-           metrics: bytes | None = None) -> None:
-    meta = {META_FORMAT: b"2", META_KIND: kind.encode()}
-    if metrics is not None:
-        meta[META_METRICS] = metrics
-    schema = table.schema.with_metadata(meta)
-    with ipc.new_stream(out, schema) as w:
-        w.write_table(table.replace_schema_metadata(schema.metadata))
-
-
 # ---- reading ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    max_rows: int = 1_000_000  # rows of all streams together (as lines per request)
+    max_rows: int = 1_000_000  # rows of all kinds together (as lines per request)
     max_columns: int = 256
     # Dictionary entries of all a body's dictionaries together, and their bytes as sent,
     # counted from the messages' metadata before Arrow reads them (the service sets these
@@ -262,36 +232,28 @@ class Decoder:
         buf = pa.py_buffer(body)
         src = pa.BufferReader(buf)
         out = Decoded(Batch(), max_new=max_new)
-        seen: dict[str, str] = {}  # kind -> format of the streams read
-        tally = _Tally(self.limits)
-        while src.tell() < buf.size:
-            start = src.tell()
-            _, rows = _scan(src, len(seen) + 1, tally)
-            out.rows += rows
-            if out.rows > self.limits.max_rows:
-                raise ArrowPayloadError(f"more than {self.limits.max_rows} rows")
-            try:
-                stream = ipc.open_stream(buf.slice(start, src.tell() - start))
-            except (pa.ArrowException, ValueError, OSError) as exc:
-                raise ArrowPayloadError(f"stream {len(seen) + 1} does not open: "
-                                        f"{exc}") from None
-            schema = stream.schema
-            if not seen and _format(schema) == FORMAT_VERSION:
-                if src.tell() < buf.size:
-                    raise ArrowPayloadError(f"a format-{FORMAT_VERSION} body is one stream; "
-                                            "more follows it")
-                self._one_stream(stream, out)
-                return out
-            kind, fmt = _kind(schema, seen)
-            if len(schema) > self.limits.max_columns:
-                raise ArrowPayloadError(f"stream {kind!r} has more than "
-                                        f"{self.limits.max_columns} columns")
-            batch = _read(stream, kind, rows)
-            self._take(out, kind, batch, schema.names, schema.metadata, fmt)
+        if not buf.size:
+            return out
+        _, rows = _scan(src, 1, _Tally(self.limits))
+        if rows > self.limits.max_rows:
+            raise ArrowPayloadError(f"more than {self.limits.max_rows} rows")
+        try:
+            stream = ipc.open_stream(buf.slice(0, src.tell()))
+        except (pa.ArrowException, ValueError, OSError) as exc:
+            raise ArrowPayloadError(f"stream 1 does not open: {exc}") from None
+        fmt = (stream.schema.metadata or {}).get(META_FORMAT)
+        if fmt != FORMAT_VERSION.encode():
+            raise ArrowPayloadError(f"schema metadata {META_FORMAT.decode()!r} must be "
+                                    f"{FORMAT_VERSION!r} (formats '1' and '2', a stream per "
+                                    f"kind, are no longer read), got {fmt!r}")
+        if src.tell() < buf.size:
+            raise ArrowPayloadError(f"a format-{FORMAT_VERSION} body is one stream; "
+                                    "more follows it")
+        self._one_stream(stream, out)
         return out
 
     def _one_stream(self, stream: ipc.RecordBatchStreamReader, out: Decoded) -> None:
-        """Format 3: each column one kind, its rows the items of the batch's one list."""
+        """Each column one kind, its rows the items of the batch's one list."""
         schema = stream.schema
         kinds = schema.names
         if len(set(kinds)) != len(kinds) or not set(kinds) <= KINDS:
@@ -318,7 +280,7 @@ class Decoder:
         except pa.ArrowException as exc:
             raise ArrowPayloadError(f"the body is malformed: {exc}") from None
         lists = batch.columns
-        # The only stream: its rows are the lists' items (the values of its one row, or more)
+        # Its rows are the lists' items (the values of its one row, or more)
         out.rows = sum(len(col.values) for col in lists)
         if out.rows > self.limits.max_rows:
             raise ArrowPayloadError(f"more than {self.limits.max_rows} rows")
@@ -335,28 +297,26 @@ class Decoder:
             if rows.null_count:
                 raise ArrowPayloadError(f"column {f.name!r}: a null row")
             kind_batch = pa.RecordBatch.from_struct_array(rows)
-            self._take(out, f.name, kind_batch, f.type.value_type.names, f.metadata,
-                       FORMAT_VERSION)
+            self._take(out, f.name, kind_batch, f.type.value_type.names, f.metadata)
 
     def _take(self, out: Decoded, kind: str, batch: pa.RecordBatch, names: list[str],
-              meta: dict[bytes, bytes] | None, fmt: str) -> None:
+              meta: dict[bytes, bytes] | None) -> None:
         """One kind's rows into `out`."""
         if kind == EVENTS:
             out.batch.events = _events(pa.Table.from_batches([batch]))
         elif kind == COLLECTORS:
             out.reports = _reports(pa.Table.from_batches([batch]))
         else:
-            frame = self._frame(Scope(kind), names, meta, batch, fmt, out)
+            frame = self._frame(Scope(kind), names, meta, batch, out)
             if len(frame):
                 out.batch.add(frame)
 
     def _frame(self, scope: Scope, names: list[str], meta: dict[bytes, bytes] | None,
-               batch: pa.RecordBatch, fmt: str, out: Decoded) -> Frame:
+               batch: pa.RecordBatch, out: Decoded) -> Frame:
         if names[:2] != ["entity", "ts"]:
             raise ArrowPayloadError(f"stream {scope.value!r}: the first columns must be "
                                     f"'entity' and 'ts', got {names[:2]}")
-        values = (_columns_v1(scope, batch) if fmt == "1" else
-                  _values(scope, names, (meta or {}).get(META_METRICS), batch))
+        values = _values(scope, names, (meta or {}).get(META_METRICS), batch)
         if not batch.num_rows:
             return Frame.empty(EntityTable(scope, ()))
         ts = _finite_ts(batch, scope.value)
@@ -444,38 +404,14 @@ def _entity(key: str, where: str) -> Entity:
         raise ArrowPayloadError(f"stream {where!r}: {str(exc)[:300]}") from None
 
 
-def _read(stream: ipc.RecordBatchStreamReader, kind: str, rows: int) -> pa.RecordBatch:
-    """The stream's record batches, each fully validated (offsets, UTF-8, dictionary
-    indices), as one."""
-    try:
-        batches = list(stream)
-    except (pa.ArrowException, ValueError, OSError) as exc:
-        raise ArrowPayloadError(f"stream {kind!r} does not decode: {exc}") from None
-    if sum(b.num_rows for b in batches) != rows:
-        raise ArrowPayloadError(f"stream {kind!r} disagrees with its metadata")
-    for b in batches:
-        try:
-            b.validate(full=True)
-        except pa.ArrowException as exc:  # offsets out of bounds, non-UTF-8 text...
-            raise ArrowPayloadError(f"stream {kind!r} is malformed: {exc}") from None
-    if len(batches) == 1:  # what our agent writes
-        return batches[0]
-    try:
-        table = pa.Table.from_batches(batches, stream.schema).combine_chunks()
-    except (pa.ArrowException, ValueError, OSError) as exc:
-        raise ArrowPayloadError(f"stream {kind!r} does not decode: {exc}") from None
-    got = table.to_batches()
-    return got[0] if got else pa.RecordBatch.from_pylist([], stream.schema)
-
-
 def _values(scope: Scope, names: list[str], metrics: bytes | None, batch: pa.RecordBatch
             ) -> np.ndarray:
-    """Formats 2 and 3: the `values` lists as the frame's (rows, catalog columns) matrix."""
+    """The `values` lists as the frame's (rows, catalog columns) matrix."""
     cols = _metric_columns(scope, metrics)
     want = ["entity", "ts", VALUES] if cols else ["entity", "ts"]
     if names != want:
-        raise ArrowPayloadError(f"stream {scope.value!r}: the columns must be {want} (formats "
-                                f"2 and 3), got {names[:20]}")
+        raise ArrowPayloadError(f"stream {scope.value!r}: the columns must be {want}, got "
+                                f"{names[:20]}")
     n = batch.num_rows
     values = np.full((n, len(CATALOG.columns(scope))), np.nan)
     if not cols:
@@ -509,7 +445,7 @@ def _index(cols: tuple[int, ...]) -> slice | np.ndarray:
 
 @functools.lru_cache(maxsize=64)
 def _metric_columns(scope: Scope, raw: bytes | None) -> list[int]:
-    """Catalog columns of the metric names a format-2 stream's metadata lists."""
+    """Catalog columns of the metric names a scope column's metadata lists."""
     if raw is None:
         raise ArrowPayloadError(f"stream {scope.value!r}: schema metadata "
                                 f"{META_METRICS.decode()!r} is missing")
@@ -527,28 +463,6 @@ def _metric_columns(scope: Scope, raw: bytes | None) -> list[int]:
     return cols
 
 
-def _columns_v1(scope: Scope, batch: pa.RecordBatch) -> np.ndarray:
-    """Format 1: one float64 column per metric, named after it."""
-    at = _COLUMN_AT[scope]
-    values = np.full((batch.num_rows, len(CATALOG.columns(scope))), np.nan)
-    taken: set[int] = set()
-    for i, f in enumerate(batch.schema):
-        if i < 2:
-            continue
-        j = at.get(f.name)
-        if j is None:
-            raise ArrowPayloadError(f"stream {scope.value!r}: {f.name[:80]!r} is not a "
-                                    f"{scope.value} metric of the catalog")
-        if f.type.id != _F64_ID:
-            raise ArrowPayloadError(f"stream {scope.value!r}: column {f.name!r} is "
-                                    f"{f.type}, not float64")
-        if j in taken:
-            raise ArrowPayloadError(f"stream {scope.value!r}: column {f.name!r} repeated")
-        taken.add(j)
-        values[:, j] = batch.column(i).to_numpy(zero_copy_only=False)  # null: NaN
-    return values
-
-
 def _finite_ts(table: pa.Table | pa.RecordBatch, where: str) -> np.ndarray:
     col = table.column("ts")
     if col.type != _F64 or col.null_count:
@@ -558,35 +472,6 @@ def _finite_ts(table: pa.Table | pa.RecordBatch, where: str) -> np.ndarray:
     if not np.isfinite(ts).all():
         raise ArrowPayloadError(f"stream {where!r}: 'ts' holds a value that is not finite")
     return ts
-
-
-def _format(schema: pa.Schema) -> str | None:
-    raw = (schema.metadata or {}).get(META_FORMAT)
-    return raw.decode("ascii", "replace") if raw is not None else None
-
-
-def _kind(schema: pa.Schema, seen: dict[str, str]) -> tuple[str, str]:
-    """A format-1 or -2 stream's kind and format; a body's streams are all of one format."""
-    meta = schema.metadata or {}
-    fmt = _format(schema)
-    if fmt not in STREAM_FORMATS:
-        raise ArrowPayloadError(f"schema metadata {META_FORMAT.decode()!r} must be "
-                                f"{FORMAT_VERSION!r} (or the older '2', '1' of a stream per "
-                                f"kind, in every stream), got {meta.get(META_FORMAT)!r}")
-    if seen and fmt not in seen.values():
-        raise ArrowPayloadError(f"streams of formats {sorted({*seen.values(), fmt})} in one "
-                                "body")
-    try:
-        kind = str(meta.get(META_KIND, b"").decode())
-    except UnicodeDecodeError:
-        kind = ""
-    if kind not in KINDS:
-        raise ArrowPayloadError(f"schema metadata {META_KIND.decode()!r} must be one of "
-                                f"{sorted(KINDS)}, got {meta.get(META_KIND)!r}")
-    if kind in seen:
-        raise ArrowPayloadError(f"a second {kind!r} stream")
-    seen[kind] = fmt
-    return kind, fmt
 
 
 def _events(table: pa.Table) -> EventFrame:
@@ -654,7 +539,7 @@ def _strings(table: pa.Table, name: str, kind: str) -> list[str]:
 # ---- bounds from the messages' metadata, before anything is decoded ---------------------------
 
 class _Tally:
-    """A body's dictionaries so far, against its limits (all its streams together)."""
+    """A body's dictionaries so far, against its limits (all of them together)."""
 
     __slots__ = ("bytes", "keys", "limits")
 

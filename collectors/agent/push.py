@@ -5,12 +5,11 @@ With pyarrow installed (the `agent-arrow` extra) a segment goes to the service a
 protocol; each segment is converted when it is sent. A target that does not read Arrow (answers
 415, or an older service or InfluxDB that read the body as line protocol and refused it: a 400
 without `X-Gpuhealth-Payload: arrow`) is sent the segment again as line protocol at once, and
-line protocol from then on (tried again after `arrow_retry_s`). A service older than the
-agent that refuses the Arrow format it is sent (`arrow-payload-refused`, naming
-`gpuhealth.format`: one that reads format 2, not 3) is sent the segment again at once in
-format 2, and format 2 from then on. A segment our own mapper cannot
-carry whole in Arrow (a line it refuses or fields it ignores) goes as line protocol, so the
-target names its lines.
+line protocol from then on (tried again after `arrow_retry_s`). An Arrow segment the service
+refuses (`arrow-payload-refused`: nothing of it was written) is sent again at once as line
+protocol, whose lines the service names one by one. A segment our own mapper cannot carry
+whole in Arrow (a line it refuses or fields it ignores) goes as line protocol, so the target
+names its lines.
 
 A sharded service (docs/design.md, "Sharding") owns each node on one shard. The agent names
 its node in `X-Gpuhealth-Node`; a shard that does not own it answers `307`/`308` with the
@@ -150,8 +149,6 @@ class Pusher:
         self.arrow = arrow and _arrow_available()
         self.arrow_retry_s, self.clock = arrow_retry_s, clock
         self._no_arrow_until = float("-inf")
-        self.arrow_streams = False  # format 2 (a stream per kind) for a service older than us
-        self._format_refused = False
         self.sent_arrow = self.sent_lines = 0  # segments, by the format that was answered
 
     def set_host(self, host: str) -> None:
@@ -161,24 +158,19 @@ class Pusher:
 
     def push(self, body: bytes) -> PushResult:
         """Send one spooled gzip line-protocol segment (as Arrow where it can)."""
-        return self.push_as(lambda streams: _as_arrow(body, streams), lambda: body)
+        return self.push_as(lambda: _as_arrow(body), lambda: body)
 
-    def push_as(self, arrow: Callable[[bool], bytes | None], lines: Callable[[], bytes]
+    def push_as(self, arrow: Callable[[], bytes | None], lines: Callable[[], bytes]
                 ) -> PushResult:
-        """Send one segment given its two spellings: `arrow(streams)`, gzip Arrow (format 3,
-        or 2 with `streams`; None when it has none), and `lines()`, gzip line protocol, made
-        only when the target is to be sent lines (the relay, collectors.agent.relay, spools
-        Arrow and writes lines only for a target that does not read it)."""
+        """Send one segment given its two spellings: `arrow()`, gzip Arrow (None when it has
+        none), and `lines()`, gzip line protocol, made only when the target is to be sent
+        lines (the relay, collectors.agent.relay, spools Arrow and writes lines only for a
+        target that does not read it or a segment it refused)."""
         if self.arrow and self.clock() >= self._no_arrow_until:
-            payload = arrow(self.arrow_streams)
+            payload = arrow()
             if payload is not None:
                 arrow_headers = {**self.headers, "Content-Type": ARROW_TYPE}
                 res = self._post(payload, arrow_headers, True)
-                if res is None and self._format_refused and not self.arrow_streams:
-                    log.warning("%s reads an older Arrow format; sending format 2", self.url)
-                    self.arrow_streams = True
-                    payload = arrow(True)
-                    res = None if payload is None else self._post(payload, arrow_headers, True)
                 if res is not None:
                     self.sent_arrow += res.outcome is not Outcome.RETRY
                     return res
@@ -189,9 +181,7 @@ class Pusher:
         return res
 
     def _post(self, body: bytes, headers: dict[str, str], arrow: bool) -> PushResult | None:
-        """The answer's outcome; None when an Arrow body must go again (as line protocol, or in
-        format 2 when `_format_refused` says the target refused format 3)."""
-        self._format_refused = False
+        """The answer's outcome; None when an Arrow body must go again as line protocol."""
         try:
             r = self._send(body, headers)
         except httpx.HTTPError as exc:
@@ -209,9 +199,6 @@ class Pusher:
                 self._no_arrow_until = self.clock() + self.arrow_retry_s
                 return None
             if _slug(r) == "arrow-payload-refused":  # nothing of it was written
-                self._format_refused = "'gpuhealth.format' must be" in r.text
-                if self._format_refused and not self.arrow_streams:
-                    return None  # an older service: format 2 at once (push)
                 log.error("the target refused an Arrow segment: %s; sending it as line "
                           "protocol", r.text[:300])
                 return None
@@ -270,10 +257,9 @@ def _arrow_available() -> bool:
     return True
 
 
-def _as_arrow(body: bytes, streams: bool = False) -> bytes | None:
-    """A spooled gzip segment as gzip Arrow (format 3, or 2 with `streams`), or None when it
-    does not convert whole."""
-    from collectors.arrow_batch import encode, encode_streams
+def _as_arrow(body: bytes) -> bytes | None:
+    """A spooled gzip segment as gzip Arrow, or None when it does not convert whole."""
+    from collectors.arrow_batch import encode
     from collectors.schema import SchemaMapper
 
     try:
@@ -284,8 +270,7 @@ def _as_arrow(body: bytes, streams: bool = False) -> bytes | None:
     batch = mapper.parse(text, max_bytes=None)
     if batch.rejected or mapper.take_ignored():
         return None
-    write = encode_streams if streams else encode
-    return gzip.compress(write(batch, mapper.take_reports()), compresslevel=6, mtime=0)
+    return gzip.compress(encode(batch, mapper.take_reports()), compresslevel=6, mtime=0)
 
 
 def _slug(r: httpx.Response) -> str:

@@ -5,20 +5,20 @@ Every node agent posting every round costs the service a request each (an HTTP e
 decode, a plan and a merge in the coalescer: `python -m bench.collectors`, section 3); the
 field's answer for many small senders is a relay tier (Telegraf, the OpenTelemetry collector,
 Prometheus in agent mode). This relay reads exactly what the service reads from agents on
-/write, /v1/write and /api/v2/write (gzip or plain line protocol, Arrow IPC formats 2 and 3
-with their content type: collectors.arrow_batch), with the same tokens' rules, body limit and
-line limit (collectors.agent.relay_wire), and PARSES each push with the agent's own mapper
+/write, /v1/write and /api/v2/write (gzip or plain line protocol, Arrow IPC with its content
+type: collectors.arrow_batch), with the same tokens' rules, body limit and line limit
+(collectors.agent.relay_wire), and PARSES each push with the agent's own mapper
 (collectors.schema.SchemaMapper) or decoder, so it answers each agent as the service would:
 204; a 400 naming each refused line while the good ones are kept; 413; 401. What the ingest
 stage refuses (a value out of range, a timestamp too old) only the service can say: those
 refusals come back in the relay's forward and are logged and counted here.
 
 Accepted pushes are held in memory and, every flush interval, joined into one body per batch
-of distinct nodes (collectors.agent.relay_batch), spooled on disk as gzip Arrow format 3
+of distinct nodes (collectors.agent.relay_batch), spooled on disk as gzip Arrow
 (collectors.agent.spool: bounded, oldest dropped and counted) and sent oldest first with the
-agent's Pusher (collectors.agent.push): Arrow, format 2 for a service one format behind, line
-protocol for a target that reads no Arrow; retried with backoff while the service is away, so
-an outage loses nothing until the spool bound. A push is answered once it is parsed and held;
+agent's Pusher (collectors.agent.push): Arrow, line protocol for a target that reads no Arrow
+or refuses a body; retried with backoff while the service is away, so an outage loses
+nothing until the spool bound. A push is answered once it is parsed and held;
 it is on disk within one flush interval (a relay killed in that interval loses it; SIGTERM
 flushes first). Each sample keeps its node's tags and timestamp: the service sees exactly the
 samples the agents sent. A body holds many nodes, so the relay names none (`X-Gpuhealth-Node`):
@@ -108,7 +108,7 @@ class Relay:
         self.limits, self.flush_s = limits, flush_s
         self.clock, self.wall = clock, wall
         self.target = Target(spool, pusher, backoff_s=backoff_s, clock=clock,
-                             send=lambda body: pusher.push_as(_as_arrow(body), _as_lines(body)),
+                             send=lambda body: pusher.push_as(lambda: body, _as_lines(body)),
                              narrow=_narrowed)
         self.stats = RelayStats()
         self._mappers = {False: SchemaMapper(strict=False), True: SchemaMapper(strict=True)}
@@ -262,11 +262,6 @@ def _payload(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """`X-Gpuhealth-Payload: arrow` on every answer to an Arrow body, as the service says it."""
     arrow = headers.get("content-type", "").split(";", 1)[0].strip().lower() == ARROW_TYPE
     return ((PAYLOAD_HEADER, "arrow"),) if arrow else ()
-
-
-def _as_arrow(body: bytes) -> Callable[[bool], bytes | None]:
-    """A spooled body as sent: as it is (format 3), or as format 2 for an older service."""
-    return lambda streams: arrow_body(read_arrow(body), True) if streams else body
 
 
 def _narrowed(body: bytes, nodes: tuple[str, ...]) -> bytes:

@@ -144,14 +144,12 @@ def only_nodes(push: Push, nodes: Collection[str]) -> Push:
     return Push(out, [])
 
 
-def arrow_body(push: Push, streams: bool = False, level: int = GZIP_LEVEL) -> bytes:
-    """gzip Arrow IPC: format 3 (or 2 with `streams`, for a service one format behind); each
-    frame's entity table written whole (a relay's roster table: the service meets the same
-    dictionary body after body)."""
-    from collectors.arrow_batch import encode, encode_streams
+def arrow_body(push: Push, level: int = GZIP_LEVEL) -> bytes:
+    """gzip Arrow IPC, each frame's entity table written whole (a relay's roster table: the
+    service meets the same dictionary body after body)."""
+    from collectors.arrow_batch import encode
 
-    write = encode_streams if streams else encode
-    return gzip.compress(write(push.batch, push.reports, whole=True), compresslevel=level,
+    return gzip.compress(encode(push.batch, push.reports, whole=True), compresslevel=level,
                          mtime=0)
 
 

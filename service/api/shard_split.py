@@ -8,8 +8,8 @@ for those lines. A line without a valid node name stays with this shard, whose p
 refuses it by line number as always.
 
 An Arrow body (our agent's, collectors.arrow_batch) is decoded and its frames, events and
-collector reports are split by node, each part encoded as Arrow again (format 3, whatever
-format the body came in: the shards of one service run one version).
+collector reports are split by node, each part encoded as Arrow again (format 3, the one
+format: the shards of one service run one version).
 
 Foreign parts come back gzip-compressed, ready to forward; this shard's part is left plain.
 """

@@ -41,13 +41,12 @@ def test_lines_go_to_their_owner_as_sent_and_nameless_ones_stay() -> None:
     assert parts.nodes == {"a": {n1, "-x"}, "b": {n2}, "c": {n3}}
 
 
-@pytest.mark.parametrize("old", [False, True], ids=["format 3", "format 2"])
-def test_an_arrow_body_is_split_by_node_into_format_3_parts(old: bool) -> None:
-    """Our agent's Arrow body (format 3 now, format 2 from an agent not yet upgraded) split
-    by owner: each part one format-3 stream holding its nodes' rows, events and reports."""
+def test_an_arrow_body_is_split_by_node_into_format_3_parts() -> None:
+    """Our agent's Arrow body split by owner: each part one format-3 stream holding its
+    nodes' rows, events and reports."""
     import pyarrow.ipc as ipc
 
-    from collectors.arrow_batch import META_FORMAT, Decoder, encode, encode_streams
+    from collectors.arrow_batch import META_FORMAT, Decoder, encode
     from collectors.collector_status import CollectorReport
     from collectors.schema import SchemaMapper
     from service.api.shard_split import ArrowSplitter
@@ -60,7 +59,7 @@ def test_an_arrow_body_is_split_by_node_into_format_3_parts(old: bool) -> None:
                    for n, t in ((n1, 40), (n2, 50))) + f"xid,host={n2},gpu=0 code=79i {ns}\n"
     batch = SchemaMapper().parse(text)
     reports = [CollectorReport(n2, "nvml", True, 0.1, 3, "", 1.75e9)]
-    body = (encode_streams if old else encode)(batch, reports)
+    body = encode(batch, reports)
     parts = ArrowSplitter(10_000).split(body, Owners(lambda h: m.owner(h).id, "a"))
     assert parts.nodes == {"a": {n1}, "b": {n2}}
     assert parts.local is not None
@@ -77,3 +76,27 @@ def test_an_arrow_body_is_split_by_node_into_format_3_parts(old: bool) -> None:
             == {node}
     assert len(got_a.batch.events) == 0 and got_b.batch.events.keys == [f"{n2}:gpu0"]
     assert got_a.reports == [] and got_b.reports == reports
+
+
+def test_an_arrow_body_in_a_retired_format_is_refused_not_split() -> None:
+    """A format-2 body (a stream per kind, written by no release) is refused whole: no part
+    of it goes to any shard."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    from collectors.arrow_batch import META_FORMAT, META_METRICS, ArrowPayloadError
+    from service.api.shard_split import ArrowSplitter
+
+    m = ShardMap([Shard("a", "http://a"), Shard("b", "http://b")], "a")
+    table = pa.table({
+        "entity": pa.DictionaryArray.from_arrays(pa.array([0, 1], pa.int32()),
+                                                 pa.array(["n1:gpu0", "n2:gpu0"])),
+        "ts": pa.array([1.75e9, 1.75e9]), "values": pa.FixedSizeListArray.from_arrays(
+            pa.array([40.0, 50.0]), 1)})
+    meta = {META_FORMAT: b"2", b"gpuhealth.kind": b"gpu", META_METRICS: b"gpu_temp"}
+    out = pa.BufferOutputStream()
+    with ipc.new_stream(out, table.schema.with_metadata(meta)) as w:
+        w.write_table(table.replace_schema_metadata(meta))
+    with pytest.raises(ArrowPayloadError, match=r"'gpuhealth\.format' must be '3'"):
+        ArrowSplitter(10_000).split(bytes(out.getvalue()),
+                                    Owners(lambda h: m.owner(h).id, "a"))

@@ -1,9 +1,7 @@
-"""collectors.arrow_batch: Batch -> Arrow IPC -> Batch is exact, and hostile payloads are
-refused whole with a message naming the problem."""
+"""collectors.arrow_batch: Batch -> Arrow IPC -> Batch is exact, and hostile payloads (and the
+retired formats 1 and 2) are refused whole with a message naming the problem."""
 
 from __future__ import annotations
-
-import gzip
 
 import numpy as np
 import pyarrow as pa
@@ -13,11 +11,9 @@ import pytest
 from collectors.arrow_batch import (
     FORMAT_VERSION,
     META_FORMAT,
-    META_KIND,
     META_METRICS,
     ArrowPayloadError,
     Decoder,
-    Limits,
     encode,
 )
 from collectors.catalog import CATALOG, Scope
@@ -86,14 +82,21 @@ def test_the_same_dictionary_gives_the_same_entity_table() -> None:
     assert d.decode(body).batch.frames[Scope.NVLINK].entities is t1
 
 
-def _stream(table: pa.Table, meta: dict[bytes, bytes] | None = None,
-            options: ipc.IpcWriteOptions | None = None) -> bytes:
-    # Format 1's layout (one column per metric), which the decoder still reads.
-    meta = {META_FORMAT: b"1", META_KIND: b"gpu"} if meta is None else meta
+def _body(rows: pa.Table, metrics: bytes | None = b"", kind: str = "gpu",
+          meta: dict[bytes, bytes] | None = None,
+          options: ipc.IpcWriteOptions | None = None) -> bytes:
+    """A body as the agent writes it: one stream, a `kind` column whose one list holds
+    `rows`' rows, `metrics` in its field metadata (None: none), `meta` as schema metadata."""
+    struct = pa.StructArray.from_arrays([c.combine_chunks() for c in rows.columns],
+                                        fields=list(rows.schema))
+    field = pa.field(kind, pa.list_(struct.type), nullable=False,
+                     metadata=None if metrics is None else {META_METRICS: metrics})
+    schema = pa.schema([field], metadata={META_FORMAT: b"3"} if meta is None else meta)
     sink = pa.BufferOutputStream()
-    schema = table.schema.with_metadata(meta)
     with ipc.new_stream(sink, schema, options=options) as w:
-        w.write_table(table.replace_schema_metadata(meta))
+        w.write_batch(pa.RecordBatch.from_arrays(
+            [pa.ListArray.from_arrays(pa.array([0, len(struct)], pa.int32()), struct)],
+            schema=schema))
     return bytes(sink.getvalue())
 
 
@@ -103,32 +106,55 @@ def _gpu(keys: list[str], **cols: pa.Array) -> pa.Table:
     return pa.table({"entity": ent, "ts": pa.array([T] * len(keys)), **cols})
 
 
-GOOD = _stream(_gpu(["n1:gpu0"], gpu_temp=pa.array([40.0])))
-
-
-def _v2(keys: list[str], metrics: bytes, values: pa.Array | None, **cols: pa.Array) -> bytes:
-    """A format-2 gpu stream: the metrics named in the metadata, one list per row."""
-    extra = {"values": values} if values is not None else {}
-    return _stream(_gpu(keys, **extra, **cols), {META_FORMAT: b"2",
-                                                 META_KIND: b"gpu", META_METRICS: metrics})
-
-
 def _lists(rows: list[list[float | None]], size: int, t: pa.DataType | None = None
            ) -> pa.Array:
     items = pa.array([v for r in rows for v in r], t or pa.float64())
     return pa.FixedSizeListArray.from_arrays(items, size)
 
 
-def test_format_2_lists_and_format_1_columns_decode_alike() -> None:
-    v1 = Decoder().decode(_stream(_gpu(["n1:gpu0", "n1:gpu1"], gpu_temp=pa.array([40.0, None]),
-                                       power_draw=pa.array([300.0, 310.0])))).batch
-    v2 = Decoder().decode(_v2(["n1:gpu0", "n1:gpu1"], b"gpu_temp,power_draw",
-                              _lists([[40.0, 300.0], [None, 310.0]], 2))).batch
-    _same(v1, v2)
-    f = v2.frames[Scope.GPU]
-    assert np.isnan(f.values[1, CATALOG.column(Scope.GPU, "gpu_temp")])
-    assert f.values[1, CATALOG.column(Scope.GPU, "power_draw")] == 310.0
-    # What the encoder writes is format 3: one stream, a list<struct> column per kind.
+def _gpus(keys: list[str], metrics: bytes | None, values: pa.Array | None,
+          **cols: pa.Array) -> bytes:
+    """A body of gpu rows: the metrics named in the column's metadata, one list per row."""
+    extra = {"values": values} if values is not None else {}
+    return _body(_gpu(keys, **extra, **cols), metrics)
+
+
+GOOD = _gpus(["n1:gpu0"], b"gpu_temp", _lists([[40.0]], 1))
+
+# Formats 1 and 2 (a stream per kind, its kind in this schema metadata), written by no release
+# and no longer read.
+OLD_KIND = b"gpuhealth.kind"
+
+
+def _old_stream(table: pa.Table, meta: dict[bytes, bytes]) -> bytes:
+    sink = pa.BufferOutputStream()
+    schema = table.schema.with_metadata(meta)
+    with ipc.new_stream(sink, schema) as w:
+        w.write_table(table.replace_schema_metadata(meta))
+    return bytes(sink.getvalue())
+
+
+V1 = _old_stream(_gpu(["n1:gpu0", "n1:gpu1"], gpu_temp=pa.array([40.0, None]),
+                      power_draw=pa.array([300.0, 310.0])), {META_FORMAT: b"1", OLD_KIND: b"gpu"})
+V2 = _old_stream(_gpu(["n1:gpu0", "n1:gpu1"], values=_lists([[40.0, 300.0], [None, 310.0]], 2)),
+                 {META_FORMAT: b"2", OLD_KIND: b"gpu", META_METRICS: b"gpu_temp,power_draw"})
+
+
+@pytest.mark.parametrize("body", [V1, V2, V2 + V1, V2 + GOOD], ids=["format 1", "format 2",
+                                                                    "formats 2 and 1",
+                                                                    "format 2 then 3"])
+def test_formats_1_and_2_are_refused_whole_naming_format_3(body: bytes) -> None:
+    """Bodies the decoder read before format 3 (valid ones, as agents of that time wrote
+    them) are refused whole: nothing decoded, no entity table kept."""
+    d = Decoder()
+    with pytest.raises(ArrowPayloadError,
+                       match=r"'gpuhealth.format' must be '3' .*no longer read.*got b'[12]'"):
+        d.decode(body)
+    assert d.table_bytes == 0
+    assert d.decode(GOOD).batch.frames[Scope.GPU].values[0, 0] == 40.0
+
+
+def test_the_encoder_writes_one_stream_a_list_of_structs_per_kind() -> None:
     body = encode(_batch())
     reader = ipc.open_stream(body)
     assert reader.schema.metadata[META_FORMAT] == FORMAT_VERSION.encode() == b"3"
@@ -136,69 +162,49 @@ def test_format_2_lists_and_format_1_columns_decode_alike() -> None:
     assert reader.schema.field("gpu").type.value_type.names == ["entity", "ts", "values"]
 
 
-V2_HOSTILE: list[tuple[str, bytes, str]] = [
-    ("no metric list", _stream(_gpu(["n1:gpu0"], values=_lists([[1.0]], 1)),
-                               {META_FORMAT: b"2", META_KIND: b"gpu"}), "gpuhealth.metrics"),
-    ("unknown metric", _v2(["n1:gpu0"], b"weather", _lists([[1.0]], 1)),
-     "'weather' is not a gpu metric"),
-    ("metric twice", _v2(["n1:gpu0"], b"gpu_temp,gpu_temp", _lists([[1.0, 2.0]], 2)),
-     "repeated"),
-    ("list size", _v2(["n1:gpu0"], b"gpu_temp", _lists([[1.0, 2.0]], 2)), r"\[1\]"),
-    ("integer items", _v2(["n1:gpu0"], b"gpu_temp", _lists([[1]], 1, pa.int64())),
-     "fixed_size_list<float64>"),
-    ("a column per metric", _v2(["n1:gpu0"], b"gpu_temp", None, gpu_temp=pa.array([1.0])),
-     "the columns must be"),
-    ("a null list", _v2(["n1:gpu0", "n1:gpu1"], b"gpu_temp", pa.array(
-        [[1.0], None], pa.list_(pa.float64(), 1))), "null list"),
-    ("formats mixed", GOOD + _v2(["n1:gpu0"], b"", None),
-     "formats"),
-    ("unknown format", _stream(_gpu(["n1:gpu0"]), {META_FORMAT: b"9", META_KIND: b"gpu"}),
-     "or the older '2', '1'"),
-    ("format 3 after a stream", GOOD + encode(_batch()), "or the older '2', '1'"),
-]
+def _temp_nan_ts() -> pa.Table:
+    return pa.table({"entity": pa.array(["n1:gpu0"]).dictionary_encode(),
+                     "ts": pa.array([float("nan")])})
 
 
-@pytest.mark.parametrize(("name", "body", "says"), V2_HOSTILE, ids=[c[0] for c in V2_HOSTILE])
-def test_format_2_payloads_are_checked_as_strictly(name: str, body: bytes, says: str) -> None:
-    with pytest.raises(ArrowPayloadError, match=says):
-        Decoder().decode(body)
 _HOSTILE: list[tuple[str, bytes, str]] = [
+    ("no metric list", _gpus(["n1:gpu0"], None, _lists([[1.0]], 1)), "gpuhealth.metrics"),
+    ("unknown metric", _gpus(["n1:gpu0"], b"weather", _lists([[1.0]], 1)),
+     "'weather' is not a gpu metric"),
+    ("metric twice", _gpus(["n1:gpu0"], b"gpu_temp,gpu_temp", _lists([[1.0, 2.0]], 2)),
+     "repeated"),
+    ("list size", _gpus(["n1:gpu0"], b"gpu_temp", _lists([[1.0, 2.0]], 2)), r"\[1\]"),
+    ("integer items", _gpus(["n1:gpu0"], b"gpu_temp", _lists([[1]], 1, pa.int64())),
+     "fixed_size_list<float64>"),
+    ("text items", _gpus(["n1:gpu0"], b"gpu_temp", pa.FixedSizeListArray.from_arrays(
+        pa.array(["hot"]), 1)), "fixed_size_list<float64>"),
+    ("a column per metric", _gpus(["n1:gpu0"], b"gpu_temp", None, gpu_temp=pa.array([1.0])),
+     "the columns must be"),
+    ("an unknown column", _gpus(["n1:gpu0"], b"", None, weather=pa.array([1.0])),
+     "the columns must be"),
+    ("a null list", _gpus(["n1:gpu0", "n1:gpu1"], b"gpu_temp", pa.array(
+        [[1.0], None], pa.list_(pa.float64(), 1))), "null list"),
+    ("unknown format", _body(_gpu(["n1:gpu0"]), meta={META_FORMAT: b"9"}),
+     "'gpuhealth.format' must be '3'"),
+    ("no format", _body(_gpu(["n1:gpu0"]), meta={}), "'gpuhealth.format' must be '3'"),
     ("truncated", GOOD[:-20], "truncated"),
-    ("cut after the schema", GOOD[:-8][:120], "truncated"),
+    ("cut in the schema", GOOD[:-8][:120], "truncated"),
     ("no end marker", GOOD[:-8], "truncated"),
     ("not arrow", b"gpu,host=n1,gpu=0 gpu_temp=40 1\n", "stream 1"),
-    ("unknown column", _stream(_gpu(["n1:gpu0"], weather=pa.array([1.0]))),
-     "'weather' is not a gpu metric"),
-    ("wrong type", _stream(_gpu(["n1:gpu0"], gpu_temp=pa.array(["hot"]))), "not float64"),
-    ("integer column", _stream(_gpu(["n1:gpu0"], gpu_temp=pa.array([40]))), "not float64"),
-    ("key of another scope", _stream(_gpu(["n1:gpu0:nvlink3"], gpu_temp=pa.array([1.0]))),
+    ("key of another scope", _gpus(["n1:gpu0:nvlink3"], b"gpu_temp", _lists([[1.0]], 1)),
      "is a nvlink key, not a gpu one"),
-    ("bad host", _stream(_gpu(["-rf:gpu0"], gpu_temp=pa.array([1.0]))), "starts with '-'"),
-    ("no format", _stream(_gpu(["n1:gpu0"]), {META_KIND: b"gpu"}), "gpuhealth.format"),
-    ("unknown kind", _stream(_gpu(["n1:gpu0"]), {META_FORMAT: b"1", META_KIND: b"fan"}),
-     "gpuhealth.kind"),
-    ("two gpu streams", GOOD + GOOD, "a second 'gpu' stream"),
-    ("nan ts", _stream(pa.table({
-        "entity": pa.array(["n1:gpu0"]).dictionary_encode(), "ts": pa.array([float("nan")])})),
-     "not finite"),
-    ("compressed", _stream(_gpu(["n1:gpu0"], gpu_temp=pa.array([40.0] * 1)),
-                           options=ipc.IpcWriteOptions(compression="zstd")), "compressed"),
+    ("bad host", _gpus(["-rf:gpu0"], b"gpu_temp", _lists([[1.0]], 1)), "starts with '-'"),
+    ("nan ts", _body(_temp_nan_ts()), "not finite"),
+    ("compressed", _body(_gpu(["n1:gpu0"], values=_lists([[40.0]], 1)), b"gpu_temp",
+                         options=ipc.IpcWriteOptions(compression="zstd")), "compressed"),
 ]
 
 
 @pytest.mark.parametrize(("name", "body", "says"), _HOSTILE, ids=[c[0] for c in _HOSTILE])
 def test_hostile_payloads_are_refused_naming_the_problem(name: str, body: bytes,
                                                          says: str) -> None:
-    with pytest.raises(ArrowPayloadError, match=says.replace("(", r"\(")):
+    with pytest.raises(ArrowPayloadError, match=says):
         Decoder().decode(body)
-
-
-def test_non_utf8_keys_are_refused() -> None:
-    body = bytearray(_stream(_gpu(["n1:gpuX"], gpu_temp=pa.array([1.0]))))
-    at = body.index(b"n1:gpuX")
-    body[at + 6] = 0xFF  # inside the dictionary's string data
-    with pytest.raises(ArrowPayloadError, match=r"(?i)utf-?8"):
-        Decoder().decode(bytes(body))
 
 
 def test_huge_declared_lengths_do_not_allocate() -> None:
@@ -210,30 +216,15 @@ def test_huge_declared_lengths_do_not_allocate() -> None:
         Decoder().decode(bytes(body))
 
 
-def test_rows_are_counted_before_decoding() -> None:
-    body = _stream(_gpu([f"n1:gpu{i}" for i in range(5)]))
-    with pytest.raises(ArrowPayloadError, match="more than 4 rows"):
-        Decoder(Limits(max_rows=4)).decode(body)
-
-
-def test_gzip_is_the_callers() -> None:
-    with pytest.raises(ArrowPayloadError):
-        Decoder().decode(gzip.compress(GOOD))
-
-
 def test_values_land_in_their_catalog_columns_in_any_order() -> None:
     """Our agent lists a scope's metrics in catalog order, end to end (assigned as one
     slice); any other order or subset still puts each value in its own column."""
     names = [m.name for m in CATALOG.columns(Scope.GPU)]
     for order in (names[:4], names[2:5], [names[3], names[0]], [names[1], names[4], names[2]]):
-        meta = {META_FORMAT: b"2", META_KIND: b"gpu",
-                META_METRICS: ",".join(order).encode()}
-        entity = pa.DictionaryArray.from_arrays(pa.array([0], pa.int32()),
-                                                pa.array(["n1:gpu0"]))
         values = pa.FixedSizeListArray.from_arrays(
             pa.array([float(i) for i in range(len(order))]), len(order))
-        table = pa.table({"entity": entity, "ts": pa.array([1.0]), "values": values})
-        frame = Decoder().decode(_stream(table, meta)).batch.frames[Scope.GPU]
+        body = _gpus(["n1:gpu0"], ",".join(order).encode(), values)
+        frame = Decoder().decode(body).batch.frames[Scope.GPU]
         got = {names[j]: v for j, v in enumerate(frame.values[0].tolist()) if v == v}
         assert got == {m: float(i) for i, m in enumerate(order)}, order
 
@@ -249,11 +240,11 @@ def test_entity_tables_are_found_by_their_keys_not_their_text() -> None:
     assert _utf8_bytes(pa.array(["n1:gpu1", "n11:gpu2"])) != \
         _utf8_bytes(pa.array(["n1:gpu1n1", "1:gpu2"]))
     d = Decoder()
-    one = d.decode(_v2(["n1:gpu1", "n11:gpu2"], b"gpu_temp", _lists([[1.0], [2.0]], 1)))
-    again = d.decode(_v2(["n1:gpu1", "n11:gpu2"], b"gpu_temp", _lists([[3.0], [4.0]], 1)))
+    one = d.decode(_gpus(["n1:gpu1", "n11:gpu2"], b"gpu_temp", _lists([[1.0], [2.0]], 1)))
+    again = d.decode(_gpus(["n1:gpu1", "n11:gpu2"], b"gpu_temp", _lists([[3.0], [4.0]], 1)))
     assert again.batch.frames[Scope.GPU].entities is one.batch.frames[Scope.GPU].entities
     with pytest.raises(ArrowPayloadError, match="n1:gpu1n1"):
-        d.decode(_v2(["n1:gpu1n1", "1:gpu2"], b"gpu_temp", _lists([[1.0], [2.0]], 1)))
+        d.decode(_gpus(["n1:gpu1n1", "1:gpu2"], b"gpu_temp", _lists([[1.0], [2.0]], 1)))
 
 
 def test_values_of_a_sliced_batch_are_its_own_rows() -> None:
@@ -273,11 +264,11 @@ def test_message_headers_are_remembered_bounded_and_still_refused(
 
     monkeypatch.setattr(ab, "_HEADERS", ByteBudgetCache(ab.MAX_HEADER_BYTES, 2))
     for n in range(1, 5):  # four shapes of record batch: four distinct headers
-        Decoder().decode(_v2([f"n1:gpu{i}" for i in range(n)], b"gpu_temp",
+        Decoder().decode(_gpus([f"n1:gpu{i}" for i in range(n)], b"gpu_temp",
                              _lists([[float(i)] for i in range(n)], 1)))
         assert len(ab._HEADERS) <= 2
-    compressed = _stream(_gpu(["n1:gpu0"], gpu_temp=pa.array([40.0])),
-                         options=ipc.IpcWriteOptions(compression="zstd"))
+    compressed = _body(_gpu(["n1:gpu0"], values=_lists([[40.0]], 1)), b"gpu_temp",
+                       options=ipc.IpcWriteOptions(compression="zstd"))
     for _ in range(2):  # refused each time, remembered or not
         with pytest.raises(ArrowPayloadError, match="compressed"):
             Decoder().decode(compressed)

@@ -1,6 +1,7 @@
 """Arrow IPC writes over real HTTP on loopback: the lean route ingests them like line protocol,
-refuses a malformed one whole (nothing ingested), the FastAPI route answers 415, and the
-agent's Pusher falls back to line protocol for a target that does not read Arrow."""
+refuses a malformed one (or one in the retired formats 1 and 2) whole, nothing ingested, the
+FastAPI route answers 415, and the agent's Pusher sends line protocol to a target that does not
+read Arrow or refuses a segment."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 import uvicorn
 
 from collectors.agent.push import Outcome, Pusher
-from collectors.arrow_batch import MEDIA_TYPE, encode, encode_streams
+from collectors.arrow_batch import MEDIA_TYPE, META_FORMAT, META_METRICS, encode
 from collectors.frames import Entity
 from collectors.schema import SchemaMapper
 from service.api.app import create_app
@@ -68,6 +69,23 @@ def _arrow(text: str = LINES) -> bytes:
     return encode(SchemaMapper().parse(text))
 
 
+def _format_2(key: str, temp: float) -> bytes:
+    """One gpu row as agents wrote it before format 3 (a stream per kind, its kind in the
+    schema metadata): valid then, retired now."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    table = pa.table({
+        "entity": pa.DictionaryArray.from_arrays(pa.array([0], pa.int32()), pa.array([key])),
+        "ts": pa.array([T0]),
+        "values": pa.FixedSizeListArray.from_arrays(pa.array([temp]), 1)})
+    meta = {META_FORMAT: b"2", b"gpuhealth.kind": b"gpu", META_METRICS: b"gpu_temp"}
+    out = pa.BufferOutputStream()
+    with ipc.new_stream(out, table.schema.with_metadata(meta)) as w:
+        w.write_table(table.replace_schema_metadata(meta))
+    return bytes(out.getvalue())
+
+
 def test_arrow_is_ingested_like_line_protocol(services: dict[str, tuple[str, object]]) -> None:
     url, app = services["lean"]
     r = httpx.post(url, content=gzip.compress(_arrow()),
@@ -87,22 +105,17 @@ def test_arrow_is_ingested_like_line_protocol(services: dict[str, tuple[str, obj
 
 def test_a_malformed_payload_is_refused_whole(services: dict[str, tuple[str, object]]) -> None:
     url, app = services["lean"]
-    # Format 2 (a stream per kind, what agents sent before format 3): a valid first stream
-    # and a malformed second one.
-    good = encode_streams(SchemaMapper().parse("gpu,host=n009,gpu=0 gpu_temp=40 " + str(NS)
-                                               + "\n"))
-    other = encode_streams(SchemaMapper().parse(f"gpu,host=n009,gpu=1 gpu_temp=40 {NS}\n")
-                           ).replace(b"\x03\x00\x00\x00gpu\x00",
-                                     b"\x03\x00\x00\x00fan\x00")  # its kind: a flatbuffer string
-    now = _arrow("gpu,host=n009,gpu=0 gpu_temp=40 " + str(NS) + "\n")  # format 3: one stream
-    for body, says in ((good + good[:-30], "truncated"), (good + other, "gpuhealth"),
-                       (now + now, "one stream; more follows"), (now[:-30], "truncated")):
+    now = _arrow("gpu,host=n009,gpu=0 gpu_temp=40 " + str(NS) + "\n")  # one valid stream
+    old = _format_2("n009:gpu0", 40.0)  # the retired format 2: refused, however valid
+    for body, says in ((now + now, "one stream; more follows"), (now[:-30], "truncated"),
+                       (old, "'gpuhealth.format' must be '3'"),
+                       (old + now, "'gpuhealth.format' must be '3'")):
         r = httpx.post(url, content=body, headers={"Content-Type": MEDIA_TYPE})
         assert r.status_code == 400, r.text
         assert "Arrow payload refused, nothing written" in r.json()["error"]
         assert says in r.json()["error"]
         assert r.json()["accepted"] == 0
-    assert not _held(app, "n009:gpu0")  # its valid first stream was not ingested either
+    assert not _held(app, "n009:gpu0")  # a valid stream before or in it was not ingested
 
 
 def test_the_fastapi_route_answers_415(services: dict[str, tuple[str, object]]) -> None:
@@ -167,36 +180,32 @@ def test_the_agent_falls_back_for_influxdb() -> None:
     assert stub.seen == [MEDIA_TYPE, "text/plain; charset=utf-8", "text/plain; charset=utf-8"]
 
 
-class _OlderService(threading.Thread):
-    """A service one Arrow format behind the agent: it reads formats 2 and 1, and refuses
-    format 3 as such a service does (400 `arrow-payload-refused` naming gpuhealth.format,
-    with `X-Gpuhealth-Payload: arrow`)."""
+class _RefusingService(threading.Thread):
+    """A service that refuses every Arrow body whole, as ours does one in a format it does
+    not read (400 `arrow-payload-refused` naming gpuhealth.format, with
+    `X-Gpuhealth-Payload: arrow`), and takes line protocol, keeping each body's lines."""
 
     def __init__(self) -> None:
         import http.server
 
-        import pyarrow.ipc as ipc
-
         seen: list[str] = []
-        self.seen = seen
+        lines: list[str] = []
+        self.seen, self.lines = seen, lines
 
         class H(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = gzip.decompress(self.rfile.read(int(self.headers["Content-Length"])))
-                if not self.headers["Content-Type"].startswith(MEDIA_TYPE):
-                    seen.append("lines")
-                    status, msg = 204, b""
+                if self.headers["Content-Type"].startswith(MEDIA_TYPE):
+                    seen.append("arrow")
+                    status = 400
+                    msg = json.dumps({
+                        "type": "https://gpuhealth.dev/problems/arrow-payload-refused",
+                        "error": "Arrow payload refused, nothing written: schema metadata "
+                                 "'gpuhealth.format' must be '4', got b'3'"}).encode()
                 else:
-                    fmt = ipc.open_stream(body).schema.metadata[b"gpuhealth.format"].decode()
-                    seen.append(fmt)
+                    seen.append("lines")
+                    lines.append(body.decode())
                     status, msg = 204, b""
-                    if fmt == "3":
-                        status = 400
-                        msg = json.dumps({
-                            "type": "https://gpuhealth.dev/problems/arrow-payload-refused",
-                            "error": "Arrow payload refused, nothing written: schema metadata "
-                                     "'gpuhealth.format' must be '2' (or the older '1'), got "
-                                     "b'3'"}).encode()
                 self.send_response(status)
                 self.send_header("X-Gpuhealth-Payload", "arrow")
                 self.send_header("Content-Type", "application/json")
@@ -211,15 +220,19 @@ class _OlderService(threading.Thread):
         super().__init__(target=self.server.serve_forever, daemon=True)
 
 
-def test_the_agent_sends_format_2_to_a_service_older_than_itself() -> None:
-    old = _OlderService()
-    old.start()
+def test_a_refused_arrow_segment_is_sent_as_line_protocol_at_once() -> None:
+    """An Arrow refusal, even one naming the format, sends that segment as line protocol
+    (every line of it: nothing lost); the next segment is offered as Arrow again."""
+    svc = _RefusingService()
+    svc.start()
     try:
-        p = Pusher(f"http://127.0.0.1:{old.server.server_address[1]}/write")
+        p = Pusher(f"http://127.0.0.1:{svc.server.server_address[1]}/write")
         segment = gzip.compress(LINES.encode())
-        assert p.push(segment).status == 204  # refused as format 3, then sent as format 2
-        assert p.push(segment).status == 204  # remembered
-        assert old.seen == ["3", "2", "2"]
-        assert (p.sent_arrow, p.sent_lines) == (2, 0)
+        for n in (1, 2):
+            res = p.push(segment)
+            assert (res.outcome, res.status) == (Outcome.SENT, 204)
+            assert (p.sent_arrow, p.sent_lines) == (0, n)
+        assert svc.seen == ["arrow", "lines", "arrow", "lines"]
+        assert svc.lines == [LINES, LINES]
     finally:
-        old.server.shutdown()
+        svc.server.shutdown()

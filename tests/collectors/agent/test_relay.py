@@ -1,7 +1,8 @@
 """The relay (`gpuhealth agent relay`, collectors.agent.relay) on real loopback sockets: node
 agents' pushes through it reach a real service with every sample exactly once; bad lines are
-named to the agent and the good ones forwarded; a service outage loses and doubles nothing;
-hostile bodies and missing tokens are refused with the service's statuses."""
+named to the agent and the good ones forwarded; a service outage loses and doubles nothing, nor
+does a body the service refuses as Arrow (it goes as line protocol); hostile bodies and missing
+tokens are refused with the service's statuses."""
 
 from __future__ import annotations
 
@@ -41,9 +42,10 @@ def service(tmp_path: Path) -> Iterator[Service]:
 
 
 def _relay(tmp_path: Path, url: str, clock: Clock | None = None,
-           limits: Limits | None = None) -> tuple[Relay, RelayServer]:
+           limits: Limits | None = None, client: httpx.Client | None = None
+           ) -> tuple[Relay, RelayServer]:
     spool = Spool(tmp_path / "relay-spool", 64 << 20, suffix=SPOOL_SUFFIX)
-    relay = Relay(spool, Pusher(url, token=SERVICE_TOKEN), tokens=[AGENT_TOKEN],
+    relay = Relay(spool, Pusher(url, token=SERVICE_TOKEN, client=client), tokens=[AGENT_TOKEN],
                   limits=limits or Limits(), clock=clock or Clock(), wall=lambda: T0)
     server = RelayServer(relay, "127.0.0.1", 0)
     server.start()
@@ -102,6 +104,45 @@ def test_the_same_node_twice_goes_in_two_bodies_in_order(
     assert relay.forward() == 2
     want = _expected(first) + _expected(second) + _expected(_node_lines("n002"))
     assert service.recorder.got == want and set(want.values()) == {1}
+
+
+class _CutArrow(httpx.HTTPTransport):
+    """The wire to the service, cutting each Arrow body in half on its way (the service
+    refuses it whole: 400 `arrow-payload-refused`, nothing written)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cut = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.headers.get("content-type") == "application/vnd.apache.arrow.stream":
+            body = request.read()
+            headers = [(k, v) for k, v in request.headers.multi_items()
+                       if k.lower() != "content-length"]
+            request = httpx.Request(request.method, request.url, headers=headers,
+                                    content=body[: len(body) // 2])
+            self.cut += 1
+        return super().handle_request(request)
+
+
+def test_a_body_the_service_refuses_as_arrow_goes_as_line_protocol(
+        tmp_path: Path, service: Service, stop: list[RelayServer]) -> None:
+    """Each spooled body the service refuses as Arrow is sent at once as line protocol:
+    every sample arrives once, and the next body is offered as Arrow again."""
+    wire = _CutArrow()
+    relay, server = _relay(tmp_path, service.url, client=httpx.Client(transport=wire))
+    stop.append(server)
+    want: Counter[tuple[str, float, str, float]] = Counter()
+    for k, nodes in enumerate((("n030", "n031"), ("n032",))):
+        for node in nodes:
+            text = _node_lines(node, T0 - 5 + 5 * k)
+            want += _expected(text)
+            assert _agent(server, arrow=True).push(gzip.compress(text.encode())).status == 204
+        assert relay.flush() == 1
+        assert relay.forward() == 1
+        assert (wire.cut, relay.pusher.sent_arrow, relay.pusher.sent_lines) == (k + 1, 0, k + 1)
+    assert service.recorder.got == want and set(want.values()) == {1}
+    assert relay.spool.stats.segments == 0 and relay.stats.bodies_dropped == 0
 
 
 def test_bad_lines_are_named_by_the_relay_and_the_good_ones_forwarded(
