@@ -26,10 +26,10 @@ from collectors.frames import name_problem
 from models.detectors.dynamic import DynamicConfig
 from models.detectors.hard import HardRuleConfig
 from models.predictor.policy import PredictorConfig
+from service.learning.scoreboard import PromotionPolicy
 from service.notify.config import NotifySettings
 from service.remediation.config import RemediationSettings
 from service.stages.alert_machine import AlertPolicy
-from service.stages.scoreboard import PromotionPolicy
 from service.stages.windows import EntityLimits, WindowConfig
 from service.storage.influx.influxql import parse_duration
 
