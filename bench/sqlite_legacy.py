@@ -12,9 +12,9 @@ import numpy as np
 
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import EntityTable
+from service.history.history import Agg, NotStored, SeriesOut, SeriesQuery, ValueOrigin, Wanted
+from service.history.risk_history import read_buckets
 from service.stages.ingest import IngestResult
-from service.storage.history import Agg, NotStored, SeriesOut, SeriesQuery, ValueOrigin, Wanted
-from service.storage.risk_history import read_buckets
 
 _SQL_AGG = {Agg.MEAN: "AVG", Agg.MAX: "MAX", Agg.MIN: "MIN", Agg.COUNT: "COUNT"}
 _SAMPLED = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)

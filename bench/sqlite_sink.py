@@ -27,8 +27,8 @@ from pathlib import Path
 from bench.pipeline import Fleet
 from bench.sqlite_change_only_wide import WideChangeOnlySink
 from bench.sqlite_legacy import LegacySQLiteSink
+from service.history.sinks import SQLiteSink
 from service.stages.ingest import IngestResult
-from service.stages.sinks import SQLiteSink
 
 ROUND_S = 5.0
 

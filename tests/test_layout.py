@@ -112,7 +112,7 @@ SERVICE_LAYERS: tuple[tuple[str, ...], ...] = (
     # the parts: the stages of a tick and what they use, the tick's result types, settings
     ("service.tick", "service.stages", "service.notify", "service.remediation",
      "service.storage", "service.cluster", "service.grafana", "service.settings",
-     "service.learning"),
+     "service.learning", "service.history"),
     ("service.assembly", "service.pipeline"),  # builds the parts; calls the stages in order
     # run a pipeline in a process; serve it over HTTP, with the web console
     ("service.runtime", "service.api", "service.console"),

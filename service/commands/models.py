@@ -175,8 +175,8 @@ def _configure_labels(p: argparse.ArgumentParser) -> None:
 
 def _run_labels(args: argparse.Namespace) -> int:
     from collectors.labels import dump_labels
+    from service.history.history import QueryError, parse_time
     from service.stages.label_store import LabelStore
-    from service.storage.history import QueryError, parse_time
 
     try:
         since = None if getattr(args, "since", None) is None else parse_time(args.since)
