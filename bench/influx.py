@@ -36,12 +36,12 @@ from bench.pipeline import LINKS, PORTS, Fleet
 from collectors.agent.spool import Spool
 from collectors.catalog import EVENT_FIELD
 from collectors.frames import Batch, Entity
+from service.history.influx.client import InfluxClient
+from service.history.influx.lines import LineWriter, ns
+from service.history.influx.sink import InfluxSink
 from service.settings import InfluxSettings
 from service.stages.ingest import Derived, EventLog, Ingestor, IngestResult
 from service.stages.windows import WindowConfig, WindowStore
-from service.storage.influx.client import InfluxClient
-from service.storage.influx.lines import LineWriter, ns
-from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 
 FLEET_GPUS = 10_000

@@ -15,9 +15,9 @@ from collectors.agent.push import Outcome
 from models.evaluation.rounds import feed_rounds
 from models.evaluation.sources import simulator_source
 from models.simulator.config import SimConfig
+from service.history.influx.client import InfluxClient
+from service.history.influx.lines import LineWriter, head, ns
 from service.settings import InfluxSettings
-from service.storage.influx.client import InfluxClient
-from service.storage.influx.lines import LineWriter, head, ns
 
 BATCH_LINES = 100_000
 

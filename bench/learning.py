@@ -37,12 +37,12 @@ from models.evaluation.sources import simulator_source
 from models.simulator.config import SimConfig
 from models.simulator.scenarios import merge, scenario_tree
 from service.assembly import Wiring
+from service.history.influx.sink import InfluxSink
+from service.learning import promotion
+from service.learning.scoreboard import PromotionPolicy
 from service.pipeline import Pipeline, build_pipeline
 from service.settings import Settings
-from service.stages import promotion
-from service.stages.scoreboard import PromotionPolicy
 from service.stages.windows import window_config_for
-from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 
 DAY = 86400.0

@@ -77,9 +77,9 @@ def run(gpus: int, minutes_before: int = 3, minutes_after: int = 2,
     from bench.pipeline import Fleet
     from collectors.catalog import Scope
     from service.assembly import Wiring, default_detectors
+    from service.heap import HeapTrim
     from service.pipeline import build_pipeline
     from service.settings import Settings
-    from service.stages.heap import HeapTrim
 
     imports = rss_mb()
     chunk, chunk_bytes = windows.ROLLUP_CHUNK, windows.ROLLUP_BYTES

@@ -18,11 +18,11 @@ from bench.soak_probe import Snapshot
 from bench.soak_receiver import Received
 from collectors.catalog import CATALOG
 from service.api.timefmt import parse_instant
+from service.history.influx.client import Series
+from service.history.influx.links import LOOKBACK_S, fill, mask_query, read_masks
+from service.history.influx.sparse import MASK_FIELD
 from service.notify.receivers.webhook import rfc3339
 from service.stages.alert_machine import AlertPolicy
-from service.storage.influx.client import Series
-from service.storage.influx.links import LOOKBACK_S, fill, mask_query, read_masks
-from service.storage.influx.sparse import MASK_FIELD
 
 TICKS_LATE = 2  # a hard failure must be at level 3 within this many ticks of its evidence
 JITTER_S = 1.0  # the scheduler's start latency, allowed on top of the ticks

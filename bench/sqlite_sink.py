@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.pipeline import Fleet
+from service.history.sinks import SQLiteSink
 from service.stages.ingest import IngestResult
-from service.stages.sinks import SQLiteSink
 
 ROUND_S = 5.0
 

@@ -20,6 +20,11 @@ from models.detectors.hard import HardRules
 from service.cluster.census import Census
 from service.cluster.members import Members, Membership
 from service.cluster.roles import SOLE, LeasedRoles, Roles, default_replica_id
+from service.history.sinks import Sink, SQLiteSink
+from service.learning.autolabel import AutoLabeller
+from service.learning.model_registry import ModelRegistry
+from service.learning.model_roles import ModelRoles
+from service.learning.verdicts import VerdictStore
 from service.notify.build import Notification, build_notification
 from service.notify.message import Notifier
 from service.remediation.controller import RemediationController
@@ -27,15 +32,10 @@ from service.remediation.wiring import Remediator, build_remediation
 from service.settings import Settings
 from service.stages.alert_machine import AlertMachine
 from service.stages.alert_store import AlertStore
-from service.stages.autolabel import AutoLabeller
 from service.stages.fleet_alerts import FleetAlerts
 from service.stages.ingest import EventLog, Ingestor
 from service.stages.label_store import LabelStore
-from service.stages.model_registry import ModelRegistry
-from service.stages.model_roles import ModelRoles
 from service.stages.scoring import Scorer
-from service.stages.sinks import Sink, SQLiteSink
-from service.stages.verdicts import VerdictStore
 from service.stages.windows import WindowStore
 from service.storage.postgres_db import is_postgres
 from service.tick import FleetCount, Remediation, TickObserver
@@ -171,7 +171,7 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
         parts.sinks.append(SQLiteSink(s.storage.sqlite_path,
                                       retention_s=s.storage.sample_retention_days * 86400.0))
     if w.sample_history and s.storage.risk_history_days > 0 and not s.storage.influxdb.url:
-        from service.storage.risk_history import RiskHistory
+        from service.history.risk_history import RiskHistory
 
         parts.observers.append(RiskHistory(s.storage.sqlite_path,
                                            retention_s=s.storage.risk_history_days * 86400.0))
@@ -189,7 +189,7 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
     parts.sinks += w.sinks
     parts.observers += w.observers
     if w.influxdb and s.storage.influxdb.url:
-        from service.storage.influx.sink import InfluxSink  # httpx client, spool: when asked
+        from service.history.influx.sink import InfluxSink  # httpx client, spool: when asked
 
         influx = InfluxSink.from_settings(s)
         parts.sinks.append(influx)

@@ -20,13 +20,13 @@ from service.assembly import Parts, Wiring, build_parts
 from service.cluster.ownership import Ownership
 from service.cluster.roles import SOLE
 from service.cluster.shard_map import ShardMap, local_in
+from service.heap import HeapTrim
 from service.notify.sender import Sent
 from service.remediation.actions import AuditEntry
 from service.settings import Settings
 from service.stages.alert_machine import FlagChange, Transition, step_inputs
 from service.stages.alert_store import Alert
 from service.stages.fleet_alerts import FLEET, FLEET_NODE, MISSING, NODATA, STORM, silence_signal
-from service.stages.heap import HeapTrim
 from service.stages.ingest import MAX_DETAILED_REJECTIONS, IngestResult
 from service.stages.scoring import SCOPES, RiskState
 from service.stages.storm_report import StormReport, storm_of
@@ -72,7 +72,7 @@ class Pipeline:
         self.sinks = parts.sinks
         self.observers = parts.observers
         self.generation = self.store.generation  # of the store's forgetting this has followed
-        # Freed heap pages go back to the system after ticks (service/stages/heap.py): at once when
+        # Freed heap pages go back to the system after ticks (service/heap.py): at once when
         # the store grew or forgot entities, else at most once a minute.
         self.heap = HeapTrim()
         # What the open storm says (its hot nodes, every hard fault under it), kept current.

@@ -27,12 +27,12 @@ from models.detectors.dynamic import DynamicConfig
 from models.detectors.hard import HardRuleConfig
 from models.predictor.policy import PredictorConfig
 from service.errors import field_errors
+from service.history.influx.influxql import parse_duration
+from service.learning.scoreboard import PromotionPolicy
 from service.notify.config import NotifySettings
 from service.remediation.config import RemediationSettings
 from service.stages.alert_machine import AlertPolicy
-from service.stages.scoreboard import PromotionPolicy
 from service.stages.windows import EntityLimits, WindowConfig
-from service.storage.influx.influxql import parse_duration
 
 
 class ServiceSettings(BaseModel):
@@ -129,7 +129,7 @@ class StorageSettings(BaseModel):
     sqlite_file: str = "gpuhealth.db"
     write_samples: bool = True  # keep sample history in SQLite (the embedded default sink)
     # Without InfluxDB, risk and alert level history in SQLite for the charts (at most a row
-    # per entity a minute, service.storage.risk_history); days kept, 0 turns it off.
+    # per entity a minute, service.history.risk_history); days kept, 0 turns it off.
     risk_history_days: float = Field(default=3.0, ge=0)
     # Days of sample history (samples, events) kept in SQLite, counted back from the newest
     # sample; older rows are deleted in small batches by a background thread. 0 keeps all.

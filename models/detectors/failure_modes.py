@@ -1,5 +1,5 @@
 """The failure mode a hard rule's firing is evidence of: what turns the rules' hard findings into
-failure labels (service.stages.autolabel), in the modes of the labels file (collectors.labels,
+failure labels (service.learning.autolabel), in the modes of the labels file (collectors.labels,
 docs/trace-format.md). Only terminal evidence is mapped: a pending remap, a soft retired-pages
 limit or a thermal slowdown is a precursor, not a failure, and an Xid that a reset clears (the
 FATAL_RESET class) says the GPU needs a reset, not that it failed."""

@@ -1,5 +1,5 @@
 """History endpoints: a GPU's, link's, port's or node's metrics and risk over time, from
-InfluxDB when it is configured, else from the embedded SQLite store (service.storage.history)."""
+InfluxDB when it is configured, else from the embedded SQLite store (service.history.history)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from service.api.bounded import I64_MAX
 from service.api.schemas import HistoryOut, SeriesPoints
 from service.api.state import Running, State
 from service.errors import NotFound
-from service.storage.histories import open_history, source_name
-from service.storage.history import (
+from service.history.histories import open_history, source_name
+from service.history.history import (
     MAX_POINTS,
     Agg,
     History,

@@ -1,6 +1,7 @@
 """The models: `GET /v1/models` shows the active model and a challenger in shadow side by side
 (their scores against the labels that arrived, and the judgement a promotion would get);
-admin routes put a model in shadow, stop it, promote it and roll back (service.stages.promotion)."""
+admin routes put a model in shadow, stop it, promote it and roll back
+(service.learning.promotion)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ from service.api.problems import READ_ERRORS, problem_responses
 from service.api.state import Running, State
 from service.api.timefmt import stamp_fields
 from service.errors import Conflict, ServiceUnavailable, Unprocessable
+from service.learning import promotion
+from service.learning.model_registry import ModelRegistry, RegistryError
+from service.learning.model_roles import ModelRoles
 from service.pipeline import Pipeline
-from service.stages import promotion
-from service.stages.model_registry import ModelRegistry, RegistryError
-from service.stages.model_roles import ModelRoles
 
 router = APIRouter(responses=READ_ERRORS | problem_responses(
     503, description="this service does not follow a model registry"))

@@ -40,7 +40,7 @@ from service.api.schemas import CollectorOut, FleetGrid, NodeList, NodeSummary
 from service.api.state import Running, State
 from service.cluster.shard_map import Shard, ShardMap
 from service.errors import PROBLEM_JSON, ServiceUnavailable
-from service.storage.histories import source_name
+from service.history.histories import source_name
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 
+from service.history.history import parse_time
 from service.notify.receivers import webhook
-from service.storage.history import parse_time
 
 _EXAMPLE = "2026-12-01T22:47:27.123Z"
 
@@ -29,7 +29,7 @@ def rfc3339(ts: float) -> str:
 def parse_instant(value: str | float | int) -> float:
     """Epoch seconds (`1700000000`, `1700000000.5`) or RFC 3339 with a zone
     (`2023-11-14T22:13:20Z`, `...+02:00`) to epoch seconds; ValueError says what is wrong. One
-    parser with the history API's `from`/`to` (service/storage/history.py)."""
+    parser with the history API's `from`/`to` (service/history/history.py)."""
     if isinstance(value, bool):
         raise ValueError(f"time {value!r} is neither epoch seconds nor RFC 3339 ({_EXAMPLE})")
     return parse_time(repr(float(value)) if isinstance(value, int | float) else value)

@@ -24,9 +24,9 @@ from service.api.problems import READ_ERRORS, problem_responses
 from service.api.state import Running, State
 from service.api.timefmt import TIME_DOC, TimeIn, stamp_fields
 from service.errors import NotFound, Unprocessable
+from service.learning.verdicts import VERDICTS, Verdict, VerdictName, VerdictRefused
 from service.stages.alert_store import Alert
 from service.stages.label_store import StoredLabel
-from service.stages.verdicts import VERDICTS, Verdict, VerdictName, VerdictRefused
 
 router = APIRouter(responses=READ_ERRORS)
 _UNKNOWN = problem_responses(404, description="No such alert")

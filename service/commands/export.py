@@ -2,7 +2,7 @@
 trace format (collectors.trace), so `gpuhealth replay`, `evaluate --trace` and training read
 what the service stored as they read a recorded trace.
 
-InfluxDB is read one chunk of time at a time (service.storage.influx.reader.RawReader) and each
+InfluxDB is read one chunk of time at a time (service.history.influx.reader.RawReader) and each
 chunk is written before the next is asked for, so memory stays bounded however long the range."""
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ def _run(args: argparse.Namespace) -> int:
     from collectors.catalog import Scope
     from collectors.labels import LabelError, load_labels
     from collectors.trace import LABELS_FILE, SUFFIXES, TraceWriter
-    from service.storage.history import QueryError, parse_time
-    from service.storage.influx.client import InfluxClient, InfluxError
-    from service.storage.influx.reader import RawReader
+    from service.history.history import QueryError, parse_time
+    from service.history.influx.client import InfluxClient, InfluxError
+    from service.history.influx.reader import RawReader
 
     try:
         start, end = parse_time(args.start), parse_time(args.end)

@@ -1,5 +1,5 @@
 """`gpuhealth model list|shadow|compare|promote|rollback|stop`: the model registry in the
-service's SQLite file (service.stages.model_registry), so a change made here is followed by the
+service's SQLite file (service.learning.model_registry), so a change made here is followed by the
 running service at its next model check (detectors.model.recheck_s). `gpuhealth labels export`
 writes the labels learned from the fleet as a labels.jsonl that `gpuhealth train` reads.
 
@@ -60,7 +60,7 @@ def _iso(ts: float | None) -> str:
 
 def _current(settings: Any, registry: Any) -> tuple[str, str]:
     """(version, path) of the active model: the registry's, else the settings' artifact."""
-    from service.stages.promotion import artifact_version
+    from service.learning.promotion import artifact_version
 
     active = registry.active()
     if active is not None:
@@ -75,9 +75,9 @@ def _current(settings: Any, registry: Any) -> tuple[str, str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from service.stages import promotion
+    from service.learning import promotion
+    from service.learning.model_registry import ModelRegistry, RegistryError
     from service.stages.label_store import LabelStore
-    from service.stages.model_registry import ModelRegistry, RegistryError
 
     settings = load_settings(args.config)
     db = settings.storage.state_target
@@ -175,8 +175,8 @@ def _configure_labels(p: argparse.ArgumentParser) -> None:
 
 def _run_labels(args: argparse.Namespace) -> int:
     from collectors.labels import dump_labels
+    from service.history.history import QueryError, parse_time
     from service.stages.label_store import LabelStore
-    from service.storage.history import QueryError, parse_time
 
     try:
         since = None if getattr(args, "since", None) is None else parse_time(args.since)

@@ -1,7 +1,7 @@
 """`gpuhealth train --from-influx --since 90d`: retrain from the fleet's own history.
 
 The samples the service wrote to InfluxDB are replayed a day at a time (each chunk of
-`--chunk` seconds one query, service.storage.influx.history_source) through a window store, the
+`--chunk` seconds one query, service.history.influx.history_source) through a window store, the
 hourly features of every finished day saved in the work directory (service/commands/
 train_days.py: a rerun resumes), and the labels learned from the fleet (the `label`
 measurement: auto failures, repairs, operator verdicts; optionally a labels file beside them)
@@ -52,8 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _time(text: str, now: float, flag: str) -> float:
-    from service.storage.history import QueryError, parse_time
-    from service.storage.influx.influxql import parse_duration
+    from service.history.history import QueryError, parse_time
+    from service.history.influx.influxql import parse_duration
 
     try:
         return parse_time(text)
@@ -113,8 +113,8 @@ def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any],
         replay_plan,
     )
     from service.commands.usage import load_settings
-    from service.storage.influx.client import InfluxClient, InfluxError
-    from service.storage.influx.history_source import InfluxSource, NoHistory
+    from service.history.influx.client import InfluxClient, InfluxError
+    from service.history.influx.history_source import InfluxSource, NoHistory
 
     if args.trace:
         raise UsageError("--from-influx and --trace are two sources: give one")

@@ -71,7 +71,7 @@ def _states(title: str, fields: list[str], description: str) -> Json:
                           steps=[(None, "green"), (1, "red")], description=description)
 
 
-# The sink writes a link when it moves and every 55 s (service.storage.influx.sparse): with
+# The sink writes a link when it moves and every 55 s (service.history.influx.sparse): with
 # intervals of at least a minute (rounds up to 5 s apart), every interval holds a point of
 # every reporting link, and its min or max is the min or max over all its rounds.
 LINK_INTERVAL = "1m"

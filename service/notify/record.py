@@ -13,7 +13,7 @@ from service.storage.state_db import StateStore, StateTarget
 log = logging.getLogger(__name__)
 
 # The notification log as operators read it: every message, and every verdict on an alert
-# (service.stages.verdicts), in the order they happened.
+# (service.learning.verdicts), in the order they happened.
 DELIVERIES_SQL = """
 CREATE TABLE IF NOT EXISTS deliveries (at REAL, receiver TEXT, reason TEXT, group_key TEXT,
     level INTEGER, status TEXT, alerts INTEGER, title TEXT, body TEXT);

@@ -1,10 +1,10 @@
 """Signed, expiring, single-use verdict links: a message about an alert carries a link with
-which the on-call engineer who read it gives a verdict (service.stages.verdicts) without an API
+which the on-call engineer who read it gives a verdict (service.learning.verdicts) without an API
 token. The link is `{external_url}/verdict/{alert_id}?exp=...&by=...&sig=...`; the signature is
 HMAC-SHA256 over the alert, the expiry and `by`, the receiver the message went to, with the
 `notify.verdict_link_secret`. So a link answers for its own alert only, until it expires; the
 verdict it records is by `link:<receiver>`, which no visitor can choose; it records one verdict
-(the state database keeps the links used, service.stages.verdicts); and changing the secret
+(the state database keeps the links used, service.learning.verdicts); and changing the secret
 revokes every link given out. Opening it shows the alert and asks; only the form's POST records
 anything, so a mail scanner that fetches links gives no verdict."""
 

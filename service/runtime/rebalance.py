@@ -37,8 +37,8 @@ class WarmGained:
         known = {a.node for a in p.alerts.open_alerts() if a.node != "*"}
         client = None
         if s.influxdb.url and s.warm_start_s > 0:
-            from service.storage.influx.client import InfluxClient, InfluxError
-            from service.storage.influx.rounds import InfluxRounds, stored_hosts
+            from service.history.influx.client import InfluxClient, InfluxError
+            from service.history.influx.rounds import InfluxRounds, stored_hosts
 
             client = InfluxClient(s.influxdb)
             try:

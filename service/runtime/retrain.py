@@ -2,7 +2,7 @@
 from the fleet's own history (`gpuhealth train --from-influx`, in a child process so the
 service's memory and threads are not the training's), put in shadow beside the active model,
 and after `shadow_days` promoted only if it is better on the agreed metrics
-(service.stages.promotion); either way the admin receiver is told.
+(service.learning.promotion); either way the admin receiver is told.
 
 The loop lives in the registry, not in this process: a restart finds the shadow run where it
 was, and a model an operator put in shadow by hand is judged by the operator, never promoted
@@ -23,12 +23,12 @@ from typing import Protocol
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from service.learning import promotion
+from service.learning.model_registry import RegistryError
 from service.notify.dispatcher import Outgoing
 from service.notify.message import AlertRef, Message
 from service.pipeline import Pipeline
 from service.settings import RetrainSettings
-from service.stages import promotion
-from service.stages.model_registry import RegistryError
 
 log = logging.getLogger(__name__)
 ACTOR = "scheduler"

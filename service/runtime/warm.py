@@ -15,7 +15,7 @@ from collectors.frames import Batch
 from service.pipeline import Pipeline
 
 if TYPE_CHECKING:
-    from service.storage.influx.client import InfluxClient
+    from service.history.influx.client import InfluxClient
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,8 @@ def warm_start_from_settings(pipeline: Pipeline, now: float) -> WarmStats | None
     s = pipeline.settings.storage
     if s.warm_start_s <= 0 or not s.influxdb.url or not pipeline.owns_store:
         return None
-    from service.storage.influx.client import InfluxClient, InfluxError
-    from service.storage.influx.rounds import InfluxRounds
+    from service.history.influx.client import InfluxClient, InfluxError
+    from service.history.influx.rounds import InfluxRounds
 
     client = InfluxClient(s.influxdb)
     try:
@@ -99,7 +99,7 @@ def _owned_hosts(pipeline: Pipeline, client: InfluxClient) -> list[str] | None:
     history is theirs to replay (a shard scoring another's nodes would alert on them twice).
     None: one process owns every node."""
     from service.cluster.shard_map import ShardMap
-    from service.storage.influx.rounds import stored_hosts
+    from service.history.influx.rounds import stored_hosts
 
     smap = ShardMap.from_settings(pipeline.settings.cluster)
     if smap is None:

@@ -1,2 +1,2 @@
-"""Where data outlives the process: the SQLite file every store shares, sample history read
-back from SQLite or InfluxDB, and the InfluxDB writer, reader and spool."""
+"""The database layer the stages stand on: the SQLite file every store shares and its schema,
+the shared state on SQLite or PostgreSQL, the sample tables and their value codec."""

@@ -1,9 +1,9 @@
-"""The embedded store's sample tables, written change-only (service.stages.sinks.SQLiteSink).
+"""The embedded store's sample tables, written change-only (service.history.sinks.SQLiteSink).
 
 A 10,000-GPU round is 200,000 entity rows (180,000 of them NVLink links whose counters do not
 move), so writing every row cost ~0.7 s a round. Here a row is written only when the entity's
 values changed, when it missed a round of its node, or on a heartbeat (HEARTBEAT_S); every other
-sample is implied, and the reader (service.storage.samples_read) rebuilds it exactly:
+sample is implied, and the reader (service.history.samples_read) rebuilds it exactly:
 
 - `{scope}_rounds` has a row per node and sample time that arrived in order: the node's rounds
   (keyed by minute first, as the samples are: see `bucket`).
@@ -54,7 +54,7 @@ def bucket(ts: float) -> int:
     on one index page per entity once every entity has a page of its own (after ~150 rounds),
     and every commit writes them all: 20 us a row instead of 2.6 at 10,000 GPUs. Keyed
     (minute, entity, time), a round's rows land among the current minute's few pages; a reader
-    asks for an entity's rows minute by minute (service.storage.samples_read)."""
+    asks for an entity's rows minute by minute (service.history.samples_read)."""
     return math.floor(ts / BUCKET_S)
 
 
@@ -326,7 +326,7 @@ def statements(scope: Scope) -> tuple[str, str, str]:
 
 
 def write_rows(db: sqlite3.Connection, scope: Scope, rows: Rows) -> None:
-    """Inside the caller's transaction (service.stages.sinks.SQLiteSink.write)."""
+    """Inside the caller's transaction (service.history.sinks.SQLiteSink.write)."""
     sample, late, rounds = statements(scope)
     if rows.entities:
         db.executemany(f"INSERT OR IGNORE INTO {scope}_entities VALUES (?,?,?)", rows.entities)

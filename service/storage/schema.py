@@ -67,7 +67,7 @@ RISK_HISTORY_SQL = """
 CREATE TABLE IF NOT EXISTS risk_history (
     scope TEXT NOT NULL,      -- gpu, nvlink, ib_port, node (the InfluxDB `risk` tags)
     entity TEXT NOT NULL,     -- entity key: n1:gpu3, n1:gpu3:nvlink7, n1:mlx5_0:1, n1
-    ts REAL NOT NULL,         -- start of the minute (service.storage.risk_history.RES_S)
+    ts REAL NOT NULL,         -- start of the minute (service.history.risk_history.RES_S)
     risk REAL NOT NULL,       -- the minute's highest risk
     level INTEGER NOT NULL,   -- the minute's highest alert level
     PRIMARY KEY (scope, entity, ts)

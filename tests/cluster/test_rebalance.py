@@ -19,11 +19,11 @@ from service.assembly import Wiring, build_parts
 from service.cluster.members import Members, Membership
 from service.cluster.roles import LeasedRoles
 from service.cluster.shard_map import Shard, ShardMap
+from service.history.influx.sink import InfluxSink
 from service.notify.message import Message
 from service.pipeline import Pipeline
 from service.runtime.rebalance import WarmGained, follow_membership
 from service.settings import Settings
-from service.storage.influx.sink import InfluxSink
 from tests.influx.conftest import influx_server  # noqa: F401  (the real influxd fixture)
 from tests.influx.server import InfluxServer
 from tests.notify.timeline import Recorder

@@ -17,8 +17,8 @@ from collectors.frames import Batch, Entity, EntityTable
 from collectors.schema import SchemaMapper
 from collectors.table_cache import TableCache
 from service.api.coalesce import Coalescer
+from service.history.sinks import SQLiteSink
 from service.stages.ingest import EventLog, Ingestor, IngestResult
-from service.stages.sinks import SQLiteSink
 from service.stages.windows import EntityLimits, WindowStore
 from tests.pipeline.builders import T0
 

@@ -17,8 +17,8 @@ from fastapi import FastAPI
 
 from service.api.app import create_app
 from service.api.state import Running
+from service.history.influx.sink import InfluxSink
 from service.settings import Settings, StorageSettings
-from service.storage.influx.sink import InfluxSink
 from tests.console.cdp import CHROMIUM, Browser, wait
 from tests.console.serve import Service, serving
 from tests.console.serve import open_page as _open

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from collectors.collector_status import status_line
 from service.api.app import create_app
-from service.storage.influx.sink import InfluxSink
+from service.history.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 from tests.influx.test_sink import settings
 from tests.service.fleet import T0, BrokenCollector, Fleet, FleetCollector, ManualClock

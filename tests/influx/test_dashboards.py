@@ -10,11 +10,11 @@ import pytest
 from collectors.base import CollectorStatus
 from service.assembly import Wiring
 from service.grafana.inventory import ALL, all_queries, expand
+from service.history.influx.client import InfluxClient
+from service.history.influx.sink import InfluxSink
 from service.notify.message import Delivery, Message
 from service.pipeline import build_pipeline
 from service.settings import Settings
-from service.storage.influx.client import InfluxClient
-from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 from tests.pipeline.builders import T0, Rounds
 

@@ -20,9 +20,9 @@ from collectors.lineprotocol import parse
 from collectors.trace import TraceReader
 from service.assembly import Wiring
 from service.commands.cli import main
+from service.history.influx.sink import InfluxSink
 from service.pipeline import build_pipeline
 from service.settings import Settings
-from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 from tests.pipeline.builders import T0, Rounds
 

@@ -12,10 +12,10 @@ import pytest
 
 from collectors.agent.spool import Spool
 from service.assembly import Wiring
+from service.history.influx.client import InfluxClient
+from service.history.influx.sink import InfluxSink
 from service.pipeline import build_pipeline
 from service.settings import InfluxSettings, Settings
-from service.storage.influx.client import InfluxClient
-from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 from tests.pipeline.builders import T0, Rounds
 
@@ -79,7 +79,7 @@ def test_spool_full_drops_the_oldest_segments_and_says_so(
     r = Rounds(nodes=2, gpus=4, links=2, ports=1)
     rounds = 40
     try:
-        with caplog.at_level(logging.ERROR, logger="service.storage.influx.spooler"):
+        with caplog.at_level(logging.ERROR, logger="service.history.influx.spooler"):
             for k in range(rounds):
                 p.process(r.batch(T0 + 5 * k), T0 + 5 * k)
         dropped = sink.spooler.stats.segments_dropped

@@ -25,9 +25,9 @@ from collectors.lineprotocol_format import format_points
 from collectors.schema import SchemaMapper, batch_to_lines
 from models.simulator.scenarios import load_scenario
 from models.simulator.simulator import Simulator
+from service.history.influx.lines import RATE_SUFFIX, LineWriter
 from service.stages.ingest import EventLog, Ingestor
 from service.stages.windows import WindowStore
-from service.storage.influx.lines import RATE_SUFFIX, LineWriter
 from tests.influx.server import InfluxServer
 
 T0 = 1_699_999_200

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from service.assembly import Wiring
+from service.history.influx.sink import InfluxSink
 from service.pipeline import build_pipeline
-from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 from tests.influx.test_sink import settings
 from tests.pipeline.builders import T0, Rounds

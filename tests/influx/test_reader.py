@@ -15,18 +15,18 @@ from fastapi.testclient import TestClient
 
 from collectors.frames import Entity, name_problem
 from service.api.app import create_app
-from service.pipeline import build_pipeline
-from service.settings import Settings
-from service.storage.history import (
+from service.history.history import (
     Agg,
     HistoryUnavailable,
     QueryError,
     build_query,
 )
-from service.storage.history_sqlite import SQLiteHistory
-from service.storage.influx.client import InfluxClient
-from service.storage.influx.reader import InfluxHistory
-from service.storage.influx.sink import InfluxSink
+from service.history.history_sqlite import SQLiteHistory
+from service.history.influx.client import InfluxClient
+from service.history.influx.reader import InfluxHistory
+from service.history.influx.sink import InfluxSink
+from service.pipeline import build_pipeline
+from service.settings import Settings
 from tests.influx.server import InfluxServer, free_port
 from tests.pipeline.builders import T0
 from tests.service.fleet import ManualClock

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from service.assembly import Wiring
+from service.history.influx.record import TickRecorder
 from service.pipeline import build_pipeline
 from service.settings import Settings
-from service.storage.influx.record import TickRecorder
 from service.tick import TickResult
 from tests.pipeline.builders import T0, Rounds
 

@@ -9,13 +9,13 @@ import pytest
 
 from collectors.frames import Entity
 from service.assembly import Wiring
+from service.history.history import Agg, SeriesOut, build_query
+from service.history.influx.client import InfluxClient
+from service.history.influx.reader import InfluxHistory
+from service.history.influx.schema import ROLLUP_RP, backfill_rollups
+from service.history.influx.sink import InfluxSink
 from service.pipeline import build_pipeline
 from service.settings import Settings
-from service.storage.history import Agg, SeriesOut, build_query
-from service.storage.influx.client import InfluxClient
-from service.storage.influx.reader import InfluxHistory
-from service.storage.influx.schema import ROLLUP_RP, backfill_rollups
-from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 from tests.influx.test_sink import settings
 from tests.pipeline.builders import T0, Rounds

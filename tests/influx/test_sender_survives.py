@@ -10,10 +10,10 @@ from pathlib import Path
 
 from collectors.agent.push import Outcome, PushResult
 from collectors.agent.spool import Spool
+from service.history.influx.client import InfluxClient
+from service.history.influx.sink import InfluxSink
+from service.history.influx.spooler import Spooler
 from service.settings import InfluxSettings
-from service.storage.influx.client import InfluxClient
-from service.storage.influx.sink import InfluxSink
-from service.storage.influx.spooler import Spooler
 from tests.influx.server import free_port
 
 

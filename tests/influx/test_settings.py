@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from service.history.influx.influxql import parse_duration
 from service.settings import InfluxSettings
-from service.storage.influx.influxql import parse_duration
 
 
 def test_durations_parse_as_influxql_reads_them() -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from service.assembly import Wiring
+from service.history.influx.client import InfluxClient
+from service.history.influx.sink import InfluxSink
 from service.pipeline import Pipeline, build_pipeline
 from service.settings import Settings
-from service.storage.influx.client import InfluxClient
-from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 from tests.pipeline.builders import T0, Rounds
 
@@ -122,7 +122,7 @@ def test_schema_creates_policies_and_continuous_queries(influx_server: InfluxSer
 
 
 def test_client_reports_influxdb_errors(influx_server: InfluxServer, tmp_path: Path) -> None:
-    from service.storage.influx.client import InfluxError
+    from service.history.influx.client import InfluxError
 
     c = InfluxClient(settings(influx_server, tmp_path).storage.influxdb)
     with pytest.raises(InfluxError, match="database not found"):

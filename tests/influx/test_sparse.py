@@ -7,10 +7,10 @@ import numpy as np
 
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Entity, EntityTable, Frame
-from service.storage.influx.client import Series
-from service.storage.influx.lines import ns
-from service.storage.influx.links import bucket, fill, read_masks
-from service.storage.influx.sparse import HEARTBEAT_S, MASK_FIELD, LinkGate, masks
+from service.history.influx.client import Series
+from service.history.influx.lines import ns
+from service.history.influx.links import bucket, fill, read_masks
+from service.history.influx.sparse import HEARTBEAT_S, MASK_FIELD, LinkGate, masks
 
 COLS = [m.name for m in CATALOG.columns(Scope.NVLINK)]
 LINKS = EntityTable(Scope.NVLINK, [Entity.nvlink("n0", 0, 0), Entity.nvlink("n0", 0, 1)])

@@ -30,12 +30,12 @@ from models.simulator.scenarios import scenario_tree
 from service.assembly import Wiring
 from service.commands.cli import main
 from service.commands.train_days import DayBook, day_edges, record_days
+from service.history.influx.client import InfluxClient
+from service.history.influx.history_source import InfluxSource
+from service.history.influx.sink import InfluxSink
 from service.pipeline import build_pipeline
 from service.settings import SHIPPED_MODEL, InfluxSettings, Settings
 from service.stages.windows import window_config_for
-from service.storage.influx.client import InfluxClient
-from service.storage.influx.history_source import InfluxSource
-from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer, free_port
 
 _db = itertools.count()

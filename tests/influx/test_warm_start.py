@@ -8,12 +8,12 @@ import itertools
 from pathlib import Path
 
 from service.assembly import Wiring
+from service.history.influx.client import InfluxClient
+from service.history.influx.rounds import InfluxRounds
+from service.history.influx.sink import InfluxSink
 from service.pipeline import Pipeline, build_pipeline
 from service.runtime.warm import warm_start
 from service.settings import Settings
-from service.storage.influx.client import InfluxClient
-from service.storage.influx.rounds import InfluxRounds
-from service.storage.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 from tests.pipeline.builders import T0, Rounds
 

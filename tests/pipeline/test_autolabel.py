@@ -9,9 +9,9 @@ from pathlib import Path
 
 from collectors.frames import EventFrame
 from service.assembly import Wiring
+from service.learning.autolabel import CLEAR_FOR_S
 from service.pipeline import Pipeline, build_pipeline
 from service.settings import Settings
-from service.stages.autolabel import CLEAR_FOR_S
 from service.stages.ingest import REBASE_AFTER
 from service.stages.label_store import LabelStore
 from tests.pipeline.builders import T0, Rounds

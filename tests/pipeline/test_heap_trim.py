@@ -1,4 +1,4 @@
-"""Freed heap goes back to the system after ticks (service/stages/heap.py): at most once a minute by
+"""Freed heap goes back to the system after ticks (service/heap.py): at most once a minute by
 the service's clock, at once when the window store grew or forgot entities; where the C library
 has no malloc_trim, nothing is called."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from service.assembly import Wiring
+from service.heap import HeapTrim, _malloc_trim
 from service.pipeline import build_pipeline
 from service.settings import Settings
-from service.stages.heap import HeapTrim, _malloc_trim
 from tests.pipeline.builders import T0, Rounds
 
 

@@ -14,10 +14,10 @@ import pytest
 from collectors.catalog import Scope
 from collectors.labels import FailureMode
 from models.detectors.findings import Signal
+from service.learning.verdicts import VerdictRefused, VerdictStore
 from service.stages.alert_machine import Transition
 from service.stages.alert_store import AlertStore
 from service.stages.label_store import LabelStore, NewLabel
-from service.stages.verdicts import VerdictRefused, VerdictStore
 from service.storage.state_db import open_state
 
 T0 = 1_700_000_000.0

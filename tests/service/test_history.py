@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 
 from collectors.frames import Entity
-from service.pipeline import Pipeline, build_pipeline
-from service.settings import Settings
-from service.storage.history import (
+from service.history.history import (
     MAX_POINTS,
     Agg,
     History,
@@ -24,7 +22,9 @@ from service.storage.history import (
     build_query,
     parse_time,
 )
-from service.storage.history_sqlite import SQLiteHistory
+from service.history.history_sqlite import SQLiteHistory
+from service.pipeline import Pipeline, build_pipeline
+from service.settings import Settings
 from tests.pipeline.builders import T0, Rounds
 
 ROUNDS = 24  # two minutes at 5 s: two 60-s buckets of 12 samples

@@ -19,10 +19,10 @@ from collectors.frames import Batch, Entity, EntityTable, Frame, name_problem
 from service.api.app import create_app
 from service.api.state import Running
 from service.api.timefmt import rfc3339
+from service.history.history import build_query
+from service.history.history_sqlite import SQLiteHistory
 from service.pipeline import build_pipeline
 from service.settings import Settings
-from service.storage.history import build_query
-from service.storage.history_sqlite import SQLiteHistory
 from tests.service.fleet import STEP, T0, Fleet, FleetCollector, ManualClock
 
 # Names a hostile or careless agent could give its host, and metric names a caller could try.

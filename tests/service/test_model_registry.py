@@ -13,12 +13,12 @@ import pytest
 from collectors.catalog import Scope
 from collectors.labels import FailureMode
 from service.assembly import Wiring
+from service.learning import promotion
+from service.learning.model_registry import ModelRegistry, RegistryError
+from service.learning.scoreboard import PromotionPolicy
 from service.pipeline import Pipeline, build_pipeline
 from service.settings import SHIPPED_MODEL, Settings
-from service.stages import promotion
 from service.stages.label_store import LabelStore, NewLabel
-from service.stages.model_registry import ModelRegistry, RegistryError
-from service.stages.scoreboard import PromotionPolicy
 from tests.pipeline.builders import T0, Rounds
 
 STEP = 5.0

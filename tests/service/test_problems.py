@@ -14,9 +14,9 @@ from fastapi.testclient import TestClient
 
 from service.api.app import create_app
 from service.errors import PROBLEM_JSON, GpuhealthError, NotFound, TooManyRequests
+from service.history.history import HistoryUnavailable, NotStored, QueryError
 from service.remediation.actions import ActionConflict, ActionNotFound
 from service.settings import Settings
-from service.storage.history import HistoryUnavailable, NotStored, QueryError
 from tests.service.fleet import T0, ManualClock
 
 MEMBERS = {"type", "title", "status", "detail", "instance"}

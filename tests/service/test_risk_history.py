@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from collectors.frames import Entity
+from service.history import risk_history
+from service.history.history import build_query
+from service.history.history_sqlite import SQLiteHistory
 from service.pipeline import build_pipeline
 from service.settings import Settings
-from service.storage import risk_history
-from service.storage.history import build_query
-from service.storage.history_sqlite import SQLiteHistory
 from tests.pipeline.builders import T0, Rounds
 
 MINUTES = 40

@@ -12,10 +12,10 @@ import pytest
 
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, Frame
+from service.history.samples_read import before, samples
+from service.history.sinks import SQLiteSink
 from service.stages.ingest import IngestResult
-from service.stages.sinks import SQLiteSink
 from service.storage.sample_codec import MAX_COLUMNS, decode, encode, merge
-from service.storage.samples_read import before, samples
 
 T0 = 1_700_000_000.0
 
@@ -130,7 +130,7 @@ def test_an_unbounded_range_reads_only_the_minutes_stored(tmp_path: Path) -> Non
 
 def test_a_failed_write_leaves_new_entities_to_the_next_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from service.stages import sinks
+    from service.history import sinks
 
     sink = SQLiteSink(tmp_path / "s.db", background=False)
     table = EntityTable(Scope.GPU, [Entity.gpu("n1", 0)])

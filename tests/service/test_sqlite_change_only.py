@@ -14,10 +14,10 @@ import pytest
 
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, Frame
+from service.history.history import Agg, SeriesQuery, ValueOrigin, Wanted, build_query
+from service.history.history_sqlite import SQLiteHistory
+from service.history.sinks import SQLiteSink
 from service.stages.ingest import IngestResult
-from service.stages.sinks import SQLiteSink
-from service.storage.history import Agg, SeriesQuery, ValueOrigin, Wanted, build_query
-from service.storage.history_sqlite import SQLiteHistory
 
 T0 = 1_700_000_000.0
 GPUS = [Entity.gpu(n, g) for n in ("n1", "n2") for g in range(3)]

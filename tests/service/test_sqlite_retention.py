@@ -13,11 +13,11 @@ import pytest
 
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, Frame
-from service.stages import sinks
+from service.history import sinks
+from service.history.history import Agg, build_query
+from service.history.history_sqlite import SQLiteHistory
+from service.history.sinks import SQLiteSink, prune_batch
 from service.stages.ingest import IngestResult
-from service.stages.sinks import SQLiteSink, prune_batch
-from service.storage.history import Agg, build_query
-from service.storage.history_sqlite import SQLiteHistory
 from service.storage.samples_sqlite import HEARTBEAT_S
 
 T0 = 1_700_000_000.0

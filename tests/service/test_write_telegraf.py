@@ -25,9 +25,9 @@ from collectors.catalog import CATALOG, Scope
 from collectors.frames import Entity
 from service.api.app import create_app
 from service.api.state import Running
+from service.history.samples_read import samples
+from service.history.sinks import SQLiteSink
 from service.settings import Settings
-from service.stages.sinks import SQLiteSink
-from service.storage.samples_read import samples
 from tests.service.fleet import T0, ManualClock
 
 S = 10**9

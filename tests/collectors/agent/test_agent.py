@@ -20,8 +20,8 @@ from collectors.base import CollectorStatus
 from collectors.catalog import Scope
 from collectors.frames import Batch
 from service.api.app import create_app
+from service.history.samples_read import samples
 from service.settings import Settings
-from service.storage.samples_read import samples
 from tests.pipeline.builders import T0, Rounds
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from collectors.catalog import Scope
 from service.commands.cli import main
-from service.storage.samples_read import samples
+from service.history.samples_read import samples
 from tests.collectors.agent.test_agent import Service, _free_port
 
 T0 = 1_700_000_000  # the trace's own time: years before the test runs

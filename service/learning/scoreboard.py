@@ -1,4 +1,4 @@
-"""The shadow run's scores: each stream's level crossings (service.stages.shadow) matched to the
+"""The shadow run's scores: each stream's level crossings (service.learning.shadow) matched to the
 failure labels that arrived (service.stages.label_store), the way the evaluation matches them
 (models.evaluation.matching: event-level precision, recall, lead, false alarms per 1,000
 node-days, per mode), and the judgement a promotion goes by.
@@ -16,9 +16,9 @@ from collectors.catalog import Scope
 from models.evaluation.events import AlertRecord, truth_from_labels
 from models.evaluation.matching import default_views, match
 from models.evaluation.metrics import f1, view_scores
+from service.learning.model_registry import ModelRegistry, ShadowRun
+from service.learning.shadow import STREAMS
 from service.stages.label_store import LabelStore
-from service.stages.model_registry import ModelRegistry, ShadowRun
-from service.stages.shadow import STREAMS
 
 Scores = dict[str, Any]
 

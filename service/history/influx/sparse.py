@@ -5,7 +5,7 @@ most of what InfluxDB stored. A link's `nvlink` (and `nvlink_rate`) point is wri
 values differ from the last point written for it, together with the round before the change
 (so a panel's min / max over an interval, and a derivative, see the old value up to the
 change), and at least every `HEARTBEAT_S`, so every interval of a minute holds a point of
-every reporting link. Readers carry a link's last written point forward (service.storage.influx.
+every reporting link. Readers carry a link's last written point forward (service.history.influx.
 links); the GPU's `nvlink_mask` field says which links reported in each round, so a carried
 value is only ever filled in for a round in which the link really reported."""
 

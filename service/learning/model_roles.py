@@ -1,6 +1,6 @@
-"""The running service follows the model registry (service.stages.model_registry): the active
+"""The running service follows the model registry (service.learning.model_registry): the active
 slot switches on a promotion or rollback, and a challenger put in shadow gets its shadow run
-(service.stages.shadow), both within `check_s` of the change, whether the CLI or the API made
+(service.learning.shadow), both within `check_s` of the change, whether the CLI or the API made
 it. A challenger that cannot be loaded is reported, never run half-way."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import numpy as np
 
 from collectors.catalog import Scope
 from models.detectors.findings import Detector
+from service.learning.model_registry import ModelRegistry
+from service.learning.shadow import Shadow
 from service.stages.alert_machine import AlertPolicy
-from service.stages.model_registry import ModelRegistry
 from service.stages.scoring import StoreView
-from service.stages.shadow import Shadow
 from service.tick import TickResult
 
 if TYPE_CHECKING:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 
-from service.storage.influx.client import InfluxClient, InfluxError
-from service.storage.influx.influxql import ident, time_ns
-from service.storage.influx.lines import RATE_SUFFIX
+from service.history.influx.client import InfluxClient, InfluxError
+from service.history.influx.influxql import ident, time_ns
+from service.history.influx.lines import RATE_SUFFIX
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Sinks: where accepted samples are kept for history. One verb, `write`, given what ingest
 accepted (and the rates it derived). SQLite is the embedded default; the InfluxDB sink
-(service/storage/influx/sink.py) speaks the v1 HTTP API (docs/influxdb.md)."""
+(service/history/influx/sink.py) speaks the v1 HTTP API (docs/influxdb.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """History: what a store kept about one entity over a time range, in time buckets.
 
 One verb, `History.series(query)`. A SeriesQuery is built and validated here, once, so InfluxDB
-(service.storage.influx.reader) and SQLite (service.storage.history_sqlite) answer the same
+(service.history.influx.reader) and SQLite (service.history.history_sqlite) answer the same
 questions the same way: which metrics a scope has, how each kind is aggregated into a bucket,
-how many buckets a series may have. `service.storage.histories` opens the store the settings
+how many buckets a series may have. `service.history.histories` opens the store the settings
 name.
 """
 

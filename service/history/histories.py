@@ -1,13 +1,13 @@
 """Which history store answers: InfluxDB when one is configured, else the embedded SQLite
-store. Apart from the query contract (service.storage.history) that both implement, so neither
+store. Apart from the query contract (service.history.history) that both implement, so neither
 implementation imports the other's factory."""
 
 from __future__ import annotations
 
+from service.history.history import History
+from service.history.history_sqlite import SQLiteHistory
+from service.history.influx.reader import InfluxHistory
 from service.settings import Settings
-from service.storage.history import History
-from service.storage.history_sqlite import SQLiteHistory
-from service.storage.influx.reader import InfluxHistory
 
 
 def source_name(settings: Settings) -> str:

@@ -13,6 +13,7 @@ from collectors.catalog import Scope
 from collectors.frames import Entity
 from collectors.lineprotocol_format import format_value
 from models.detectors.findings import Signal
+from service.history.influx.lines import entity_tags, head, ns
 from service.notify.sender import Sent
 from service.remediation.actions import AuditEntry
 from service.stages.alert_machine import Transition
@@ -20,7 +21,6 @@ from service.stages.alert_store import Alert
 from service.stages.fleet_alerts import FLEET
 from service.stages.label_store import StoredLabel
 from service.stages.scoring import SCOPES, RiskState
-from service.storage.influx.lines import entity_tags, head, ns
 
 # (host, collector) -> status
 Statuses = Callable[[], Mapping[tuple[str, str], CollectorStatus]]

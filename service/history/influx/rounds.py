@@ -10,10 +10,10 @@ from collections.abc import Collection, Iterator
 from collectors.frames import Batch
 from collectors.lineprotocol import FieldValue, Point
 from collectors.schema import SchemaMapper
-from service.storage.influx.client import InfluxClient
-from service.storage.influx.influxql import ident, string, time_ns
-from service.storage.influx.reader import RawReader
-from service.storage.influx.sparse import MASK_FIELD
+from service.history.influx.client import InfluxClient
+from service.history.influx.influxql import ident, string, time_ns
+from service.history.influx.reader import RawReader
+from service.history.influx.sparse import MASK_FIELD
 
 MEASUREMENTS = ("gpu", "nvlink", "ib_port", "xid")
 HOSTS_PER_QUERY = 200  # a host filter's names per statement (an OR of equalities)

@@ -1,10 +1,10 @@
-"""History from the embedded SQLite store (service.stages.sinks.SQLiteSink's tables), read through a
-read-only connection of its own so the sink's write path is never blocked or touched.
+"""History from the embedded SQLite store (service.history.sinks.SQLiteSink's tables), read
+through a read-only connection of its own so the sink's write path is never blocked or touched.
 
-The SQLite sink keeps samples (written change-only; service.storage.samples_read rebuilds each
+The SQLite sink keeps samples (written change-only; service.history.samples_read rebuilds each
 one) and events, not rates or derived gauges: rates are derived here with the ingest's rule (a
 reset's increase is the new value); derived gauges (ib_ber) and a node's own metrics are
-NotStored. Risk and level come from service.storage.risk_history (one
+NotStored. Risk and level come from service.history.risk_history (one
 value a minute)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import sqlite3
 from pathlib import Path
 
 from collectors.catalog import Scope
-from service.storage.history import NotStored, SeriesOut, SeriesQuery, ValueOrigin, Wanted
-from service.storage.risk_history import read_buckets
-from service.storage.samples_read import before, bucketed, rates, samples
+from service.history.history import NotStored, SeriesOut, SeriesQuery, ValueOrigin, Wanted
+from service.history.risk_history import read_buckets
+from service.history.samples_read import before, bucketed, rates, samples
 
 _SAMPLED = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
 

@@ -1,6 +1,6 @@
 """InfluxDB history as a training source: where a cluster's data begins and ends within a range,
 the sample step it was written at, its raw samples as Batches one chunk of time at a time
-(service.storage.influx.reader.RawReader) and its labels (service.storage.influx.labels).
+(service.history.influx.reader.RawReader) and its labels (service.history.influx.labels).
 
 `evaluation_input()` is the whole range as an EvaluationInput, for anything that replays one;
 `gpuhealth train --from-influx` reads it a day at a time instead (service/commands/
@@ -17,10 +17,10 @@ from typing import Any
 from collectors.catalog import Scope
 from collectors.frames import Batch
 from models.evaluation.sources import EvaluationInput
-from service.storage.influx.client import InfluxClient
-from service.storage.influx.influxql import ident, string, time_ns
-from service.storage.influx.labels import LabelReader
-from service.storage.influx.reader import RawReader, _series
+from service.history.influx.client import InfluxClient
+from service.history.influx.influxql import ident, string, time_ns
+from service.history.influx.labels import LabelReader
+from service.history.influx.reader import RawReader, _series
 
 SCOPES = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
 

@@ -2,8 +2,8 @@
 and its risk goes through alert machines of its own, so what it would have alerted is on record
 without a message sent or a node drained.
 
-Four streams of level crossings are kept per shadow run (service.stages.model_registry), so
-both models are judged the same way against the labels that arrive (service.stages.scoreboard):
+Four streams of level crossings are kept per shadow run (service.learning.model_registry), so
+both models are judged the same way against the labels that arrive (service.learning.scoreboard):
 
 - `active:fused`: the service's own fused risk (rules and the active model);
 - `challenger:fused`: what the service would have alerted with the challenger instead;
@@ -23,8 +23,8 @@ import numpy as np
 from collectors.catalog import Scope
 from models.detectors.findings import Detector, Finding, Forgets, Signal
 from models.detectors.fusion import fuse
+from service.learning.model_registry import ModelRegistry
 from service.stages.alert_machine import AlertMachine, AlertPolicy, Transition, step_inputs
-from service.stages.model_registry import ModelRegistry
 from service.stages.scoring import SCOPES, StoreView
 from service.tick import TickResult
 

@@ -1,4 +1,4 @@
-"""NVLink rows as they were ingested, from what the sink stored (service.storage.influx.sparse):
+"""NVLink rows as they were ingested, from what the sink stored (service.history.influx.sparse):
 a link's last written point carried forward to every round its GPU's `nvlink_mask` says it
 reported. Points written before masks existed (every link every round) come back as they are,
 so both layouts read the same; export, warm start and the history API all read through here.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 
-from service.storage.influx.client import Series
-from service.storage.influx.influxql import ident, string
-from service.storage.influx.sparse import HEARTBEAT_S, MASK_BITS, MASK_FIELD
+from service.history.influx.client import Series
+from service.history.influx.influxql import ident, string
+from service.history.influx.sparse import HEARTBEAT_S, MASK_BITS, MASK_FIELD
 
 # How far before a range a link's carried point may lie: a heartbeat, with room for a late round.
 LOOKBACK_S = 2 * HEARTBEAT_S

@@ -27,9 +27,9 @@ import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import Scope
+from service.history.history import Agg, SeriesQuery, Wanted
 from service.stages.fleet_alerts import FLEET
 from service.stages.scoring import SCOPES
-from service.storage.history import Agg, SeriesQuery, Wanted
 from service.storage.sqlite_db import open_db
 from service.tick import TickResult
 

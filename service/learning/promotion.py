@@ -1,16 +1,16 @@
 """The model operations the CLI (`gpuhealth model`) and the API (`/v1/models`) share: put a
 model in shadow, compare it with the active one, promote it (refused when it is worse on the
 agreed metrics, unless forced) and roll back. Every change is audited in the registry and takes
-effect in the running service at its next model check (service.stages.model_roles)."""
+effect in the running service at its next model check (service.learning.model_roles)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from service.learning.model_registry import ModelEntry, ModelRegistry, RegistryError
+from service.learning.scoreboard import Judgement, PromotionPolicy, judge, scores
 from service.stages.label_store import LabelStore
-from service.stages.model_registry import ModelEntry, ModelRegistry, RegistryError
-from service.stages.scoreboard import Judgement, PromotionPolicy, judge, scores
 
 
 class PromotionRefused(RegistryError):

@@ -1,6 +1,6 @@
 """Line protocol of what the service stores in InfluxDB (docs/influxdb.md): samples, derived
 rates and events, each point tagged with the cluster. NVLink rows are written when they move
-(service.storage.influx.sparse), with each GPU's point saying which links reported. Field
+(service.history.influx.sparse), with each GPU's point saying which links reported. Field
 types are the catalog's (collectors.lineprotocol_format.format_number: counters and states
 integers, gauges floats) and every rate a float, so InfluxDB never refuses a type change,
 whichever source the sample came from."""
@@ -13,8 +13,8 @@ from collectors.catalog import CATALOG, FieldType, Scope
 from collectors.catalog import EVENT_FIELD as EVENT_FIELD  # re-exported for writers
 from collectors.frames import Batch, Entity, Frame
 from collectors.lineprotocol_format import escape_key, format_number
+from service.history.influx.sparse import MASK_FIELD, LinkGate, masks
 from service.stages.ingest import Derived
-from service.storage.influx.sparse import MASK_FIELD, LinkGate, masks
 
 # The tags naming an entity of each scope, in Entity order (node, unit, sub).
 ENTITY_TAGS: dict[Scope, tuple[str, ...]] = {

@@ -1,6 +1,6 @@
 """Every sample of one entity, rebuilt from the change-only tables of
 service.storage.samples_sqlite, and aggregated into buckets exactly as the SQL over one row per
-sample did (service.storage.history_sqlite asks). A written row stands for its own time and
+sample did (service.history.history_sqlite asks). A written row stands for its own time and
 the rounds of its node it fills; late rows merge into what is there at their time. A row's
 values are one BLOB (service.storage.sample_codec), read at the positions `{scope}_layout`
 gives the asked columns."""
@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from collectors.catalog import Scope
-from service.storage.history import Agg
+from service.history.history import Agg
 from service.storage.sample_codec import MAX_COLUMNS, decode
 from service.storage.samples_sqlite import HEARTBEAT_S, bucket, columns
 

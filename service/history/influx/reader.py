@@ -1,7 +1,7 @@
 """Reading back from InfluxDB: History (bucketed series of one entity, for the API) and raw
 samples and events of a cluster in time chunks (for `gpuhealth export`).
 
-Every name and value reaches InfluxQL through service.storage.influx.influxql; entity names come
+Every name and value reaches InfluxQL through service.history.influx.influxql; entity names come
 from URLs and tag values from the network, so none is ever pasted into a query as it is."""
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import numpy as np
 
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
-from service.settings import InfluxSettings
-from service.storage.history import (
+from service.history.history import (
     Agg,
     HistoryUnavailable,
     QueryError,
@@ -26,11 +25,12 @@ from service.storage.history import (
     ValueOrigin,
     Wanted,
 )
-from service.storage.influx.client import InfluxClient, InfluxError, Series
-from service.storage.influx.influxql import duration, ident, parse_duration, string, time_ns
-from service.storage.influx.lines import ENTITY_TAGS, EVENT_FIELD, RATE_SUFFIX, entity_tags
-from service.storage.influx.links import LOOKBACK_S, bucket, fill, mask_query, read_masks
-from service.storage.influx.schema import ROLLED_UP, ROLLUP_EVERY_S, ROLLUP_RP
+from service.history.influx.client import InfluxClient, InfluxError, Series
+from service.history.influx.influxql import duration, ident, parse_duration, string, time_ns
+from service.history.influx.lines import ENTITY_TAGS, EVENT_FIELD, RATE_SUFFIX, entity_tags
+from service.history.influx.links import LOOKBACK_S, bucket, fill, mask_query, read_masks
+from service.history.influx.schema import ROLLED_UP, ROLLUP_EVERY_S, ROLLUP_RP
+from service.settings import InfluxSettings
 
 RISK_MEASUREMENT = "risk"
 _NUMERIC_TAGS = frozenset(("gpu", "link", "port"))

@@ -1,5 +1,5 @@
 """Labels learned from the fleet, read back out of InfluxDB's `label` measurement (written by
-service.storage.influx.record.TickRecorder.labels; docs/influxdb.md), as labels.jsonl rows that
+service.history.influx.record.TickRecorder.labels; docs/influxdb.md), as labels.jsonl rows that
 `gpuhealth train --from-influx` learns from.
 
 The same rows as `LabelStore.find(overruled=False)`: withdrawn verdict labels are left out, and
@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from collectors.labels import Label
-from service.storage.influx.client import InfluxClient, Series
-from service.storage.influx.influxql import ident, string, time_ns
-from service.storage.influx.reader import _series
+from service.history.influx.client import InfluxClient, Series
+from service.history.influx.influxql import ident, string, time_ns
+from service.history.influx.reader import _series
 
 log = logging.getLogger(__name__)
 MEASUREMENT = "label"

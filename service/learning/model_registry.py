@@ -6,7 +6,7 @@ shared by replicas).
 Until anything is promoted the active model is the one the settings name
 (`detectors.model.path`, the shipped model by default); promoting records it as the previous
 one, so a rollback returns to it. The CLI (`gpuhealth model`) and the API change the registry;
-the running service follows it at its next model check (service.stages.model_roles)."""
+the running service follows it at its next model check (service.learning.model_roles)."""
 
 from __future__ import annotations
 

@@ -10,13 +10,13 @@ from collections.abc import Callable, Mapping
 
 from collectors.agent.spool import Spool
 from collectors.base import CollectorStatus
+from service.history.influx.client import InfluxClient, InfluxError
+from service.history.influx.lines import LineWriter
+from service.history.influx.record import TickRecorder
+from service.history.influx.schema import ensure_schema
+from service.history.influx.spooler import Spooler
 from service.settings import Settings
 from service.stages.ingest import IngestResult
-from service.storage.influx.client import InfluxClient, InfluxError
-from service.storage.influx.lines import LineWriter
-from service.storage.influx.record import TickRecorder
-from service.storage.influx.schema import ensure_schema
-from service.storage.influx.spooler import Spooler
 from service.tick import TickResult
 
 log = logging.getLogger(__name__)
