@@ -98,4 +98,4 @@ def test_hour_memos_give_the_findings_made_afresh() -> None:
             _same(got, want, f"step {i}")
             stamps.add(store[Scope.NVLINK].tier_version("1h"))
     assert len(stamps) >= 4  # hours closed and the compaction moved the stamp
-    assert memo._memos and not fresh._memos
+    assert memo.memo.held and not fresh.memo.held

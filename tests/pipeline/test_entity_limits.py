@@ -190,8 +190,8 @@ def test_forgetting_resolves_the_silent_and_moves_the_rest(tmp_path: Path) -> No
     gpus = p.store[Scope.GPU]
     survivor = gpus.slot(Entity.gpu("n2", 1))
     assert survivor is not None
-    dyn.sbe_base._fit(len(gpus))
-    dyn.sbe_base.count[survivor] = 777  # a mark on the survivor's per-slot detector state
+    dyn.memory.sbe_base._fit(len(gpus))
+    dyn.memory.sbe_base.count[survivor] = 777  # a mark on the survivor's per-slot detector state
     # Node n0 goes away (decommissioned); n1 and n2 report on a week later.
     missing = tuple(e.key for s in r.tables.values() for e in s.entities if e.node == "n0")
     later = T0 + 7 * DAY + 120
@@ -204,7 +204,7 @@ def test_forgetting_resolves_the_silent_and_moves_the_rest(tmp_path: Path) -> No
     slot = gpus.slot(Entity.gpu("n2", 1))
     assert slot is not None and slot < survivor
     assert p.machine.level(Scope.GPU)[slot] == 3
-    assert dyn.sbe_base.count[slot] in (777, 778)  # 778: it learned the hour since
+    assert dyn.memory.sbe_base.count[slot] in (777, 778)  # 778: it learned the hour since
     assert len(p.machine.level(Scope.GPU)) == len(gpus)
     # The forgotten GPU's page resolved, with its history kept.
     gone = [a for a in p.alerts.find() if a.entity == "n0:gpu0"]

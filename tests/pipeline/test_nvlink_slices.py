@@ -1,10 +1,10 @@
 """The NVLink rules' hour-resolution work (the 48-h growth fit, the hours with errors) reads the
-links a range of slots at a time (`dynamic.SLOT_CHUNK`), so an hour's first tick holds one
-range's temporaries instead of the whole scope's: at 180,000 links those were about 270 MB, the
-service's peak. The numbers must not move: the computation before, kept here as the reference,
-is compared with the sliced one bit for bit over randomized stores (NaN samples, whole missing
-steps, links joining, going quiet and compacted away), at slice sizes that leave ranges of one
-slot, and through a view that cannot read part of its scope."""
+links a range of slots at a time (`SLOT_CHUNK` in models/detectors/dynamic/nvlink.py), so an
+hour's first tick holds one range's temporaries instead of the whole scope's: at 180,000 links
+those were about 270 MB, the service's peak. The numbers must not move: the computation before,
+kept here as the reference, is compared with the sliced one bit for bit over randomized stores
+(NaN samples, whole missing steps, links joining, going quiet and compacted away), at slice
+sizes that leave ranges of one slot, and through a view that cannot read part of its scope."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 
 from collectors.catalog import Scope
 from collectors.frames import Entity
-from models.detectors import dynamic
-from models.detectors.dynamic import _NVL_ALL, HOUR, DynamicThresholds, _active_hours
+from models.detectors.dynamic import HOUR, DynamicThresholds, nvlink
+from models.detectors.dynamic.nvlink import NVL_ALL, active_hours
 from models.detectors.findings import Finding
 from models.detectors.growth import assess
 from models.detectors.view import EventView, ScopeView, recent, slot_ranges
@@ -49,14 +49,14 @@ def _old_hourly(view: ScopeView, metric: str, hours: int) -> F64:
 
 def _old_growth(det: DynamicThresholds, nvl: ScopeView) -> tuple[F64, F64, object]:
     hours = det.c.growth.block_h * det.c.growth.blocks
-    per_hour: F64 = sum((_old_hourly(nvl, m, hours) for m in _NVL_ALL),
+    per_hour: F64 = sum((_old_hourly(nvl, m, hours) for m in NVL_ALL),
                         np.zeros((len(nvl), hours)))
     rate, ttf, days = assess(per_hour, det.c.growth)
     return rate, ttf, days if det.c.fitted_days_keep_watch else None
 
 
 def _old_active_hours(nvl: ScopeView, hours: int) -> npt.NDArray[np.int64]:
-    out: npt.NDArray[np.int64] = np.sum(sum(_old_hourly(nvl, m, hours) for m in _NVL_ALL) > 0,
+    out: npt.NDArray[np.int64] = np.sum(sum(_old_hourly(nvl, m, hours) for m in NVL_ALL) > 0,
                                         axis=1)
     return out
 
@@ -190,11 +190,11 @@ def test_sliced_growth_and_hours_are_the_whole_ones(config: WindowConfig,
         want = _old_growth(det, w)  # type: ignore[arg-type]
         want_h = _old_active_hours(w, 6)  # type: ignore[arg-type]
         for chunk, v in ((1, w), (4, w), (7, w), (1 << 20, w), (4, Whole(w))):
-            monkeypatch.setattr(dynamic, "SLOT_CHUNK", chunk)
-            got = det._nvl_growth(v)  # type: ignore[arg-type]
+            monkeypatch.setattr(nvlink, "SLOT_CHUNK", chunk)
+            got = det.nvlink.growth(v)  # type: ignore[arg-type]
             for a, b, name in zip(got, want, ("rate", "ttf", "days"), strict=True):
                 _same(a, b, f"step {i}, slices of {chunk}: {name}")
-            _same(_active_hours(v, 6), want_h, f"step {i}, slices of {chunk}: hours")  # type: ignore[arg-type]
+            _same(active_hours(v, 6), want_h, f"step {i}, slices of {chunk}: hours")  # type: ignore[arg-type]
         seen["rated"] += int(np.isfinite(want[0]).sum())
         seen["days"] += int(np.sum(want[2])) if want[2] is not None else 0  # type: ignore[call-overload]
         seen["active"] += int(np.sum(want_h > 0))
@@ -213,10 +213,10 @@ def test_sliced_findings_are_the_whole_ones(monkeypatch: pytest.MonkeyPatch) -> 
 
     def check(view: View, i: int) -> None:
         nvl = view.scope(Scope.NVLINK)
-        monkeypatch.setattr(dynamic, "SLOT_CHUNK", 3)
-        a = sliced._nvlink(nvl)
-        monkeypatch.setattr(dynamic, "SLOT_CHUNK", 1 << 20)
-        b = whole._nvlink(nvl)
+        monkeypatch.setattr(nvlink, "SLOT_CHUNK", 3)
+        a = sliced.nvlink.findings(nvl)
+        monkeypatch.setattr(nvlink, "SLOT_CHUNK", 1 << 20)
+        b = whole.nvlink.findings(nvl)
         _same_findings(a, b, f"step {i}")
         found["fired"] += int(np.sum(a[0].risk > 0))
 
@@ -226,13 +226,13 @@ def test_sliced_findings_are_the_whole_ones(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_the_growth_fit_reads_a_slice_of_links_at_a_time(monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
-    monkeypatch.setattr(dynamic, "SLOT_CHUNK", 4)
+    monkeypatch.setattr(nvlink, "SLOT_CHUNK", 4)
     spies: list[Spy] = []
 
     def check(view: View, i: int) -> None:
         spy = Spy(view.store[Scope.NVLINK])
-        DynamicThresholds()._nvl_growth(spy)  # type: ignore[arg-type]
-        _active_hours(spy, 6)  # type: ignore[arg-type]
+        DynamicThresholds().nvlink.growth(spy)  # type: ignore[arg-type]
+        active_hours(spy, 6)  # type: ignore[arg-type]
         spies.append(spy)
 
     _run(HOURS_TIER, 2, check)
