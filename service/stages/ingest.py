@@ -6,7 +6,8 @@ at one point, `Ingestor._in_range`, which every source passes through. Counters 
 per-step increases with reset detection: a volatile counter that drops was reset (driver
 reload, GPU reset, reboot) and its increase is the new value, as Prometheus treats resets; a
 persistent counter that drops is stored but held out of the window until it proves a new
-device (a swapped GPU) after REBASE_AFTER readings.
+device (a swapped GPU) after REBASE_AFTER readings. The last readings and drop counts it goes by
+are kept by their one owner, `CounterState` (service/stages/counters.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy.typing as npt
 
 from collectors.catalog import CATALOG, Kind, Scope
 from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame, Rejection
+from service.stages.counters import Previous
 from service.stages.windows import Admission, ScopeWindows, WindowStore
 
 log = logging.getLogger(__name__)
@@ -229,7 +231,7 @@ class Ingestor:
         prev_max = np.empty_like(run_max)
         prev_max[1:] = run_max[:-1]
         prev_max[new_seg] = -1
-        prev = np.maximum(prev_max, w.last_k[s_sorted])
+        prev = np.maximum(prev_max, w.counters.steps(s_sorted))
         late = k_sorted < prev
         stored_only = old.copy()
         stored_only[order[late]] = True
@@ -267,22 +269,19 @@ class Ingestor:
         v = np.full((n, m), np.nan)
         v[:, w.frame_cols] = frame.values[sel]
         ts = frame.ts[sel]
-        prev = w.last_val[slots]
+        before = w.counters.previous(slots)
+        prev = before.values
         # Rows of the step the entity last wrote merge into it (see _frame).
-        same = ks == w.last_k[slots]
+        same = ks == before.steps
         delta = v - prev
         drop = (delta < 0) & w.is_counter
         bad_drop = drop & ~w.resets
-        streak = np.where(bad_drop, w.drop_streak[slots] + 1, 0)
-        streak = np.where(np.isnan(v), w.drop_streak[slots], streak)  # a gap keeps the count
-        w.drop_streak[slots] = streak
-        rebase = bad_drop & (streak >= REBASE_AFTER)
+        rebase = w.counters.count_drops(slots, bad_drop, np.isnan(v), REBASE_AFTER)
         if rebase.any():
             res.rebased += int(rebase.sum())
             for i in np.flatnonzero(rebase.any(axis=1)).tolist():
                 res.swapped[w.entities[slots[i]].key] = float(ts[i])
             delta[rebase] = np.nan  # what happened between the devices is unknown
-            w.drop_streak[slots] = np.where(rebase, 0, streak)
             bad_drop &= ~rebase
         # What the device said goes to the sinks as it is (InfluxDB stores it too); only the
         # window holds back until the drop proves a new device or a glitch.
@@ -300,17 +299,15 @@ class Ingestor:
         res.resets += int(reset.sum())
         delta[reset] = v[reset]
         if w.scope is Scope.IB_PORT:
-            self._ber(w, v, delta, ts, slots)
+            self._ber(w, v, delta, ts, before)
         present = ~np.isnan(v)
         stored = np.where(w.is_counter, delta, v)
-        dt = ts[:, None] - w.last_ts[slots]
+        dt = ts[:, None] - before.ts
         with np.errstate(invalid="ignore", divide="ignore"):
             rate = np.where(w.is_counter & (dt > 0), delta / dt, np.nan)
         if same.any():
             stored[same] = self._merge(w, slots[same], ks[same], stored[same], present[same])
-        w.last_val[slots] = np.where(present, v, prev)
-        w.last_ts[slots] = np.where(present, ts[:, None], w.last_ts[slots])
-        w.last_k[slots] = ks
+        w.counters.record(slots, ks, ts, v, present, before)
         w.write(slots, ks, stored.T.astype(np.float32))
         res.accepted += int((~np.isnan(sink_v[:, w.frame_cols])).sum())
         return sink_v[:, w.frame_cols], rate[:, w.frame_cols], v[:, w.derived_cols]
@@ -354,11 +351,12 @@ class Ingestor:
 
     @staticmethod
     def _ber(w: ScopeWindows, v: npt.NDArray[np.float64], delta: npt.NDArray[np.float64],
-             ts: npt.NDArray[np.float64], slots: npt.NDArray[np.int32]) -> None:
-        """Bit-error rate over the last step: symbol errors / bits carried at the link rate."""
+             ts: npt.NDArray[np.float64], before: Previous) -> None:
+        """Bit-error rate over the last step: symbol errors / bits carried at the link rate
+        (`before`: what the rows' slots held before them)."""
         sym, rate, ber = w.col("ib_symbol_error"), w.col("ib_rate"), w.col("ib_ber")
-        gbps = np.where(np.isnan(v[:, rate]), w.last_val[slots, rate], v[:, rate])
-        dt = ts - w.last_ts[slots, sym]
+        gbps = np.where(np.isnan(v[:, rate]), before.values[:, rate], v[:, rate])
+        dt = ts - before.ts[:, sym]
         with np.errstate(invalid="ignore", divide="ignore"):
             est = delta[:, sym] / (gbps * 1e9 * dt)
         v[:, ber] = np.where((dt > 0) & (gbps > 0), est, np.nan)

@@ -23,6 +23,7 @@ from collectors.catalog import CATALOG, Kind, Metric, Scope
 from collectors.frames import Entity, EntityTable, JoinedTable
 from collectors.table_cache import TableCache, entity_budget
 from models.detectors.view import time_total
+from service.stages.counters import CounterState
 from service.stages.rollup import FOLD_LAG, RunningBucket, reduce_rows
 from service.stages.tier_sums import WindowSum
 
@@ -294,9 +295,9 @@ class ScopeWindows:
         self.node_of: I32 = np.full(capacity, -1, np.int32)
         self.gpu_of: I32 = np.full(capacity, -1, np.int32)
         m = len(self.metrics)
-        self.last_val: F64 = np.full((capacity, m), np.nan)
-        self.last_ts: F64 = np.full((capacity, m), np.nan)
-        self.last_k: I64 = np.full(capacity, -1, np.int64)
+        # What ingest last read per slot (last value, time, step, counter drop streaks): its
+        # owner alone writes it; last_val, last_ts and last_k below are read-only views.
+        self.counters = CounterState(capacity, m)
         # When anything first and last arrived for the entity, by the service's clock (never a
         # sender's): an entity silent past its longest window is forgotten, and one that never
         # reported beyond one moment (a phantom name) once it is silent for the raw window.
@@ -309,8 +310,6 @@ class ScopeWindows:
         self.refused_total = 0  # new entities turned away by the limits
         self._refused_seen = 0  # ... as of the last look for entities to forget
         self.forgotten_total = 0
-        # Consecutive refused decreases of a persistent counter, per entity and metric.
-        self.drop_streak = np.zeros((capacity, m), np.int16)
         raw_len, tier_specs = config.for_scope(scope)
         self.raw = _Ring(m, raw_len, capacity)  # no ranges: a sample is its own max and min
         self.tier_specs = tier_specs
@@ -342,6 +341,21 @@ class ScopeWindows:
         # window (the pipeline benchmark times both in one run).
         self._sums: dict[tuple[int, int, int], WindowSum] = {}
         self.running_sums = True
+
+    @property
+    def last_val(self) -> F64:
+        """[slot, metric] the last value ingest read (read-only; NaN: none yet)."""
+        return self.counters.last_val
+
+    @property
+    def last_ts(self) -> F64:
+        """[slot, metric] the sender's time of that value (read-only)."""
+        return self.counters.last_ts
+
+    @property
+    def last_k(self) -> I64:
+        """[slot] the raw step the slot last wrote (read-only; -1: never)."""
+        return self.counters.last_k
 
     @property
     def raw_length(self) -> int:
@@ -479,10 +493,7 @@ class ScopeWindows:
 
         self.node_of = pad(self.node_of, -1)  # type: ignore[assignment]
         self.gpu_of = pad(self.gpu_of, -1)  # type: ignore[assignment]
-        self.last_val = pad(self.last_val, np.nan)  # type: ignore[assignment]
-        self.last_ts = pad(self.last_ts, np.nan)  # type: ignore[assignment]
-        self.last_k = pad(self.last_k, -1)  # type: ignore[assignment]
-        self.drop_streak = pad(self.drop_streak, 0)  # type: ignore[assignment]
+        self.counters.grow(pad)
         self.touched = pad(self.touched, np.nan)  # type: ignore[assignment]
         self.born = pad(self.born, np.nan)  # type: ignore[assignment]
         self.heard = pad(self.heard, np.nan)  # type: ignore[assignment]
@@ -523,10 +534,9 @@ class ScopeWindows:
         gpu_of = np.arange(k) if self.scope is Scope.GPU else gpu_map[self.gpu_of[keep]]
         self.node_of[:k], self.node_of[k:n_old] = node_of, -1
         self.gpu_of[:k], self.gpu_of[k:n_old] = gpu_of, -1
-        for a, fill in ((self.last_val, np.nan), (self.last_ts, np.nan), (self.last_k, -1),
-                        (self.drop_streak, 0), (self.touched, np.nan), (self.born, np.nan),
-                        (self.heard, np.nan)):
+        for a, fill in ((self.touched, np.nan), (self.born, np.nan), (self.heard, np.nan)):
             _squeeze(a, keep, n_old, fill, axis=0)
+        self.counters.take(lambda a, fill: _squeeze(a, keep, n_old, fill, axis=0))
         for ring in (self.raw, *self.tiers):
             ring.take(keep, n_old)
         self._versions = [v + 1 for v in self._versions]
@@ -760,11 +770,10 @@ class ScopeWindows:
         return self.last_val[: len(self.entities), self.col(metric)]
 
     def nbytes(self) -> int:
-        arrays = (self.node_of, self.gpu_of, self.last_val, self.last_ts, self.last_k,
-                  self.touched, self.born, self.heard, self.drop_streak)
+        arrays = (self.node_of, self.gpu_of, self.touched, self.born, self.heard)
         running = self.running.nbytes() if self.running is not None else 0
         return (self.raw.nbytes() + sum(t.nbytes() for t in self.tiers)
-                + sum(a.nbytes for a in arrays) + running
+                + sum(a.nbytes for a in arrays) + self.counters.nbytes() + running
                 + sum(s.nbytes() for s in self._sums.values()))
 
 
