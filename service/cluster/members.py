@@ -145,7 +145,7 @@ class Membership:
 
     `map` is the ShardMap in force (None: this shard is not in the map, it owns nothing). It
     is swapped whole, one reference assignment, so a request reads it without a lock; the
-    `on_change` callbacks (rebalancing: service.pipeline, service.runtime.rebalance) run
+    `on_change` callbacks (rebalancing: service.cluster.replica, service.runtime.rebalance) run
     before the swap, so a gained node's history is in before its writes are accepted here."""
 
     def __init__(self, members: Members, *, replica_id: str, shard_id: str, url: str,

@@ -403,8 +403,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def quiet_pipeline() -> None:
-    """Ingest logs every rejected sample at INFO; over a simulated year that is noise."""
-    logging.getLogger("service.pipeline").setLevel(logging.WARNING)
+    """Ingest logs every rejected sample at INFO, forgetting every sweep; over a simulated
+    year that is noise."""
+    for name in ("service.pipeline", "service.stages.forgetting"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def run(args: argparse.Namespace) -> int:

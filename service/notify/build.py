@@ -12,7 +12,7 @@ from service.notify.dispatcher import Dispatcher
 from service.notify.message import Notifier, ReadsBack, Refreshes, UpstreamStatus
 from service.notify.notification_log import NotificationLog
 from service.notify.record import RecordReceiver
-from service.notify.sender import Sender
+from service.notify.sender import Sender, Sent
 from service.notify.silences import SilenceStore
 from service.notify.status import DeliveryIndex
 from service.stages.alert_store import AlertStore
@@ -30,6 +30,21 @@ class Notification:
         outs = self.dispatcher.flush(now)
         self.sender.submit(outs)
         return len(outs)
+
+    def tick(self, now: float, *, leading: bool, changed: bool, shared: bool
+             ) -> tuple[int, list[Sent]]:
+        """One tick: the leader regroups when alerts `changed` and sends what is due, returning
+        the messages sent and the deliveries finished; another replica only marks the change
+        (the leader reads it from the shared state; ours regroups later). `shared`: other
+        shards' writers open and resolve alerts too, which no tick of ours sees change, so
+        the leader regroups from the shared state every tick."""
+        if not leading:
+            if changed:
+                self.dispatcher.mark()
+            return 0, []
+        if changed or shared:
+            self.dispatcher.mark()
+        return self.flush(now), self.sender.drain()
 
     def upstream(self, fingerprint: str) -> list[UpstreamStatus]:
         """What each Alertmanager we post to said of the alert when last read back."""

@@ -5,16 +5,19 @@ the latest tick's state (still level 3, fresh telemetry, the node still reportin
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
+from collectors.catalog import Scope
 from service.notify.refs import summary_of
 from service.remediation.actions import ActionStore, AuditEntry
 from service.remediation.config import RemediationSettings
 from service.remediation.controller import MigrationRequest, RemediationController
 from service.remediation.hooks import build_hook
 from service.remediation.hooks.base import Hook
+from service.stages.alert_machine import Transition
 from service.stages.alert_store import Alert, AlertStore
-from service.stages.fleet_alerts import NODATA
+from service.stages.fleet_alerts import FLEET, NODATA, STORM
 
 
 class AlertRecheck:
@@ -67,6 +70,38 @@ class Remediator:
 
     def close(self) -> None:
         self.controller.close()
+
+
+class Acts(Protocol):
+    """What a tick's alert changes ask of remediation (service.tick.Remediation)."""
+
+    def migrate(self, alert: Alert, now: float) -> None: ...
+
+    def trip(self, reason: str, now: float) -> None: ...
+
+    def step(self, now: float) -> None: ...
+
+    def audit(self) -> list[AuditEntry]: ...
+
+
+def remediate(rem: Acts, changed: Sequence[tuple[Transition, Alert]], now: float,
+              leading: bool = True) -> list[AuditEntry]:
+    """Level 3 asks the controller to migrate jobs off the node when the alert is
+    corroborated (a hard rule or a confident model), not flapping and not on stale data.
+    A storm trips the breaker instead. The controller's guards decide the rest. A shard's
+    writer records the request in the shared state; only the leader starts actions.
+    Returns the audit rows written since the last call."""
+    # The breaker trips before any request of the same tick can start a drain.
+    for t, _ in changed:
+        if t.alertname == STORM and t.new == 3:
+            rem.trip(f"fleet-wide alert storm: {t.risk:.0%} of nodes at level 2+", now)
+    for t, a in changed:
+        if (t.new == 3 and t.old < 3 and t.scope is not Scope.NODE and t.corroborated
+                and not t.flapping and t.entity != FLEET):
+            rem.migrate(a, now)
+    if leading:
+        rem.step(now)
+    return rem.audit()
 
 
 def build_remediation(settings: RemediationSettings, alerts: AlertStore, db: str,

@@ -6,7 +6,7 @@ The gained nodes are those whose owner changed to us among every node InfluxDB h
 of and every node with an open alert in the shared state: nodes that never reported are not
 there to warm. Without InfluxDB the nodes start cold (and a log line says so). The pipeline
 itself forgets the nodes it lost and its writer restores the gained nodes' open alerts
-(Pipeline.rebalance, Pipeline._claim)."""
+(service.cluster.replica: Replica.rebalance, Replica.claim)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ fires across shards (another shard's writer changes them unseen)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,29 @@ class StormReport:
         self._dirty = True  # read the level-3 alerts again
         self._hard: dict[Key, Signal] = {}  # every hard fault as first seen, while it lasts
         self._named: dict[str, tuple[tuple[int, str, str], HotNode]] = {}
+
+    def apply(self, risk: RiskState, entity_ts: Sequence[Transition],
+              storm: Sequence[Transition], now: float, *, shared: bool
+              ) -> tuple[list[tuple[Transition, Alert]], bool]:
+        """Open or resolve the storm alert (`storm`: its transitions this tick), and keep what
+        it says current while it fires. Returns the storm's transitions applied, and whether
+        its explanation was rewritten."""
+        opening = any(t.new for t in storm)
+        if not (self.fleet.storm_level or opening or storm):
+            return [], False
+        signals = (self.signals(risk, entity_ts, shared)
+                   if self.fleet.storm_level or opening else [])
+        out: list[tuple[Transition, Alert]] = []
+        for t in storm:
+            got = self.alerts.apply([t], {(STORM, FLEET): signals} if t.new else {})
+            out += got
+            if t.new:
+                self.opened(got[0][1])
+            else:
+                self.closed()
+        if self.fleet.storm_level and not opening:
+            return out, self.update(signals, now) is not None
+        return out, False
 
     def restore(self, alert: Alert) -> None:
         """The open storm alert after a restart or a take-over."""

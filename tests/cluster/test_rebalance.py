@@ -217,7 +217,7 @@ def test_a_tick_between_the_hand_over_and_the_new_map_resolves_nothing(
         old = a.p.members.map
         both = ShardMap([Shard("a", "http://a.test:8080"), Shard("b", "http://b.test:8080")],
                         "a")
-        a.p.rebalance(old, both)  # as Membership does, before it swaps the map in
+        a.p.replica.rebalance(old, both)  # as Membership does, before it swaps the map in
         assert a.p.members.map is old and not a.holds(f"{moved}:gpu0")
         clock[0] += 5
         a.p.tick(clock[0])
