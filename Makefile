@@ -20,7 +20,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-# The inner loop: everything but the tests marked slow (the soak, real-process clusters).
+# The inner loop: everything but the tests marked slow (2 s or more: servers, benches, replays).
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 

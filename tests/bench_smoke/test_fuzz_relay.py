@@ -19,6 +19,7 @@ from tests.collectors.agent.relay_service import free_port
 pytest.importorskip("pyarrow")
 
 
+@pytest.mark.slow
 def test_every_hostile_class_gets_an_allowed_answer(tmp_path: Path) -> None:
     relay = Relay(Spool(tmp_path / "spool", 1 << 30, suffix=SPOOL_SUFFIX),
                   Pusher(f"http://127.0.0.1:{free_port()}/write"), tokens=["fz-token"])

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.skipif(shutil.which("influxd") is None,
                                 reason="influxd is not installed (apt-get install influxdb)")
 
 
+@pytest.mark.slow
 def test_the_learning_loop_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--nodes", "2", "--days", "3", "--train-days", "2", "--epochs", "1",
                  "--rate-multiplier", "600", "--json"]) == 0

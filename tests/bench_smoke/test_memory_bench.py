@@ -10,6 +10,7 @@ import pytest
 from bench.memory import main
 
 
+@pytest.mark.slow
 def test_the_memory_bench_runs_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--gpus", "16", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
@@ -26,6 +27,7 @@ def test_bad_arguments_are_refused() -> None:
     assert exc.value.code == 2
 
 
+@pytest.mark.slow
 def test_the_layout_before_runs_and_leaves_the_module_as_it_was(
         capsys: pytest.CaptureFixture[str]) -> None:
     import service.stages.windows as windows

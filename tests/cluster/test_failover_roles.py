@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from collectors.catalog import Scope
 from models.detectors.findings import Finding
@@ -61,6 +62,7 @@ def _states(messages: list[Message]) -> list[str]:
     return [a.status for m in messages for a in m.alerts]
 
 
+@pytest.mark.slow
 def test_the_standby_takes_over_without_a_second_page_or_a_lost_resolve(
         tmp_path: Path, state_target: str) -> None:
     dial = Dial()

@@ -110,6 +110,7 @@ def test_the_keeper_reports_gains_and_losses(state_target: str) -> None:
     kb.lease.close()
 
 
+@pytest.mark.slow
 def test_many_replicas_racing_never_share_an_epoch(state_target: str) -> None:
     """Replicas renewing at once, the lease expiring under them again and again: each epoch
     has exactly one holder."""

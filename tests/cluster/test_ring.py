@@ -35,6 +35,7 @@ def test_another_process_agrees_on_every_owner() -> None:
     assert out.stdout.strip().split(",") == [ring.owner(h) for h in HOSTS[:500]]
 
 
+@pytest.mark.slow
 def test_three_shards_at_64_vnodes_share_10000_hosts_evenly() -> None:
     counts = Counter(Ring(["a", "b", "c"], 64).owner(h) for h in HOSTS)
     assert set(counts) == {"a", "b", "c"}

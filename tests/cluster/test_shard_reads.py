@@ -102,6 +102,7 @@ def _expected(rows: list[dict[str, Any]], sort: str, order: str) -> list[str]:
     return [r["node"] for r in sorted(rows, key=key)]
 
 
+@pytest.mark.slow
 def test_every_shard_lists_every_node_once_in_order(cluster: Any) -> None:
     s, read, hosts = cluster
     every = sorted(h for hs in hosts.values() for h in hs)
@@ -227,6 +228,7 @@ def test_a_read_token_is_required_and_passed_on(cluster: Any) -> None:
                      ).status_code == 200
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install "
                     "chromium; .ci/run does)")
 def test_the_console_on_one_shard_shows_the_whole_fleet(cluster: Any, tmp_path: Path) -> None:

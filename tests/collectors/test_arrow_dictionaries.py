@@ -173,6 +173,7 @@ def test_lengths_claimed_past_the_body_are_refused_not_allocated() -> None:
             Decoder().decode(body)
 
 
+@pytest.mark.slow
 def test_every_hostile_body_is_refused_or_taken_never_raised_otherwise() -> None:
     """bench.fuzz_arrow's bodies (the fuzz benchmark's Arrow class) through the decoder a
     service makes: ArrowPayloadError or a batch, nothing else, and no table kept for keys no

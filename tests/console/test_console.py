@@ -116,6 +116,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
         b.close()
 
 
+@pytest.mark.slow
 def test_fleet_grid_shows_the_injected_failures_at_their_level(
         service: Service, browser: Browser, shots: Path) -> None:
     _open(browser, service.url + "/#/fleet",
@@ -270,6 +271,7 @@ def test_the_script_pages_through_cursors_and_shows_rfc3339_times(
     assert _unexpected(browser) == []
 
 
+@pytest.mark.slow
 def test_docs_load_from_the_service_itself(service: Service, browser: Browser,
                                            shots: Path) -> None:
     before = len(browser.requests)

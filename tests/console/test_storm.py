@@ -130,6 +130,7 @@ def _alerts(svc: Service) -> dict[str, dict[str, Any]]:
             for a in svc.get("/v1/alerts?state=firing&limit=200")["alerts"]}
 
 
+@pytest.mark.slow
 def test_the_fixture_is_a_storm_with_muted_silenced_and_silent_alerts(storm: Service) -> None:
     found = _alerts(storm)
     assert "FleetStorm fleet" in found

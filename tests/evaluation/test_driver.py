@@ -39,6 +39,7 @@ def tiny(days: float = 2.0, seed: int = 0) -> SimConfig:
 SETS = [name for name in DETECTOR_SETS if name != "trees"]
 
 
+@pytest.mark.slow
 def test_tiny_scenario_through_the_real_pipeline(tmp_path: Path) -> None:
     runs = [evaluate_source(simulator_source(tiny(days=1.0, seed=s)), SETS, s) for s in (0, 1)]
     first = runs[0]
@@ -65,6 +66,7 @@ def test_tiny_scenario_through_the_real_pipeline(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "results.json").read_text())["seeds"] == [0, 1]
 
 
+@pytest.mark.slow
 def test_trace_with_labels_through_the_cli(tmp_path: Path, capsys: object) -> None:
     sim = Simulator(tiny(days=0.5))
     with TraceWriter(tmp_path / "trace") as w:

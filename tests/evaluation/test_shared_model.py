@@ -57,6 +57,7 @@ def _run(share: bool) -> dict[str, Any]:
                            share=share)
 
 
+@pytest.mark.slow
 def test_sharing_changes_no_result_and_halves_the_model_runs() -> None:
     shared, apart = _run(True), _run(False)
     for name in ("lstm", "fused"):
@@ -68,6 +69,7 @@ def test_sharing_changes_no_result_and_halves_the_model_runs() -> None:
     assert apart["timing"]["model_runs"] == {"lstm": runs["lstm"], "fused": runs["lstm"]}
 
 
+@pytest.mark.slow
 def test_alerts_identical_round_by_round() -> None:
     src = simulator_source(tiny(days=2.0, seed=0))
     rounds = list(feed_rounds(src.chunks, src.step_s))
@@ -81,6 +83,7 @@ def test_alerts_identical_round_by_round() -> None:
         assert evs[0].data[name].alerts  # something to compare
 
 
+@pytest.mark.slow
 def test_sharing_follows_the_stores_forgetting(monkeypatch: pytest.MonkeyPatch) -> None:
     """A node forgotten mid-run (as if silent past its windows; it reports again and comes back
     in new slots): the shared model follows each forgetting once, so its per-slot state (the

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 
 from collectors import registry
 from collectors.catalog import CATALOG, EVENT_FIELD, FieldType, Kind, Scope
@@ -205,6 +206,7 @@ def _field_types(srv: InfluxServer, db: str) -> dict[str, dict[str, list[str]]]:
     return out
 
 
+@pytest.mark.slow
 def test_every_writer_gives_each_field_the_catalog_type(influx_server: InfluxServer,
                                                         tmp_path: Path) -> None:
     srv, db = influx_server, "fieldtypes"

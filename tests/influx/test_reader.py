@@ -151,6 +151,7 @@ def _state(srv: InfluxServer, dbs: list[str]) -> dict[str, object]:
     return {"databases": names, "gpu": counts, "risk": risk}
 
 
+@pytest.mark.slow
 def test_hostile_names_find_nothing_and_change_nothing(influx_server: InfluxServer,
                                                        stored: Settings,
                                                        tmp_path: Path) -> None:

@@ -60,6 +60,7 @@ def _read(s: Settings, keep: float | None, *metrics: str, step: int, rate: bool 
     return {o.metric.name: list(zip(o.times, o.values, strict=True)) for o in out}
 
 
+@pytest.mark.slow
 def test_reads_past_raw_retention_come_from_the_rollups(stored: Settings,
                                                         influx_server: InfluxServer) -> None:
     cases = [(("gpu_temp", "mem_temp"), False, None), (("gpu_temp",), False, Agg.MAX),

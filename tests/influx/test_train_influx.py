@@ -90,6 +90,7 @@ def pipeline_fleet(influx_server: InfluxServer, tmp_path_factory: pytest.TempPat
     return _config(tmp, influx), auto, cfg
 
 
+@pytest.mark.slow
 def test_trains_from_the_pipelines_history_and_auto_labels(
         pipeline_fleet: tuple[Path, Counter[str], SimConfig], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -114,6 +115,7 @@ def test_trains_from_the_pipelines_history_and_auto_labels(
     assert (out / "model.json").exists() and (out / "history-work" / "day-0001.npz").exists()
 
 
+@pytest.mark.slow
 def test_fine_tunes_the_shipped_model_on_the_fleets_history(
         pipeline_fleet: tuple[Path, Counter[str], SimConfig], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -165,6 +167,7 @@ def _same(a: Path, b: Path) -> bool:
             np.array_equal(x[k], y[k], equal_nan=x[k].dtype.kind == "f") for k in x.files)
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_bit_for_bit(long_fleet: tuple[Path, InfluxSettings],
                                                 tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
@@ -211,6 +214,7 @@ def test_an_interrupted_run_resumes_bit_for_bit(long_fleet: tuple[Path, InfluxSe
     assert not _same(cold / "day-0008.npz", a[8])
 
 
+@pytest.mark.slow
 def test_a_work_directory_of_another_span_is_refused(long_fleet: tuple[Path, InfluxSettings],
                                                      tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import pytest
+
 from service.assembly import Wiring
 from service.history.influx.client import InfluxClient
 from service.history.influx.rounds import InfluxRounds
@@ -43,6 +45,7 @@ def fires_at(p: Pipeline, r: Rounds, start: float, end: float) -> float | None:
     return None
 
 
+@pytest.mark.slow
 def test_sustained_rule_fires_on_time_after_a_restart(influx_server: InfluxServer,
                                                       tmp_path: Path) -> None:
     # Reference: one run that never stops.
@@ -88,6 +91,7 @@ def test_service_starts_cold_when_influxdb_is_unreachable(tmp_path: Path) -> Non
         p.close()
 
 
+@pytest.mark.slow
 def test_warm_start_through_the_app_lifespan(influx_server: InfluxServer, tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 

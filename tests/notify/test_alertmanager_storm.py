@@ -47,6 +47,7 @@ def am(tmp_path: Path) -> Iterator[AlertmanagerServer]:
     srv.stop()
 
 
+@pytest.mark.slow
 def test_every_critical_stays_in_alertmanager_through_a_storm(
         am: AlertmanagerServer, state_target: str) -> None:
     settings = notify_settings(

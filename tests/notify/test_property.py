@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,6 +69,7 @@ CASES = given(oscs=st.lists(oscillations, min_size=1, max_size=3),
               group_interval=st.sampled_from([60.0, 300.0, 600.0]))
 
 
+@pytest.mark.slow
 @settings(max_examples=50, deadline=None)
 @CASES
 def test_oscillation_inside_the_hysteresis_gap_is_at_most_one_message_per_interval(
@@ -78,6 +80,7 @@ def test_oscillation_inside_the_hysteresis_gap_is_at_most_one_message_per_interv
                                           group_wait, group_interval)
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)  # a round trip per statement: fewer, same cases
 @CASES
 def test_the_same_on_postgresql(postgres_server: PostgresServer, oscs: list[Oscillation],

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 
 from collectors.catalog import Scope
 from collectors.frames import Entity
@@ -57,6 +58,7 @@ def _same(a: list[Finding], b: list[Finding], where: str) -> None:
                 assert np.array_equal(p, q, equal_nan=True), f"{where}: {x.rule}"
 
 
+@pytest.mark.slow
 def test_hour_memos_give_the_findings_made_afresh() -> None:
     rng = np.random.default_rng(3)
     store = WindowStore(CONFIG)

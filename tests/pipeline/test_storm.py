@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from collectors.frames import Batch, Entity, EntityTable
 from service.assembly import Wiring
 from service.notify.refs import summary_of
@@ -134,6 +136,7 @@ def test_a_small_fleet_never_storms(tmp_path: Path) -> None:
         p.close()
 
 
+@pytest.mark.slow
 def test_a_backfill_raises_neither_no_data_nor_a_storm(tmp_path: Path) -> None:
     """An agent backfills an hour (--backfill-s), a minute of it per tick, so its data is
     minutes behind the live edge for five minutes; the history holds failures on 4 of 12

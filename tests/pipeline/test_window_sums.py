@@ -98,6 +98,7 @@ def _reads(w: ScopeWindows, late: bool) -> Iterator[tuple[str, int, str]]:
                 yield metric, n, spec.name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
 def test_running_sums_are_the_re_sum_bit_for_bit(seed: int) -> None:
     store = WindowStore(CONFIG)
@@ -193,6 +194,7 @@ def _same(a: list[Finding], b: list[Finding], where: str) -> None:
                 assert np.array_equal(p, q, equal_nan=True), f"{where}: {x.rule}"
 
 
+@pytest.mark.slow
 def test_the_rules_find_what_the_re_sum_found() -> None:
     config = WindowConfig(raw_length=24, tiers=(TierSpec("1m", 60, 60), TierSpec("1h", 3600, 10)),
                           nvlink_raw_length=24,

@@ -25,6 +25,7 @@ from tests.predictor.conftest import TINY, Recorded
 SHIPPED = Path(__file__).resolve().parents[2] / "models" / "artifacts" / "default"
 
 
+@pytest.mark.slow
 def test_training_starts_from_the_init_model(recorded: Recorded, tiny_model: Path) -> None:
     init = load_init(tiny_model, ARCHITECTURE)
     scope = Scope.GPU
@@ -56,6 +57,7 @@ def test_training_starts_from_the_init_model(recorded: Recorded, tiny_model: Pat
     assert moved < float((scratch.model.state_dict()[w] - si.state_dict[w]).abs().max())
 
 
+@pytest.mark.slow
 def test_scenario_training_fine_tunes_and_the_card_names_the_init(
         tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "m"

@@ -40,6 +40,7 @@ def _run(step: float, days: float) -> tuple[Fleet, HourlyRecorder]:
     return fleet, rec
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step", [300.0, 3600.0])
 def test_recorded_days_equal_the_live_window(step: float) -> None:
     fleet, rec = _run(step, 8.5)

@@ -26,6 +26,7 @@ from tests.predictor.conftest import Recorded, train_all
 HOUR = 3600.0
 
 
+@pytest.mark.slow
 def test_training_is_deterministic(recorded: Recorded, tiny: list[ScopeResult]) -> None:
     again = train_all(recorded)
     for a, b in zip(tiny, again, strict=True):

@@ -82,6 +82,7 @@ def test_exit_75_means_retry_other_codes_fail(tmp_path: Path) -> None:
     assert not result.ok and not result.retry and "exit 3: a complaint" in result.detail
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_program_and_its_children(tmp_path: Path) -> None:
     marker = tmp_path / "survived"
     slow = script(tmp_path, "slow.sh", f"#!/bin/sh\n(sleep 1; touch {marker}) &\nsleep 30\n")

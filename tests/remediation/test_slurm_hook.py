@@ -78,6 +78,7 @@ def hook(slurm_cluster: SlurmCluster) -> SlurmHook:
     return built.inner
 
 
+@pytest.mark.slow
 def test_execute_drains_requeues_eligible_and_reports_the_rest(
         cluster: SlurmCluster, hook: SlurmHook) -> None:
     movable = submit(cluster, "--requeue")
@@ -166,6 +167,7 @@ def test_plan_is_the_exact_argv_and_changes_nothing(
     assert node_field(cluster, "State") == "IDLE"
 
 
+@pytest.mark.slow
 def test_requeue_off_drains_and_reports_every_job(
         cluster: SlurmCluster) -> None:
     job = submit(cluster, "--requeue")

@@ -77,6 +77,7 @@ MUTATING = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("method", "url", "body", "needs"), MUTATING,
                          ids=[f"{m} {u}" for m, u, _, _ in MUTATING])
 def test_every_mutating_route_refuses_bad_tokens(svc: Svc, method: str, url: str,

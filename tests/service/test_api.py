@@ -170,6 +170,7 @@ def test_unknown_nodes_gpus_and_alerts_are_404(faulty: Service) -> None:
     assert "does not exist" in faulty.get("/v1/alerts/999", 404)["detail"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("url", [
     "/v1/alerts?level=4", "/v1/alerts?level=0", "/v1/alerts?state=open", "/v1/alerts?limit=0",
     "/v1/alerts?limit=1001", "/v1/alerts/abc", "/v1/nodes?sort=temperature",

@@ -130,6 +130,7 @@ def test_a_silence_takes_rfc3339_or_epoch_and_answers_rfc3339(svc: Svc) -> None:
 
 # ---- pagination -------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("query", ["", "?sort=risk&order=asc", "?sort=node",
                                    "?sort=node&order=desc", "?sort=alerts"])
 def test_nodes_page_through_every_ordering(svc: Svc, query: str) -> None:
@@ -207,6 +208,7 @@ def test_every_route_is_documented_with_its_methods(svc: Svc) -> None:
                       "/docs/assets", "/verdict/{alert_id}"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("url", "path", "status"), [
     ("/v1/alerts?limit=2", "/v1/alerts", 200),
     ("/v1/gpus/n002:gpu1", "/v1/gpus/{gpu}", 200),

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.service.served import MAIN, Served
 
@@ -43,6 +44,7 @@ class Hammer(threading.Thread):
                 self.halt.wait(0.05)
 
 
+@pytest.mark.slow
 def test_a_bad_token_client_locks_out_only_itself(tmp_path: Path) -> None:
     settings = {"api": {"auth_failures_burst": 5, "auth_failures_per_min": 10},
                 "ingest": {"tokens": ["agent-token"]}}
@@ -82,6 +84,7 @@ def _guesses(url: str, forwarded_for: list[str]) -> list[int]:
                 for i, xff in enumerate(forwarded_for)]
 
 
+@pytest.mark.slow
 def test_forwarded_headers_count_only_from_trusted_proxies(tmp_path: Path) -> None:
     settings = {"api": {"auth_failures_burst": 3}, "ingest": {"tokens": ["agent-token"]}}
     a, b = "203.0.113.1", "203.0.113.2"

@@ -8,6 +8,7 @@ import io
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from collectors.frames import Rejection
 from service.assembly import Wiring
@@ -79,6 +80,7 @@ def test_a_round_with_several_reasons_splits_its_count_and_keeps_the_total() -> 
     assert reason_kind("out-of-order timestamp: 7 more values") == "out-of-order timestamp"
 
 
+@pytest.mark.slow
 def test_the_demo_says_what_it_refused(tmp_path: Path) -> None:
     out = io.StringIO()
     args = argparse.Namespace(speed=0.0, seed=0, port=0, data_dir=tmp_path / "demo",

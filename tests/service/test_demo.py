@@ -22,6 +22,7 @@ def _args(tmp_path: Path, **kw: object) -> argparse.Namespace:
     return argparse.Namespace(**base)
 
 
+@pytest.mark.slow
 def test_demo_catches_every_failure_that_has_a_precursor(tmp_path: Path) -> None:
     out = io.StringIO()
     summary = run_demo(_args(tmp_path), out=out)
@@ -38,6 +39,7 @@ def test_demo_catches_every_failure_that_has_a_precursor(tmp_path: Path) -> None
     assert (tmp_path / "demo" / "gpuhealth.db").exists()
 
 
+@pytest.mark.slow
 def test_demo_serves_the_api_while_it_runs(tmp_path: Path) -> None:
     seen: list[int] = []
 
@@ -48,6 +50,7 @@ def test_demo_serves_the_api_while_it_runs(tmp_path: Path) -> None:
     assert seen == [200]
 
 
+@pytest.mark.slow
 def test_demo_json_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["demo", "--speed", "0", "--port", "0", "--json", "--data-dir",
                str(tmp_path / "d")])
@@ -56,6 +59,7 @@ def test_demo_json_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture
     assert summary["samples"] > 1_000_000 and summary["rows"]
 
 
+@pytest.mark.slow
 def test_the_demo_keeps_history_on_the_traces_clock_and_says_where_the_console_is(
         tmp_path: Path) -> None:
     """The console's charts ask for "the last hour" of the service's clock: the demo's API runs

@@ -30,6 +30,7 @@ def clean() -> Iterator[None]:
     gc.unfreeze()
 
 
+@pytest.mark.slow
 def test_survivors_of_a_full_collection_are_frozen(clean: None) -> None:
     policy = GcPolicy(min_regrow=10**9)
     policy.install()
@@ -49,6 +50,7 @@ def test_survivors_of_a_full_collection_are_frozen(clean: None) -> None:
     assert policy._after not in gc.callbacks
 
 
+@pytest.mark.slow
 def test_frozen_cyclic_garbage_is_collected_once_the_frozen_set_regrew(clean: None) -> None:
     policy = GcPolicy(regrow=0.0, min_regrow=20_000)
     policy.install()

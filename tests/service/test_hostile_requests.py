@@ -52,6 +52,7 @@ def svc(settings: Settings) -> Iterator[Svc]:
                   settings.storage.state_target)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", HUGE)
 def test_ids_past_64_bits_are_422_on_every_alert_route(svc: Svc, n: str) -> None:
     for method, url, body in [
@@ -65,12 +66,14 @@ def test_ids_past_64_bits_are_422_on_every_alert_route(svc: Svc, n: str) -> None
     assert svc.call("GET", "/v1/alerts/1").status_code == 200  # an id in range still works
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gpu", ["n001:gpu" + n for n in HUGE] + ["n001:gpu1e400", "n1:g:pu"])
 def test_a_gpu_index_no_gpu_has_is_404(svc: Svc, gpu: str) -> None:
     r = svc.call("GET", f"/v1/gpus/{gpu}")
     assert r.status_code == 404 and "not a GPU key" in r.json()["detail"], r.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("url", "body"), [
     ("/v1/alerts/1/verdict", '{"verdict": "failed", "mode": "M1_hbm", "failed_at": NaN}'),
     ("/v1/alerts/1/verdict", '{"verdict": "failed", "mode": "M1_hbm", "failed_at": Infinity}'),
@@ -102,6 +105,7 @@ def test_cursors_cannot_be_forged(svc: Svc) -> None:
         assert r.status_code == 400 and r.json()["type"] == "/problems/cursor-not-valid", r.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("url", "key"), [
     ("/v1/alerts", [1.0, 10**20]), ("/v1/alerts", [1.0, -(2**63) - 1]),
     ("/v1/labels", [1.0, 10**20]), ("/v1/silences", [1e400, "x"]),
@@ -137,6 +141,7 @@ def test_every_replica_on_one_state_signs_with_one_key(settings: Settings) -> No
             assert [n["node"] for n in r.json()["nodes"]] == ["n002", "n003"]
 
 
+@pytest.mark.slow
 def test_the_fuzz_generator_finds_no_500(svc: Svc) -> None:
     """bench.fuzz_api's hostile requests, a few of each class, against this service."""
     seen: set[str] = set()

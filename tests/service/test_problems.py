@@ -182,6 +182,7 @@ def influx_error(r: httpx.Response, status: int) -> dict[str, Any]:
     return body
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["/write", "/v1/write", "/api/v2/write"])
 def test_a_partial_write_is_influxdbs_400(api: Api, path: str) -> None:
     lines = "gpu,host=n001,gpu=0 gpu_temp=50\nnot line protocol\n"  # the server's time

@@ -145,6 +145,7 @@ def test_forgotten_entities_leave_the_exposition(svc: Svc) -> None:
     assert svc.st.pipeline.store[Scope.GPU].forgotten_total == 4
 
 
+@pytest.mark.slow
 def test_a_failing_receiver_is_labelled_on_its_counter(tmp_path: Path) -> None:
     with socket.socket() as sock:  # a port nothing listens on: every send is refused
         sock.bind(("127.0.0.1", 0))

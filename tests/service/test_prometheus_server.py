@@ -74,6 +74,7 @@ def scraped(settings: Settings, tmp_path: Path) -> Iterator[tuple[Service, Prome
             prom.stop()
 
 
+@pytest.mark.slow
 def test_prometheus_scrapes_the_service_and_evaluates_the_rules(
         scraped: tuple[Service, PrometheusServer]) -> None:
     svc, prom = scraped

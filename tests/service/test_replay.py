@@ -99,6 +99,7 @@ def test_subcommand_registry_refuses_duplicates() -> None:
         cli.main(["no-such-command"])
 
 
+@pytest.mark.slow
 def test_served_replay(settings: Settings, trace: Path) -> None:
     """What `gpuhealth serve --replay TRACE --speed 0` runs: the scheduler's collector is a
     ReplaySource and ticks follow the trace's clock."""

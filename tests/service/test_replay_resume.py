@@ -172,6 +172,7 @@ def _pages(rec: HttpRecorder) -> list[tuple[str, str, list[str]]]:
     return out
 
 
+@pytest.mark.slow
 def test_a_killed_replay_resumes_and_resends_its_page_in_flight_under_the_same_id(
         tmp_path: Path, receiver: HttpRecorder) -> None:
     trace = _trace(tmp_path / "trace")

@@ -143,6 +143,7 @@ def test_an_operators_challenger_is_left_to_the_operator(tmp_path: Path) -> None
         pipe.close()
 
 
+@pytest.mark.slow
 def test_a_failed_training_is_told_and_the_active_model_stays(tmp_path: Path) -> None:
     pipe, clock = _pipe(tmp_path), Clock()
     # The real child process, with no InfluxDB to read: it fails and says why.

@@ -98,6 +98,7 @@ def test_the_reader_gives_every_minute_back(stored: Path) -> None:
     assert h.series(q)[0].values == [3.0] * 6
 
 
+@pytest.mark.slow
 def test_old_rows_are_pruned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from service.settings import StorageSettings
 

@@ -46,6 +46,7 @@ class SlowDetector:
         return []
 
 
+@pytest.mark.slow
 def test_slow_ticks_neither_overlap_nor_queue(settings: Settings) -> None:
     slow = SlowDetector()
     pipeline = build_pipeline(settings, Wiring(detectors=[*default_detectors(settings), slow]))

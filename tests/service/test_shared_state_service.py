@@ -83,6 +83,7 @@ def _file_rows(path: Path, table: str) -> int:
         db.close()
 
 
+@pytest.mark.slow
 def test_the_service_keeps_its_shared_state_in_postgres(
         tmp_path: Path, pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "gpuhealth.yaml"

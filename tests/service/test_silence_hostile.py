@@ -153,6 +153,7 @@ def _store_old_silences(db: Path, now: float) -> tuple[str, str]:
     return ids
 
 
+@pytest.mark.slow
 def test_a_catastrophic_regex_silence_neither_freezes_nor_survives_as_a_freeze(
         svc: Service) -> None:
     svc.start()

@@ -28,6 +28,7 @@ def _probe_and_write(url: str) -> list[int]:
     return codes
 
 
+@pytest.mark.slow
 def test_more_slow_header_clients_than_descriptors_starve_nothing(tmp_path: Path) -> None:
     with Served(tmp_path, {"service": LIMITS}, nofile=256) as svc, \
             SlowClients("127.0.0.1", svc.port, n=300, mode="headers", every_s=0.5) as slow:
@@ -39,6 +40,7 @@ def test_more_slow_header_clients_than_descriptors_starve_nothing(tmp_path: Path
         assert _probe_and_write(svc.url) == [200] * 5 + [204]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["headers", "idle", "body"])
 def test_a_request_that_never_finishes_is_closed_at_its_deadline(tmp_path: Path,
                                                                  mode: str) -> None:
@@ -72,6 +74,7 @@ def test_oversized_headers_are_refused(tmp_path: Path) -> None:
         assert _closed(svc.url)["headers_too_large"] == 1
 
 
+@pytest.mark.slow
 def test_the_fuzz_benchmarks_hostile_clients_leave_the_service_answering(tmp_path: Path) -> None:
     settings = {"service": LIMITS, "ingest": {"tokens": ["agent-token"]},
                 "api": {"auth_failures_burst": 5}}

@@ -135,6 +135,7 @@ def _same(a: list[float], b: list[float]) -> bool:
                                     for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entity", [*GPUS[:5], LINKS[0], LINKS[3]], ids=lambda e: e.key)
 def test_every_query_answers_as_the_row_per_sample_store(stores: tuple[RowPerSample, Path],
                                                          entity: Entity) -> None:

@@ -83,6 +83,7 @@ def test_rows_older_than_the_cutoff_go_and_newer_ones_stay(
     assert _count(pruned, newer) == _count(kept, newer)
 
 
+@pytest.mark.slow
 def test_history_inside_the_window_is_unchanged(stores: tuple[Path, Path, int]) -> None:
     kept, pruned = SQLiteHistory(stores[0]), SQLiteHistory(stores[1])
     end = T0 + 5 * ROUNDS

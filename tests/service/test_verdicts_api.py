@@ -240,6 +240,7 @@ def test_without_a_secret_messages_carry_no_link_and_the_page_is_off(settings: S
         assert re.search(r"notify\.verdict_link_secret", r.text)
 
 
+@pytest.mark.slow
 def test_a_client_gone_mid_form_is_an_info_line_not_an_error(
         settings: Settings, caplog: pytest.LogCaptureFixture) -> None:
     """A browser that closes while sending the form: a real server, a body cut short."""

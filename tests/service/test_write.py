@@ -35,6 +35,7 @@ def _metric(client: TestClient, gpu: str, name: str) -> Any:
     return next(m for m in r.json()["metrics"] if m["name"] == name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["/write", "/v1/write"])
 def test_good_lines_are_accepted(client: TestClient, path: str) -> None:
     body = "\n".join([_line(0, 61.5), _line(1, 62.5),

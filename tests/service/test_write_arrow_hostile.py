@@ -83,6 +83,7 @@ def serve(tmp_path: Path) -> Iterator[tuple[str, Proc]]:
         service.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
 def test_dictionary_floods_leave_memory_and_entities_alone(serve: tuple[str, Proc]) -> None:
     url, service = serve

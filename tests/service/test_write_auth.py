@@ -35,6 +35,7 @@ def _basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("headers,params", [
     ({"Authorization": "Token s3cret"}, {}),
     ({"Authorization": "Bearer other"}, {}),
@@ -47,6 +48,7 @@ def test_each_way_of_sending_a_token_is_accepted(client: TestClient, headers: di
     assert r.status_code == 204, r.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Token wrong"},
                                      {"Authorization": "Basic !!notbase64"}])
 def test_missing_or_wrong_tokens_are_refused_and_nothing_is_kept(

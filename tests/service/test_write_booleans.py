@@ -70,6 +70,7 @@ def test_flags_still_take_booleans_and_words(client: TestClient) -> None:
     assert _metric(client, "n001:gpu3", "remapped_rows_pending") == 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("line", [
     # metric_version 2: one `prometheus` measurement, the DCGM fields as its fields
     "prometheus,Hostname=n001,gpu=4 DCGM_FI_DEV_ECC_DBE_VOL_TOTAL=true,DCGM_FI_DEV_GPU_TEMP=41",

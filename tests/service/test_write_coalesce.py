@@ -128,6 +128,7 @@ def _gpu_view(url: str, key: str) -> Any:
         return sorted((m["name"], m["value"]) for m in r.json()["metrics"])
 
 
+@pytest.mark.slow
 def test_concurrent_writes_answer_as_writes_ingested_alone(
         services: dict[str, _Service]) -> None:
     bodies = list(_ROUND.values())
@@ -232,6 +233,7 @@ def _parse_threads(svc: _Service, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
+@pytest.mark.slow
 def test_a_small_body_is_parsed_on_the_event_loop_one_inflating_past_the_cap_is_not(
         services: dict[str, _Service], monkeypatch: pytest.MonkeyPatch) -> None:
     svc = services["coalesced"]
@@ -364,6 +366,7 @@ def test_a_merged_ingest_answers_its_senders_in_one_hand_over() -> None:
     assert all(isinstance(a, RuntimeError) for a in answers)
 
 
+@pytest.mark.slow
 def test_a_small_body_of_new_names_is_parsed_off_the_event_loop(
         services: dict[str, _Service], monkeypatch: pytest.MonkeyPatch) -> None:
     """Each new entity costs the reference path tens of µs: a small gzip body naming
@@ -384,6 +387,7 @@ def test_a_small_body_of_new_names_is_parsed_off_the_event_loop(
         assert seen[1] == svc.thread.name
 
 
+@pytest.mark.slow
 def test_a_small_arrow_body_of_new_keys_is_decoded_off_the_event_loop(
         services: dict[str, _Service], monkeypatch: pytest.MonkeyPatch) -> None:
     """As for lines: an Arrow body's keys not met before are made into entities at tens of µs

@@ -242,6 +242,7 @@ def test_inflate_parse_and_ingest_run_off_the_event_loop(
 
 # ---- numbers ---------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", [
     "gpu,host=n001,gpu=1 ecc_sbe_volatile=" + "9" * 5000 + "i {ts}",  # int() ValueError: 500
     "gpu,host=n001,gpu=1 gpu_temp=51 " + "9" * 5000,
@@ -307,6 +308,7 @@ def test_a_sender_gone_mid_body_is_no_error(settings: Settings,
         assert any("disconnected" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_a_flood_of_new_names_is_refused_past_the_limits_with_a_reason(
         settings: Settings) -> None:
     """20,000 new GPUs in one 1.3 MB write took 1.2 GB before (issue 14, item 4)."""

@@ -92,6 +92,7 @@ def test_spool_is_bounded_drops_oldest_and_survives_a_restart(tmp_path: Path) ->
     assert again.append("x\n") > first[0]
 
 
+@pytest.mark.slow
 def test_every_sample_arrives_exactly_once_in_order_across_an_outage(tmp_path: Path) -> None:
     port = _free_port()
     url = f"http://127.0.0.1:{port}/write"
@@ -158,6 +159,7 @@ def test_outcomes_of_server_answers(tmp_path: Path, status: int, outcome: Outcom
         srv.shutdown()
 
 
+@pytest.mark.slow
 def test_two_targets_each_get_every_round_whatever_the_other_does(tmp_path: Path) -> None:
     """An HA pair's two replicas: each has a spool of its own, so while one is down the other
     still gets every round at once, and the one that comes back gets its backlog, in order,

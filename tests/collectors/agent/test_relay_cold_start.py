@@ -21,6 +21,7 @@ from tests.collectors.agent.cold_start import cold_start, expected, node_bodies,
 pytest.importorskip("pyarrow")
 
 
+@pytest.mark.slow
 def test_a_cold_start_behind_a_relay_of_10000_gpus_loses_no_sample(tmp_path: Path) -> None:
     run = cold_start(tmp_path)
     assert len({s[0] for s in run.sent if ":gpu" in s[0] and ":nvlink" not in s[0]}) == 10_000
@@ -33,12 +34,14 @@ def test_a_cold_start_behind_a_relay_of_10000_gpus_loses_no_sample(tmp_path: Pat
     assert run.relay["bodies_dropped"] == 0 and run.relay["bodies_refused_in_part"] == 0
 
 
+@pytest.mark.slow
 def test_a_writer_with_a_token_is_admitted_in_full_at_once(tmp_path: Path) -> None:
     run = cold_start(tmp_path, nodes=300, token="cold-start-token")
     assert run.stored == run.sent and len(run.sent) > 0
     assert run.forward_failures == 0, run.relay  # 2,400 new GPUs in one request: no 503
 
 
+@pytest.mark.slow
 def test_a_node_agent_sends_a_pending_round_again_as_told(tmp_path: Path) -> None:
     """The agent's side: a node of 8 GPUs against a service taking 4 new GPUs a request. The
     503's Retry-After is the wait (no doubling backoff) and the segment goes again whole."""

@@ -72,6 +72,7 @@ def test_a_body_without_the_token_is_refused_from_its_head_unread(
     assert server.stats.body_bytes_read == 0 and r.stats.refused == 2
 
 
+@pytest.mark.slow
 def test_slow_connections_neither_take_threads_nor_keep_an_agent_out(
         relay: tuple[Relay, RelayServer]) -> None:
     r, server = relay
@@ -98,6 +99,7 @@ def _gpu_names(spool: Spool) -> list[int]:
             for _, body in spool.first(1_000)]
 
 
+@pytest.mark.slow
 def test_one_agent_naming_50000_names_does_not_swell_the_other_bodies(
         relay: tuple[Relay, RelayServer]) -> None:
     r, server = relay

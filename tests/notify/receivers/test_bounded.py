@@ -100,6 +100,7 @@ def test_a_read_back_that_is_not_json_is_an_error_not_a_crash() -> None:
     assert am.read_errors[srv.url][0] == "not JSON: JSONDecodeError"
 
 
+@pytest.mark.slow
 def test_a_served_app_answers_healthz_while_its_alertmanager_floods(tmp_path: Path) -> None:
     with HttpRecorder(default=Reply(500, size=50 * MB, chunked=True)) as srv:
         settings = Settings(storage=StorageSettings(data_dir=tmp_path / "data"), notify={

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from service.notify import signing
 from service.notify.message import Delivery, Message
 from service.notify.receivers import WebhookConfig, WebhookReceiver
@@ -89,6 +91,7 @@ def test_resolved_group_and_different_groups() -> None:
     assert len({d.key for d in got}) == 3
 
 
+@pytest.mark.slow
 def test_status_mapping_and_timeout() -> None:
     m = message()
     script = [Reply(429, headers={"Retry-After": "12"}), Reply(502), Reply(400, "bad"),
