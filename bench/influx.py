@@ -38,8 +38,8 @@ from collectors.catalog import EVENT_FIELD
 from collectors.frames import Batch, Entity
 from service.history.influx.client import InfluxClient
 from service.history.influx.lines import LineWriter, ns
+from service.history.influx.settings import InfluxSettings
 from service.history.influx.sink import InfluxSink
-from service.settings import InfluxSettings
 from service.stages.ingest import Derived, EventLog, Ingestor, IngestResult
 from service.stages.windows import WindowConfig, WindowStore
 from tests.influx.server import InfluxServer

@@ -17,7 +17,7 @@ from models.evaluation.sources import simulator_source
 from models.simulator.config import SimConfig
 from service.history.influx.client import InfluxClient
 from service.history.influx.lines import LineWriter, head, ns
-from service.settings import InfluxSettings
+from service.history.influx.settings import InfluxSettings
 
 BATCH_LINES = 100_000
 

@@ -26,7 +26,7 @@ import yaml
 from bench.influx_history import write_simulated
 from models.simulator.config import SimConfig
 from models.simulator.scenarios import scenario_tree
-from service.settings import InfluxSettings
+from service.history.influx.settings import InfluxSettings
 
 ISSUE = (4096, 90)
 START = "2025-01-01T00:00:00Z"

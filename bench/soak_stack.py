@@ -21,7 +21,7 @@ import httpx
 import yaml
 
 from bench.soak_plan import STORM_FRACTION, Plan
-from service.notify.config import StormSettings
+from service.stages.fleet_alerts import StormSettings
 from tests.influx.server import InfluxServer, free_port
 from tests.notify.alertmanager_server import AlertmanagerServer
 

@@ -191,7 +191,7 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
     if w.influxdb and s.storage.influxdb.url:
         from service.history.influx.sink import InfluxSink  # httpx client, spool: when asked
 
-        influx = InfluxSink.from_settings(s)
+        influx = InfluxSink.from_settings(s.storage.influxdb, s.storage.influx_spool)
         parts.sinks.append(influx)
         parts.observers.append(influx)
     return parts

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
@@ -22,12 +22,12 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from collectors.frames import name_problem
 from models.detectors.dynamic import DynamicConfig
 from models.detectors.hard import HardRuleConfig
 from models.predictor.policy import PredictorConfig
+from service.cluster.settings import ClusterSettings
 from service.errors import field_errors
-from service.history.influx.influxql import parse_duration
+from service.history.influx.settings import InfluxSettings
 from service.learning.scoreboard import PromotionPolicy
 from service.notify.config import NotifySettings
 from service.remediation.config import RemediationSettings
@@ -42,7 +42,7 @@ class ServiceSettings(BaseModel):
     score_interval_s: float = Field(default=5.0, gt=0)
     # Listen beyond loopback with no write token (service/commands/exposure.py): off unless meant.
     insecure: bool = False
-    # Slow clients (service/api/http_guard.py): a request's headers must arrive within
+    # Slow clients (service/runtime/http_guard.py): a request's headers must arrive within
     # header_timeout_s and its body within body_timeout_s plus 1 s per body_min_bytes_per_s;
     # idle kept-alive connections close after keep_alive_s. Past max_connections (or what the
     # open-file limit leaves) the stalest idle connection is closed to admit a new one.
@@ -65,41 +65,6 @@ class ServiceSettings(BaseModel):
                 raise ValueError(f"trusted_proxies: {p!r} is not an address or network "
                                  "(e.g. 10.0.0.5 or 10.0.0.0/24)") from None
         return [p.strip() for p in v]
-
-
-class InfluxSettings(BaseModel):
-    """InfluxDB through the v1-compatible API (docs/influxdb.md has the settings per version).
-    `url` empty: no InfluxDB, SQLite keeps the history."""
-
-    url: str = ""
-    database: str = Field(default="gpuhealth", min_length=1)
-    retention_policy: str = ""  # empty: the database's default policy
-    cluster: str = Field(default="default", min_length=1)  # the `cluster` tag of every point
-    auth: Literal["none", "basic", "token"] = "none"
-    username: str = ""
-    password: SecretStr = SecretStr("")
-    token: SecretStr = SecretStr("")
-    timeout_s: float = Field(default=10.0, gt=0)
-    batch_lines: int = Field(default=50_000, gt=0)  # lines per write request
-    spool_dir: Path | None = None  # default: <data_dir>/influx-spool
-    spool_mb: int = Field(default=1024, gt=0)  # bound; oldest segments dropped first, counted
-    manage_schema: bool = True  # 1.x: create the database, retention policies and CQs
-    raw_retention: str = "14d"
-    rollup_retention: str = "400d"
-
-    @field_validator("raw_retention", "rollup_retention")
-    @classmethod
-    def _retention(cls, v: str) -> str:
-        parse_duration(v)  # ValueError names the bad value
-        return v
-
-    @model_validator(mode="after")
-    def _credentials(self) -> InfluxSettings:
-        if self.auth == "token" and not self.token.get_secret_value():
-            raise ValueError("storage.influxdb.auth is 'token' but no token is set")
-        if self.auth == "basic" and not self.username:
-            raise ValueError("storage.influxdb.auth is 'basic' but no username is set")
-        return self
 
 
 class PostgresSettings(BaseModel):
@@ -284,80 +249,6 @@ class LearningSettings(BaseModel):
     """Learning from the fleet (docs/learning.md): scheduled retraining."""
 
     retrain: RetrainSettings = RetrainSettings()
-
-
-class ShardSettings(BaseModel):
-    """One shard of `cluster.shards`: its id and the base URL agents and peers reach it at."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-    url: str
-
-    @field_validator("id")
-    @classmethod
-    def _id(cls, v: str) -> str:
-        # Ids appear in logs, metrics labels and problem bodies: the host-name grammar.
-        why = name_problem(v, "shard id")
-        if why is not None:
-            raise ValueError(why)
-        return v
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, v: str) -> str:
-        parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("shard url is not an http(s) URL with a host")
-        if parts.query or parts.fragment:
-            raise ValueError("shard url has a query or fragment; give its base URL")
-        return v.rstrip("/")
-
-
-class ClusterSettings(BaseModel):
-    """Sharding by node and the leader lease (docs/design.md, "Sharding"). `shards` empty: this
-    process owns every node (one shard, today's behaviour)."""
-
-    replica_id: str = ""  # default: <hostname>:<service.port>
-    shard_id: str = ""  # this process's shard; must name one of `shards` when shards is set
-    shards: list[ShardSettings] = Field(default_factory=list)
-    vnodes: int = Field(default=64, ge=1, le=4096)  # virtual nodes per shard on the ring
-    lease_ttl_s: float = Field(default=15.0, gt=0)
-    lease_renew_s: float = Field(default=5.0, gt=0)
-    # static: the map is `shards`; postgres: live members register in PostgreSQL and the
-    # leader publishes the map (service.cluster.members), `shards` stays empty.
-    membership: Literal["static", "postgres"] = "static"
-    advertise_url: str = ""  # with postgres membership: this shard's base URL, as shards' are
-
-    @model_validator(mode="after")
-    def _consistent(self) -> ClusterSettings:
-        ids = [s.id for s in self.shards]
-        twice = sorted({i for i in ids if ids.count(i) > 1})
-        if twice:
-            raise ValueError(f"cluster.shards: shard ids must be unique ({', '.join(twice)} "
-                             "given twice)")
-        if self.shards and self.shard_id not in ids:
-            raise ValueError("cluster.shard_id must name one of cluster.shards "
-                             f"({', '.join(ids)}), got {self.shard_id[:80]!r}")
-        if self.lease_renew_s >= self.lease_ttl_s:
-            raise ValueError("cluster.lease_renew_s must be less than cluster.lease_ttl_s")
-        if self.membership == "postgres":
-            if self.shards:
-                raise ValueError("cluster.shards is for static membership; with membership "
-                                 "postgres the leader publishes the map")
-            if not self.shard_id:
-                raise ValueError("cluster.membership postgres needs cluster.shard_id")
-            if not self.advertise_url:
-                raise ValueError("cluster.membership postgres needs cluster.advertise_url "
-                                 "(this shard's base URL, which agents and peers reach)")
-            try:  # the same checks as a shard's id and URL in `shards`
-                self.advertise_url = ShardSettings(id=self.shard_id, url=self.advertise_url).url
-            except ValidationError as exc:
-                said = "; ".join(str(e["msg"]) for e in exc.errors())
-                raise ValueError(f"cluster.shard_id / cluster.advertise_url: {said}") from None
-        elif self.advertise_url:
-            raise ValueError("cluster.advertise_url is for membership postgres")
-        return self
 
 
 class Settings(BaseSettings):

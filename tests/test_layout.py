@@ -125,20 +125,20 @@ SERVICE_LAYERS: tuple[tuple[str, ...], ...] = (
     ("service.errors",),  # the error root: a leaf every layer may raise from
     ("service.heap",),  # freed heap back to the system: a leaf
     ("service.storage",),  # the database layer: the SQLite file, shared state, sample tables
-    # the round's stages and the notifier (they still import each other: alert_store <-> labels)
-    ("service.stages", "service.notify"),
+    ("service.stages",),  # the round's stages: ingest, windows, scoring, alert machine and store
+    ("service.notify",),  # routing, silences, receivers, the outbox
     ("service.remediation",),  # acting on level-3 alerts
     ("service.tick",),  # what one tick leaves behind and the protocols it is handed to
     ("service.grafana",),  # dashboards as code
     ("service.learning",),  # models and labels learned from the ticks
-    # the settings tree and history (InfluxDB settings still live in the settings tree)
-    ("service.settings", "service.history"),
+    ("service.history",),  # sample and risk history: SQLite readers, InfluxDB
     ("service.cluster",),  # replicas and shards
+    ("service.settings",),  # the settings tree, composed of its owners' sections
     ("service.assembly",),  # builds the parts
     ("service.pipeline",),  # calls the stages in order
     ("service.console",),  # the web console's pages
-    # run a pipeline in a process; serve it over HTTP (runtime's metrics use api's guards)
-    ("service.runtime", "service.api"),
+    ("service.runtime",),  # runs a pipeline in a process: scheduler, metrics, HTTP guards
+    ("service.api",),  # serves it over HTTP
     ("service.commands",),  # the command line
 )
 
@@ -212,38 +212,16 @@ def test_service_imports_only_downward() -> None:
     assert not upward, f"imports against the layer order: {sorted(upward)}"
 
 
-def _folder(module: str) -> str:
-    return ".".join(module.split(".")[:2])
-
-
-def _folders_importing_each_other(graph: dict[str, set[str]], row: tuple[str, ...]) -> bool:
-    """Whether every folder of a row reaches every other through the row's folder imports."""
-    arrows = {(_folder(a), _folder(b)) for a, bs in graph.items() for b in bs}
-    for start in row:
-        reached, todo = {start}, [start]
-        while todo:
-            here = todo.pop()
-            for a, b in arrows:
-                if a == here and b in row and b not in reached:
-                    reached.add(b)
-                    todo.append(b)
-        if reached != set(row):
-            return False
-    return True
-
-
-def test_a_row_is_one_folder_or_folders_that_import_each_other() -> None:
-    graph = _service_graph()
-    shared = [row for row in SERVICE_LAYERS
-              if len(row) > 1 and not _folders_importing_each_other(graph, row)]
+def test_each_row_is_one_folder() -> None:
+    # One floor per package: with imports only downward, no two folders can import each other.
+    shared = [row for row in SERVICE_LAYERS if len(row) != 1]
     assert not shared, f"give each of these folders a row of its own, in import order: {shared}"
 
 
-def test_the_row_check_sees_a_needless_share() -> None:
-    graph = {"service.a.x": {"service.b.y"}, "service.b.y": {"service.a.z"},
-             "service.c": {"service.a.x"}, "service.a.z": set()}
-    assert _folders_importing_each_other(graph, ("service.a", "service.b"))
-    assert not _folders_importing_each_other(graph, ("service.a", "service.c"))
+def test_the_upward_check_sees_an_upward_import() -> None:
+    graph = {"service.stages.x": {"service.notify.y"}, "service.notify.y": {"service.stages.z"}}
+    upward = [(a, b) for a, bs in graph.items() for b in bs if _layer(b) > _layer(a)]
+    assert upward == [("service.stages.x", "service.notify.y")]
 
 
 def test_the_cycle_check_finds_cycles_hidden_in_functions(tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ def _history(request: Request, st: State) -> History:
             old: tuple[Running, History] | None = getattr(request.app.state, "history", None)
             if old is not None:
                 _close(old[1])
-            found = open_history(st.settings)
+            found = open_history(st.settings.storage.influxdb, st.settings.storage.sqlite_path)
             request.app.state.history = (st, found)
         return found
 
@@ -91,7 +91,7 @@ def _answer(st: Running, history: History, scope: Scope, key: str, metrics: list
                            rate=s.metric.origin is ValueOrigin.RATE, agg=s.metric.agg.value,
                            times=s.times, values=s.values) for s in found]
     return HistoryOut(entity=q.entity.key, scope=scope.value, start=q.start, end=q.end,
-                      step=q.step, source=source_name(st.settings), series=series)
+                      step=q.step, source=source_name(st.settings.storage.influxdb), series=series)
 
 
 _NOUN = {Scope.GPU: ("a GPU", "n1:gpu3"), Scope.NVLINK: ("an NVLink link", "n1:gpu3:nvlink7"),

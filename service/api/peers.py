@@ -115,7 +115,7 @@ def at_owner(request: Request, smap: FleetDep) -> None:
 def history_at_owner(request: Request, st: State, smap: FleetDep) -> None:
     """Dependency of the history routes: proxied only while they read this shard's own
     SQLite (with InfluxDB every shard reads the same store)."""
-    if source_name(st.settings) == "sqlite":
+    if source_name(st.settings.storage.influxdb) == "sqlite":
         _owner_answers(request, smap)
 
 

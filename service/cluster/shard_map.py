@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from collectors.frames import name_problem
 from service.cluster.ring import Ring
-from service.settings import ClusterSettings
+from service.cluster.settings import ClusterSettings
 
 
 @dataclass(frozen=True, slots=True)

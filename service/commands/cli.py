@@ -90,9 +90,9 @@ def _run_serve(args: argparse.Namespace) -> int:
 
     from collectors.trace import TraceReader
     from service.api.app import CollectorFactory, create_app
-    from service.api.http_guard import server_options
     from service.commands.exposure import exposure_problem
     from service.pipeline import Pipeline
+    from service.runtime.http_guard import server_options
     from service.runtime.replay_progress import resumable_replay
     from service.runtime.scheduler import Clock, DataClock
     if args.port is not None and not 0 < args.port < 65536:
@@ -376,7 +376,7 @@ def configure_logging(level: str) -> None:
     debug = level.upper() == "DEBUG"
     for name in _PER_REQUEST_LOGGERS:  # httpcore's own DEBUG chatter stays off even then
         logging.getLogger(name).setLevel(logging.INFO if debug else logging.WARNING)
-    from service.api.redact import install  # tokens and passwords never reach a log line
+    from service.runtime.redact import install  # tokens and passwords never reach a log line
 
     install()
 

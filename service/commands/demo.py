@@ -78,7 +78,7 @@ class _Api:
         import uvicorn
 
         from service.api.app import create_app
-        from service.api.http_guard import server_options
+        from service.runtime.http_guard import server_options
 
         app = create_app(lambda: pipeline, clock=clock, schedule=False)
         cfg = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",

@@ -4,18 +4,20 @@ implementation imports the other's factory."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from service.history.history import History
 from service.history.history_sqlite import SQLiteHistory
 from service.history.influx.reader import InfluxHistory
-from service.settings import Settings
+from service.history.influx.settings import InfluxSettings
 
 
-def source_name(settings: Settings) -> str:
-    return "influxdb" if settings.storage.influxdb.url else "sqlite"
+def source_name(influx: InfluxSettings) -> str:
+    return "influxdb" if influx.url else "sqlite"
 
 
-def open_history(settings: Settings) -> History:
+def open_history(influx: InfluxSettings, sqlite_path: Path) -> History:
     """InfluxDB when storage.influxdb.url is set, else the embedded SQLite store."""
-    if settings.storage.influxdb.url:
-        return InfluxHistory.from_settings(settings.storage.influxdb)
-    return SQLiteHistory(settings.storage.sqlite_path)
+    if influx.url:
+        return InfluxHistory.from_settings(influx)
+    return SQLiteHistory(sqlite_path)

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 
 from service.notify.matchers import parse_all
 from service.notify.verdict_links import VerdictLinks
+from service.stages.fleet_alerts import StormSettings
 
 
 def _check_matchers(v: list[str]) -> list[str]:
@@ -57,37 +58,6 @@ class RateLimit(BaseModel):
 
     per_hour: float = Field(gt=0)
     burst: int = Field(default=5, ge=1)
-
-
-class StormSettings(BaseModel):
-    """A fleet-wide storm: at least `fraction` of the nodes (and `min_nodes`) entered level 2
-    or above within `window_s`. Then one fleet page is sent instead of one per node, and the
-    remediation breaker trips.
-
-    - `min_fleet`: no storm is judged in a fleet of fewer nodes (the larger of the declared
-      size and the nodes reporting). In a small fleet a few nodes failing together is as
-      likely a few real faults as one cause, and "3 of 4" would mute every page of it; there
-      each node pages on its own. The share needed never falls below `min_nodes` either, so
-      the smallest storm is 3 of 10 nodes by default, and 20 % above 15 nodes.
-    - What counts: a node entering level 2 or above from its own telemetry, live. Derived
-      alerts (NodeNoData, GpuMissing, the storm itself) never count, nor does an episode that
-      began while the node's data arrived behind the live edge (an agent's backfill, a spool
-      drain after an outage) or within `settle_s` after it caught up: its levels then still
-      reflect history that arrived at once, not nodes failing together.
-    - `names`: the storm's explanation names this many hot nodes (earliest first) with their
-      top reasons, and says how many more; it lists every hard fault under it.
-    - `history_s`: a node counts toward the fleet (the storm's and the breaker's fractions,
-      without a declared `remediation.fleet_size`) once it has reported for this long; one
-      heard in the service's first minute, after two steps. Names that just appeared on the
-      wire cannot dilute a fraction (service.stages.fleet_alerts.FleetHistory)."""
-
-    fraction: float = Field(default=0.2, gt=0, le=1)
-    min_nodes: int = Field(default=3, ge=1)
-    window_s: float = Field(default=600.0, gt=0)
-    min_fleet: int = Field(default=10, ge=1)
-    settle_s: float = Field(default=300.0, ge=0)
-    names: int = Field(default=10, ge=1, le=100)
-    history_s: float = Field(default=600.0, ge=0)
 
 
 def _default_inhibit() -> list[InhibitRule]:

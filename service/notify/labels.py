@@ -9,13 +9,11 @@ while level, severity and the top signal (which change during an episode) stay o
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from service.notify.message import LEVEL_SEVERITY
 
-IDENTITY = ("alertname", "entity")
 # Labels that change while one episode lasts without making it another alert: receivers that
 # key alerts by their whole label set (Alertmanager) get these as annotations instead.
 VOLATILE = frozenset({"signal", "flapping", "stale"})
@@ -41,14 +39,6 @@ class Labelled(Protocol):
     def flapping(self) -> bool: ...
     @property
     def stale(self) -> bool: ...
-
-
-def identity_fingerprint(labels: Mapping[str, str]) -> str:
-    """16 hex characters of a hash of the sorted identity pairs; other labels are ignored
-    (the same bytes as the alert store hashed before this module, so stored notification
-    logs keep matching)."""
-    raw = "\x00".join(f"{k}={labels.get(k, '')}" for k in sorted(IDENTITY))
-    return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
 def entity_parts(node: str, entity: str, scope: str) -> dict[str, str]:

@@ -36,9 +36,9 @@ from prometheus_client.samples import Sample
 
 from collectors.base import CollectorStatus
 from collectors.ignored import OTHER, IgnoredNames
-from service.api.redact import redact
 from service.pipeline import Pipeline
 from service.runtime.entity_metrics import EntityGauges
+from service.runtime.redact import redact
 from service.runtime.remote_collectors import RemoteStatus
 from service.stages.alert_machine import LEVELS
 from service.stages.scoring import SCOPES
@@ -378,8 +378,8 @@ class ServiceMetrics:
 
 
 def _http_closed() -> Metric:
-    """Connections the server's guard closed (service.api.http_guard), by why."""
-    from service.api.http_guard import CLOSE_REASONS, CLOSED
+    """Connections the server's guard closed (service.runtime.http_guard), by why."""
+    from service.runtime.http_guard import CLOSE_REASONS, CLOSED
 
     fam = CounterMetricFamily(
         "gpuhealth_http_connections_closed", "Client connections the service closed: headers or "

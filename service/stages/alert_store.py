@@ -12,7 +12,7 @@ from typing import Any
 
 from collectors.catalog import Scope
 from models.detectors.findings import Signal
-from service.notify.labels import identity_fingerprint
+from service.stages.alert_identity import identity_fingerprint
 from service.stages.alert_machine import Transition
 from service.storage.state_db import StateStore, StateTarget
 

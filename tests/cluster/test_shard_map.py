@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from service.cluster.settings import ClusterSettings
 from service.cluster.shard_map import Shard, ShardMap
-from service.settings import ClusterSettings, SettingsError, load
+from service.settings import SettingsError, load
 
 SHARDS = [{"id": "a", "url": "http://127.0.0.1:8081/"}, {"id": "b", "url": "http://b:8080"},
           {"id": "c", "url": "https://c.example:8443"}]

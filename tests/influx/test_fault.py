@@ -13,9 +13,10 @@ import pytest
 from collectors.agent.spool import Spool
 from service.assembly import Wiring
 from service.history.influx.client import InfluxClient
+from service.history.influx.settings import InfluxSettings
 from service.history.influx.sink import InfluxSink
 from service.pipeline import build_pipeline
-from service.settings import InfluxSettings, Settings
+from service.settings import Settings
 from tests.influx.server import InfluxServer
 from tests.pipeline.builders import T0, Rounds
 

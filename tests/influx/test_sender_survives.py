@@ -11,9 +11,9 @@ from pathlib import Path
 from collectors.agent.push import Outcome, PushResult
 from collectors.agent.spool import Spool
 from service.history.influx.client import InfluxClient
+from service.history.influx.settings import InfluxSettings
 from service.history.influx.sink import InfluxSink
 from service.history.influx.spooler import Spooler
-from service.settings import InfluxSettings
 from tests.influx.server import free_port
 
 

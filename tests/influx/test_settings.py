@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from service.history.influx.influxql import parse_duration
-from service.settings import InfluxSettings
+from service.history.influx.settings import InfluxSettings
 
 
 def test_durations_parse_as_influxql_reads_them() -> None:

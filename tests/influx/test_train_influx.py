@@ -32,9 +32,10 @@ from service.commands.cli import main
 from service.commands.train_days import DayBook, day_edges, record_days
 from service.history.influx.client import InfluxClient
 from service.history.influx.history_source import InfluxSource
+from service.history.influx.settings import InfluxSettings
 from service.history.influx.sink import InfluxSink
 from service.pipeline import build_pipeline
-from service.settings import SHIPPED_MODEL, InfluxSettings, Settings
+from service.settings import SHIPPED_MODEL, Settings
 from service.stages.windows import window_config_for
 from tests.influx.server import InfluxServer, free_port
 

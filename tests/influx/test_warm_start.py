@@ -115,9 +115,9 @@ def test_a_static_shard_warm_starts_only_its_own_nodes(influx_server: InfluxServ
                                                         tmp_path: Path) -> None:
     """Shards of `cluster.shards` share one InfluxDB: each replays the nodes it owns only, so
     none scores (and alerts on) another's nodes after a restart."""
+    from service.cluster.settings import ShardSettings
     from service.cluster.shard_map import ShardMap
     from service.runtime.warm import warm_start_from_settings
-    from service.settings import ShardSettings
 
     s = settings(influx_server, tmp_path)
     p1 = build_pipeline(s, Wiring.offline(alert_db=str(tmp_path / "alerts.db"), notifiers=None))

@@ -18,11 +18,10 @@ import pytest
 
 from collectors.catalog import Scope
 from models.detectors.findings import Signal
-from service.notify.config import StormSettings
 from service.notify.receivers.alertmanager import AlertmanagerConfig, AlertmanagerReceiver
 from service.notify.receivers.webhook import WebhookConfig, WebhookReceiver
 from service.stages.alert_machine import Transition
-from service.stages.fleet_alerts import FLEET, STORM, FleetAlerts
+from service.stages.fleet_alerts import FLEET, STORM, FleetAlerts, StormSettings
 from tests.notify.alertmanager_server import ALERTMANAGER, AlertmanagerServer
 from tests.notify.receivers.servers import HttpRecorder
 from tests.notify.timeline import Timeline, notify_settings

@@ -9,7 +9,8 @@ import hashlib
 import pytest
 
 from collectors.catalog import Scope
-from service.notify.labels import alert_labels, entity_parts, identity_fingerprint
+from service.notify.labels import alert_labels, entity_parts
+from service.stages.alert_identity import identity_fingerprint
 from service.stages.alert_store import Alert, fingerprint
 
 

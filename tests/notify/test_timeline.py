@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from collectors.frames import Entity
-from service.notify.config import NotifySettings, StormSettings
+from service.notify.config import NotifySettings
 from service.notify.message import Delivery, Notifier
 from service.notify.notification_log import Told
 from service.notify.refs import labels_of
 from service.stages.alert_machine import AlertMachine, AlertPolicy
-from service.stages.fleet_alerts import FLEET, NODATA, STORM, FleetAlerts
+from service.stages.fleet_alerts import FLEET, NODATA, STORM, FleetAlerts, StormSettings
 from tests.notify.timeline import (
     T0,
     Flaky,

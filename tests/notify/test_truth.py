@@ -13,10 +13,9 @@ import pytest
 
 from collectors.catalog import Scope
 from models.detectors.findings import Signal
-from service.notify.config import StormSettings
 from service.notify.message import Message
 from service.stages.alert_machine import Transition
-from service.stages.fleet_alerts import FLEET, STORM, FleetAlerts
+from service.stages.fleet_alerts import FLEET, STORM, FleetAlerts, StormSettings
 from tests.notify.timeline import T0, Recorder, Seen, Timeline, notify_settings
 
 ROUTES: list[dict[str, Any]] = [

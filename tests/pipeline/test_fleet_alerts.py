@@ -8,13 +8,13 @@ import math
 import numpy as np
 
 from models.detectors.findings import Signal
-from service.notify.config import StormSettings
 from service.stages.fleet_alerts import (
     NODATA,
     STORM,
     FleetAlerts,
     HotNode,
     StormCount,
+    StormSettings,
     derived_summary,
     duration_text,
     hard_signal,

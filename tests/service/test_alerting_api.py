@@ -196,7 +196,7 @@ def test_a_replay_clock_never_governs_tokens_or_rate_limits(settings: Settings) 
 
 
 def test_alerts_carry_labels_alertname_and_a_stable_fingerprint(svc: Svc) -> None:
-    from service.notify.labels import identity_fingerprint
+    from service.stages.alert_identity import identity_fingerprint
 
     (alert,) = [a for a in svc.call("GET", "/v1/alerts", None)["alerts"]
                 if a["entity"] == "n001:gpu2"]

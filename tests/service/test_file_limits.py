@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from service.api.http_guard import FD_RESERVE, connection_cap
+from service.runtime.http_guard import FD_RESERVE, connection_cap
 from service.settings import ServiceSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def test_the_cap_leaves_the_service_its_own_descriptors() -> None:
 def test_serve_raises_its_soft_limit_to_the_hard_one() -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     soft = min(512, hard)
-    code = ("import resource; from service.api.http_guard import raise_nofile; "
+    code = ("import resource; from service.runtime.http_guard import raise_nofile; "
             f"resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard})); "
             "print(raise_nofile(), resource.getrlimit(resource.RLIMIT_NOFILE)[0])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from service.api.redact import MASK, RedactingFilter, install, redact
+from service.runtime.redact import MASK, RedactingFilter, install, redact
 
 TOKEN = "ghk_0123456789ab_Zm9vYmFyYmF6cXV4cXV1eHF1dXhxdXV4cXV1eHF1dXhxdXV4"
 SECRET = TOKEN.split("_", 2)[2]

@@ -15,8 +15,8 @@ import yaml
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
-from service.api.redact import RedactingFilter
 from service.commands.cli import main
+from service.runtime.redact import RedactingFilter
 from service.settings import Settings, SettingsError, StorageSettings, load
 from tests.service.fleet import STEP, T0, ManualClock
 

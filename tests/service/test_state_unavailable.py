@@ -15,8 +15,8 @@ import yaml
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
-from service.api.redact import RedactingFilter
 from service.commands.cli import main
+from service.runtime.redact import RedactingFilter
 from service.settings import Settings, StorageSettings
 from tests.postgres import INITDB, MISSING, POSTGRES, PostgresServer, free_port
 from tests.service.fleet import T0, Fleet, FleetCollector, ManualClock

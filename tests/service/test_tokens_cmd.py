@@ -14,8 +14,8 @@ import yaml
 
 from service.api.auth import TokenStore
 from service.api.principals import Permission
-from service.api.redact import RedactingFilter
 from service.commands.cli import main
+from service.runtime.redact import RedactingFilter
 from service.settings import load
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from collectors.agent.push import Outcome, PushResult, outcome_of
-from service.settings import InfluxSettings
+from service.history.influx.settings import InfluxSettings
 
 
 class InfluxError(Exception):

@@ -30,7 +30,7 @@ from service.history.influx.influxql import duration, ident, parse_duration, str
 from service.history.influx.lines import ENTITY_TAGS, EVENT_FIELD, RATE_SUFFIX, entity_tags
 from service.history.influx.links import LOOKBACK_S, bucket, fill, mask_query, read_masks
 from service.history.influx.schema import ROLLED_UP, ROLLUP_EVERY_S, ROLLUP_RP
-from service.settings import InfluxSettings
+from service.history.influx.settings import InfluxSettings
 
 RISK_MEASUREMENT = "risk"
 _NUMERIC_TAGS = frozenset(("gpu", "link", "port"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from collectors.agent.spool import Spool
 from collectors.base import CollectorStatus
@@ -14,8 +15,8 @@ from service.history.influx.client import InfluxClient, InfluxError
 from service.history.influx.lines import LineWriter
 from service.history.influx.record import TickRecorder
 from service.history.influx.schema import ensure_schema
+from service.history.influx.settings import InfluxSettings
 from service.history.influx.spooler import Spooler
-from service.settings import Settings
 from service.stages.ingest import IngestResult
 from service.tick import TickResult
 
@@ -49,9 +50,9 @@ class InfluxSink:
             self.spooler.start()
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> InfluxSink:
-        cfg = settings.storage.influxdb
-        return cls(InfluxClient(cfg), Spool(settings.storage.influx_spool, cfg.spool_mb << 20),
+    def from_settings(cls, cfg: InfluxSettings, spool_dir: Path) -> InfluxSink:
+        """The sink `storage.influxdb` describes, spooling under `spool_dir`."""
+        return cls(InfluxClient(cfg), Spool(spool_dir, cfg.spool_mb << 20),
                    cluster=cfg.cluster, batch_lines=cfg.batch_lines,
                    manage_schema=cfg.manage_schema,
                    retention=(cfg.raw_retention, cfg.rollup_retention))
