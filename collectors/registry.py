@@ -1,6 +1,6 @@
-"""The explicit registry of sources: for each, how to read a captured output (for
-`gpuhealth parse`), whether this host has it, and how to build its collector from its own
-config section. A name is registered once; a duplicate is refused.
+"""The registry of sources (a collectors.plugins.Registry): for each, how to read a captured
+output (for `gpuhealth parse`), whether this host has it, and how to build its collector from its
+own config section. A name is registered once; a duplicate is refused.
 
 A parse gives the points it read, what it refused and why, and notes an operator should see (a
 GPU without NVLink, an Xid put on a GPU the bus map lacks). Output in which it recognises
@@ -18,6 +18,7 @@ from typing import Any
 from collectors.base import Collector
 from collectors.frames import Entity, Rejection
 from collectors.lineprotocol import Point
+from collectors.plugins import Registry
 
 
 @dataclass(slots=True)
@@ -39,22 +40,16 @@ class Source:
     build: Callable[[str, Mapping[str, Any]], Collector]  # (host, config section)
 
 
-SOURCES: dict[str, Source] = {}
+SOURCES: Registry[Source] = Registry("source")
 
 
 def register(source: Source) -> Source:
-    if source.name in SOURCES:
-        raise ValueError(f"source {source.name!r} is already registered")
-    SOURCES[source.name] = source
-    return source
+    return SOURCES.register(source)
 
 
 def get(name: str) -> Source:
-    try:
-        return SOURCES[name]
-    except KeyError:
-        known = ", ".join(sorted(SOURCES)) or "none"
-        raise KeyError(f"unknown source {name!r} (known: {known})") from None
+    """KeyError naming the known sources when none is called `name`."""
+    return SOURCES[name]
 
 
 # ---- nvidia-smi ---------------------------------------------------------------------------------

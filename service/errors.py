@@ -12,7 +12,8 @@ Extension members (`retry_after`, `rejections`, ...) go beside those five; heade
 status needs (`WWW-Authenticate` on 401, `Retry-After` on 429) travel with the error.
 
 `field_errors` words a pydantic validation error for settings, plugin configs and scenarios
-alike, without the input.
+alike, without the input; it lives with the plugin registry (collectors.plugins), which the
+collectors use too, and is re-exported here.
 
 A leaf: it imports nothing from the service, so every layer may raise these.
 """
@@ -21,10 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-if TYPE_CHECKING:  # the agent-only install has no pydantic, and imports this module
-    from pydantic import ValidationError
+from collectors.plugins import field_errors as field_errors  # re-exported
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "/problems/"  # a relative URI reference, as RFC 9457 §3.1.1 allows
@@ -65,14 +65,6 @@ def generic_problem(status: int, detail: Any, instance: str) -> dict[str, Any]:
         title = "Error"
     return {"type": "about:blank", "title": title, "status": status,
             "detail": detail if isinstance(detail, str) else title, "instance": instance}
-
-
-def field_errors(exc: ValidationError, whole: str) -> list[str]:
-    """Each problem as `field.path: reason`; `whole` stands for the path of a problem with the
-    object itself. Field and reason only: pydantic's own text echoes the input, which may be a
-    secret (a password, a routing key, a DSN)."""
-    return [f"{'.'.join(str(p) for p in e['loc']) or whole}: {e['msg']}"
-            for e in exc.errors(include_url=False, include_input=False)]
 
 
 class BadRequest(GpuhealthError):

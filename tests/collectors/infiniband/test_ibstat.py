@@ -14,6 +14,7 @@ from collectors import registry
 from collectors.catalog import CATALOG, Scope
 from collectors.infiniband import IbstatCollector, parse_ibstat, to_point
 from collectors.nvidia_smi import RunResult
+from collectors.plugins import Registry
 from collectors.schema import SchemaMapper
 from service.commands.cli import main
 from tests.collectors.infiniband.trees import REPO
@@ -193,9 +194,10 @@ def test_parse_ibstat_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_sysfs_is_preferred_where_both_are_present(monkeypatch: pytest.MonkeyPatch) -> None:
     def present(*names: str) -> None:
-        for name, source in list(registry.SOURCES.items()):
-            monkeypatch.setitem(registry.SOURCES, name, dataclasses.replace(
-                source, detect=lambda n=name: n in names))
+        sources = Registry[registry.Source]("source")
+        for name, source in registry.SOURCES.items():
+            sources.register(dataclasses.replace(source, detect=lambda n=name: n in names))
+        monkeypatch.setattr(registry, "SOURCES", sources)
 
     present("infiniband", "ibstat")
     assert registry.detected() == ["infiniband"]

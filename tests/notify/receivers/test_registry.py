@@ -75,7 +75,7 @@ def test_register_refuses_duplicates_and_adds_new_types() -> None:
         r = build_receiver("n", "null-test", {})
         assert asyncio.run(r.notify(message())).ok
     finally:
-        del RECEIVER_TYPES["null-test"]
+        RECEIVER_TYPES.unregister("null-test")
 
 
 def test_unknown_type_names_the_known_ones() -> None:
