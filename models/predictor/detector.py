@@ -2,13 +2,15 @@
 "model") that fusion weighs beside the hard rules and dynamic thresholds; a model can add risk
 but never take a rule's away (models/detectors/fusion.py).
 
-The model reads hour buckets, so it runs once per newly finished hour: one batched forward over
-every GPU and port, and the findings are reused on the ticks in between (a tick costs a
-dictionary lookup). Per failure mode the finding's risk is the largest of the horizons'
-probabilities, each capped by how urgent its horizon is ("likely to fail within a week" alone
-reaches watch, never a page), held for `persist_h` scored hours, and dropped under `floor`
-(models/predictor/policy.py). NVLink failures are predicted per GPU and placed on the GPU's
-worst link of the last day, because an NVLink alert has to name the link.
+The model reads hour buckets, so it runs once per newly finished hour: features, one batched
+forward over every GPU and port, the post-rule, the explanation, the findings; the findings are
+reused on the ticks in between (a tick costs a dictionary lookup). The post-rule
+(models/predictor/post_rules.py) makes each failure mode's risk from the horizons' probabilities:
+capped by how urgent each horizon is ("likely to fail within a week" alone reaches watch, never a
+page), held for `persist_h` scored hours, dropped under `floor`; the alert machine's
+`AlertPolicy` (service/stages/alert_machine.py) then makes levels of the fused risk. NVLink
+failures are predicted per GPU and placed on the GPU's worst link of the last day, because an
+NVLink alert has to name the link.
 
 Explanations: for entities whose risk reaches watch, each metric group's inputs are set to
 unknown (occlusion) and the drop in probability says how much that group drove the score.
@@ -41,6 +43,7 @@ from models.predictor.features import (
 from models.predictor.hour_cache import HourCache
 from models.predictor.model import predict
 from models.predictor.policy import PredictorConfig
+from models.predictor.post_rules import PostRule
 from models.predictor.stateful import ChunkStates, Stateful
 from models.predictor.window import MODE_TEXT, predicted_window
 
@@ -99,7 +102,7 @@ class PredictorDetector:
         # The newest calibrated probabilities [entity slot, head] per scope, for the API.
         self.latest: dict[Scope, tuple[F32, list[str]]] = {}
         self._unavailable: set[Scope] = set()
-        self._history: dict[tuple[Scope, str], list[F32]] = {}
+        self.post_rule = PostRule(self.config)  # probabilities to risk, with its past hours
         self._hours = HourCache()  # per-hour inputs of the window, extended hour by hour
         self._states = ChunkStates()  # the LSTM's memory, hour by hour
         self.last_run_s = 0.0
@@ -144,11 +147,7 @@ class PredictorDetector:
         if latest is not None:
             p, heads = latest
             self.latest[scope] = (kept(p, keep), heads)
-        # The persistence window's past hours are per slot too: an entity must be held to its
-        # own past risk, never to the one that had its slot before.
-        for (sc, mode), hist in self._history.items():
-            if sc is scope:
-                self._history[sc, mode] = [kept(h, keep) for h in hist]
+        self.post_rule.forget(scope, keep)  # the persistence window's past hours
 
     @staticmethod
     def _when(rt: Runtime, p: F32, mode: str) -> list[str]:
@@ -177,6 +176,7 @@ class PredictorDetector:
 
     # ---- scoring ---------------------------------------------------------------------------
     def _score(self, view: FleetView, scope: Scope, rt: Runtime, kept: int) -> list[Finding]:
+        """One scored hour of a scope: features -> forward -> post-rule -> explain -> findings."""
         t0 = time.perf_counter()
         torch.set_num_threads(self.config.threads)
         last = hours_of(view.scope(scope)).last
@@ -206,26 +206,13 @@ class PredictorDetector:
         horizons = self.predictor.horizons_h
         findings = []
         for mode in MODES[scope]:
-            cols = [rt.heads.index(f"{mode}@{h}h") for h in horizons
-                    if f"{mode}@{h}h" in rt.heads]
-            if not cols:
+            present = [h for h in horizons if f"{mode}@{h}h" in rt.heads]
+            if not present:
                 continue
-            caps = np.array([self.config.caps.get(h, 1.0) for h in horizons
-                             if f"{mode}@{h}h" in rt.heads], np.float32)
-            capped = np.minimum(np.nan_to_num(p[:, cols]), caps[None, :])
-            now_risk = capped.max(axis=1).astype(np.float32)
-            # Persistence: the risk held through the last `persist_h` scored hours (their
-            # minimum), so one hour's spike, the commonest false alarm, raises nothing.
-            hist = self._history.setdefault((scope, mode), [])
-            hist.append(now_risk)
-            del hist[: -self.config.persist_h]
-            n = len(now_risk)
-            risk = now_risk.copy()
-            for past in hist[:-1]:
-                prev = np.zeros(n, np.float32)
-                prev[: min(n, len(past))] = past[:n]
-                risk = np.minimum(risk, prev)
-            risk[risk < self.config.floor] = 0.0
+            cols = [rt.heads.index(f"{mode}@{h}h") for h in present]
+            by_horizon = {h: p[:, j] for h, j in zip(present, cols, strict=True)}
+            risk = self.post_rule.risk(scope, mode, by_horizon)
+            # The finding's value and explanation speak of the day's horizon.
             day = cols[horizons.index(24)] if 24 in horizons else cols[0]
             value = p[:, day].astype(np.float64)
             t3 = time.perf_counter()

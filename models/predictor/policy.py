@@ -1,5 +1,6 @@
-"""How the predictor's probabilities become risk: caps per horizon, persistence, the floor, and
-what the explanation and the forward may cost. Apart from the detector so that settings can
+"""The predictor's settings: how its probabilities become risk (caps per horizon, persistence,
+the floor; applied by the post-rule, models/predictor/post_rules.py) and what the explanation
+and the forward may cost (models/predictor/detector.py). Apart from both so that settings can
 name it without importing torch."""
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ minimum dwell, flap detection, a long window for pages, and a no-data state.
 Level 1 records, level 2 emails, level 3 pages and may migrate jobs (docs/design.md, "Alert state
 machine").
 
+This is the second half of the path probability -> risk -> level: `AlertPolicy` turns the fused
+risk of every detector into levels. The first half, the model's calibrated probabilities into its
+risk (caps per horizon, persistence, floor), is the predictor's post-rule
+(models/predictor/post_rules.py), configured by `PredictorConfig` (models/predictor/policy.py).
+
 - A level is entered once risk has stayed at or above its enter threshold for its for-duration
   (pending meanwhile). Level 3 also needs the long window to agree: the risk's exponentially
   weighted mean over `long_window_s` must reach `long_enter`, so one noisy tick cannot page. A
@@ -55,6 +60,9 @@ STATE_NAMES = {s: s.name.lower() for s in AlertState}
 
 @dataclass(frozen=True, slots=True)
 class AlertPolicy:
+    """Risk to level, the settings-facing half of probability -> risk -> level (the model's
+    probability -> risk half is models/predictor/post_rules.py)."""
+
     enter: tuple[float, float, float] = (0.3, 0.6, 0.9)
     exit: tuple[float, float, float] = (0.2, 0.45, 0.75)
     for_s: tuple[float, float, float] = (0.0, 120.0, 60.0)

@@ -112,7 +112,7 @@ def test_sharing_follows_the_stores_forgetting(monkeypatch: pytest.MonkeyPatch) 
         for ev in evs:
             ev.feed(r)
         if r.now > when:
-            a, b = (m._history for m in models)
+            a, b = (m.post_rule.history for m in models)
             assert a.keys() == b.keys()
             for k in a:
                 assert len(a[k]) == len(b[k])
