@@ -128,17 +128,11 @@ class Pipeline:
                 self.fleet.history.note(res.clean, self.store.config.step_s)
             for sink in self.sinks:
                 sink.write(res)
-            st = self.stats
-            st.batches += 1
-            st.samples_ingested += res.accepted
-            st.samples_rejected += res.rejected
-            st.rows_late += res.late
-            st.counter_drops += res.counter_drops
-            st.counter_resets += res.resets
+            self.stats.add(res)
             if res.swapped:  # a new device under an old name: the labeller's repair
                 self._swapped.update(res.swapped)
             self.nodes.note_behind(res.clean, now)
-            st.last_ingest_s = time.perf_counter() - t0
+            self.stats.last_ingest_s = time.perf_counter() - t0
             if res.ahead:
                 self.skew.note(res.ahead, now)
         for r in res.rejections[:5]:

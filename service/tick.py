@@ -17,6 +17,7 @@ from service.notify.sender import Sent
 from service.remediation.actions import AuditEntry
 from service.stages.alert_machine import FlagChange, Transition
 from service.stages.alert_store import Alert
+from service.stages.ingest import IngestResult
 from service.stages.label_store import StoredLabel
 from service.stages.scoring import RiskState
 
@@ -51,6 +52,15 @@ class Stats:
     last_tick_s: float = 0.0
     notifications_sent: int = 0
     notifications_failed: int = 0
+
+    def add(self, res: IngestResult) -> None:
+        """Count one ingested batch."""
+        self.batches += 1
+        self.samples_ingested += res.accepted
+        self.samples_rejected += res.rejected
+        self.rows_late += res.late
+        self.counter_drops += res.counter_drops
+        self.counter_resets += res.resets
 
 
 @dataclass(slots=True)
