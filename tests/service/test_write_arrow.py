@@ -126,7 +126,7 @@ def test_the_fastapi_route_reads_arrow(services: dict[str, tuple[str, object]]) 
     assert _held(app, "n001:gpu3")
 
 
-def test_the_agent_sends_arrow_and_falls_back(services: dict[str, tuple[str, object]]) -> None:
+def test_the_agent_sends_arrow_to_either_route(services: dict[str, tuple[str, object]]) -> None:
     segment = gzip.compress(LINES.encode())
     lean_url, _ = services["lean"]
     p = Pusher(lean_url)
