@@ -99,7 +99,7 @@ def _json_safe(value: Any) -> Any:
 
 def influx_response(exc: GpuhealthError, path: str) -> Response:
     """`exc` answered InfluxDB's way, as the handler answers it on an InfluxDB path (for the
-    lean write route, service.api.write_lean, which answers outside FastAPI's handlers)."""
+    answer to a write, service.api.write_answer, which either write door sends as it is)."""
     return _influx(exc.problem(path), exc.status, exc.headers)
 
 

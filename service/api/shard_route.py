@@ -47,7 +47,7 @@ from service.api import problems, write_arrow
 from service.api.inflate import inflate
 from service.api.shard_split import ArrowSplitter, Owners, Parts, split_lines
 from service.api.state import Running
-from service.api.write import PartialWrite
+from service.api.write_answer import PartialWrite
 from service.api.write_auth import authorize
 from service.cluster.shard_map import Shard, ShardMap
 from service.errors import GpuhealthError, ServiceUnavailable

@@ -35,9 +35,9 @@ class Running:
     # by entity-table identity) stays warm; mappers are not thread-safe, hence the lock.
     mappers: dict[bool, SchemaMapper] = field(default_factory=lambda: {
         True: SchemaMapper(strict=True), False: SchemaMapper(strict=False)})
-    # Reentrant: the lean route takes it around a whole parse on the event loop (write_lean).
+    # Reentrant: a write's answer takes it around a whole parse on the event loop (write_answer).
     mapper_lock: RLock = field(default_factory=RLock)
-    # Writes ingested together (service.api.coalesce); made by the lean route when enabled.
+    # Writes ingested together (service.api.coalesce); made by the first write when enabled.
     coalescer: Coalescer | None = None
     # Our agent's Arrow payloads (service.api.write_arrow): a collectors.arrow_batch.Decoder,
     # made on the first one (pyarrow is imported only then); safe from many threads.

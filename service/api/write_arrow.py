@@ -1,4 +1,5 @@
-"""Arrow IPC writes from our own node agent (collectors.arrow_batch), on the lean route.
+"""Arrow IPC writes from our own node agent (collectors.arrow_batch), read by either write door
+(the answer is service.api.write_answer's).
 
 A body of `Content-Type: application/vnd.apache.arrow.stream` (gzip or not) is inflated within
 the body limit, decoded and validated whole before anything is ingested: a malformed payload is
@@ -12,9 +13,10 @@ limits set by what the window store can hold (`make_decoder`): dictionaries list
 than it could ever hold are refused whole (400, saying so), and keys no row names are not
 decoded (issue 29: 500,000 keys behind one row cost 380 MB and 10 s under that lock).
 
-Every answer to an Arrow body carries `X-Gpuhealth-Payload: arrow`, so a sender tells a refusal
-of its payload by a service that reads Arrow from an older service (or InfluxDB) that read the
-body as line protocol and refused every line: that one is a reason to send line protocol.
+Every answer to an Arrow body read whole (on either door) carries `X-Gpuhealth-Payload: arrow`,
+so a sender tells a refusal of its payload by a service that reads Arrow from an older service
+(or InfluxDB) that read the body as line protocol and refused every line: that one is a reason
+to send line protocol.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, cast
 from collectors.catalog import Scope
 from service.api.inflate import Inflated, inflate
 from service.api.state import Running
-from service.api.write import Parsed
+from service.api.write_parse import Parsed
 from service.errors import BadRequest, UnsupportedMediaType
 from service.settings import IngestSettings
 

@@ -1,7 +1,7 @@
 """Arrow IPC writes over real HTTP on loopback: the lean route ingests them like line protocol,
 refuses a malformed one (or one in the retired formats 1 and 2) whole, nothing ingested, the
-FastAPI route answers 415, and the agent's Pusher sends line protocol to a target that does not
-read Arrow or refuses a segment."""
+FastAPI route reads them too, and the agent's Pusher sends line protocol to a target that does
+not read Arrow or refuses a segment."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ LINES = "".join(f"gpu,host=n001,gpu={g} gpu_temp={40 + g}.5,ecc_sbe_volatile={g}
 
 @pytest.fixture
 def services(tmp_path: Path) -> Iterator[dict[str, tuple[str, object]]]:
-    """name -> (write URL, app): "lean" reads Arrow, "fastapi" (lean_write=False) does not."""
+    """name -> (write URL, app): "lean" and "fastapi" (lean_write=False), both read Arrow."""
     out: dict[str, tuple[str, object]] = {}
     servers = []
     for name, lean in (("fastapi", False), ("lean", True)):
@@ -118,14 +118,15 @@ def test_a_malformed_payload_is_refused_whole(services: dict[str, tuple[str, obj
     assert not _held(app, "n009:gpu0")  # a valid stream before or in it was not ingested
 
 
-def test_the_fastapi_route_answers_415(services: dict[str, tuple[str, object]]) -> None:
-    url, _ = services["fastapi"]
+def test_the_fastapi_route_reads_arrow(services: dict[str, tuple[str, object]]) -> None:
+    url, app = services["fastapi"]
     r = httpx.post(url, content=_arrow(), headers={"Content-Type": MEDIA_TYPE})
-    assert r.status_code == 415
-    assert "line protocol" in r.json()["error"]
+    assert r.status_code == 204, r.text
+    assert r.headers["x-gpuhealth-payload"] == "arrow"
+    assert _held(app, "n001:gpu3")
 
 
-def test_the_agent_sends_arrow_and_falls_back(services: dict[str, tuple[str, object]]) -> None:
+def test_the_agent_sends_arrow_to_either_route(services: dict[str, tuple[str, object]]) -> None:
     segment = gzip.compress(LINES.encode())
     lean_url, _ = services["lean"]
     p = Pusher(lean_url)
@@ -133,11 +134,9 @@ def test_the_agent_sends_arrow_and_falls_back(services: dict[str, tuple[str, obj
     assert (p.sent_arrow, p.sent_lines) == (1, 0)
     fast_url, fast_app = services["fastapi"]
     p = Pusher(fast_url)
-    res = p.push(segment)  # 415, then the same segment as line protocol
-    assert res.outcome is Outcome.SENT and res.status == 204
-    assert (p.sent_arrow, p.sent_lines) == (0, 1)
+    assert p.push(segment).outcome is Outcome.SENT
+    assert (p.sent_arrow, p.sent_lines) == (1, 0)
     assert _held(fast_app, "n001:gpu3")
-    assert p.push(segment).status == 204 and p.sent_lines == 2  # remembered: no Arrow try
 
 
 class _Influx(threading.Thread):

@@ -19,7 +19,7 @@ import uvicorn
 
 from collectors.catalog import Scope
 from collectors.frames import Batch, Entity, EntityTable, Frame
-from service.api import write_lean
+from service.api import write_answer
 from service.api.app import create_app
 from service.api.coalesce import Pending, groups, merge
 from service.settings import IngestSettings, Settings
@@ -249,10 +249,10 @@ def test_a_small_body_is_parsed_on_the_event_loop_one_inflating_past_the_cap_is_
         assert r.status_code == 204 and seen[1] == svc.thread.name
         # One that inflates past it (small on the wire): off the event loop, inflated there.
         pad = "#" * 1000 + "\n"
-        text = pad * (write_lean.INLINE_INFLATED_BYTES // len(pad) + 1) + "\n".join(
+        text = pad * (write_answer.INLINE_INFLATED_BYTES // len(pad) + 1) + "\n".join(
             _node("n1", 3))
         body = gzip.compress(text.encode())
-        assert len(body) <= write_lean.INLINE_BODY_BYTES
+        assert len(body) <= write_answer.INLINE_BODY_BYTES
         assert c.post("/write", content=body, headers=gz).status_code == 204
     assert len(seen) == 3 and seen[2] != svc.thread.name
     assert _gpu_view(svc.url, "n1:gpu1") != 404
@@ -373,10 +373,10 @@ def test_a_small_body_of_new_names_is_parsed_off_the_event_loop(
     thousands (a name flood) held the event loop, and /healthz, for hundreds of ms."""
     svc = services["coalesced"]
     gz = {"Content-Encoding": "gzip"}
-    n = write_lean.INLINE_NEW_LINES * 4
+    n = write_answer.INLINE_NEW_LINES * 4
     flood = "\n".join(f"gpu,host=flood{i},gpu=0 gpu_temp=40 {NS}" for i in range(n))
     body = gzip.compress(flood.encode())
-    assert len(body) <= write_lean.INLINE_BODY_BYTES
+    assert len(body) <= write_answer.INLINE_BODY_BYTES
     with httpx.Client(base_url=svc.url, timeout=30) as c:
         assert c.post("/write", content=_WARMUP[0].encode()).status_code == 204
         seen = _parse_threads(svc, monkeypatch)
@@ -397,11 +397,11 @@ def test_a_small_arrow_body_of_new_keys_is_decoded_off_the_event_loop(
     from service.api.write_arrow import decoder
 
     svc = services["coalesced"]
-    n = write_lean.INLINE_NEW_LINES * 4
+    n = write_answer.INLINE_NEW_LINES * 4
     batch = SchemaMapper().parse("\n".join(
         f"gpu,host=arrow{i},gpu=0 gpu_temp=40 {NS}" for i in range(n)))
     body = encode(batch)
-    assert len(body) <= write_lean.INLINE_BODY_BYTES
+    assert len(body) <= write_answer.INLINE_BODY_BYTES
     arrow = {"Content-Type": MEDIA_TYPE}
     with httpx.Client(base_url=svc.url, timeout=30) as c:
         assert c.post("/write", content=_WARMUP[0].encode()).status_code == 204
@@ -416,7 +416,7 @@ def test_a_small_arrow_body_of_new_keys_is_decoded_off_the_event_loop(
         monkeypatch.setattr(dec, "decode", recorded)
         assert c.post("/write", content=body, headers=arrow).status_code in (204, 400, 503)
         # Tried on the loop within its budget, refused there, decoded in a worker thread.
-        assert seen[0] == (svc.thread.name, write_lean.INLINE_NEW_LINES)
+        assert seen[0] == (svc.thread.name, write_answer.INLINE_NEW_LINES)
         assert seen[1][0] != svc.thread.name and seen[1][1] is None
         assert c.post("/write", content=body, headers=arrow).status_code in (204, 400, 503)
-        assert seen[2:] == [(svc.thread.name, write_lean.INLINE_NEW_LINES)]  # met: inline
+        assert seen[2:] == [(svc.thread.name, write_answer.INLINE_NEW_LINES)]  # met: inline

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from collectors import gzip_body
 from collectors.agent.push import Outcome, Pusher
-from service.api import inflate, write, write_lean
+from service.api import inflate, write_answer, write_parse
 from service.api.app import create_app
 from service.errors import GpuhealthError
 from service.settings import IngestSettings, Settings
@@ -215,21 +215,22 @@ def test_inflate_parse_and_ingest_run_off_the_event_loop(
     thread until the probe has come back (if it ran on the event loop, the probe could not)."""
     entered, probed = threading.Event(), threading.Event()
     during: list[bool] = []
-    real = write.inflate
+    real = write_parse.inflate
 
     def slow_inflate(body: bytes, *, limit: int) -> inflate.Inflated:
         entered.set()
         during.append(probed.wait(10))  # released by the probe, or gives up
         return real(body, limit=limit)
 
-    monkeypatch.setattr(write, "inflate", slow_inflate)
+    monkeypatch.setattr(write_parse, "inflate", slow_inflate)
     answers: list[int] = []
     # Small on the wire, past what the lean route inflates on the event loop once inflated
     # (comment lines: InfluxDB skips them).
     pad = b"#" * 1000 + b"\n"
-    text = pad * (write_lean.INLINE_INFLATED_BYTES // len(pad) + 1) + f"{_line(0, 50.0)}\n".encode()
+    text = (pad * (write_answer.INLINE_INFLATED_BYTES // len(pad) + 1)
+            + f"{_line(0, 50.0)}\n".encode())
     body = gzip.compress(text)
-    assert len(body) <= write_lean.INLINE_BODY_BYTES
+    assert len(body) <= write_answer.INLINE_BODY_BYTES
     t = threading.Thread(target=lambda: answers.append(
         client.post("/write", content=body, headers=GZ).status_code))
     t.start()
