@@ -216,8 +216,10 @@ def _inline_arrow(st: Running, body: bytes | Inflated, gz: bool, coalescer: Coal
                   ) -> tuple[Parsed, Plan | None] | None:
     """Decoded here, on the event loop, unless it names more than INLINE_NEW_LINES entities
     not met before (None: decode it in a worker thread)."""
-    from collectors.arrow_batch import OverBudget  # pyarrow: imported with the first body
-
+    try:
+        from collectors.arrow_batch import OverBudget  # pyarrow: imported with the first body
+    except ImportError:  # no pyarrow in this install: parse_arrow refuses it (415)
+        return _parse_arrow(st, body, gz, coalescer, INLINE_NEW_LINES)
     try:
         return _parse_arrow(st, body, gz, coalescer, INLINE_NEW_LINES)
     except OverBudget:

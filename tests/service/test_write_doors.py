@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import http.server
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -194,3 +195,18 @@ def test_the_agent_falls_back_on_a_415(older: _OlderService) -> None:
     assert (p.sent_arrow, p.sent_lines) == (0, 1)
     assert p.push(segment).status == 204 and p.sent_lines == 2  # remembered: no Arrow try
     assert older.seen == [MEDIA_TYPE, "text/plain; charset=utf-8", "text/plain; charset=utf-8"]
+
+
+@pytest.mark.parametrize("lean", [True, False])
+@pytest.mark.parametrize("coalesce_ms", [0.0, 50.0])
+def test_without_pyarrow_every_door_answers_arrow_415(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lean: bool, coalesce_ms: float) -> None:
+    # An install without pyarrow: the agent falls back to line protocol on a 415 only (it
+    # retries a 500), so no door may fail any other way, inline or in a worker thread.
+    body = _arrow(_lines("n001"))
+    monkeypatch.setitem(sys.modules, "collectors.arrow_batch", None)  # import raises
+    with TestClient(_app(tmp_path, lean, coalesce_ms)) as c:
+        r = c.post("/v1/write", content=body, headers=ARROW)
+        assert r.status_code == 415, r.text
+        assert "pyarrow is not installed" in r.json()["error"]
+        assert c.post("/v1/write", content=_lines("n001")).status_code == 204
