@@ -20,9 +20,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-# The inner loop: everything but the tests marked slow (2 s or more: servers, benches, replays).
+# The inner loop: everything but the tests marked slow (a second or more: servers, benches,
+# replays), on one worker per core (pytest-xdist; tests/conftest.py keeps the tests of a
+# module-scoped or expensive session fixture on one worker).
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow" -n auto --dist loadgroup $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check collectors models service bench tests
