@@ -8,12 +8,6 @@ import pytest
 
 from service.runtime import gc_policy
 
-# Session fixtures that start a server or train a model: under xdist (`make test-fast` runs
-# `-n auto --dist loadgroup`) the tests that take one run on one worker, so it is made once.
-SHARED = {"recorded": "predictor-model", "tiny": "predictor-model",
-          "tiny_model": "predictor-model", "influx_server": "influxd",
-          "slurm_cluster": "slurm"}
-
 # The real PostgreSQL server and the `state_target` fixture that runs a shared-state store's
 # tests on SQLite and on PostgreSQL.
 pytest_plugins = ("tests.postgres",)
@@ -41,27 +35,3 @@ def plain_gc() -> Iterator[None]:
         yield
     finally:
         gc_policy.POLICY.install()
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist's loadgroup each test goes to whichever worker is free, but a test module
-    whose fixtures outlive a test (a served app, a browser, a simulated fleet) stays on one
-    worker, and so do the tests of each expensive session fixture above."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        group = _xdist_group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-
-
-def _xdist_group(item: pytest.Item) -> str | None:
-    names = getattr(item, "fixturenames", ())
-    shared = sorted({SHARED[n] for n in names if n in SHARED})
-    if shared:
-        return shared[0]
-    info = getattr(item, "_fixtureinfo", None)
-    defs = info.name2fixturedefs.values() if info is not None else ()
-    if any(d[-1].scope in ("package", "module", "class") for d in defs if d):
-        return item.nodeid.split("::")[0]
-    return None
