@@ -164,6 +164,7 @@ def test_the_local_header_gives_the_shards_own_part(cluster: Any) -> None:
         assert r.status_code == 404, r.text  # this shard never saw it
 
 
+@pytest.mark.slow
 def test_node_and_gpu_details_come_from_the_owner(cluster: Any) -> None:
     s, read, hosts = cluster
     for sid in s.ids:

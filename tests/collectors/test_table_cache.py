@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from collectors.catalog import Scope
 from collectors.frames import Batch, Entity, EntityTable
@@ -21,6 +22,8 @@ from service.history.sinks import SQLiteSink
 from service.stages.ingest import EventLog, Ingestor, IngestResult
 from service.stages.windows import EntityLimits, WindowStore
 from tests.pipeline.builders import T0
+
+pytestmark = pytest.mark.usefixtures("plain_gc")  # what a full collection frees, and finds
 
 
 def _table(node: str, n: int) -> EntityTable:

@@ -108,7 +108,9 @@ def shots(service: Service, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+def browser(service: Service, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    """One per store: a page still polling the previous store's stopped service would log
+    refused connections into the next store's tests."""
     b = Browser(tmp_path_factory.mktemp("chromium"))
     try:
         yield b

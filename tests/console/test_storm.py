@@ -29,8 +29,10 @@ from tests.notify.receivers.servers import HttpRecorder
 from tests.service.fleet import STEP, T0, Fleet, ManualClock
 from tests.service.partial_fleet import PartialCollector
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
-                                "(apt-get install chromium; .ci/run does)")
+# slow: the storm (a real Alertmanager and a fleet fed until alerts fire) takes about 20 s.
+pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
+                                 "(apt-get install chromium; .ci/run does)"),
+              pytest.mark.slow]
 
 NODES = [f"n{i:03d}" for i in range(1, 13)]
 HARD = {"n001:gpu2": ("ecc_dbe_volatile", 1.0),  # double-bit ECC

@@ -70,6 +70,7 @@ def test_static_ber_limit() -> None:
     assert [(e, lvl) for _, e, lvl in fired] == [("n1:mlx5_0:1", 3)]
 
 
+@pytest.mark.slow
 def test_ewma_flags_a_jump_after_learning_and_nothing_before() -> None:
     rng = np.random.default_rng(0)
 

@@ -85,6 +85,7 @@ def test_trace_with_labels_through_the_cli(tmp_path: Path, capsys: object) -> No
     assert out["runs"][0]["timing"]["rounds"] == 144
 
 
+@pytest.mark.slow
 def test_demo_summary_rows() -> None:
     sim = Simulator(tiny(days=1.0))
     src = EvaluationInput("tiny", 300.0, sim.labels, sim.run(), sim.config.time.start_s,

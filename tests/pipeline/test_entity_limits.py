@@ -100,6 +100,7 @@ def _one_gpu_store() -> tuple[Ingestor, WindowStore]:
     return Ingestor(store, EventLog()), store
 
 
+@pytest.mark.slow
 def test_silent_entities_are_forgotten_and_survivors_keep_their_history() -> None:
     ing, store = _one_gpu_store()
     names = [("a", 0), ("b", 0), ("c", 0), ("d", 0)]

@@ -179,6 +179,7 @@ def _run(config: WindowConfig, seed: int, check: object) -> None:
             check(view, i)  # type: ignore[operator]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", [HOURS_TIER, HALF_HOURS_TIER], ids=["1h", "30m"])
 def test_sliced_growth_and_hours_are_the_whole_ones(config: WindowConfig,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:

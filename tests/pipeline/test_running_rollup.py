@@ -83,6 +83,7 @@ def _values(rng: np.random.Generator, m: int, n: int) -> npt.NDArray[np.float32]
     return v
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_running_sums_give_the_tiers_the_re_read_gave(seed: int) -> None:
     rng = np.random.default_rng(seed)

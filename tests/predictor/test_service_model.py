@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from collectors.catalog import Scope
@@ -63,6 +64,7 @@ def test_without_a_model_the_service_says_so(tmp_path: Path) -> None:
         assert c.get("/readyz").json()["model"] is None
 
 
+@pytest.mark.slow
 def test_with_a_model_the_gpu_shows_probabilities(tmp_path: Path, tiny_model: Path) -> None:
     app = create_app(_settings(tmp_path, str(tiny_model)), clock=ManualClock(T0),
                      schedule=False)
@@ -104,6 +106,7 @@ def test_with_a_model_the_gpu_shows_probabilities(tmp_path: Path, tiny_model: Pa
         assert [g["window"] for g in node["gpus"] if g["entity"] == "n1:gpu2"] == [window]
 
 
+@pytest.mark.slow
 def test_model_explanations_name_metric_groups(recorded: object, tiny_model: Path,
                                                tmp_path: Path) -> None:
     p = build_pipeline(_settings(tmp_path, "none"), Wiring.offline())
@@ -125,6 +128,7 @@ def test_model_explanations_name_metric_groups(recorded: object, tiny_model: Pat
         p.close()
 
 
+@pytest.mark.slow
 def test_a_model_that_appears_later_is_picked_up(tiny_model: Path, tmp_path: Path) -> None:
     now = [0.0]
     where = tmp_path / "model"

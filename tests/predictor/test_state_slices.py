@@ -52,6 +52,7 @@ def _inputs(rng: np.random.Generator, n: int, hours: int, f: int) -> F32:
     return x
 
 
+@pytest.mark.slow
 def test_sliced_first_run_equals_the_whole_batch(tiny_model: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     pred = Predictor.load(tiny_model)
@@ -105,6 +106,7 @@ def test_the_held_window_is_moved_not_copied() -> None:
     assert cache.hours_computed == 3 * 4 + 3 * 2
 
 
+@pytest.mark.slow
 def test_the_first_run_steps_a_slice_of_entities_at_a_time(tiny_model: Path,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:

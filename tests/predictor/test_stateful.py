@@ -45,6 +45,7 @@ def _feed(ing: Ingestor, r: Rounds, k: int) -> None:
     ing.ingest(r.batch(T0 + k * HOUR), T0 + k * HOUR)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("skip", [(), (30, 31, 32)])
 def test_carried_states_equal_the_windowed_forward(tiny_model: Path,
                                                    skip: tuple[int, ...]) -> None:

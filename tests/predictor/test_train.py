@@ -36,6 +36,7 @@ def test_training_is_deterministic(recorded: Recorded, tiny: list[ScopeResult]) 
         assert a.history == b.history
 
 
+@pytest.mark.slow
 def test_saved_model_scores_exactly_as_trained(recorded: Recorded, tiny: list[ScopeResult],
                                                tiny_model: Path) -> None:
     loaded = Predictor.load(tiny_model)
@@ -50,6 +51,7 @@ def test_saved_model_scores_exactly_as_trained(recorded: Recorded, tiny: list[Sc
         assert got.shape == (len(ents), len(r.heads)) and np.all((got >= 0) & (got <= 1))
 
 
+@pytest.mark.slow
 def test_artifacts_this_gpuhealth_cannot_run_are_refused(tiny_model: Path,
                                                          tmp_path: Path) -> None:
     bad = tmp_path / "arch"

@@ -90,6 +90,7 @@ def test_the_grammar_takes_plain_host_names(name: str) -> None:
     assert target_problem(name) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", HOSTILE)
 def test_every_verb_of_every_hook_refuses_before_any_call(name: str, tmp_path: Path,
                                                           kube: FakeKubeApi) -> None:

@@ -119,6 +119,7 @@ def test_a_bad_command_line_is_one_line_and_exit_2(tmp_path: Path, argv: list[st
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
 
 
+@pytest.mark.slow
 def test_the_installed_entry_point_prints_no_traceback(tmp_path: Path) -> None:
     """The same through a real process, as a user types it."""
     for argv, says in ((["parse", "foo", "x"], "unknown source 'foo'"),

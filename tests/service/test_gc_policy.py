@@ -12,6 +12,8 @@ import pytest
 
 from service.runtime.gc_policy import GcPolicy
 
+pytestmark = pytest.mark.usefixtures("plain_gc")  # no other policy's callback beside these
+
 
 class _Node:
     other: object = None

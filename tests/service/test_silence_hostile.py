@@ -197,6 +197,7 @@ def test_a_catastrophic_regex_silence_neither_freezes_nor_survives_as_a_freeze(
     svc.stop()
 
 
+@pytest.mark.slow
 def test_hostile_silence_bodies_are_refused_with_problem_details(svc: Service) -> None:
     svc.start()
 

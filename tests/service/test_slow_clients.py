@@ -66,6 +66,7 @@ def _closed(url: str) -> dict[str, float]:
     return out
 
 
+@pytest.mark.slow
 def test_oversized_headers_are_refused(tmp_path: Path) -> None:
     with Served(tmp_path) as svc:
         r = httpx.get(f"{svc.url}/healthz", headers={"X-Big": "a" * 100_000}, timeout=10)
