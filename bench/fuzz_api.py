@@ -1,7 +1,7 @@
 """Hostile API requests for the fuzz benchmark (issue 29, defect 10): one generator per class of
 request that once answered 500, each a (method, path, body) a service must answer 4xx (or 2xx
 where the request is harmless). bench.fuzz sends them beside its /write bodies; the tests send
-a few of each (tests/service/test_hostile_requests.py).
+a few of each (tests/api/test_hostile_requests.py).
 
 Classes (`ApiRequest.kind`):
 

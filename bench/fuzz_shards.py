@@ -118,7 +118,7 @@ def run(n: int, seed: int, root: Path) -> Report:
     import httpx
 
     from tests.cluster.shards import TOKEN, Shards
-    from tests.service.fleet import T0
+    from tests.support.fleet import T0
 
     class Acting(Shards):
         def settings(self, sid: str) -> Any:

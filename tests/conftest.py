@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from service.runtime import gc_policy
+from service.settings import Settings, StorageSettings
 
 # The real PostgreSQL server and the `state_target` fixture that runs a shared-state store's
 # tests on SQLite and on PostgreSQL.
@@ -35,3 +37,11 @@ def plain_gc() -> Iterator[None]:
         yield
     finally:
         gc_policy.POLICY.install()
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """Default settings writing only under the test's temporary directory; notifications
+    leave at once (no group_wait), so a few rounds show them."""
+    return Settings(storage=StorageSettings(data_dir=tmp_path / "data"),
+                    notify={"route": {"receiver": "record", "group_wait_s": 0}})

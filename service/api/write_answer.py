@@ -42,7 +42,7 @@ Plan = tuple[frozenset[str], int, bool]  # service.api.coalesce.plan
 # bounded by its size, known before anything is read. A gzip body is inflated on the loop
 # only as far as INLINE_INFLATED_BYTES (work bounded by that cap, whatever the body claims):
 # one that inflates past it (or holds several members, or is not gzip) goes to a worker
-# thread, which inflates it in full as before (tests/service/test_write_hostile.py); so does
+# thread, which inflates it in full as before (tests/api/test_write_hostile.py); so does
 # a larger body. The hop to a worker thread cost a node agent's gzip body more CPU than
 # inflating and parsing it (`python -m bench.collectors`: Arrow gzip against uncompressed).
 # Nor is the parse's cost bounded by size alone: a line naming a new entity costs ~20 µs on

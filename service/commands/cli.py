@@ -53,7 +53,7 @@ COMMANDS: dict[str, Command] = {}
 # Each module named below calls `register(...)` when imported, for the subcommands listed with
 # it. A command line that names a subcommand imports only its module: a node installed with the
 # agent's dependencies alone (`pip install gpuhealth[agent]`) lacks what the others import
-# (torch, SciPy, FastAPI), and the agent stays small. tests/service/test_agent_imports.py keeps
+# (torch, SciPy, FastAPI), and the agent stays small. tests/commands/test_agent_imports.py keeps
 # this table equal to what the modules register.
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     f"service.commands.{module}": names for module, names in (

@@ -7,7 +7,7 @@ Who creates what: each store creates its own tables when they are missing (`CREA
 EXISTS`, the current shape), so a fresh file needs no migration. A migration changes what an
 older release left behind (a column, an index, rows) or adds a table that readers rely on before
 any store has written. Changing a store's CREATE statement therefore needs a migration here that
-does the same to an existing file; tests/service/test_schema_versions.py fails until it exists
+does the same to an existing file; tests/storage/test_schema_versions.py fails until it exists
 (an upgraded file must end with the same layout as a fresh one).
 
 Version 0 is the release before versions (every table as its stores created it).

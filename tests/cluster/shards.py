@@ -15,7 +15,7 @@ from collectors.frames import Entity
 from service.api.app import create_app
 from service.cluster.shard_map import ShardMap
 from service.settings import Settings
-from tests.service.fleet import T0
+from tests.support.fleet import T0
 
 TOKEN = "shard-test-token"
 

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from service.api.app import create_app
 from service.settings import Settings
-from tests.service.fleet import T0, ManualClock
+from tests.support.fleet import T0, ManualClock
 
 
 def _settings(tmp: Path, **extra: object) -> Settings:

@@ -18,7 +18,7 @@ from service.api.shard_route import FORWARDED_HEADER, NODE_HEADER
 from service.remediation.controller import MigrationRequest
 from service.settings import Settings
 from tests.cluster.shards import TOKEN, Shards
-from tests.service.fleet import T0
+from tests.support.fleet import T0
 
 AUTH = {"Authorization": f"Token {TOKEN}"}
 GPUS = 2

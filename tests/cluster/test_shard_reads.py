@@ -15,7 +15,7 @@ from service.api.peers import LOCAL_HEADER
 from service.settings import Settings
 from tests.cluster.shards import TOKEN, Shards
 from tests.console.cdp import CHROMIUM, Browser
-from tests.service.fleet import T0
+from tests.support.fleet import T0
 
 NS = int(T0 * 1e9)
 WRITE = {"Authorization": f"Token {TOKEN}"}

@@ -15,7 +15,7 @@ from collectors.arrow_batch import MEDIA_TYPE, encode
 from collectors.schema import SchemaMapper
 from service.api.shard_route import FORWARDED_HEADER, NODE_HEADER
 from tests.cluster.shards import TOKEN, Shards
-from tests.service.fleet import T0
+from tests.support.fleet import T0
 
 NS = int(T0 * 1e9)
 AUTH = {"Authorization": f"Token {TOKEN}"}

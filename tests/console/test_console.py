@@ -25,7 +25,7 @@ from tests.console.serve import open_page as _open
 from tests.console.serve import set_token as _set_token
 from tests.console.serve import unexpected as _unexpected
 from tests.influx.server import INFLUXD, InfluxServer
-from tests.service.fleet import STEP, T0, Fleet, FleetCollector, ManualClock
+from tests.support.fleet import STEP, T0, Fleet, FleetCollector, ManualClock
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
                                 "(apt-get install chromium; .ci/run does)")

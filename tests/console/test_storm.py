@@ -26,8 +26,8 @@ from tests.console.cdp import CHROMIUM, Browser
 from tests.console.serve import Service, free_port, open_page, serving, set_token, unexpected
 from tests.notify.alertmanager_server import ALERTMANAGER, AlertmanagerServer
 from tests.notify.receivers.servers import HttpRecorder
-from tests.service.fleet import STEP, T0, Fleet, ManualClock
-from tests.service.partial_fleet import PartialCollector
+from tests.support.fleet import STEP, T0, Fleet, ManualClock
+from tests.support.partial_fleet import PartialCollector
 
 # slow: the storm (a real Alertmanager and a fleet fed until alerts fire) takes about 20 s.
 pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "

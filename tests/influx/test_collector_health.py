@@ -13,7 +13,7 @@ from service.api.app import create_app
 from service.history.influx.sink import InfluxSink
 from tests.influx.server import InfluxServer
 from tests.influx.test_sink import settings
-from tests.service.fleet import T0, BrokenCollector, Fleet, FleetCollector, ManualClock
+from tests.support.fleet import T0, BrokenCollector, Fleet, FleetCollector, ManualClock
 
 
 def test_local_and_agent_collectors_are_recorded(influx_server: InfluxServer,

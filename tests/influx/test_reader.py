@@ -27,11 +27,11 @@ from service.history.influx.reader import InfluxHistory
 from service.history.influx.sink import InfluxSink
 from service.pipeline import build_pipeline
 from service.settings import Settings
+from tests.api.test_history_api import EVIL, _batch
+from tests.history.test_history import ROUNDS, check_semantics, feed, points, q
 from tests.influx.server import InfluxServer, free_port
 from tests.pipeline.builders import T0
-from tests.service.fleet import ManualClock
-from tests.service.test_history import ROUNDS, check_semantics, feed, points, q
-from tests.service.test_history_api import EVIL, _batch
+from tests.support.fleet import ManualClock
 
 _db = itertools.count()
 SPAN = {"from": str(T0), "to": str(T0 + 5 * ROUNDS)}

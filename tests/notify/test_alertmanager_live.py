@@ -18,7 +18,7 @@ from service.notify.receivers.alertmanager import AlertmanagerConfig, Alertmanag
 from service.settings import Settings, StorageSettings
 from tests.notify.alertmanager_server import ALERTMANAGER, AlertmanagerServer
 from tests.notify.receivers.samples import alert, message, resolved, run
-from tests.service.fleet import STEP, T0, Fleet, FleetCollector, ManualClock
+from tests.support.fleet import STEP, T0, Fleet, FleetCollector, ManualClock
 
 
 @pytest.fixture

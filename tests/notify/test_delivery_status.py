@@ -17,7 +17,7 @@ from service.settings import Settings, StorageSettings
 from service.stages.alert_store import Alert
 from tests.notify.test_truth import AmRecorder, storm, timeline
 from tests.notify.timeline import T0, Flaky, Recorder, Timeline, notify_settings
-from tests.service.fleet import STEP, Fleet, FleetCollector, ManualClock
+from tests.support.fleet import STEP, Fleet, FleetCollector, ManualClock
 
 
 def rows(tl: Timeline, a: Alert) -> dict[str, DeliveryStatus]:

@@ -25,7 +25,7 @@ from service.pipeline import Pipeline, build_pipeline
 from service.settings import Settings
 from service.stages.windows import window_config_for
 from tests.pipeline.builders import T0, Rounds
-from tests.service.fleet import ManualClock
+from tests.support.fleet import ManualClock
 
 STEP = 300.0
 

@@ -30,7 +30,7 @@ from collectors.schema import SchemaMapper, batch_to_lines
 from service.storage import sample_codec
 from tests.collectors.agent.relay_service import free_port, samples
 from tests.loopback import Daemon, answers
-from tests.service.fleet import Fleet
+from tests.support.fleet import Fleet
 
 CLI = "import sys; from service.commands.cli import main; sys.exit(main())"
 Sample = tuple[str, float, str, float]

@@ -20,7 +20,7 @@ from service.assembly import Wiring
 from service.pipeline import Pipeline, build_pipeline
 from service.settings import Settings
 from service.stages.ingest import IngestResult
-from tests.service.fleet import T0
+from tests.support.fleet import T0
 
 SERVICE_TOKEN = "relay-test-service-token"
 

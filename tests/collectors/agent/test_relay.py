@@ -20,7 +20,7 @@ from collectors.agent.relay_http import RelayServer
 from collectors.agent.spool import Spool
 from collectors.schema import SchemaMapper, batch_to_lines
 from tests.collectors.agent.relay_service import SERVICE_TOKEN, Service, samples
-from tests.service.fleet import T0, Fleet
+from tests.support.fleet import T0, Fleet
 
 pytest.importorskip("pyarrow")
 AGENT_TOKEN = "relay-test-agent-token"

@@ -21,7 +21,7 @@ from collectors.agent.spool import Spool
 from collectors.catalog import Scope
 from collectors.schema import batch_to_lines
 from tests.collectors.agent.relay_service import free_port
-from tests.service.fleet import T0, Fleet
+from tests.support.fleet import T0, Fleet
 
 pytest.importorskip("pyarrow")
 TOKEN = "hostile-test-token"

@@ -15,7 +15,7 @@ from collectors.agent.relay_http import RelayServer
 from collectors.agent.spool import Spool
 from collectors.schema import batch_to_lines
 from tests.cluster.shards import TOKEN, Shards
-from tests.service.fleet import T0, Fleet
+from tests.support.fleet import T0, Fleet
 
 pytest.importorskip("pyarrow")
 

@@ -23,7 +23,7 @@ from service.api.app import create_app
 from service.api.state import Running
 from service.commands.cli import main
 from service.settings import Settings, StorageSettings
-from tests.service.fleet import T0, ManualClock
+from tests.support.fleet import T0, ManualClock
 
 NS = int(T0 * 1e9)
 WHEN = datetime.fromtimestamp(T0 - 30, UTC)

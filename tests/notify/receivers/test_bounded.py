@@ -19,7 +19,7 @@ from service.notify.receivers.webhook import WebhookConfig, WebhookReceiver
 from service.settings import Settings, StorageSettings
 from tests.notify.receivers.samples import message, run
 from tests.notify.receivers.servers import HttpRecorder, Reply
-from tests.service.fleet import STEP, T0, Fleet, FleetCollector, ManualClock
+from tests.support.fleet import STEP, T0, Fleet, FleetCollector, ManualClock
 
 MB = 1024 * 1024
 
