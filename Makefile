@@ -11,7 +11,10 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -r requirements-dev.txt
-	$(PY) -m pip install -q --no-deps -e .
+	# setuptools 80+ prints a BuildBackendWarning on every editable install of a flat layout
+	# ("folders ... with the same name as your package may take precedence"): a notice about
+	# editable installs in general, not about this project; everything else stays visible.
+	PYTHONWARNINGS=ignore::UserWarning $(PY) -m pip install -q --no-deps -e .
 	touch $@
 
 demo: $(STAMP)
