@@ -21,9 +21,10 @@ inlet), its reading's unit and discrete states, and its name. The heuristics, in
 
 Health of a threshold sensor is its status: ok 0, non-critical 1, critical or non-recoverable
 2; a supply's or fan's health is the worst of its sensors. Ids: a supply is its entity
-instance and a fan its entity instance on entity 29, unless two differently named sensors of
-the class share one instance (Dell puts every fan on 7.1): then each is its sensor name made
-safe for the name grammar ("Fan1A" -> "Fan1A", "SYS FAN 2" -> "SYS_FAN_2").
+instance and a fan its entity instance on entity 29, unless two sensors naming different units
+share one instance or a sensor sits off that entity (Dell puts every fan on 7.1): then a supply
+is the number in its name ("PS2 Status" -> "2") and a fan its sensor name made safe for the
+name grammar ("Fan1A" -> "Fan1A", "SYS FAN 2" -> "SYS_FAN_2").
 """
 
 from __future__ import annotations
@@ -202,7 +203,7 @@ def _supply_reading(r: SdrRow, unit: _Unit) -> str | None:
         if _INPUT_WORD.search(r.name) or r.value >= MAINS_MIN_V:
             unit.fields["psu_input_v"] = r.value
             return None
-        return "supply output voltage (no metric here)"
+        return "supply voltage below mains and not named input (no metric here)"
     if unit_l == "watts":
         if _INPUT_WORD.search(r.name):
             return "supply input power (no metric here)"
@@ -249,8 +250,10 @@ def _celsius(value: float, unit: str) -> float | None:
 
 
 def _psu_default(r: SdrRow) -> str:
+    """The supply number in the name ("PS2 Status" -> "2"), else the entity instance (Dell's
+    "Voltage 1" and "Current 1" on 10.1 belong to "PS1 Status" on 10.1)."""
     m = _SUPPLY_NAME.search(r.name)
-    return m.group(1) if m is not None else safe_id(r.name)
+    return m.group(1) if m is not None else str(r.instance)
 
 
 def _fan_default(r: SdrRow) -> str:
