@@ -301,3 +301,72 @@ def detected() -> list[str]:
     """The sources this host has, less those another detected source covers."""
     found = [s.name for s in SOURCES.values() if s.detect()]
     return [n for n in found if SUPERSEDED.get(n) not in found]
+
+
+# ---- IPMI BMC (ipmitool) ------------------------------------------------------------------
+
+def _ipmi_parse(path: Path, host: str, ts_ns: int) -> Parsed:
+    """A captured `ipmitool sdr elist` (supplies, fans, inlet/exhaust, redundancy) or `ipmitool
+    sel elist` (every warning or critical entry becomes a `sel` event: a capture has no
+    earlier read to be new against)."""
+    from collectors.ipmi import (
+        looks_like_sdr_elist,
+        looks_like_sel,
+        map_rows,
+        parse_sdr_elist,
+        parse_sel_elist,
+    )
+
+    text = path.read_text(errors="replace")
+    out = Parsed()
+    if looks_like_sdr_elist(text):
+        got = map_rows(parse_sdr_elist(text, out.rejected), host, ts_ns)
+        out.points, out.notes = got.points, [str(r) for r in got.skipped]
+    elif looks_like_sel(text):
+        entries = parse_sel_elist(text, out.rejected)
+        out.points = [Point("sel", {"host": host}, {"code": e.severity}, ts_ns)
+                      for e in entries if e.severity]
+        out.notes = [f"{len(entries) - len(out.points)} SEL entr(ies) informational or "
+                     "deasserted"]
+    else:
+        raise ValueError("neither `ipmitool sdr elist` rows (name | NNh | status | entity | "
+                         "reading) nor `ipmitool sel elist` records")
+    return out
+
+
+def _ipmi_build(host: str, cfg: Mapping[str, Any]) -> Collector:
+    """Settings: `bmc` (absent: in band through /dev/ipmi0), `user`, `port`, `interface`
+    (lanplus), `cipher`, and the password from `password_file` or the environment variable
+    `password_env` (default IPMI_PASSWORD), never from the settings themselves; `timeout` (s,
+    per read, default 60), `thresholds_every`, `sel`, `binary`."""
+    from collectors.ipmi import IpmiCollector, Target
+
+    settings = dict(cfg)
+    if "password" in settings:
+        raise ValueError("ipmi: put the BMC password in a file (password_file) or an "
+                         "environment variable (password_env), not in the settings")
+    target_keys = ("bmc", "user", "port", "interface", "cipher", "password_env", "binary")
+    target = {k: settings.pop(k) for k in target_keys if k in settings}
+    for k in ("port", "cipher"):
+        if k in target:
+            target[k] = int(target[k])
+    if "password_file" in settings:
+        target["password_file"] = Path(settings.pop("password_file"))
+    for k, conv in (("timeout", float), ("thresholds_every", int)):
+        if k in settings:
+            settings[k] = conv(settings[k])
+    if isinstance(settings.get("sel"), str):
+        settings["sel"] = settings["sel"].lower() in ("1", "true", "yes", "on")
+    return IpmiCollector(Target(**target), host=host, **settings)
+
+
+def _ipmi_detect() -> bool:
+    # In band only: a BMC device node and the tool; LAN BMCs are configured, not detected.
+    return shutil.which("ipmitool") is not None and any(
+        Path(p).exists() for p in ("/dev/ipmi0", "/dev/ipmi/0", "/dev/ipmidev/0"))
+
+
+register(Source("ipmi", "BMC power supplies, fans, inlet/exhaust temperature, redundancy and new "
+                        "SEL entries through ipmitool, in band or over the LAN (lanplus)",
+                _ipmi_parse, _ipmi_detect, _ipmi_build))
+

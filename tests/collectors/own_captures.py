@@ -19,6 +19,9 @@ DCGM_PAGE = CAPTURES / "dcgm-exporter" / "metrics-h100x2.txt"  # curl :9400/metr
 IB_TTAR = CAPTURES / "infiniband" / "ib-sysfs-2hca.ttar"  # /sys/class/infiniband as ttar
 IB_TTAR_ROOT = Path("sys", "class", "infiniband")  # where the tree sits in the archive
 DMESG_ISO = CAPTURES / "kernel-log" / "dmesg-iso-xid.log"  # dmesg --time-format iso
+IPMI_SDR_DELL = CAPTURES / "ipmi" / "sdr-elist-dell.txt"  # ipmitool sdr elist, Dell names
+IPMI_SDR_SUPERMICRO = CAPTURES / "ipmi" / "sdr-elist-supermicro.txt"  # ipmitool sdr elist
+IPMI_SEL = CAPTURES / "ipmi" / "sel-elist-mixed.txt"  # ipmitool sel elist
 
 
 def read(path: Path) -> str:
