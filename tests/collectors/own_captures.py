@@ -19,6 +19,11 @@ DCGM_PAGE = CAPTURES / "dcgm-exporter" / "metrics-h100x2.txt"  # curl :9400/metr
 IB_TTAR = CAPTURES / "infiniband" / "ib-sysfs-2hca.ttar"  # /sys/class/infiniband as ttar
 IB_TTAR_ROOT = Path("sys", "class", "infiniband")  # where the tree sits in the archive
 DMESG_ISO = CAPTURES / "kernel-log" / "dmesg-iso-xid.log"  # dmesg --time-format iso
+# Redfish resources (GET /redfish/v1/...), one odd shape each
+REDFISH_THERMAL = CAPTURES / "redfish" / "thermal-legacy-percent.json"  # Chassis/*/Thermal
+REDFISH_POWER = CAPTURES / "redfish" / "power-legacy-failed.json"  # Chassis/*/Power
+REDFISH_FAN_OEM = CAPTURES / "redfish" / "fan-oem-only.json"  # ThermalSubsystem/Fans/*
+REDFISH_SEL = CAPTURES / "redfish" / "sel-entries.json"  # Managers/*/LogServices/*/Entries
 
 
 def read(path: Path) -> str:
