@@ -49,7 +49,10 @@ class Emulator:
         return [s.sockets[0].getsockname()[1] for s in self.servers]
 
     async def _hang(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(3600)
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            writer.close()
 
     def _authorized(self, headers: dict[str, str]) -> bool:
         if not self.user:
@@ -71,7 +74,8 @@ class Emulator:
                 self.requests += 1
                 writer.write(self._answer(method, path, headers, body))
                 await writer.drain()
-        except (ConnectionError, ValueError, asyncio.IncompleteReadError):
+        except (ConnectionError, ValueError, asyncio.IncompleteReadError,
+                asyncio.CancelledError):
             pass
         finally:
             writer.close()
@@ -123,8 +127,19 @@ class ThreadedEmulator:
         self.loop.run_forever()
 
     def stop(self) -> None:
+        async def shut() -> None:
+            for server in self.emulator.servers:
+                server.close()
+            me = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not me]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shut(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        self.loop.close()
 
 
 def main() -> None:
