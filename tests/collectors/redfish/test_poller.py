@@ -9,6 +9,7 @@ import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,7 @@ def emulator() -> Iterator[ThreadedEmulator]:
     emu.stop()
 
 
-def run(emu: ThreadedEmulator, password: str, **cfg: float) -> tuple[Poller, list[Point],
+def run(emu: ThreadedEmulator, password: str, **cfg: Any) -> tuple[Poller, list[Point],
                                                                       list[Rejection]]:
     points: list[Point] = []
     refused: list[Rejection] = []
