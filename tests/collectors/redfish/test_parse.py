@@ -21,6 +21,7 @@ from tests.collectors.own_captures import (
     REDFISH_SEL,
     REDFISH_THERMAL,
 )
+from tests.collectors.redfish.sushy import MOCKUP
 
 TS = 1_772_500_000 * 10**9
 
@@ -115,3 +116,14 @@ def test_ids_follow_the_name_grammar() -> None:
     assert member_id({"Id": "-bad"}, 3) == "bad"
     assert member_id({"Id": "..."}, 3) == "3"
     assert member_id({}, 5) == "5"
+
+
+@pytest.mark.skipif(not MOCKUP.is_dir(), reason="needs ../shared/reference/redfish/"
+                    "public-rackmount1 beside the repo")
+def test_parse_cli_reads_the_dmtf_mockup_tree(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["parse", "redfish", str(MOCKUP), "--host", "n7"]) == 0
+    heads = [x.split(" ")[0] for x in capsys.readouterr().out.splitlines()]
+    assert heads[:7] == ["psu,host=n7,psu=Bay1", "psu,host=n7,psu=Bay2", "fan,fan=Bay1,host=n7",
+                         "fan,fan=Bay2,host=n7", "fan,fan=CPU1,host=n7", "fan,fan=CPU2,host=n7",
+                         "node,host=n7"]
+    assert heads[7:] == ["sel,host=n7"] * 3  # a capture has no earlier read: all are new
