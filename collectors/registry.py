@@ -370,3 +370,38 @@ register(Source("ipmi", "BMC power supplies, fans, inlet/exhaust temperature, re
                         "SEL entries through ipmitool, in band or over the LAN (lanplus)",
                 _ipmi_parse, _ipmi_detect, _ipmi_build))
 
+# ---- Redfish BMC -------------------------------------------------------------------------------
+
+def _redfish_parse(path: Path, host: str, ts_ns: int) -> Parsed:
+    """A Redfish mockup tree (`<path under /redfish/v1>/index.json`, as the DMTF publishes
+    them) or one saved resource (Power, Thermal, Fan, PowerSupply, a log's Entries...). SEL
+    entries of a capture are all reported (no earlier read to compare with)."""
+    import json
+
+    from collectors.redfish import read_resource, read_tree
+
+    if path.is_dir():
+        if not (path / "index.json").is_file():
+            raise ValueError("no index.json at the top: not a Redfish mockup tree")
+        points, skips = read_tree(path, host, ts_ns)
+    else:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        except ValueError:
+            raise ValueError("not JSON: expected a Redfish resource or a mockup tree") from None
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object: expected a Redfish resource")
+        points, skips = read_resource(data, host, ts_ns)
+    return Parsed(points, skips.rejected, skips.notes)
+
+
+def _redfish_build(host: str, cfg: Mapping[str, Any]) -> Collector:
+    from collectors.redfish import RedfishCollector
+
+    return RedfishCollector.from_config(host, cfg)
+
+
+# Never detected: reading a BMC needs its address and credentials, which only settings give.
+register(Source("redfish", "BMC power supplies, fans, temperatures and event log over Redfish: "
+                           "a central poller of many BMCs, or a node's own BMC in band",
+                _redfish_parse, lambda: False, _redfish_build))
