@@ -226,22 +226,17 @@ def _kernel_parse(path: Path, host: str, ts_ns: int) -> Parsed:
 
 def gpu_bus_map(binary: str = "nvidia-smi", timeout_s: float = 5.0) -> dict[str, int]:
     """PCI bus id -> GPU index as nvidia-smi numbers them, so kernel-log Xids land on the same
-    GPU entity as every other source; empty when nvidia-smi is absent or fails."""
+    GPU entity as every other source; empty when nvidia-smi is absent or fails. A GPU in a bad
+    state ("[Unknown Error]" for its bus id) is left out, and the others kept."""
     from collectors.nvidia_smi import run_process
+    from collectors.nvidia_smi.bus_ids import read_bus_map
 
     try:
-        rc, stdout, _ = run_process(
+        _, stdout, _ = run_process(
             [binary, "--query-gpu=index,pci.bus_id", "--format=csv,noheader"], timeout_s)
     except (OSError, TimeoutError):
         return {}
-    if rc != 0:
-        return {}
-    out: dict[str, int] = {}
-    for line in stdout.splitlines():
-        index, _, bus = (x.strip() for x in line.partition(","))
-        if (index.isascii() and index.isdigit()) and bus:
-            out[bus] = int(index)
-    return out
+    return read_bus_map(stdout)
 
 
 def _kernel_build(host: str, cfg: Mapping[str, Any]) -> Collector:
