@@ -296,3 +296,39 @@ def detected() -> list[str]:
     """The sources this host has, less those another detected source covers."""
     found = [s.name for s in SOURCES.values() if s.detect()]
     return [n for n in found if SUPERSEDED.get(n) not in found]
+
+
+# ---- PCIe link health (sysfs) ----------------------------------------------------------------
+
+def _pcie_parse(path: Path, host: str, ts_ns: int) -> Parsed:
+    """A copied PCI devices directory (/sys/bus/pci/devices): each NVIDIA GPU's link and AER."""
+    from collectors.pcie import PcieCollector
+
+    if not path.is_dir():
+        raise ValueError("not a directory: give a copy of /sys/bus/pci/devices")
+    points, rejected = PcieCollector(host=host, root=path).read(ts_ns)
+    return Parsed(points, rejected)
+
+
+def _pcie_build(host: str, cfg: Mapping[str, Any]) -> Collector:
+    from collectors.pcie import PCI_ROOT, PcieCollector
+
+    settings = dict(cfg)
+    settings["root"] = Path(settings.get("root", PCI_ROOT))
+    if "gpu_index" not in settings and shutil.which("nvidia-smi"):
+        settings["gpu_index"] = gpu_bus_map()
+        settings["refresh_index"] = gpu_bus_map
+    return PcieCollector(host=host, **settings)
+
+
+def _pcie_detect() -> bool:
+    from collectors.pcie import PCI_ROOT, gpu_devices
+
+    try:
+        return PCI_ROOT.is_dir() and bool(gpu_devices(PCI_ROOT))
+    except OSError:
+        return False
+
+
+register(Source("pcie", "each GPU's PCIe link width, speed and AER counters from sysfs",
+                _pcie_parse, _pcie_detect, _pcie_build))
