@@ -19,6 +19,11 @@ DCGM_PAGE = CAPTURES / "dcgm-exporter" / "metrics-h100x2.txt"  # curl :9400/metr
 IB_TTAR = CAPTURES / "infiniband" / "ib-sysfs-2hca.ttar"  # /sys/class/infiniband as ttar
 IB_TTAR_ROOT = Path("sys", "class", "infiniband")  # where the tree sits in the archive
 DMESG_ISO = CAPTURES / "kernel-log" / "dmesg-iso-xid.log"  # dmesg --time-format iso
+# GPUs in a bad state: --query-gpu CSV, the default table with ERR!, "No devices were found".
+SMI_BAD_CSV = CAPTURES / "nvidia-smi" / "query-gpu-bad-states.csv"
+SMI_ERR_TABLE = CAPTURES / "nvidia-smi" / "table-err.txt"
+SMI_NO_DEVICES = CAPTURES / "nvidia-smi" / "no-devices.txt"
+PCI_DEVICES = CAPTURES / "pcie" / "sys-bus-pci-devices"  # a /sys/bus/pci/devices tree
 
 
 def read(path: Path) -> str:
