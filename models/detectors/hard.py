@@ -199,9 +199,12 @@ class HardRules:
             Finding("pcie_aer_fatal", Scope.GPU, fired(fatal, 1, 1.0), fatal, 1,
                     f"fatal PCIe AER errors in the last {c.aer_fatal_hold_s / 60:g} min",
                     hard=True),
+            # Bad TLPs and DLLPs, replay timeouts and rollovers are what the link replays: one
+            # error stream with the replay counter, counted once by fusion.
             Finding("pcie_aer_correctable_burst", Scope.GPU,
                     fired(burst, c.aer_burst_errors, 0.35), burst, c.aer_burst_errors,
-                    f"correctable PCIe AER errors in the last {c.aer_burst_s / 60:g} min"),
+                    f"correctable PCIe AER errors in the last {c.aer_burst_s / 60:g} min",
+                    evidence="pcie_replay_rate"),
         ]
 
     def _nic_pcie_width(self, ib: ScopeView) -> Finding:
