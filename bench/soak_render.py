@@ -31,13 +31,17 @@ QUERY: dict[str, str] = {
     "ecc.errors.uncorrected.volatile.total": "dbe_vol",
     "ecc.errors.corrected.aggregate.total": "sbe_agg",
     "ecc.errors.uncorrected.aggregate.total": "dbe_agg",
+    "pcie.link.gen.current": "pcie_gen", "pcie.link.gen.max": "pcie_gen_max",
+    "pcie.link.width.current": "pcie_width", "pcie.link.width.max": "pcie_width_max",
 }
+# PCIe link readings a GPU's dict may leave out: a healthy x16 Gen 4 link.
+_LINK = {"pcie_gen": 4, "pcie_gen_max": 4, "pcie_width": 16, "pcie_width_max": 16}
 _UNITS = {"temp": " C", "mem_temp": " C", "power": " W", "sm_clock": " MHz", "util": " %"}
 _ACTIVE = {"thr_thermal", "thr_power", "thr_hw"}
 
 
 def _cell(g: Gpu, key: str, units: bool) -> str:
-    v = g[key]
+    v = g[key] if key in g or key not in _LINK else _LINK[key]
     if key in _ACTIVE:
         return "Active" if v else "Not Active"
     if key in ("temp", "mem_temp"):

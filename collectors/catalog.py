@@ -62,7 +62,9 @@ class Metric:
     smi_xml: str | None = None  # path under <gpu> in `nvidia-smi -q -x`
     smi_query: str | None = None  # `nvidia-smi --query-gpu` field
     telegraf: str | None = None  # Telegraf measurement.field
-    sysfs: str | None = None  # InfiniBand sysfs path under /sys/class/infiniband/<dev>/ports/<n>/
+    # sysfs path: InfiniBand's under /sys/class/infiniband/<dev>/ports/<n>/; a PCI device's
+    # spelled from /sys/bus/pci/devices/<bdf>/.
+    sysfs: str | None = None
     # The values the metric can physically take, inclusive, in `unit`: ingest refuses any other
     # (a broken sensor or a hostile sender must not fire a hard rule). Gauges and states give
     # theirs; counters and event codes default to COUNT_RANGE.
@@ -363,6 +365,55 @@ _r(Metric("xid", "code", _E, Scope.GPU,
           smi_xml=None, smi_query=None,
           telegraf=None))
 
+# ---- GPU: readability and PCIe link ------------------------------------------------------------
+# A GPU that nvidia-smi or NVML cannot read is a fault of its own (the public fault log of 400
+# servers counts "unknown error", "GPU lost", "GPU not found" and nvidia-smi timeouts as GPU
+# faults), so the collectors report it as a state instead of dropping the GPU's readings.
+_r(Metric("gpu_unreadable", "enum", _S, Scope.GPU,
+          "Whether the GPU can be read: 0 readable, 1 unknown error ([Unknown Error], ERR!, "
+          "NVML_ERROR_UNKNOWN), 2 requires a reset ([GPU requires reset], "
+          "NVML_ERROR_RESET_REQUIRED), 3 lost (NVML_ERROR_GPU_IS_LOST, [GPU is lost]), "
+          "4 nvidia-smi hung past its timeout, 5 no longer listed (\"No devices were found\")",
+          nvml="NVML_ERROR_UNKNOWN / _RESET_REQUIRED / _GPU_IS_LOST of the GPU's calls",
+          valid=(0.0, 5.0)))
+# nvidia-smi's --help-query-gpu: current width and generation "may be reduced when the GPU is not
+# in use"; GPUs drop the generation at idle to save power, not the width (models/detectors/hard.py).
+_PCI_XML = "pci/pci_gpu_link_info/"
+_SYS_PCI = "/sys/bus/pci/devices/<bdf>/"  # sysfs spellings of the PCI device (collectors/pcie)
+_LANES = (0.0, 32.0)  # x32 is the widest link the PCIe specification defines; 0 is no link
+_GEN = (0.0, 8.0)  # PCIe 1.0 to 7.0 today; 0 when the speed reads "Unknown"
+_r(Metric("pcie_link_width", "lanes", _G, Scope.GPU,
+          "PCIe link width the GPU's link trained at now",
+          dcgm="DCGM_FI_DEV_PCIE_LINK_WIDTH (238)", nvml="nvmlDeviceGetCurrPcieLinkWidth",
+          smi_xml=_PCI_XML + "link_widths/current_link_width",
+          smi_query="pcie.link.width.current", sysfs=_SYS_PCI + "current_link_width",
+          valid=_LANES))
+_r(Metric("pcie_link_width_max", "lanes", _G, Scope.GPU,
+          "Widest PCIe link the GPU and its slot support",
+          dcgm="DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH (236)", nvml="nvmlDeviceGetMaxPcieLinkWidth",
+          smi_xml=_PCI_XML + "link_widths/max_link_width",
+          smi_query="pcie.link.width.max", sysfs=_SYS_PCI + "max_link_width", valid=_LANES))
+_r(Metric("pcie_link_gen", "generation", _G, Scope.GPU,
+          "PCIe generation the GPU's link runs at now (lowered at idle to save power)",
+          dcgm="DCGM_FI_DEV_PCIE_LINK_GEN (237)", nvml="nvmlDeviceGetCurrPcieLinkGeneration",
+          smi_xml=_PCI_XML + "pcie_gen/current_link_gen",
+          smi_query="pcie.link.gen.current",
+          sysfs=_SYS_PCI + "current_link_speed (GT/s to generation)", valid=_GEN))
+_r(Metric("pcie_link_gen_max", "generation", _G, Scope.GPU,
+          "Highest PCIe generation the GPU and its slot support",
+          dcgm="DCGM_FI_DEV_PCIE_MAX_LINK_GEN (235)", nvml="nvmlDeviceGetMaxPcieLinkGeneration",
+          smi_xml=_PCI_XML + "pcie_gen/max_link_gen", smi_query="pcie.link.gen.max",
+          sysfs=_SYS_PCI + "max_link_speed (GT/s to generation)", valid=_GEN))
+_r(Metric("pcie_aer_correctable_total", "errors", _C, Scope.GPU,
+          "PCIe AER correctable errors the GPU's PCI function reported since boot", resets=True,
+          sysfs=_SYS_PCI + "aer_dev_correctable (TOTAL_ERR_COR)"))
+_r(Metric("pcie_aer_nonfatal_total", "errors", _C, Scope.GPU,
+          "PCIe AER uncorrectable non-fatal errors since boot", resets=True,
+          sysfs=_SYS_PCI + "aer_dev_nonfatal (TOTAL_ERR_NONFATAL)"))
+_r(Metric("pcie_aer_fatal_total", "errors", _C, Scope.GPU,
+          "PCIe AER uncorrectable fatal errors since boot", resets=True,
+          sysfs=_SYS_PCI + "aer_dev_fatal (TOTAL_ERR_FATAL)"))
+
 # ---- NVLink, per link ------------------------------------------------------------------------
 _NVL = "nvmlDeviceGetNvLinkErrorCounter(link, {})"
 _r(Metric("nvlink_crc_flit", "errors", _C, Scope.NVLINK,
@@ -422,4 +473,12 @@ _r(Metric("ib_link_flaps", "events", _C, Scope.IB_PORT,
 _r(Metric("ib_ber", "ratio", _G, Scope.IB_PORT,
           "Bit-error rate estimated from symbol errors over bits carried at the link rate",
           derived=True, valid=(0.0, 1.0)))
+# The HCA's PCI function (/sys/class/infiniband/<dev>/device links to it), the same on each of
+# its ports: a NIC trained below its width caps the port whatever its IB rate says.
+_r(Metric("nic_pcie_link_width", "lanes", _G, Scope.IB_PORT,
+          "PCIe link width the HCA's link trained at now",
+          sysfs="../../device/current_link_width", valid=_LANES))
+_r(Metric("nic_pcie_link_width_max", "lanes", _G, Scope.IB_PORT,
+          "Widest PCIe link the HCA and its slot support",
+          sysfs="../../device/max_link_width", valid=_LANES))
 

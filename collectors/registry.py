@@ -226,22 +226,17 @@ def _kernel_parse(path: Path, host: str, ts_ns: int) -> Parsed:
 
 def gpu_bus_map(binary: str = "nvidia-smi", timeout_s: float = 5.0) -> dict[str, int]:
     """PCI bus id -> GPU index as nvidia-smi numbers them, so kernel-log Xids land on the same
-    GPU entity as every other source; empty when nvidia-smi is absent or fails."""
+    GPU entity as every other source; empty when nvidia-smi is absent or fails. A GPU in a bad
+    state ("[Unknown Error]" for its bus id) is left out, and the others kept."""
     from collectors.nvidia_smi import run_process
+    from collectors.nvidia_smi.bus_ids import read_bus_map
 
     try:
-        rc, stdout, _ = run_process(
+        _, stdout, _ = run_process(
             [binary, "--query-gpu=index,pci.bus_id", "--format=csv,noheader"], timeout_s)
     except (OSError, TimeoutError):
         return {}
-    if rc != 0:
-        return {}
-    out: dict[str, int] = {}
-    for line in stdout.splitlines():
-        index, _, bus = (x.strip() for x in line.partition(","))
-        if (index.isascii() and index.isdigit()) and bus:
-            out[bus] = int(index)
-    return out
+    return read_bus_map(stdout)
 
 
 def _kernel_build(host: str, cfg: Mapping[str, Any]) -> Collector:
@@ -405,3 +400,37 @@ def _redfish_build(host: str, cfg: Mapping[str, Any]) -> Collector:
 register(Source("redfish", "BMC power supplies, fans, temperatures and event log over Redfish: "
                            "a central poller of many BMCs, or a node's own BMC in band",
                 _redfish_parse, lambda: False, _redfish_build))
+# ---- PCIe link health (sysfs) ----------------------------------------------------------------
+
+def _pcie_parse(path: Path, host: str, ts_ns: int) -> Parsed:
+    """A copied PCI devices directory (/sys/bus/pci/devices): each NVIDIA GPU's link and AER."""
+    from collectors.pcie import PcieCollector
+
+    if not path.is_dir():
+        raise ValueError("not a directory: give a copy of /sys/bus/pci/devices")
+    points, rejected = PcieCollector(host=host, root=path).read(ts_ns)
+    return Parsed(points, rejected)
+
+
+def _pcie_build(host: str, cfg: Mapping[str, Any]) -> Collector:
+    from collectors.pcie import PCI_ROOT, PcieCollector
+
+    settings = dict(cfg)
+    settings["root"] = Path(settings.get("root", PCI_ROOT))
+    if "gpu_index" not in settings and shutil.which("nvidia-smi"):
+        settings["gpu_index"] = gpu_bus_map()
+        settings["refresh_index"] = gpu_bus_map
+    return PcieCollector(host=host, **settings)
+
+
+def _pcie_detect() -> bool:
+    from collectors.pcie import PCI_ROOT, gpu_devices
+
+    try:
+        return PCI_ROOT.is_dir() and bool(gpu_devices(PCI_ROOT))
+    except OSError:
+        return False
+
+
+register(Source("pcie", "each GPU's PCIe link width, speed and AER counters from sysfs",
+                _pcie_parse, _pcie_detect, _pcie_build))

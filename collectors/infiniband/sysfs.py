@@ -7,6 +7,9 @@ spelling), the rest stays on the PortReading for callers that want it.
 
 A file that cannot be read or parsed is rejected on its own, naming the file: the other fields of
 its port, and the other ports, are kept.
+
+`<dev>/device` links to the HCA's PCI function; its link width against its maximum
+(collectors.pcie.sysfs) goes on every port of the device, as `nic_pcie_link_width(_max)`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 from collectors.catalog import CATALOG, Metric, Scope
 from collectors.frames import Entity, Rejection
 from collectors.lineprotocol import FieldValue, Point
+from collectors.pcie.sysfs import PcieLink, read_link
 
 _ENUM = re.compile(r"^\s*([0-9]+)\s*:")  # "4: ACTIVE", "5: LinkUp"
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")  # "400 Gb/sec (4X NDR)", "2.5 Gb/sec"
@@ -29,6 +33,7 @@ ACTIVE = 4  # IBA PortState: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE
 # real counter gets there (port_xmit_data at 400 Gb/s takes some 5,800 years).
 COUNTER_MAX = 2**63 - 1
 _MAX_DIGITS = 12  # of a state, physical state or rate in Gb/s
+_DEVICE = "../../device/"  # the catalog's spelling of the HCA's PCI function, from a port
 
 
 @dataclass(slots=True)
@@ -40,9 +45,18 @@ class PortReading:
     rate_gbps: float | None = None
     counters: dict[str, int] = field(default_factory=dict)
     hw_counters: dict[str, int] = field(default_factory=dict)
+    pcie: PcieLink | None = None  # the HCA's PCI function (<dev>/device), shared by its ports
 
     def value(self, sysfs: str) -> int | float | None:
-        """The reading at a catalog `sysfs` path ("state", "rate", "counters/symbol_error")."""
+        """The reading at a catalog `sysfs` path ("state", "rate", "counters/symbol_error",
+        "../../device/current_link_width")."""
+        if sysfs.startswith(_DEVICE):
+            name = sysfs[len(_DEVICE):]
+            link = self.pcie
+            if link is None:
+                return None
+            return link.width if name == "current_link_width" else \
+                link.width_max if name == "max_link_width" else None
         if sysfs == "state":
             return self.state
         if sysfs == "phys_state":
@@ -73,10 +87,15 @@ def read_ports(root: Path, host: str = "") -> tuple[list[PortReading], list[Reje
         ports_dir = dev_dir / "ports"
         if not ports_dir.is_dir():
             continue
+        pcie = read_link(dev_dir / "device") if (dev_dir / "device").is_dir() else None
+        if pcie is not None:
+            first = Entity.ib_port(host, dev_dir.name, 1).key if host else None
+            rejected += [Rejection(f"{dev_dir.name}/device/{why}", None, first)
+                         for why in pcie.refused]
         for port_dir in sorted(ports_dir.iterdir(), key=lambda p: (len(p.name), p.name)):
             if not port_dir.name.isdigit():
                 continue
-            reading = PortReading(dev_dir.name, int(port_dir.name))
+            reading = PortReading(dev_dir.name, int(port_dir.name), pcie=pcie)
             entity = Entity.ib_port(host, dev_dir.name, reading.port).key if host else None
             _read_port(port_dir, reading, rejected, entity)
             ports.append(reading)

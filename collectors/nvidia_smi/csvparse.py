@@ -8,18 +8,26 @@ when queried, else its position (nvidia-smi prints GPUs in index order).
 A capture of any width reads: nvidia_gpu_exporter asks for some 230 fields; the ones the catalog
 tracks are read and the rest ignored. Without a header a capture's columns cannot be named, so
 `parse_query_csv_with_header` refuses it, saying so.
+
+Every row also gets `gpu_unreadable` (collectors.nvidia_smi.states): 0, or the NVML error its
+cells print in place of readings. A GPU nvidia-smi has no handle for is a line of its own
+("Unable to determine the device handle for GPU ...: Unknown Error"), not a row: it is skipped
+here and the collector, which knows the GPU's bus id, reports it. A row whose index reads as an
+error ("[Unknown Error]") is the GPU at its position: nvidia-smi prints GPUs in index order, the
+handle-error lines included.
 """
 
 from __future__ import annotations
 
 import csv
-import io
 import re
 from collections.abc import Mapping, Sequence
 
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Rejection
+from collectors.kernel_log.messages import normalize_bus_id
 from collectors.lineprotocol import FieldValue, Point
+from collectors.nvidia_smi import states
 from collectors.nvidia_smi.values import Refused, SmiParseError, gpu_point, reading, refuser
 
 _UNIT = re.compile(r"\s*\[[^\]]*\]$")  # the " [W]" a header carries without nounits
@@ -46,19 +54,23 @@ QUERY_FIELDS: Mapping[str, str] = _fields()  # --query-gpu field -> catalog metr
 
 
 def parse_query_csv(text: str, fields: Sequence[str], host: str, ts_ns: int,
-                    rejected: list[Rejection] | None = None) -> list[Point]:
+                    rejected: list[Rejection] | None = None,
+                    bus_ids: dict[int, str] | None = None) -> list[Point]:
     """`fields` is the --query-gpu list in the order it was asked for. A header line, if
     present, must name the same fields; every row must have one cell per field. Readings out
-    of range are refused into `rejected` (when given) and left out."""
+    of range are refused into `rejected` (when given) and left out. `bus_ids`, when given,
+    gets each row's GPU index -> normalized PCI bus id (when `pci.bus_id` was asked and reads)."""
     wanted = [f.strip() for f in fields]
     rows = _rows(text)
+    if not rows:
+        return []  # nothing but handle-error lines: the collector reports those GPUs
     if is_header(rows[0]):
         head = [_UNIT.sub("", c.strip()) for c in rows[0]]
         if head != wanted:
             raise SmiParseError(f"--query-gpu header does not match the fields asked for: "
                                 f"{_difference(head, wanted)}")
         rows = rows[1:]
-    return _points(rows, wanted, host, ts_ns, rejected)
+    return _points(rows, wanted, host, ts_ns, rejected, bus_ids)
 
 
 def parse_query_csv_with_header(text: str, host: str, ts_ns: int,
@@ -66,7 +78,9 @@ def parse_query_csv_with_header(text: str, host: str, ts_ns: int,
     """A captured `--format=csv` output whose header names the fields (any number of them, in
     any order): the fields the catalog tracks are read, the rest ignored."""
     rows = _rows(text)
-    if not is_header(rows[0]):
+    if not rows or not is_header(rows[0]):
+        if not rows:
+            raise SmiParseError("nvidia-smi --query-gpu CSV holds no GPU row, only errors")
         first = ", ".join(c.strip() for c in rows[0])
         raise SmiParseError(
             "nvidia-smi --query-gpu CSV has no header line, so its columns cannot be named: "
@@ -89,10 +103,24 @@ def is_header(row: Sequence[str]) -> bool:
         n in QUERY_FIELDS or n == "index" or "." in n or "_" in n for n in names)
 
 
+_NOT_A_ROW = "\x00"  # stands for a handle-error line: it holds a GPU's place in index order
+
+
 def _rows(text: str) -> list[list[str]]:
-    rows = [r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if r]
+    """The CSV rows; a handle-error line becomes [_NOT_A_ROW] (skipped, but counted for the
+    position of the rows after it). No row at all is an error unless it was all handle errors."""
+    rows: list[list[str]] = []
+    for line in text.splitlines():
+        if states.HANDLE_ERROR.search(line):
+            rows.append([_NOT_A_ROW])
+        elif line.strip() and not states.no_devices(line):
+            rows += [r for r in csv.reader([line], skipinitialspace=True) if r]
     if not rows:
         raise SmiParseError("nvidia-smi --query-gpu printed no rows")
+    if all(r == [_NOT_A_ROW] for r in rows):
+        return []
+    while rows and rows[0] == [_NOT_A_ROW] and len(rows) > 1 and is_header(rows[1]):
+        rows = rows[1:]  # an error line printed before the header (stderr merged in)
     return rows
 
 
@@ -104,20 +132,32 @@ def _difference(head: list[str], wanted: list[str]) -> str:
 
 
 def _points(rows: list[list[str]], wanted: list[str], host: str, ts_ns: int,
-            rejected: list[Rejection] | None) -> list[Point]:
+            rejected: list[Rejection] | None,
+            bus_ids: dict[int, str] | None = None) -> list[Point]:
     index_col = wanted.index("index") if "index" in wanted else None
+    bus_col = next((wanted.index(f) for f in ("pci.bus_id", "gpu_bus_id") if f in wanted), None)
     points = []
     for n, row in enumerate(rows):
+        if row == [_NOT_A_ROW]:
+            continue
         if len(row) != len(wanted):
             raise SmiParseError(f"--query-gpu row {n + 1} has {len(row)} cells for "
                                 f"{len(wanted)} fields: {','.join(row)[:200]!r}")
-        gpu = n
+        gpu, core = n, [(cell, field in states.CORE_QUERY) for field, cell in zip(wanted, row,
+                                                                               strict=True)]
         if index_col is not None:
             idx = row[index_col].strip()
-            if not (idx.isascii() and idx.isdigit()) or len(idx) > 6:
+            if idx.isascii() and idx.isdigit() and len(idx) <= 6:
+                gpu = int(idx)
+            elif states.state_of(idx, core=True):
+                core.append((idx, True))  # an error in place of the index: the row's position
+            else:
                 raise SmiParseError(f"--query-gpu row {n + 1}: index {idx[:40]!r} is not a "
                                     "GPU index")
-            gpu = int(idx)
+        if bus_ids is not None and bus_col is not None:
+            bus = normalize_bus_id(row[bus_col])
+            if bus is not None:
+                bus_ids[gpu] = bus
         refuse = refuser(rejected, host, gpu)
         out: dict[str, FieldValue] = {}
         for field, cell in zip(wanted, row, strict=True):
@@ -130,6 +170,9 @@ def _points(rows: list[list[str]], wanted: list[str], host: str, ts_ns: int,
                     refuse(metric, f"{field}: {v}")
             elif v is not None:
                 out[metric] = v
+        state = states.assess(core)
+        if state is not None:
+            out[states.FIELD] = state
         if out:
             points.append(gpu_point(host, gpu, out, ts_ns))
     return points

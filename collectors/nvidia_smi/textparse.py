@@ -10,6 +10,11 @@ A GPU in MIG mode prints "MIG Mode > Current : Enabled" and one "MIG Device" sec
 instance; the readings under those sections are the instance's (its own FB memory, SRAM ECC)
 and never stand in for the GPU's. The point carries the same `mig` and `mig_instances` tags as
 the XML parser gives (collectors.nvidia_smi.xmlparse.mig_tags).
+
+Each block also gets `gpu_unreadable` (collectors.nvidia_smi.states), from its readings and from
+its header, whose bus id nvidia-smi prints as "[Unknown Error]" when it cannot read even that.
+Output with no GPU block may be the default `nvidia-smi` table instead (collectors.nvidia_smi.
+table): it carries nothing but which GPU printed "ERR!", so that is what it gives.
 """
 
 from __future__ import annotations
@@ -20,11 +25,15 @@ from dataclasses import dataclass, field
 
 from collectors.frames import Rejection
 from collectors.lineprotocol import Point
+from collectors.nvidia_smi import states
+from collectors.nvidia_smi.table import looks_like_table, parse_table
 from collectors.nvidia_smi.values import SmiParseError, first_readable, gpu_point, refuser
 
 Path = tuple[str, ...]
 
-_GPU_HEADER = re.compile(r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]\s*$")
+_GPU_HEADER = re.compile(
+    r"^GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]|\[[^\]]*\]"
+    r"|Unknown Error)\s*$")
 _EVENTS = ("clocks event reasons", "clocks throttle reasons")  # renamed in driver 535
 
 
@@ -63,6 +72,10 @@ TEXT_PATHS: Mapping[str, tuple[Path, ...]] = {
     "remapped_rows_pending": (("remapped rows", "pending"),),
     "remapped_rows_failure": (("remapped rows", "remapping failure occurred"),),
     "pcie_replay": (("pci", "replays since reset"),),
+    "pcie_link_gen": (("pci", "gpu link info", "pcie generation", "current"),),
+    "pcie_link_gen_max": (("pci", "gpu link info", "pcie generation", "max"),),
+    "pcie_link_width": (("pci", "gpu link info", "link width", "current"),),
+    "pcie_link_width_max": (("pci", "gpu link info", "link width", "max"),),
     # "HW Thermal Slowdown" is indented under the "HW Slowdown" reading, not a section.
     "throttle_thermal": _throttle("hw thermal slowdown"),
     "throttle_power": _throttle("sw power cap"),
@@ -76,11 +89,16 @@ def parse_text(text: str, host: str, ts_ns: int,
     range are refused into `rejected` (when given)."""
     blocks = _blocks(text)
     if not blocks:
+        if looks_like_table(text):
+            return parse_table(text, host, ts_ns)
         raise SmiParseError("no 'GPU <bus id>' block in nvidia-smi -q output")
     points = []
     for index, block in enumerate(blocks):
         fields = first_readable(TEXT_PATHS, block.readings.get,
                                 refuser(rejected, host, index))
+        state = block.state()
+        if state is not None:
+            fields[states.FIELD] = state
         if fields:
             p = gpu_point(host, index, fields, ts_ns)
             p.tags.update(block.mig_tags())
@@ -98,6 +116,12 @@ class _Block:
 
     readings: dict[Path, str] = field(default_factory=dict)
     mig_instances: list[str] = field(default_factory=list)
+    header_bus: str = ""  # the bus id of the "GPU <bus id>" line, as printed
+
+    def state(self) -> int | None:
+        """`gpu_unreadable`: see collectors.nvidia_smi.states."""
+        return states.assess([(self.header_bus, True), *(
+            (v, k in states.CORE_TEXT) for k, v in self.readings.items())])
 
     def mig_tags(self) -> dict[str, str]:
         if self.readings.get(("mig mode", "current"), "").lower() != "enabled":
@@ -115,8 +139,9 @@ def _blocks(text: str) -> list[_Block]:
     for line in text.splitlines():
         if not line.strip():
             continue
-        if _GPU_HEADER.match(line):
-            block = _Block()
+        header = _GPU_HEADER.match(line)
+        if header:
+            block = _Block(header_bus=header["bus"])
             blocks.append(block)
             sections = []
             continue

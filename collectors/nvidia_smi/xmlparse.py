@@ -4,6 +4,10 @@ Each catalog GPU metric names its element path under <gpu> (Metric.smi_xml, the 
 spelling); older DTDs spell some of them differently, so each metric gets a list of paths and
 the first one holding a readable value wins. GPUs are numbered in document order, which is
 nvidia-smi's own index order, so XML and `--query-gpu` rows of one GPU line up.
+
+Each <gpu> also gets `gpu_unreadable` (collectors.nvidia_smi.states): an element printing "GPU
+requires reset" or "GPU is lost", or a core reading (or the bus id in its `id` attribute)
+printing "Unknown Error", is a GPU nvidia-smi cannot read.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Mapping
 from collectors.catalog import CATALOG, Scope
 from collectors.frames import Rejection
 from collectors.lineprotocol import FieldValue, Point
+from collectors.nvidia_smi import states
 from collectors.nvidia_smi.values import Refuse, SmiParseError, first_readable, gpu_point, refuser
 
 _THROTTLE_OLD = ("clocks_event_reasons/clocks_event_reason_",
@@ -68,11 +73,20 @@ def parse_xml(text: str | bytes, host: str, ts_ns: int,
     points = []
     for index, gpu in enumerate(gpus):
         fields = gpu_fields(gpu, refuser(rejected, host, index))
+        state = gpu_state(gpu)
+        if state is not None:
+            fields[states.FIELD] = state
         if fields:
             p = gpu_point(host, index, fields, ts_ns)
             p.tags.update(mig_tags(gpu))
             points.append(p)
     return points
+
+
+def gpu_state(gpu: ET.Element) -> int | None:
+    """The GPU's `gpu_unreadable` state from what its elements print (see the module doc)."""
+    core = [gpu.get("id"), *(gpu.findtext(path) for path in states.CORE_XML)]
+    return states.assess([*((t, True) for t in core), *((e.text, False) for e in gpu.iter())])
 
 
 def mig_tags(gpu: ET.Element) -> dict[str, str]:

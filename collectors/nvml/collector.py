@@ -5,8 +5,12 @@ and the Xid events queued since the last collect, at one timestamp.
 
 Failures are data: no library, no driver or a failed nvmlInit give up=False with the reason and
 an empty Batch (nvmlInit is tried again next collect, so a driver loaded later is picked up). A
-GPU that falls off the bus is named in the status reason while the others keep reporting; only
-when every GPU is lost is the collector down. What a GPU does not support is asked once and
+GPU in a bad state is its `gpu_unreadable` state (collectors/catalog.py) while the others keep
+reporting: 3 when it answers NVML_ERROR_GPU_IS_LOST (fell off the bus; also named in the status
+reason), 2 for NVML_ERROR_RESET_REQUIRED, 1 for NVML_ERROR_UNKNOWN from its handle or a core
+reading (collectors.nvml.reader), 5 for an index a session had that a new session's device count
+no longer reaches; every other GPU reads 0. When every GPU is lost the collector is down, and
+still says so per GPU. What a GPU does not support is asked once and
 listed in `unsupported`.
 """
 
@@ -22,11 +26,14 @@ from collectors.lineprotocol import FieldValue, Point
 from collectors.nvml.api import Handle, NvmlApi, load_pynvml
 from collectors.nvml.gpu import read_gpu
 from collectors.nvml.nvlink import read_links
-from collectors.nvml.reader import GpuLost, GpuReader
+from collectors.nvml.reader import UNKNOWN, GpuLost, GpuReader
 from collectors.nvml.xid import XidWatcher
 from collectors.schema import EVENT_FIELD, SchemaMapper
 
 log = logging.getLogger(__name__)
+
+UNREADABLE = "gpu_unreadable"
+READABLE, LOST, NOT_FOUND = 0, 3, 5  # its values (collectors/catalog.py)
 
 
 class NvmlCollector:
@@ -54,6 +61,7 @@ class NvmlCollector:
         self._readers: list[GpuReader] = []
         self._xid: XidWatcher | None = None
         self._lost: frozenset[int] = frozenset()
+        self._gone: list[int] = []  # indexes an earlier session had and this one does not
 
     @property
     def unsupported(self) -> Mapping[int, frozenset[str]]:
@@ -79,10 +87,13 @@ class NvmlCollector:
                 points += self._read(nvml, r, ts_ns)
             except GpuLost:
                 lost.append(r.index)
+                points.append(self._state(r.index, LOST, ts_ns))
+        points += [self._state(i, NOT_FOUND, ts_ns) for i in self._gone]
         self._lost = frozenset(lost)
-        if lost and len(lost) == len(self._readers):
-            return self._down(f"all GPUs are lost (fell off the bus): {_list(lost)}")
         batch = self._mapper.to_batch(points)
+        if lost and len(lost) == len(self._readers):
+            self._down(f"all GPUs are lost (fell off the bus): {_list(lost)}")
+            return batch
         reason = f"GPU {_list(lost)} lost (fell off the bus)" if lost else ""
         if reason and reason != self.status.reason:
             log.warning("collector %s: %s", self.name, reason)
@@ -111,11 +122,14 @@ class NvmlCollector:
                 raise GpuLost from None
             except nvml.NVMLError as exc:
                 log.debug("gpu %d: no handle: %s", r.index, exc)
-                return []
+                state = UNKNOWN if isinstance(exc, nvml.NVMLError_Unknown) else None
+                return [] if state is None else [self._state(r.index, state, ts_ns)]
         host, gpu = self.host, str(r.index)
         out: list[Point] = []
+        r.state = READABLE
         fields: dict[str, FieldValue] = dict(read_gpu(r, h))
-        if fields:
+        if fields or r.state:
+            fields[UNREADABLE] = r.state
             out.append(Point("gpu", {"host": host, "gpu": gpu}, fields, ts_ns))
         for link, link_fields in read_links(r, h).items():
             lf: dict[str, FieldValue] = dict(link_fields)
@@ -157,10 +171,14 @@ class NvmlCollector:
                 self._handles.append(None)
         # Readers (and what they learned unsupported) survive a close/restart of the session.
         known = {r.index: r for r in self._readers}
+        self._gone = sorted(i for i in known if i >= count)
         self._readers = [known.get(i) or GpuReader(nvml, i) for i in range(count)]
         self._xid = XidWatcher(nvml) if self.xid_events else None
         self._ready = True
         return ""
+
+    def _state(self, gpu: int, state: int, ts_ns: int) -> Point:
+        return Point("gpu", {"host": self.host, "gpu": str(gpu)}, {UNREADABLE: state}, ts_ns)
 
     def _require(self) -> NvmlApi:
         if self._nvml is None:

@@ -47,6 +47,11 @@ def read_gpu(r: GpuReader, h: Handle) -> dict[str, float]:
         put("remapped_rows_pending", 1.0 if pending else 0.0)
         put("remapped_rows_failure", 1.0 if failure else 0.0)
     put("pcie_replay", r.call("pcie_replay", n.nvmlDeviceGetPcieReplayCounter, h))
+    for name, fn in (("pcie_link_width", n.nvmlDeviceGetCurrPcieLinkWidth),
+                     ("pcie_link_width_max", n.nvmlDeviceGetMaxPcieLinkWidth),
+                     ("pcie_link_gen", n.nvmlDeviceGetCurrPcieLinkGeneration),
+                     ("pcie_link_gen_max", n.nvmlDeviceGetMaxPcieLinkGeneration)):
+        put(name, r.call(name, fn, h))
     reasons = r.call(THROTTLE, n.nvmlDeviceGetCurrentClocksEventReasons, h,
                      fallback=n.nvmlDeviceGetCurrentClocksThrottleReasons)
     if reasons is not None:

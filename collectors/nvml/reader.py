@@ -4,6 +4,10 @@ NVML answers NOT_SUPPORTED for whole feature classes (retired pages on Ampere, r
 before it, NVLink on PCIe cards, T.Limit before Hopper drivers). Asking again every 5 s costs
 driver round-trips and floods logs for nothing, so such a call is recorded once, under the
 catalog metric names it feeds, and skipped from then on.
+
+What a GPU in a bad state answers is kept as its `gpu_unreadable` state for the tick (`state`):
+NVML_ERROR_RESET_REQUIRED from any call is 2; NVML_ERROR_UNKNOWN is 1, but only from a call every
+GPU answers (CORE): an unknown error from one feature's call is that feature's, not the GPU's.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ class GpuLost(Exception):
     """The GPU fell off the bus (NVML_ERROR_GPU_IS_LOST): stop reading it this tick."""
 
 
+# Calls every GPU answers (catalog metric names): an unknown error there is the GPU's.
+CORE = frozenset({"gpu_temp", "power_draw", "gpu_util", "sm_clock"})
+UNKNOWN, RESET = 1, 2  # gpu_unreadable values (collectors/catalog.py)
+
+
 class GpuReader:
     def __init__(self, nvml: NvmlApi, index: int) -> None:
         self.nvml = nvml
@@ -34,6 +43,9 @@ class GpuReader:
         self._not_supported = (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound)
         self._missing_fn = nvml.NVMLError_FunctionNotFound
         self._error = nvml.NVMLError
+        self._unknown = nvml.NVMLError_Unknown
+        self._reset = nvml.NVMLError_ResetRequired
+        self.state = 0  # this tick's gpu_unreadable, from the errors its calls answered
 
     def call(self, names: str | tuple[str, ...], fn: Callable[..., T], *args: object,
              fallback: Callable[..., T] | None = None) -> T | None:
@@ -54,7 +66,12 @@ class GpuReader:
                 return self.call(names, fallback, *args)
             self.mark(*keys)
             return None
+        except self._reset:
+            self.state = max(self.state, RESET)
+            return None
         except self._error as exc:
+            if isinstance(exc, self._unknown) and keys[0] in CORE:
+                self.state = max(self.state, UNKNOWN)
             # Transient (timeout, busy, permission): missing this tick, asked again next tick.
             log.debug("gpu %d: %s failed: %s", self.index, getattr(fn, "__name__", fn), exc)
             return None

@@ -21,7 +21,15 @@ RULE_MODES: dict[str, FailureMode] = {
     "near_shutdown": M.M5_THERMAL,  # within 2 °C of the shutdown temperature
     "nvlink_down": M.M3_NVLINK,
     "ib_port_down": M.M4_IB_LINK,
+    # The GPU's link: a fatal AER error loses the GPU's work, a link trained narrower needs the
+    # board reseated or replaced (the public fault log counts both as GPU faults).
+    "pcie_aer_fatal": M.M2_GPU_HARD,
+    "pcie_width_low": M.M2_GPU_HARD,
+    "nic_pcie_width_low": M.M4_IB_LINK,  # the HCA's link caps its ports
 }
+# gpu_unreadable by its state (its finding's value): requires reset (2), lost (3) and no longer
+# listed (5) are the GPU gone; an unknown error (1) or a hung nvidia-smi (4) is not on its own.
+UNREADABLE_GONE = frozenset({2, 3, 5})
 
 # Critical Xids (models.detectors.xid.CRITICAL) by what failed, after NVIDIA's Xid catalog
 # (collectors/kernel_log/xid_catalog.py) and the simulator's terminal events (docs/simulator.md):
@@ -47,6 +55,7 @@ RULE_REPAIRS: dict[str, str] = {
     "retired_pages_limit": "gpu_replaced",
     "nvlink_down": "link_restored",
     "ib_port_down": "port_restored",
+    "gpu_unreadable": "gpu_reset",
 }
 
 
@@ -62,4 +71,7 @@ def mode_of(rule: str, value: float) -> FailureMode | None:
     a failure on its own."""
     if rule == "xid":
         return xid_mode(value)
+    if rule == "gpu_unreadable":
+        gone = math.isfinite(value) and int(value) in UNREADABLE_GONE
+        return M.M2_GPU_HARD if gone else None
     return RULE_MODES.get(rule)

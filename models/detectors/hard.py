@@ -12,7 +12,7 @@ import numpy as np
 from collectors.catalog import Scope
 from models.detectors.evidence import GPU_TEMP, HBM_ECC
 from models.detectors.findings import F64, Finding, fired, sustained
-from models.detectors.view import FleetView, ScopeView
+from models.detectors.view import FleetView, ScopeView, recent, recent_sum
 from models.detectors.xid import xid_risk
 
 
@@ -28,6 +28,15 @@ class HardRuleConfig:
     retired_hard: float = 63.0  # DCGM retired-pages limit
     pcie_replays_per_min: float = 8.0  # DCGM PCIe replay-rate limit
     thermal_hold_s: float = 60.0  # slowdown must persist this long (brief spikes are normal)
+    # A GPU the tools cannot read (gpu_unreadable): an unknown error or a hung nvidia-smi that
+    # lasts this long is treated as the GPU being gone (see `_unreadable`).
+    unreadable_escalate_s: float = 600.0
+    # PCIe width below its maximum must hold this long while the link is busy (`_pcie_width`).
+    pcie_width_hold_s: float = 300.0
+    pcie_busy_util: float = 10.0  # GPU utilization (%) at which the link counts as busy
+    aer_fatal_hold_s: float = 3600.0  # a fatal AER error keeps its risk this long, like an Xid
+    aer_burst_s: float = 600.0  # correctable AER errors counted over this window ...
+    aer_burst_errors: float = 100.0  # ... reaching this many is a burst (a watch-level precursor)
 
 
 class HardRules:
@@ -39,6 +48,7 @@ class HardRules:
     def detect(self, view: FleetView, now: float) -> list[Finding]:
         gpu, nvl, ib = view.scope(Scope.GPU), view.scope(Scope.NVLINK), view.scope(Scope.IB_PORT)
         out = self._memory(gpu) + self._thermal(gpu) + [self._pcie(gpu), self._xid(view, gpu, now)]
+        out += [self._unreadable(gpu), self._pcie_width(gpu), *self._aer(gpu)]
         if len(nvl):
             state = nvl.latest("nvlink_state")
             down = np.where(state == 0, 1.0, np.nan)
@@ -53,6 +63,7 @@ class HardRules:
             out.append(Finding("ib_port_down", Scope.IB_PORT, fired(down_all, 1, 1.0), latest, 4,
                                f"IB port state (4 = ACTIVE), not active for {self.c.ib_down_s:g}s",
                                hard=True))
+            out.append(self._nic_pcie_width(ib))
         return out
 
     def _memory(self, g: ScopeView) -> list[Finding]:
@@ -123,3 +134,90 @@ class HardRules:
         return Finding("xid", Scope.GPU, risk, code, math.nan,
                        f"Xid code logged in the last {self.c.xid_hold_s / 60:g} min",
                        hard=True)
+
+    def _unreadable(self, g: ScopeView) -> Finding:
+        """gpu_unreadable in 1..5 at the two latest readings (one failed read is a blip: a
+        driver call racing a reset, an nvidia-smi run killed by a busy node). The level follows
+        what the state says of the GPU:
+
+        - 2 requires reset, 3 lost (fell off the bus), 5 no longer listed: the GPU cannot run
+          work until a reset or a reboot and its job has already failed, so level 3 at once;
+        - 1 unknown error and 4 nvidia-smi timed out: often passing (a lock held by another
+          NVML client, a driver busy recovering), so level 2 first, and level 3 once every
+          reading over `unreadable_escalate_s` has been bad (the log counts them as GPU faults).
+        """
+        win = recent(g, "gpu_unreadable", self.c.unreadable_escalate_s)[0].astype(np.float64)
+        seen = ~np.isnan(win)
+        from_end = np.cumsum(seen[:, ::-1], axis=1)[:, ::-1]  # readings at or after each step
+        last = np.where(seen & (from_end == 1), win, 0.0).sum(axis=1)
+        prev = np.where(seen & (from_end == 2), win, 0.0).sum(axis=1)
+        with np.errstate(invalid="ignore"):
+            bad = (win >= 1) & (win <= 5)
+        both = (seen.sum(axis=1) >= 2) & (last >= 1) & (last <= 5) & (prev >= 1) & (prev <= 5)
+        gone = np.isin(last, (2.0, 3.0, 5.0))
+        lasting = sustained(bad, seen)
+        risk = np.where(both, np.where(gone | lasting, 1.0, 0.7), 0.0).astype(np.float32)
+        value: F64 = np.where(seen.any(axis=1), last, np.nan)
+        return Finding("gpu_unreadable", Scope.GPU, risk, value, 1.0,
+                       "GPU unreadable (1 unknown error, 2 requires reset, 3 lost, 4 nvidia-smi "
+                       "timed out, 5 not found) at two readings in a row", hard=True)
+
+    def _pcie_width(self, g: ScopeView) -> Finding:
+        """PCIe link width below its maximum for `pcie_width_hold_s` while the link is busy.
+
+        The width, not the generation: GPUs lower their PCIe generation at idle to save power
+        (nvidia-smi --help-query-gpu: the current generation "may be reduced when the GPU is not
+        in use"), so a generation drop alone is never a fault. Some boards narrow the width at
+        idle too (real captures: an A10G idle at gen 1 x8 of x16), so a reading counts only
+        while the link is busy: at its maximum generation or the GPU at `pcie_busy_util` %.
+        A link trained narrower while it carries traffic is a bad riser, slot or seating."""
+        n = max(1, math.ceil(self.c.pcie_width_hold_s / g.step_s))
+        w = g.window("pcie_link_width", n).astype(np.float64)
+        wmax = g.window("pcie_link_width_max", n).astype(np.float64)
+        gen = g.window("pcie_link_gen", n).astype(np.float64)
+        gmax = g.window("pcie_link_gen_max", n).astype(np.float64)
+        util = g.window("gpu_util", n).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            busy = (gen >= gmax) | (util >= self.c.pcie_busy_util)
+            seen = ~np.isnan(w) & ~np.isnan(wmax) & busy
+            narrow = w < wmax
+        held = sustained(narrow & seen, seen)
+        return Finding("pcie_width_low", Scope.GPU, fired(np.where(held, 1.0, 0.0), 1, 0.7),
+                       g.latest("pcie_link_width"), math.nan,
+                       f"PCIe lanes while busy, below the link's maximum for "
+                       f"{self.c.pcie_width_hold_s / 60:g} min (a lower generation at idle is "
+                       f"power saving, not a fault)", hard=True)
+
+    def _aer(self, g: ScopeView) -> list[Finding]:
+        """Fatal AER errors: the link lost data it could not recover, the GPU's work with it
+        (level 3, held like an Xid). Correctable errors in a burst: the link retrains and
+        replays, the usual precursor of a width drop or a fatal error (watch level)."""
+        c = self.c
+        fatal = recent_sum(g, "pcie_aer_fatal_total", c.aer_fatal_hold_s)
+        burst = recent_sum(g, "pcie_aer_correctable_total", c.aer_burst_s)
+        return [
+            Finding("pcie_aer_fatal", Scope.GPU, fired(fatal, 1, 1.0), fatal, 1,
+                    f"fatal PCIe AER errors in the last {c.aer_fatal_hold_s / 60:g} min",
+                    hard=True),
+            # Bad TLPs and DLLPs, replay timeouts and rollovers are what the link replays: one
+            # error stream with the replay counter, counted once by fusion.
+            Finding("pcie_aer_correctable_burst", Scope.GPU,
+                    fired(burst, c.aer_burst_errors, 0.35), burst, c.aer_burst_errors,
+                    f"correctable PCIe AER errors in the last {c.aer_burst_s / 60:g} min",
+                    evidence="pcie_replay_rate"),
+        ]
+
+    def _nic_pcie_width(self, ib: ScopeView) -> Finding:
+        """An HCA's PCI link narrower than its maximum for `pcie_width_hold_s`: its ports
+        cannot carry their IB rate (an x8 link caps a 400 Gb/s port near half). HCAs keep
+        their width at idle, so every reading counts (level 2: fix at the next job boundary)."""
+        n = max(1, math.ceil(self.c.pcie_width_hold_s / ib.step_s))
+        w = ib.window("nic_pcie_link_width", n).astype(np.float64)
+        wmax = ib.window("nic_pcie_link_width_max", n).astype(np.float64)
+        seen = ~np.isnan(w) & ~np.isnan(wmax)
+        with np.errstate(invalid="ignore"):
+            held = sustained((w < wmax) & seen, seen)
+        return Finding("nic_pcie_width_low", Scope.IB_PORT,
+                       fired(np.where(held, 1.0, 0.0), 1, 0.7), ib.latest("nic_pcie_link_width"),
+                       math.nan, f"HCA PCIe lanes below the link's maximum for "
+                                 f"{self.c.pcie_width_hold_s / 60:g} min", hard=True)

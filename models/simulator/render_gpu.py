@@ -29,6 +29,7 @@ from models.simulator.topology import Topology, rng_for
 
 STREAM_STATIC = 400
 COLUMNS = CATALOG.columns(Scope.GPU)
+_PCIE_LANES, _PCIE_GEN = 16.0, 5.0  # an x16 Gen 5 link (H100 SXM)
 COL = {m.name: i for i, m in enumerate(COLUMNS)}
 COUNTERS = [i for i, m in enumerate(COLUMNS) if m.kind is Kind.COUNTER]
 STATES = [m.name for m in COLUMNS if m.kind is Kind.STATE]
@@ -143,6 +144,13 @@ class GpuRenderer:
             if not name.startswith("throttle"):
                 buf3[COL[name]] = 0.0
                 apply_intervals(buf3[COL[name]], ivs.get(name), win)
+        # PCIe link (catalog, issue 31): full width; the generation at its maximum under load
+        # and lowered at idle, as GPUs do to save power (never a fault: models/detectors/hard.py).
+        buf3[COL["pcie_link_width"]] = buf3[COL["pcie_link_width_max"]] = _PCIE_LANES
+        buf3[COL["pcie_link_gen_max"]] = _PCIE_GEN
+        np.copyto(buf3[COL["pcie_link_gen"]], np.where(util >= 1.0, _PCIE_GEN, 1.0))
+        for name in ("pcie_link_width", "pcie_link_gen"):
+            apply_intervals(buf3[COL[name]], ivs.get(name), win)
         if not cfg.fleet.page_retirement:
             for name in ("retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending"):
                 buf3[COL[name]] = np.nan

@@ -27,6 +27,11 @@ REDFISH_THERMAL = CAPTURES / "redfish" / "thermal-legacy-percent.json"  # Chassi
 REDFISH_POWER = CAPTURES / "redfish" / "power-legacy-failed.json"  # Chassis/*/Power
 REDFISH_FAN_OEM = CAPTURES / "redfish" / "fan-oem-only.json"  # ThermalSubsystem/Fans/*
 REDFISH_SEL = CAPTURES / "redfish" / "sel-entries.json"  # Managers/*/LogServices/*/Entries
+# GPUs in a bad state: --query-gpu CSV, the default table with ERR!, "No devices were found".
+SMI_BAD_CSV = CAPTURES / "nvidia-smi" / "query-gpu-bad-states.csv"
+SMI_ERR_TABLE = CAPTURES / "nvidia-smi" / "table-err.txt"
+SMI_NO_DEVICES = CAPTURES / "nvidia-smi" / "no-devices.txt"
+PCI_DEVICES = CAPTURES / "pcie" / "sys-bus-pci-devices"  # a /sys/bus/pci/devices tree
 
 
 def read(path: Path) -> str:

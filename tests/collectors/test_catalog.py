@@ -152,6 +152,12 @@ NOT_IN_EXPORTER_CSV = frozenset({
     "DCGM_FI_DEV_SHUTDOWN_TEMP",
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
     "DCGM_FI_DEV_ROW_REMAP_PENDING",
+    # PCIe link width and generation: in dcgm_fields.h (235-238) and dcgm-exporter reads them when
+    # a counters CSV lists them, but none of the shipped CSVs does.
+    "DCGM_FI_DEV_PCIE_MAX_LINK_GEN",
+    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH",
+    "DCGM_FI_DEV_PCIE_LINK_GEN",
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH",
 })
 
 # Field ids from DCGM's dcgm_fields.h as section 4 quotes them; SM_CLOCK (100) and GPU_UTIL (203)
@@ -169,6 +175,10 @@ DCGM_IDS: dict[str, int] = {
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 202,
     "DCGM_FI_DEV_GPU_UTIL": 203,
     "DCGM_FI_DEV_XID_ERRORS": 230,
+    "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": 235,
+    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": 236,
+    "DCGM_FI_DEV_PCIE_LINK_GEN": 237,
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH": 238,
     "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 310,
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 311,
     "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": 312,
@@ -301,7 +311,10 @@ def _ports_with_counters() -> dict[str, dict[str, str]]:
     return {k: v for k, v in _ib_ports().items() if any(p.startswith("counters/") for p in v)}
 
 
-_IB = [m for m in CATALOG if m.scope is Scope.IB_PORT and m.sysfs is not None]
+# The port's own files; the HCA's PCI link ("../../device/...") sits outside the port and the
+# fixture trees were copied without the device link (tests/collectors/infiniband reads it).
+_IB = [m for m in CATALOG if m.scope is Scope.IB_PORT and m.sysfs is not None
+       and not m.sysfs.startswith("../")]
 
 
 @needs_fixtures

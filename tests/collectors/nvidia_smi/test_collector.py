@@ -15,7 +15,9 @@ from collectors.nvidia_smi import DEFAULT_QUERY_FIELDS, NvidiaSmiCollector, RunR
 from tests.collectors.nvidia_smi.fixtures import XML_DIR, need
 
 A100_XML = XML_DIR / "telegraf-a100-sxm4-v12.xml"
-CSV = "0, 30, 45, 80.50, 1410, 12, Not Active, Active, Not Active\n"
+# The default fields: index, five gauges, three throttle flags, bus id, PCIe gen and width.
+LINK = ", 00000000:07:00.0, 4, 4, 16, 16"
+CSV = f"0, 30, 45, 80.50, 1410, 12, Not Active, Active, Not Active{LINK}\n"
 
 
 class FakeClock:
@@ -122,7 +124,7 @@ def test_failed_xml_is_retried_next_tick(xml: str) -> None:
 def test_bad_csv_is_down(xml: str) -> None:
     c = NvidiaSmiCollector(host="n1", runner=FakeRunner(xml, csv="0, 1\n"), clock=FakeClock())
     assert c.collect().samples == 0
-    assert "cells for 9 fields" in c.status.reason
+    assert "cells for 14 fields" in c.status.reason
 
 
 # ---- the real subprocess path, with fake nvidia-smi executables -------------------------------

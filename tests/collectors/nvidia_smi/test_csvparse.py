@@ -62,11 +62,12 @@ def test_rtx2080_idle_power_cap_active() -> None:
 def test_noheader_nounits_several_gpus() -> None:
     text = ("1, 45, 60, 250.12, 1410, 97, Not Active, Active, Not Active\n"
             "0, 44, [N/A], 249.00, 1410, 100, Not Active, Not Active, Not Active\n")
-    points = parse_query_csv(text, DEFAULT_QUERY_FIELDS, "n1", TS)
+    points = parse_query_csv(text, DEFAULT_QUERY_FIELDS[:9], "n1", TS)
     assert [p.tags["gpu"] for p in points] == ["1", "0"]  # the index column, not the row
     assert points[0].fields == {"gpu_temp": 45.0, "mem_temp": 60.0, "power_draw": 250.12,
                                 "sm_clock": 1410.0, "gpu_util": 97.0, "throttle_thermal": 0.0,
-                                "throttle_power": 1.0, "throttle_hw_slowdown": 0.0}
+                                "throttle_power": 1.0, "throttle_hw_slowdown": 0.0,
+                                "gpu_unreadable": 0}
     assert "mem_temp" not in points[1].fields
 
 
@@ -74,7 +75,7 @@ def test_header_with_units() -> None:
     text = ("index, temperature.gpu, power.draw [W]\n"
             "0, 31, 55.00 W\n")
     [p] = parse_query_csv(text, ["index", "temperature.gpu", "power.draw"], "n1", TS)
-    assert p.fields == {"gpu_temp": 31.0, "power_draw": 55.0}
+    assert p.fields == {"gpu_temp": 31.0, "power_draw": 55.0, "gpu_unreadable": 0}
 
 
 @pytest.mark.parametrize(("text", "match"), [
@@ -118,7 +119,7 @@ def test_wide_capture_is_read_by_its_header_and_the_rest_ignored() -> None:
     assert [p.tags["gpu"] for p in points] == ["0", "1"]
     assert points[1].fields == {"gpu_temp": 41.0, "power_draw": 301.12, "sm_clock": 1980.0,
                                 "gpu_util": 97.0, "ecc_dbe_volatile": 0.0,
-                                "throttle_power": 0.0}
+                                "throttle_power": 0.0, "gpu_unreadable": 0}
     # The collector's own narrow query, with the fields it asked for, still checks the header.
     assert parse_query_csv(text, [f.strip() for f in _WIDE_FIELDS], "n1", TS) == points
 

@@ -146,8 +146,10 @@ def test_nvlink_status_unreadable_link_is_refused_and_the_others_kept(status: st
 
 
 def test_collector_merges_our_csv_rows_and_xml() -> None:
-    csv = ("0, 50, 60, 600.25, 1740, 98, Active, Not Active, Not Active\n"
-           "1, 80, 89, 490.00, 1185, 100, Not Active, Active, Active\n")
+    csv = ("0, 50, 60, 600.25, 1740, 98, Active, Not Active, Not Active, "
+           "00000000:18:00.0, 5, 5, 16, 16\n"
+           "1, 80, 89, 490.00, 1185, 100, Not Active, Active, Active, "
+           "00000000:2A:00.0, 5, 5, 16, 16\n")
     runner, clock = FakeRunner(read(SMI_XML), csv), FakeClock()
     c = NvidiaSmiCollector(host="n1", runner=runner, clock=clock, xml_interval=60)
     batch = c.collect()

@@ -6,7 +6,7 @@ import pytest
 
 from collectors.catalog import Scope
 from collectors.lineprotocol import Point
-from collectors.nvidia_smi import SmiParseError, parse_text
+from collectors.nvidia_smi import parse_text
 from collectors.schema import SchemaMapper
 from tests.collectors.nvidia_smi.fixtures import (
     TEXT_DIR,
@@ -154,11 +154,14 @@ def test_truncated_capture_keeps_what_is_there() -> None:
     assert len(_by_gpu(text)) == 1
 
 
-@pytest.mark.parametrize("name", ["gpud-nvidia-smi.550.90.07.out.0.valid",
-                                  "gpud-nvidia-smi.525.125.06.out.0.valid"])
-def test_default_table_is_not_query_output(name: str) -> None:
-    with pytest.raises(SmiParseError, match="no 'GPU <bus id>' block"):
-        parse_text(need(TEXT_DIR / name).read_text(), "n1", TS)
+@pytest.mark.parametrize(("name", "unreadable"), [
+    ("gpud-nvidia-smi.550.90.07.out.0.valid", [0] * 8),
+    ("gpud-nvidia-smi.525.125.06.out.0.valid", [1]),  # "|ERR!   38C ..." under GPU 0
+])
+def test_default_table_gives_only_which_gpu_printed_err(name: str, unreadable: list[int]) -> None:
+    points = parse_text(need(TEXT_DIR / name).read_text(), "n1", TS)
+    assert [p.tags["gpu"] for p in points] == [str(i) for i in range(len(unreadable))]
+    assert [p.fields for p in points] == [{"gpu_unreadable": s} for s in unreadable]
 
 
 @pytest.mark.parametrize("text", ["", "\n\n", "garbage\nmore garbage : 1\n"])
@@ -223,7 +226,8 @@ GPU 00000000:0F:00.0
 def test_mig_gpu_in_text_gets_the_xml_parsers_tags() -> None:
     mig, plain = parse_text(MIG_TEXT, "n1", TS)
     assert mig.tags == {"host": "n1", "gpu": "0", "mig": "enabled", "mig_instances": "3,5"}
-    assert mig.fields == {"gpu_temp": 33.0, "ecc_sbe_volatile": 2.0, "ecc_dbe_volatile": 0.0}
+    assert mig.fields == {"gpu_temp": 33.0, "ecc_sbe_volatile": 2.0, "ecc_dbe_volatile": 0.0,
+                          "gpu_unreadable": 0}
     assert plain.tags == {"host": "n1", "gpu": "1"}
     assert SchemaMapper().to_batch([mig, plain]).rejected == []
 

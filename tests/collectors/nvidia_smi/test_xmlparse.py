@@ -78,7 +78,8 @@ def test_v11_retired_pages_counts() -> None:
 def test_without_doctype_and_trimmed_v10() -> None:
     assert _one("telegraf-gtx-1660-ti.xml")["power_draw"] == 8.93
     f = _one("telegraf-gtx-1070-ti.xml")
-    assert f == {"gpu_temp": 39.0, "sm_clock": 135.0, "gpu_util": 0.0}  # power_draw is N/A
+    assert f == {"gpu_temp": 39.0, "sm_clock": 135.0, "gpu_util": 0.0,  # power_draw is N/A
+                 "pcie_link_gen": 1.0, "pcie_link_width": 16.0, "gpu_unreadable": 0}
 
 
 def test_old_ecc_layout_all_na_gives_no_ecc_fields() -> None:

@@ -60,6 +60,10 @@ class FakeNvml:
         self.xid_unsupported: set[int] = set()
         self.lost: set[int] = set()
         self.failing: dict[str, Exception] = {}  # function name -> error raised on every call
+        # GPU -> error every call on its handle raises (a GPU in a bad state: NVMLError_Unknown,
+        # NVMLError_ResetRequired), and GPU -> error its nvmlDeviceGetHandleByIndex raises.
+        self.gpu_errors: dict[int, Exception] = {}
+        self.handle_errors: dict[int, Exception] = {}
         self.init_error: Exception | None = None
         self.calls: Counter[str] = Counter()
         self.calls_by_gpu: Counter[tuple[str, int]] = Counter()
@@ -80,6 +84,8 @@ class FakeNvml:
             self.calls_by_gpu[(fn, h.index)] += 1
             if h.index in self.lost:
                 raise pynvml.NVMLError_GpuIsLost()
+            if h.index in self.gpu_errors:
+                raise self.gpu_errors[h.index]
         if fn in self.failing:
             raise self.failing[fn]
 
@@ -106,6 +112,8 @@ class FakeNvml:
         self._enter("nvmlDeviceGetHandleByIndex")
         if index in self.lost:
             raise pynvml.NVMLError_GpuIsLost()
+        if index in self.handle_errors:
+            raise self.handle_errors[index]
         return Handle(index)
 
     # ---- GPU readings ----------------------------------------------------------------------
@@ -178,6 +186,22 @@ class FakeNvml:
     def nvmlDeviceGetPcieReplayCounter(self, h: Handle) -> int:
         self._enter("nvmlDeviceGetPcieReplayCounter", h)
         return int(self._value(h, "pcie_replay"))
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h: Handle) -> int:
+        self._enter("nvmlDeviceGetCurrPcieLinkWidth", h)
+        return int(self._value(h, "pcie_link_width"))
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: Handle) -> int:
+        self._enter("nvmlDeviceGetMaxPcieLinkWidth", h)
+        return int(self._value(h, "pcie_link_width_max"))
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: Handle) -> int:
+        self._enter("nvmlDeviceGetCurrPcieLinkGeneration", h)
+        return int(self._value(h, "pcie_link_gen"))
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: Handle) -> int:
+        self._enter("nvmlDeviceGetMaxPcieLinkGeneration", h)
+        return int(self._value(h, "pcie_link_gen_max"))
 
     def _reasons(self, h: Handle) -> int:
         return sum(bit for name, bit in _BITS if self._value(h, name))

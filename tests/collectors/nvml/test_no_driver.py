@@ -50,7 +50,7 @@ def test_init_is_retried_until_the_driver_loads() -> None:
     assert c.collect().samples == 0
     assert not c.status.up and c.status.reason == "NVIDIA driver not loaded"
     fake.init_error = None
-    assert c.collect().samples == 1
+    assert c.collect().samples == 2  # gpu_temp and gpu_unreadable 0
     assert c.status.up and c.status.reason == ""
     assert fake.calls["nvmlInit"] == 2
     c.collect()

@@ -30,6 +30,7 @@ def test_own_h100_lost_gpu_and_xids() -> None:
     fake.lost.add(0)
     fake.xid_queue = {1: [94]}
     batch = c.collect()
-    assert sorted(values(batch)) == [(1,)]
+    assert values(batch)[(0,)] == {"gpu_unreadable": 3}  # lost: its state, nothing else
+    assert values(batch)[(1,)]["gpu_unreadable"] == 0
     assert c.status.up and "GPU 0 lost" in c.status.reason
     assert events(batch) == [(f"{HOST}:gpu1", "xid", 94.0)]
