@@ -66,6 +66,10 @@ GAUGES = {
     "gpu_shutdown_temp": (92.0, 0.0), "mem_max_temp": (95.0, 0.0), "gpu_temp_margin": (30.0, 2.0),
     "power_draw": (500.0, 20.0), "sm_clock": (1980.0, 10.0), "gpu_util": (90.0, 3.0),
     "ib_rate": (400.0, 0.0),
+    # PCIe links at full width and generation (a busy GPU, an HCA).
+    "pcie_link_width": (16.0, 0.0), "pcie_link_width_max": (16.0, 0.0),
+    "pcie_link_gen": (5.0, 0.0), "pcie_link_gen_max": (5.0, 0.0),
+    "nic_pcie_link_width": (16.0, 0.0), "nic_pcie_link_width_max": (16.0, 0.0),
 }
 
 # Healthy error counters: a trickle of correctable ECC and symbol errors, nothing else.

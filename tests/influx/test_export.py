@@ -125,7 +125,9 @@ def test_export_round_trips_through_the_trace_format(
     assert rc == 0, capsys.readouterr().err
     assert "from cluster 'c1' in 6 chunks" in capsys.readouterr().out
     got, got_events = _read(out)
-    assert len(expected) == ROUNDS * (4 * 25 + 8 * 5 + 2 * 12)  # every cell of every round
+    per_round = sum(n * len(CATALOG.columns(sc))  # every cell of every round
+                    for sc, n in ((Scope.GPU, 4), (Scope.NVLINK, 8), (Scope.IB_PORT, 2)))
+    assert len(expected) == ROUNDS * per_round
     assert got == expected
     assert got_events == events and len(events) == 1
     assert TraceReader(out).labels() == load_labels(labels)
