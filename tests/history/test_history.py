@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from collectors.catalog import CATALOG, Scope
 from collectors.frames import Entity
 from service.history.history import (
     MAX_POINTS,
@@ -161,7 +162,8 @@ def test_defaults_the_last_hour_and_an_auto_step() -> None:
     now = T0 + 7200.5
     got = build_query(GPU, [], now=now)
     assert (got.start, got.end, got.step) == (now - 3600, now, 5)
-    assert len(got.metrics) == 25 and got.metrics[0].name == "gpu_temp"
+    assert [w.name for w in got.metrics] == [m.name for m in CATALOG.columns(Scope.GPU)]
+    assert got.metrics[0].name == "gpu_temp"
     assert build_query(Entity.parse("n0"), [], now=now).metrics[0].name == "risk"
     only_from = build_query(GPU, [], start=T0, now=now)
     assert (only_from.start, only_from.end) == (T0, now)
