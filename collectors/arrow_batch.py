@@ -8,7 +8,7 @@ nothing home-made; what is ours is what the stream holds and what its columns me
 
 - a body is ONE IPC stream, schema metadata `gpuhealth.format` = "3" (FORMAT_VERSION),
   holding one record batch of one row (none, or no row, for an empty body). Each column is
-  one kind: named after it (a scope `gpu`, `nvlink`, `ib_port`, `node`, or `events`,
+  one kind: named after it (a scope `gpu`, `nvlink`, `ib_port`, `node`, `psu`, `fan`, or `events`,
   `collectors`; each at most once), of type list<struct<...>> whose one list holds that
   kind's rows, the struct's fields being the kind's columns below. One stream is scanned,
   opened and validated once per body. Formats 1 and 2 (a stream per kind, before any

@@ -41,7 +41,9 @@ class Scope(StrEnum):
     GPU = "gpu"
     NVLINK = "nvlink"
     IB_PORT = "ib_port"
-    NODE = "node"
+    NODE = "node"  # the host itself: node-wide sensors and host errors, and node alerts
+    PSU = "psu"  # one power supply of a node's chassis (BMC)
+    FAN = "fan"  # one chassis fan (BMC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +64,12 @@ class Metric:
     smi_xml: str | None = None  # path under <gpu> in `nvidia-smi -q -x`
     smi_query: str | None = None  # `nvidia-smi --query-gpu` field
     telegraf: str | None = None  # Telegraf measurement.field
-    # sysfs path: InfiniBand's under /sys/class/infiniband/<dev>/ports/<n>/; a PCI device's
-    # spelled from /sys/bus/pci/devices/<bdf>/.
+    # sysfs path: an InfiniBand port's under /sys/class/infiniband/<dev>/ports/<n>/; a PCI
+    # device's (GPU, HCA) under /sys/bus/pci/devices/<bdf>/; any other scope's from /sys
+    # (absolute).
     sysfs: str | None = None
+    redfish: str | None = None  # Redfish (DMTF DSP0266) resource and property that reads it
+    ipmi: str | None = None  # IPMI sensor type / SEL record (ipmitool sdr / sel) that reads it
     # The values the metric can physically take, inclusive, in `unit`: ingest refuses any other
     # (a broken sensor or a hostile sender must not fire a hard rule). Gauges and states give
     # theirs; counters and event codes default to COUNT_RANGE.
@@ -482,3 +487,99 @@ _r(Metric("nic_pcie_link_width_max", "lanes", _G, Scope.IB_PORT,
           "Widest PCIe link the HCA and its slot support",
           sysfs="../../device/max_link_width", valid=_LANES))
 
+
+
+# ---- Node-wide: power supplies, fans, chassis sensors, host errors -----------------------------
+# Read from the BMC out of band (Redfish, DMTF DSP0266 / schema bundle DSP8010; IPMI v2.0 sensor
+# data records) or in band (EDAC sysfs, the kernel log). Ids are the Redfish MemberId or the IPMI
+# entity instance, sanitised to the name grammar (collectors/frames.py). Enumerations follow the
+# agreed wire schema of issue 31.
+_PS = "PowerSubsystem/PowerSupplies/<id> (Power.PowerSupplies[] before 2020.4): "
+_FANS = "ThermalSubsystem/Fans/<id> (Thermal.Fans[] before 2020.4): "
+_HEALTH = (0.0, 2.0)
+_r(Metric("psu_health", "enum", _S, Scope.PSU,
+          "The power supply's health as its BMC rates it: 0 OK, 1 Warning (a predictive "
+          "failure), 2 Critical (failed)",
+          redfish=_PS + "Status.Health (OK, Warning, Critical)",
+          ipmi="Power Supply sensor (type 0x08): ok 0, nc 1, cr/nr 2; 'Failure detected' 2, "
+               "'Predictive failure' 1", valid=_HEALTH))
+_r(Metric("psu_state", "enum", _S, Scope.PSU,
+          "Whether the supply delivers power: 0 enabled (delivering), 1 standby by design "
+          "(a spare, not a fault), 2 absent, 3 disabled or unavailable (not delivering, not "
+          "by design)",
+          redfish=_PS + "Status.State (Enabled 0; StandbySpare, StandbyOffline 1; Absent 2; "
+                  "Disabled, UnavailableOffline and the rest 3)",
+          ipmi="Power Supply sensor (type 0x08): 'Presence detected' 0, absent 2, "
+               "'Power Supply AC lost' or 'Failure detected' 3", valid=(0.0, 3.0)))
+_r(Metric("psu_input_v", "V", _G, Scope.PSU, "Input (line) voltage of the supply",
+          redfish=_PS + "InputRanges / Metrics.InputVoltage (Power: LineInputVoltage)",
+          ipmi="Voltage sensor (type 0x02) of the supply's entity", valid=(0.0, 500.0)))
+_r(Metric("psu_output_w", "W", _G, Scope.PSU, "Power the supply delivers",
+          redfish=_PS + "Metrics.OutputPowerWatts (Power: PowerOutputWatts, "
+                  "LastPowerOutputWatts)",
+          ipmi="Current/power sensor (type 0x03, watts) of the supply's entity",
+          valid=(0.0, 10_000.0)))
+_r(Metric("psu_temp_c", "degC", _G, Scope.PSU, "The supply's own temperature, where the BMC "
+          "has a sensor for it",
+          redfish="ThermalSubsystem/ThermalMetrics.TemperatureReadingsCelsius (Thermal."
+                  "Temperatures[] with PhysicalContext PowerSupply): ReadingCelsius",
+          ipmi="Temperature sensor (type 0x01) of the supply's entity", valid=_TEMP))
+_r(Metric("fan_rpm", "rpm", _G, Scope.FAN, "Fan speed",
+          redfish=_FANS + "SpeedPercent.SpeedRPM (Thermal: Reading with ReadingUnits RPM)",
+          ipmi="Fan sensor (type 0x04), RPM", valid=(0.0, 100_000.0)))
+_r(Metric("fan_pct", "percent", _G, Scope.FAN, "Fan speed as a share of its full speed",
+          redfish=_FANS + "SpeedPercent.Reading (Thermal: Reading with ReadingUnits Percent)",
+          ipmi="Fan sensor (type 0x04), percent", valid=(0.0, 100.0)))
+_r(Metric("fan_health", "enum", _S, Scope.FAN,
+          "The fan's health as its BMC rates it: 0 OK, 1 Warning, 2 Critical (failed)",
+          redfish=_FANS + "Status.Health (OK, Warning, Critical)",
+          ipmi="Fan sensor (type 0x04): ok 0, nc 1, cr/nr 2", valid=_HEALTH))
+_r(Metric("fan_rpm_lower_critical", "rpm", _G, Scope.FAN,
+          "The BMC's lower critical threshold for the fan's speed, where it has one: a fan "
+          "below it is failing",
+          redfish="Thermal.Fans[].LowerThresholdCritical (ThermalSubsystem: Sensor "
+                  "Thresholds.LowerCritical.Reading)",
+          ipmi="Fan sensor's lower critical threshold (ipmitool sensor: lcr)",
+          valid=(0.0, 100_000.0)))
+_r(Metric("inlet_temp_c", "degC", _G, Scope.NODE, "Air inlet temperature of the chassis",
+          redfish="Chassis/<id>/ThermalSubsystem/ThermalMetrics (Thermal.Temperatures[] with "
+                  "PhysicalContext Intake): ReadingCelsius",
+          ipmi="Temperature sensor (type 0x01) named Inlet or Ambient (entity 0x37 air inlet, "
+               "0x40)", valid=_TEMP))
+_r(Metric("exhaust_temp_c", "degC", _G, Scope.NODE, "Air exhaust temperature of the chassis",
+          redfish="Chassis/<id>/ThermalSubsystem/ThermalMetrics (Thermal.Temperatures[] with "
+                  "PhysicalContext Exhaust): ReadingCelsius",
+          ipmi="Temperature sensor (type 0x01) named Exhaust or Outlet", valid=_TEMP))
+_r(Metric("psu_redundant", "bool", _S, Scope.NODE,
+          "The node's power supplies are redundant (1) or redundancy is lost (0): one more "
+          "supply failure takes the node down",
+          redfish="PowerSubsystem.PowerSupplyRedundancy[].Status.Health (Power.Redundancy[]"
+                  ".Status.Health): OK 1, else 0",
+          ipmi="Power Supply redundancy sensor (type 0x08, sensor-specific offset): "
+               "'Redundancy Lost' 0, 'Fully Redundant' 1", valid=_FLAG))
+_r(Metric("fan_redundant", "bool", _S, Scope.NODE,
+          "The node's fans are redundant (1) or redundancy is lost (0)",
+          redfish="ThermalSubsystem.FanRedundancy[].Status.Health (Thermal.Redundancy[]"
+                  ".Status.Health): OK 1, else 0",
+          ipmi="Fan redundancy sensor (type 0x04): 'Redundancy Lost' 0, 'Fully Redundant' 1",
+          valid=_FLAG))
+_r(Metric("bmc_reachable", "bool", _S, Scope.NODE,
+          "The poller reached the node's BMC this cycle (1) or it timed out or refused (0)",
+          valid=_FLAG))
+_r(Metric("edac_ce_total", "errors", _C, Scope.NODE,
+          "Corrected host memory errors, all memory controllers (EDAC); zeroed by a reboot",
+          resets=True, sysfs="/sys/devices/system/edac/mc/mc*/ce_count (summed)"))
+_r(Metric("edac_ue_total", "errors", _C, Scope.NODE,
+          "Uncorrected host memory errors, all memory controllers (EDAC); zeroed by a reboot",
+          resets=True, sysfs="/sys/devices/system/edac/mc/mc*/ue_count (summed)"))
+_r(Metric("mce_total", "events", _C, Scope.NODE,
+          "CPU machine checks seen since the collector started (kernel log "
+          "'mce: [Hardware Error]', rasdaemon's ras-mc-ctl --summary)", resets=True))
+_r(Metric("sel", "code", _E, Scope.NODE,
+          "A new BMC system event log entry; the value is its severity: 1 warning, 2 critical",
+          redfish="Managers/<id>/LogServices/<id>/Entries/<id>: Severity (Warning 1, "
+                  "Critical 2)",
+          ipmi="ipmitool sel elist: a new record (its event's severity)"))
+_r(Metric("sxid", "code", _E, Scope.NODE,
+          "An NVSwitch SXid error in the kernel log ('nvidia-nvswitchN: SXid (PCI:...): "
+          "<code>, ...'); the value is the SXid number"))

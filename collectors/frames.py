@@ -22,8 +22,10 @@ F64 = npt.NDArray[np.float64]
 I32 = npt.NDArray[np.int32]
 
 _KEY = re.compile(
-    r"^(?P<node>[^:]+)(?::gpu(?P<gpu>\d+)(?::nvlink(?P<link>\d+))?|:(?P<dev>[^:]+):(?P<port>\d+))?$"
+    r"^(?P<node>[^:]+)(?::gpu(?P<gpu>\d+)(?::nvlink(?P<link>\d+))?|:(?P<dev>[^:]+):(?P<port>\d+)"
+    r"|:(?P<chassis>psu|fan)(?P<id>[^:]+))?$"
 )
+
 
 # Names reach command lines (Slurm's `scontrol update NodeName=...`, `squeue -w`) and URLs, so
 # they follow a conservative hostname grammar: labels of letters, digits, '_' and '-' joined by
@@ -67,8 +69,9 @@ def index_problem(value: str, what: str = "index") -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Entity:
-    """A monitored thing. `unit` is the GPU index (gpu, nvlink) or HCA name (ib_port); `sub` is
-    the NVLink link index or the IB port number."""
+    """A monitored thing. `unit` is the GPU index (gpu, nvlink), the HCA name (ib_port) or the
+    supply's or fan's id as its BMC names it (psu, fan); `sub` is the NVLink link index or the
+    IB port number."""
 
     scope: Scope
     node: str
@@ -92,6 +95,9 @@ class Entity:
             return None if not (self.unit or self.sub) else "a node has no unit or sub"
         if scope is Scope.IB_PORT:
             return name_problem(self.unit, "device") or index_problem(self.sub, "port")
+        if scope in (Scope.PSU, Scope.FAN):
+            return name_problem(self.unit, str(scope)) or (
+                f"a {scope} has no sub" if self.sub else None)
         why = index_problem(self.unit, "gpu")
         if why is None and scope is Scope.NVLINK:
             why = index_problem(self.sub, "link")
@@ -107,6 +113,8 @@ class Entity:
             return f"{self.node}:gpu{self.unit}:nvlink{self.sub}"
         if self.scope is Scope.IB_PORT:
             return f"{self.node}:{self.unit}:{self.sub}"
+        if self.scope in (Scope.PSU, Scope.FAN):
+            return f"{self.node}:{self.scope.value}{self.unit}"
         return self.node
 
     @property
@@ -129,8 +137,17 @@ class Entity:
         return Entity(Scope.IB_PORT, node, device, str(port))
 
     @staticmethod
+    def psu(node: str, psu: str) -> Entity:
+        return Entity(Scope.PSU, node, psu)
+
+    @staticmethod
+    def fan(node: str, fan: str) -> Entity:
+        return Entity(Scope.FAN, node, fan)
+
+    @staticmethod
     def parse(key: str) -> Entity:
-        """Inverse of `key`: 'n1', 'n1:gpu3', 'n1:gpu3:nvlink7', 'n1:mlx5_0:1'."""
+        """Inverse of `key`: 'n1', 'n1:gpu3', 'n1:gpu3:nvlink7', 'n1:mlx5_0:1', 'n1:psu0',
+        'n1:fan3'."""
         m = _KEY.match(key)
         if m is None:
             raise ValueError(f"not an entity key: {key!r}")
@@ -141,6 +158,8 @@ class Entity:
             return Entity(Scope.GPU, node, m["gpu"])
         if m["dev"] is not None:
             return Entity(Scope.IB_PORT, node, m["dev"], m["port"])
+        if m["chassis"] is not None:
+            return Entity(Scope(m["chassis"]), node, m["id"])
         return Entity(Scope.NODE, node)
 
 

@@ -2,8 +2,9 @@
 
 Three schemas are understood, told apart by measurement name:
 
-- ours (the trace format): `gpu`, `nvlink`, `ib_port`, `node` with canonical catalog field
-  names, and one measurement per event metric (`xid`, field `code`);
+- ours (the trace format): `gpu`, `nvlink`, `ib_port`, `node`, `psu`, `fan` with canonical
+  catalog field names, and one measurement per event metric (`xid`, `sel`, `sxid`, field
+  `code`);
 - Telegraf `nvidia_smi` (tag `index` is the GPU) and `infiniband`, with field names taken from
   each Metric.telegraf;
 - Telegraf `prometheus` scraping dcgm-exporter (collectors.telegraf_prom translates it).
@@ -61,7 +62,13 @@ _OWN_TAGS: dict[Scope, tuple[str, ...]] = {
     Scope.NVLINK: ("host", "gpu", "link"),
     Scope.IB_PORT: ("host", "device", "port"),
     Scope.NODE: ("host",),
+    # A supply's or fan's id is the BMC's (a Redfish MemberId, an IPMI entity instance): a
+    # name, not a number ("0", "PSU1"), checked with the host name grammar.
+    Scope.PSU: ("host", "psu"),
+    Scope.FAN: ("host", "fan"),
 }
+# ... as writers of our schema (the service's InfluxDB sink) tag a scope's points.
+ENTITY_TAGS: Mapping[Scope, tuple[str, ...]] = MappingProxyType(_OWN_TAGS)
 _NUMERIC_TAGS = frozenset(("gpu", "link", "port", "index"))
 _TELEGRAF = {"nvidia_smi": (Scope.GPU, ("host", "index")),
              "infiniband": (Scope.IB_PORT, ("host", "device", "port"))}

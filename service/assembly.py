@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from models.detectors.chassis import ChassisRules
 from models.detectors.dynamic import DynamicThresholds
 from models.detectors.findings import Detector
 from models.detectors.hard import HardRules
@@ -118,6 +119,7 @@ def default_detectors(settings: Settings) -> list[Detector]:
     """Rules and thresholds, and the model slot when a model is configured (it holds no model
     until an artifact is there, and says so)."""
     found: list[Detector] = [HardRules(settings.detectors.hard),
+                             ChassisRules(settings.detectors.chassis),
                              DynamicThresholds(settings.detectors.dynamic)]
     slot = model_slot(settings)
     return [*found, slot] if slot is not None else found

@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from models.detectors.chassis import ChassisRuleConfig
 from models.detectors.dynamic import DynamicConfig
 from models.detectors.hard import HardRuleConfig
 from models.predictor.policy import PredictorConfig
@@ -223,6 +224,7 @@ class ModelSettings(BaseModel):
 
 class DetectorSettings(BaseModel):
     hard: HardRuleConfig = HardRuleConfig()
+    chassis: ChassisRuleConfig = ChassisRuleConfig()  # supplies, fans, inlet, host errors
     dynamic: DynamicConfig = DynamicConfig()
     model: ModelSettings = ModelSettings()
 

@@ -31,6 +31,13 @@ RULE_MODES: dict[str, FailureMode] = {
 # listed (5) are the GPU gone; an unknown error (1) or a hung nvidia-smi (4) is not on its own.
 UNREADABLE_GONE = frozenset({2, 3, 5})
 
+# The chassis rules (models.detectors.chassis: psu_failed, fan_failed, psu_redundancy_lost,
+# inlet_temp_high, host_memory_ue, sxid) name no mode here yet: the labels file's modes
+# (collectors.labels.FailureMode) are the simulator's, and those are the GPU fleet's until the
+# simulator gains the node-wide modes (power supply, fan, host memory, NVSwitch). Until then
+# their firings are alerts, not failure labels (service.learning.autolabel labels GPUs, links
+# and ports).
+
 # Critical Xids (models.detectors.xid.CRITICAL) by what failed, after NVIDIA's Xid catalog
 # (collectors/kernel_log/xid_catalog.py) and the simulator's terminal events (docs/simulator.md):
 # memory errors are HBM failures, NVLink Xids link failures, the rest the GPU itself (fallen off

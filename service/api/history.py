@@ -95,7 +95,8 @@ def _answer(st: Running, history: History, scope: Scope, key: str, metrics: list
 
 
 _NOUN = {Scope.GPU: ("a GPU", "n1:gpu3"), Scope.NVLINK: ("an NVLink link", "n1:gpu3:nvlink7"),
-         Scope.IB_PORT: ("an InfiniBand port", "n1:mlx5_0:1"), Scope.NODE: ("a node", "n1")}
+         Scope.IB_PORT: ("an InfiniBand port", "n1:mlx5_0:1"), Scope.NODE: ("a node", "n1"),
+         Scope.PSU: ("a power supply", "n1:psu0"), Scope.FAN: ("a fan", "n1:fan3")}
 
 
 def _entity(scope: Scope, key: str) -> Entity:
@@ -160,11 +161,28 @@ def port_metrics(st: State, history: HistoryDep, port: str, metric: Metrics = No
 
 
 @router.get("/v1/nodes/{node}/metrics", response_model=HistoryOut, responses=_ERRORS,
-            summary="A node's risk over time", description=_RISK_DOC)
+            summary="A node's own metrics (chassis sensors, host errors) over time",
+            description=_metrics_doc(Scope.NODE))
 def node_metrics(st: State, history: HistoryDep, node: str, metric: Metrics = None,
-                 start: From = None, end: To = None, step: Step = None,
+                 start: From = None, end: To = None, step: Step = None, rate: bool = False,
                  agg: Agg_ = None) -> HistoryOut:
-    return _answer(st, history, Scope.NODE, node, metric or [], start, end, step, False, agg)
+    return _answer(st, history, Scope.NODE, node, metric or [], start, end, step, rate, agg)
+
+
+@router.get("/v1/psus/{psu}/metrics", response_model=HistoryOut, responses=_ERRORS,
+            summary="A power supply's metrics over time", description=_metrics_doc(Scope.PSU))
+def psu_metrics(st: State, history: HistoryDep, psu: str, metric: Metrics = None,
+                start: From = None, end: To = None, step: Step = None,
+                agg: Agg_ = None) -> HistoryOut:
+    return _answer(st, history, Scope.PSU, psu, metric or [], start, end, step, False, agg)
+
+
+@router.get("/v1/fans/{fan}/metrics", response_model=HistoryOut, responses=_ERRORS,
+            summary="A chassis fan's metrics over time", description=_metrics_doc(Scope.FAN))
+def fan_metrics(st: State, history: HistoryDep, fan: str, metric: Metrics = None,
+                start: From = None, end: To = None, step: Step = None,
+                agg: Agg_ = None) -> HistoryOut:
+    return _answer(st, history, Scope.FAN, fan, metric or [], start, end, step, False, agg)
 
 
 @router.get("/v1/gpus/{gpu}/risk", response_model=HistoryOut, responses=_ERRORS,
@@ -194,3 +212,17 @@ def port_risk(st: State, history: HistoryDep, port: str, start: From = None, end
 def node_risk(st: State, history: HistoryDep, node: str, start: From = None, end: To = None,
               step: Step = None, agg: Agg_ = None) -> HistoryOut:
     return _risk(st, history, Scope.NODE, node, start, end, step, agg)
+
+
+@router.get("/v1/psus/{psu}/risk", response_model=HistoryOut, responses=_ERRORS,
+            summary="A power supply's risk and alert level over time", description=_RISK_DOC)
+def psu_risk(st: State, history: HistoryDep, psu: str, start: From = None, end: To = None,
+             step: Step = None, agg: Agg_ = None) -> HistoryOut:
+    return _risk(st, history, Scope.PSU, psu, start, end, step, agg)
+
+
+@router.get("/v1/fans/{fan}/risk", response_model=HistoryOut, responses=_ERRORS,
+            summary="A chassis fan's risk and alert level over time", description=_RISK_DOC)
+def fan_risk(st: State, history: HistoryDep, fan: str, start: From = None, end: To = None,
+             step: Step = None, agg: Agg_ = None) -> HistoryOut:
+    return _risk(st, history, Scope.FAN, fan, start, end, step, agg)

@@ -9,7 +9,8 @@ the risk its alert holds, as long as the alert is held. Node and fleet alerts (n
 storm) are left out: their "risk" is a share or a flag, not a failure's.
 
 Silent: every entity of a node (or one GPU) stale as of the last tick, with the newest sample
-it sent, so a page can say "no data since ...".
+it sent, so a page can say "no data since ..."; a node with GPUs, links or ports is silent when
+those are, whatever its BMC still says of its supplies and fans (as NodeNoData judges it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collectors.catalog import Scope
 from service.pipeline import Pipeline
 from service.stages.alert_store import Alert
 from service.stages.fleet_alerts import DERIVED
+from service.stages.node_rollup import IN_BAND, quiet_nodes
 from service.stages.scoring import SCOPES, RiskState
 
 
@@ -46,6 +48,8 @@ class NodeState:
         names = p.store.registry.nodes
         fresh = np.zeros(len(names))
         seen = np.zeros(len(names))
+        fresh_in_band = np.zeros(len(names))
+        seen_in_band = np.zeros(len(names))
         for scope in SCOPES:
             w = p.store[scope]
             stale = p.machine.stale(scope)
@@ -53,9 +57,14 @@ class NodeState:
             self._stale[scope] = stale[:n]
             nodes = w.node_of[:n]
             ok = nodes >= 0
-            fresh += np.bincount(nodes[ok], weights=~stale[:n][ok], minlength=len(names))
-            seen += np.bincount(nodes[ok], minlength=len(names))
-        silent = (seen > 0) & (fresh == 0)
+            f = np.bincount(nodes[ok], weights=~stale[:n][ok], minlength=len(names))
+            s = np.bincount(nodes[ok], minlength=len(names))
+            fresh += f
+            seen += s
+            if scope in IN_BAND:
+                fresh_in_band += f
+                seen_in_band += s
+        silent = quiet_nodes(fresh, seen, fresh_in_band, seen_in_band)
         last = np.full(len(names), -np.inf)
         for scope in SCOPES if silent.any() else ():
             w = p.store[scope]

@@ -42,6 +42,8 @@ class NodeSummary(BaseModel):
     gpus: int
     links: int
     ports: int
+    psus: int = 0  # power supplies its BMC reports
+    fans: int = 0  # chassis fans its BMC reports
     alerts: int  # open alerts
     top_signal: TopSignal | None
     silent: bool = Field(default=False, description=SILENT_DOC)
@@ -159,6 +161,13 @@ class NodeDetail(BaseModel):
     gpus: list[EntityOut]
     links: list[EntityOut]
     ports: list[EntityOut]
+    psus: list[EntityOut] = Field(default_factory=list, description="Its power supplies")
+    fans: list[EntityOut] = Field(default_factory=list, description="Its chassis fans")
+    own: EntityOut | None = Field(default=None, description=(
+        "The node's own sensors (inlet temperature, redundancy, host memory errors, BMC and "
+        "SXid events) as one entity: the risk and level of its NodeAtRisk alert"))
+    sensors: list[MetricOut] = Field(default_factory=list, description=(
+        "The newest value of each of the node's own metrics and events"))
     alerts: list[AlertOut]
     silent: bool = Field(default=False, description=SILENT_DOC)
     silent_since: Timestamp | None = Field(default=None, description=SINCE_DOC)

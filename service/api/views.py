@@ -168,6 +168,7 @@ def node_list(p: Pipeline, sort: str, descending: bool, page: Page) -> NodeList:
         rows.append(NodeSummary(
             node=name, risk=node_risk[i], level=level[name], gpus=int(counts[Scope.GPU][i]),
             links=int(counts[Scope.NVLINK][i]), ports=int(counts[Scope.IB_PORT][i]),
+            psus=int(counts[Scope.PSU][i]), fans=int(counts[Scope.FAN][i]),
             alerts=n_alerts[name], top_signal=top.get(i), silent=silent, silent_since=since))
     return NodeList(total=len(names), limit=page.limit, next_cursor=next_cursor, nodes=rows)
 
@@ -218,10 +219,13 @@ def node_detail(p: Pipeline, node: str) -> NodeDetail | None:
             lists[scope] = [_with_window(p, scope, _entity(risk, scope, w.entities[i], i,
                                                            levels, now), i, risk)
                             for i in map(int, slots)]
+        own = lists[Scope.NODE][0] if lists[Scope.NODE] else None
+        sensors = _latest(p, Scope.NODE, node)
         silent, since = now.node_silent(node)
     return NodeDetail(node=node, risk=now.node_risk(node),
                       level=max((a.level for a in alerts), default=0), gpus=lists[Scope.GPU],
                       links=lists[Scope.NVLINK], ports=lists[Scope.IB_PORT],
+                      psus=lists[Scope.PSU], fans=lists[Scope.FAN], own=own, sensors=sensors,
                       alerts=alerts_out(p, alerts), silent=silent, silent_since=since)
 
 
@@ -243,10 +247,7 @@ def gpu_detail(p: Pipeline, key: str) -> GpuDetail | str:
         slot = w.slot(e)
         if slot is None:
             return f"GPU {e.key!r} is not known: no sample has named it"
-        metrics = [MetricOut(name=m.name, unit=m.unit, kind=str(m.kind),
-                             value=_num(w.last_val[slot, j]), ts=_num(w.last_ts[slot, j]))
-                   for j, m in enumerate(w.metrics)]
-        metrics += _latest_events(p, e.key)
+        metrics = _latest(p, Scope.GPU, e.key)
         risk = p.risk
         now = NodeState(p, risk, mine)
         me = _with_window(p, Scope.GPU, _entity(risk, Scope.GPU, e, slot, levels, now), slot,
@@ -321,9 +322,25 @@ def model_out(p: Pipeline) -> ModelOut | None:
                     reason=status.reason)
 
 
-def _latest_events(p: Pipeline, key: str) -> list[MetricOut]:
-    """The newest value of each event metric (Xid) of the GPU; call under the pipeline lock."""
-    wanted = {m.name: m for m in CATALOG.events(Scope.GPU)}
+def _latest(p: Pipeline, scope: Scope, key: str) -> list[MetricOut]:
+    """The newest value of each metric and event of an entity (none where the store does not
+    know it); call under the pipeline lock."""
+    w = p.store[scope]
+    slot = w.slot(Entity.parse(key))
+    if slot is None:
+        return []
+    metrics = [MetricOut(name=m.name, unit=m.unit, kind=str(m.kind),
+                         value=_num(w.last_val[slot, j]), ts=_num(w.last_ts[slot, j]))
+               for j, m in enumerate(w.metrics)]
+    return metrics + _latest_events(p, scope, key)
+
+
+def _latest_events(p: Pipeline, scope: Scope, key: str) -> list[MetricOut]:
+    """The newest value of each event metric (Xid; SEL, SXid) of the entity; call under the
+    pipeline lock."""
+    wanted = {m.name: m for m in CATALOG.events(scope)}
+    if not wanted:
+        return []
     found: dict[str, MetricOut] = {}
     for ev in reversed(p.events.events):
         if ev.entity == key and ev.metric in wanted and ev.metric not in found:

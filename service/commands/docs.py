@@ -23,7 +23,11 @@ _SCOPES: dict[Scope, tuple[str, str, str]] = {
     Scope.GPU: ("GPUs", "a GPU of a node", "node:gpu3"),
     Scope.NVLINK: ("NVLink links", "one NVLink link of a GPU", "node:gpu3:nvlink7"),
     Scope.IB_PORT: ("InfiniBand ports", "one port of an InfiniBand HCA", "node:mlx5_0:1"),
-    Scope.NODE: ("Nodes", "a whole host", "node"),
+    Scope.NODE: ("Nodes", "a whole host: its chassis sensors, host errors and BMC events",
+                 "node"),
+    Scope.PSU: ("Power supplies", "one power supply of a node's chassis, by its BMC id",
+                "node:psu0"),
+    Scope.FAN: ("Fans", "one chassis fan of a node, by its BMC id", "node:fan3"),
 }
 
 # Kind -> (what it is, how it is stored and used).
@@ -38,9 +42,13 @@ _KINDS: dict[Kind, tuple[str, str]] = {
                  "Not a frame column: kept in the event stream with its time and code."),
 }
 
-_HEADER = (
-    "Metric", "Unit", "Kind", "Resets", "Valid range", "Description", "DCGM field (id)",
-    "NVML call", "nvidia-smi XML path", "`--query-gpu` field", "Telegraf field", "sysfs path",
+_HEADER = ("Metric", "Unit", "Kind", "Resets", "Valid range", "Description")
+# Source columns (Metric attribute, heading): a scope's table shows those some metric of the
+# scope has, so a supply's table is not eight columns of dashes for GPU tools.
+_SOURCE_COLUMNS = (
+    ("dcgm", "DCGM field (id)"), ("nvml", "NVML call"), ("smi_xml", "nvidia-smi XML path"),
+    ("smi_query", "`--query-gpu` field"), ("telegraf", "Telegraf field"),
+    ("sysfs", "sysfs path"), ("redfish", "Redfish"), ("ipmi", "IPMI"),
 )
 
 _TOP = """\
@@ -101,10 +109,18 @@ _SOURCES = """\
 - **`--query-gpu` field**: the field for `nvidia-smi --query-gpu=... --format=csv`.
 - **Telegraf field**: `measurement.field` as Telegraf's `nvidia_smi` and `infiniband` inputs
   write it. The `infiniband` field is the sysfs counter file name.
-- **sysfs path**: relative to `/sys/class/infiniband/<dev>/ports/<port>/`. `state` reads like
-  `4: ACTIVE` and `rate` like `400 Gb/sec (4X NDR)`; the leading number is the value.
+- **sysfs path**: for an InfiniBand port relative to `/sys/class/infiniband/<dev>/ports/<port>/`
+  (`state` reads like `4: ACTIVE` and `rate` like `400 Gb/sec (4X NDR)`; the leading number is
+  the value); for any other scope absolute.
+- **Redfish**: the resource under `/redfish/v1/Chassis/<id>/` (or the manager named) and the
+  property that reads it (DMTF DSP0266 and the schema bundle DSP8010), the newer
+  `PowerSubsystem`/`ThermalSubsystem` resources first and the older `Power`/`Thermal` ones
+  in brackets.
+- **IPMI**: the IPMI v2.0 sensor type (or SEL record) as `ipmitool sdr elist` and
+  `ipmitool sel elist` show it.
 
-A dash means the source does not report the metric.
+A scope's table shows the source columns some metric of the scope has; a dash means the source
+does not report the metric.
 """
 
 
@@ -133,12 +149,10 @@ def _resets(metric: Metric) -> str:
     return "yes" if metric.resets else "no"
 
 
-def _row(metric: Metric) -> tuple[str, ...]:
+def _row(metric: Metric, sources: Sequence[str]) -> tuple[str, ...]:
     return (
         f"`{metric.name}`", metric.unit, _kind(metric), _resets(metric), metric.bounds_text,
-        metric.description,
-        _code(metric.dcgm), _code(metric.nvml), _code(metric.smi_xml), _code(metric.smi_query),
-        _code(metric.telegraf), _code(metric.sysfs),
+        metric.description, *(_code(getattr(metric, a)) for a in sources),
     )
 
 
@@ -146,7 +160,11 @@ def _scope_section(scope: Scope, metrics: Sequence[Metric]) -> str:
     head = f"## {_SCOPES[scope][0]} (`{scope.value}`)\n\n"
     if not metrics:
         return head + "No metrics in this scope yet."
-    return head + f"{len(metrics)} metrics.\n\n" + _table(_HEADER, [_row(m) for m in metrics])
+    cols = [(a, h) for a, h in _SOURCE_COLUMNS if any(getattr(m, a) for m in metrics)]
+    header = (*_HEADER, *(h for _, h in cols))
+    sources = [a for a, _ in cols]
+    return head + f"{len(metrics)} metrics.\n\n" + _table(header,
+                                                          [_row(m, sources) for m in metrics])
 
 
 _PROMETHEUS = """\
@@ -175,15 +193,19 @@ def _prometheus_section() -> str:
     # DGX-class nodes: 8 GPUs with NVLink and one compute IB port per GPU.
     gpus = 10_000
     nodes, ports = gpus // 8, gpus
-    typical = series_count(gpus, gpus, ports, nodes)
-    at_limit = series_count(gpus, gpus, 2 * gpus, nodes)  # ingest's allowance: 2 ports a GPU
+    # A DGX H100's chassis: 6 power supplies and 12 fans per node.
+    psus, fans = 6 * nodes, 12 * nodes
+    typical = series_count(gpus, gpus, ports, nodes, psus, fans)
+    # ingest's allowance: 2 ports a GPU
+    at_limit = series_count(gpus, gpus, 2 * gpus, nodes, psus, fans)
     plural = {"GPU": "GPUs", "GPU with NVLink": "GPUs with NVLink", "IB port": "IB ports",
-              "node": "nodes"}
+              "power supply": "power supplies", "fan": "fans", "node": "nodes"}
     per_kind = {per: sum(g.per == per for g in GAUGES) for per in plural}
     formula = " + ".join(f"{k} x {plural[per]}" for per, k in per_kind.items())
     return (_PROMETHEUS + "\n" + table + "\n\n"
             f"**Cardinality.** Series = {formula}. For 10,000 GPUs on {nodes:,} nodes of 8 "
-            f"GPUs with NVLink and one InfiniBand port per GPU: **{typical:,} series** "
+            f"GPUs with NVLink, one InfiniBand port per GPU, 6 power supplies and 12 fans "
+            f"per node: **{typical:,} series** "
             f"({typical / gpus:.2f} per GPU); with two ports per GPU (the most "
             f"`ingest.max_gpus` allows for) {at_limit:,}. The service's own series (counts "
             "by scope and level, per detector, histograms) add a few hundred, and each node "

@@ -30,6 +30,7 @@ from typing import Any
 
 from collectors.catalog import Scope
 from models.detectors.baselines import EwmaZScore, RandomConfig, RandomScore, StaticThresholds
+from models.detectors.chassis import ChassisRules
 from models.detectors.dynamic import DynamicThresholds
 from models.detectors.findings import Detector
 from models.detectors.hard import HardRules
@@ -131,7 +132,8 @@ def _trees(s: Settings) -> list[Detector]:
 
 
 def _rules(s: Settings) -> list[Detector]:
-    return [HardRules(s.detectors.hard), DynamicThresholds(s.detectors.dynamic)]
+    return [HardRules(s.detectors.hard), ChassisRules(s.detectors.chassis),
+            DynamicThresholds(s.detectors.dynamic)]
 
 
 def _peer(s: Settings, seed: int) -> list[Detector]:

@@ -34,6 +34,9 @@ SCOPE_TAGS: dict[Scope, frozenset[str]] = {
     Scope.GPU: frozenset({"gpu"}),
     Scope.NVLINK: frozenset({"gpu", "link"}),
     Scope.IB_PORT: frozenset({"device", "port"}),
+    Scope.PSU: frozenset({"psu"}),
+    Scope.FAN: frozenset({"fan"}),
+    Scope.NODE: frozenset(),
 }
 SAMPLE_SCOPES = tuple(SCOPE_TAGS)
 
@@ -68,12 +71,16 @@ def _rates(scope: Scope) -> Measurement:
 
 
 SAMPLES: dict[Scope, Measurement] = {s: _samples(s) for s in SAMPLE_SCOPES}
-RATES: dict[Scope, Measurement] = {s: _rates(s) for s in SAMPLE_SCOPES}
-XID = Measurement(CATALOG.events(Scope.GPU)[0].name, _BASE | SCOPE_TAGS[Scope.GPU],
-                  frozenset({"code"}))
+# Only scopes with counters have rates (a supply's or fan's readings are all levels).
+RATES: dict[Scope, Measurement] = {s: _rates(s) for s in SAMPLE_SCOPES if counters(s)}
+# One measurement per event metric, tagged as its scope: `xid`; a node's `sel`, `sxid`.
+EVENTS: dict[str, Measurement] = {
+    m.name: Measurement(m.name, _BASE | SCOPE_TAGS[m.scope], frozenset({"code"}))
+    for s in SAMPLE_SCOPES for m in CATALOG.events(s)}
+XID = EVENTS["xid"]
 RISK = Measurement(
     "risk",
-    _BASE | {"scope", "entity", "gpu", "link", "device", "port"},
+    _BASE | {"scope", "entity", "gpu", "link", "device", "port", "psu", "fan"},
     frozenset({"risk", "level", "top"}),
 )
 # `level` is both a tag (to group by) and a field here: queries say "level"::field/::tag.
@@ -99,10 +106,10 @@ LABEL = Measurement(  # labels learned from the fleet (docs/learning.md)
 )
 # Values the `alert.state` field takes, and the scopes risk is written for.
 ALERT_STATES = ("firing", "escalated", "deescalated", "resolved")
-RISK_SCOPES = ("gpu", "nvlink", "ib_port", "node")
+RISK_SCOPES = ("gpu", "nvlink", "ib_port", "psu", "fan", "node")
 
 MEASUREMENTS: dict[str, Measurement] = {
     m.name: m
-    for m in (*SAMPLES.values(), *RATES.values(), XID, RISK, ALERT, ACTION, COLLECTOR,
-              LABEL)
+    for m in (*SAMPLES.values(), *RATES.values(), *EVENTS.values(), RISK, ALERT, ACTION,
+              COLLECTOR, LABEL)
 }

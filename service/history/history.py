@@ -140,8 +140,9 @@ def valid_metrics(scope: Scope) -> list[str]:
 
 
 def default_metrics(scope: Scope) -> list[str]:
-    cols = [m.name for m in CATALOG.columns(scope)]
-    return cols or ["risk"]  # a node has no sampled metrics of its own, only its risk
+    if scope is Scope.NODE:  # a node's page is first its risk; its sensors are asked by name
+        return ["risk"]
+    return [m.name for m in CATALOG.columns(scope)] or ["risk"]
 
 
 def _wanted(scope: Scope, name: str, rate: bool, agg: Agg | None) -> Wanted:

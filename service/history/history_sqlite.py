@@ -3,21 +3,18 @@ through a read-only connection of its own so the sink's write path is never bloc
 
 The SQLite sink keeps samples (written change-only; service.history.samples_read rebuilds each
 one) and events, not rates or derived gauges: rates are derived here with the ingest's rule (a
-reset's increase is the new value); derived gauges (ib_ber) and a node's own metrics are
-NotStored. Risk and level come from service.history.risk_history (one
-value a minute)."""
+reset's increase is the new value); derived gauges (ib_ber) are NotStored. Risk and level come
+from service.history.risk_history (one value a minute)."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
-from collectors.catalog import Scope
 from service.history.history import NotStored, SeriesOut, SeriesQuery, ValueOrigin, Wanted
 from service.history.risk_history import read_buckets
 from service.history.samples_read import before, bucketed, rates, samples
-
-_SAMPLED = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
+from service.storage.samples_sqlite import SAMPLED
 
 
 class SQLiteHistory:
@@ -32,11 +29,9 @@ class SQLiteHistory:
         return sqlite3.connect(self.path.resolve().as_uri() + "?mode=ro", uri=True)
 
     def series(self, query: SeriesQuery) -> list[SeriesOut]:
-        if query.scope not in _SAMPLED and any(w.origin is not ValueOrigin.RISK
-                                               for w in query.metrics):
-            raise NotStored("a node's own metrics are kept only in InfluxDB: set "
-                            "storage.influxdb.url; the embedded SQLite store keeps a node's "
-                            "risk and level")
+        if query.scope not in SAMPLED and any(w.origin is not ValueOrigin.RISK
+                                              for w in query.metrics):
+            raise NotStored(f"{query.scope} metrics are not kept in the embedded SQLite store")
         derived = [w.name for w in query.metrics if w.derived]
         if derived:
             raise NotStored(f"{', '.join(derived)}: derived at ingest and kept only in "

@@ -40,7 +40,9 @@ HEARTBEAT_S = 600.0  # an unchanged entity is written again after this long
 HOLD_S = HEARTBEAT_S + RES_S  # how long a reader carries a row forward (a late tick's slack)
 RISK_STEP = 0.01  # a smaller move of risk is not a change worth a row
 PRUNE_EVERY_S = 3600.0
-_SPARSE = (Scope.NVLINK, Scope.IB_PORT)
+_SPARSE = (Scope.NVLINK, Scope.IB_PORT, Scope.PSU, Scope.FAN)
+# A node's own sensors' risk is in its node row (the roll-up); their level joins it there.
+_ENTITY_SCOPES = tuple(s for s in SCOPES if s is not Scope.NODE)
 _UPSERT = ("INSERT INTO risk_history VALUES (?,?,?,?,?) ON CONFLICT (scope, entity, ts) DO "
            "UPDATE SET risk = max(risk, excluded.risk), level = max(level, excluded.level)")
 
@@ -121,7 +123,7 @@ class RiskHistory:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._lock = threading.Lock()
         self.retention_s = retention_s
-        self._slots = {s: _Slots(s.value, s in _SPARSE) for s in SCOPES}
+        self._slots = {s: _Slots(s.value, s in _SPARSE) for s in _ENTITY_SCOPES}
         self._nodes = _Slots(Scope.NODE.value, False)
         self._fleet = _Slots(Scope.NODE.value, True)  # the storm's point: only while it lasts
         self._minute: float | None = None
@@ -135,7 +137,7 @@ class RiskHistory:
                 self._flush()
             self._minute = minute
             gen = state.store.generation
-            for scope in SCOPES:
+            for scope in _ENTITY_SCOPES:
                 sr, sl = state.scopes[scope], self._slots[scope]
                 n = len(sr.risk)
                 ents = state.store[scope].entities[:n]
@@ -152,8 +154,12 @@ class RiskHistory:
             names = state.node_names[:len(state.nodes)]
             if gen != self._nodes.gen or len(self._nodes.keys) < len(names):
                 self._nodes.follow(names, gen)
-            node_level = np.array([tick.derived.get(n, 0) for n in names], np.int16) \
-                if tick.derived else np.zeros(len(names), np.int16)
+            own = {e.node: int(lv) for e, lv in zip(
+                state.store[Scope.NODE].entities, tick.levels.get(Scope.NODE, ()), strict=False)
+                if lv}
+            node_level = np.array([max(tick.derived.get(n, 0), own.get(n, 0)) for n in names],
+                                  np.int16) if tick.derived or own else \
+                np.zeros(len(names), np.int16)
             self._nodes.add(state.nodes[:len(names)], node_level)
             storm = tick.derived.get(FLEET, 0)
             self._fleet.follow([FLEET], 0)

@@ -43,8 +43,9 @@ class Labelled(Protocol):
 
 def entity_parts(node: str, entity: str, scope: str) -> dict[str, str]:
     """The entity key's parts as labels a Prometheus user filters on: `gpu` (its index) for
-    GPU and NVLink alerts, `link` for NVLink ones, `device` and `port` for InfiniBand ports.
-    A key that does not start with its node says nothing more (never a guess)."""
+    GPU and NVLink alerts, `link` for NVLink ones, `device` and `port` for InfiniBand ports,
+    `psu` and `fan` (the BMC's id) for power supplies and fans. A key that does not start with
+    its node says nothing more (never a guess)."""
     if not entity.startswith(node + ":"):
         return {}
     parts = entity[len(node) + 1:].split(":")
@@ -55,6 +56,8 @@ def entity_parts(node: str, entity: str, scope: str) -> dict[str, str]:
         return out
     if scope == "ib_port" and len(parts) == 2:
         return {"device": parts[0], "port": parts[1]}
+    if scope in ("psu", "fan") and len(parts) == 1 and parts[0].startswith(scope):
+        return {scope: parts[0].removeprefix(scope)}
     return {}
 
 

@@ -112,15 +112,45 @@ RUNBOOKS = _registry([
          "A rising BER alone (level 2): plan the cable swap; the port still carries traffic.",
          _VERDICT, _RELEASE)),
     Runbook(
+        "PsuFailureRisk", "gpuhealth", _BY_LEVEL,
+        "One power supply of the node (`entity` n1:psu<id>, the id its BMC gives) failed or "
+        "stopped delivering while it is not a spare by design. Level 2: the node's other "
+        "supplies carry it, but it has no margin left; level 3: it was the node's last "
+        "delivering supply, the node is about to lose power.",
+        (_EXPLAIN,
+         "`GET /v1/nodes/{node}`: every supply of the node with its state; "
+         "`GET /v1/psus/{node}:psu{id}/metrics`: its health, state, input voltage and output "
+         "over time.",
+         "The BMC: its event log (`ipmitool sel elist`, Redfish LogServices) and the supply's "
+         "LEDs; a supply without input (its input voltage 0) is a cord or PDU, not the supply."),
+        ("Level 2: replace the supply at the next job boundary (hot-swap where the chassis "
+         "allows); do not drain the node for it.",
+         "Level 3: move the node's jobs off now (it is drained like a failed GPU), then "
+         "restore power to a second supply.", _VERDICT, _RELEASE)),
+    Runbook(
+        "FanFailureRisk", "gpuhealth", _BY_LEVEL,
+        "One chassis fan (`entity` n1:fan<id>) failed or spins below its lower critical "
+        "threshold for two readings in a row. The other fans speed up to cover it; GPUs near "
+        "it run hotter and may throttle.",
+        (_EXPLAIN,
+         "`GET /v1/fans/{node}:fan{id}/metrics`: its speed against its threshold; the node's "
+         "inlet temperature and its GPUs' temperatures beside it (`GET /v1/nodes/{node}`).",
+         "The BMC's event log for the fan and the fan module's seating."),
+        ("Replace the fan module at the next job boundary; no drain unless GPU temperature "
+         "alerts follow.", _VERDICT, _RELEASE)),
+    Runbook(
         "NodeAtRisk", "gpuhealth", _BY_LEVEL,
-        "A node-level risk alert: the node as a whole, which is as risky as its riskiest "
-        "GPU, link or port. As the source of the node inhibit rule it mutes the alerts of its "
-        "own GPUs, links and ports at its level or below, so the node's entities' alerts are "
-        "its detail.",
-        ("`GET /v1/nodes/{node}`: every GPU, link and port of the node with risk, level and "
-         "explanation.", _EXPLAIN),
-        ("Act on the riskiest entity as its own runbook says (`GpuFailureRisk`, "
-         "`NvlinkFailureRisk`, `IbPortFailureRisk`).", _VERDICT, _RELEASE)),
+        "A node-level risk alert from the node's own sensors: inlet temperature over its limit, "
+        "power supply redundancy lost, an uncorrectable host memory error, or an NVSwitch SXid. "
+        "As the source of the node inhibit rule it mutes the alerts of its own GPUs, links and "
+        "ports at its level or below.",
+        ("`GET /v1/nodes/{node}`: the node's own sensors (`own`, `sensors`), its supplies, "
+         "fans, GPUs, links and ports with risk, level and explanation.", _EXPLAIN),
+        ("Inlet temperature: the room or rack's cooling, not the node; check its neighbours.",
+         "Redundancy lost (level 2): replace the failed supply at the next job boundary.",
+         "Host memory UE or a fatal SXid (level 3): the node is drained; replace the DIMM "
+         "(EDAC names it) or reset the NVSwitch fabric (reboot) before it returns.",
+         _VERDICT, _RELEASE)),
     Runbook(
         "NodeNoData", "gpuhealth", "warning (level 2)",
         "Every GPU, link and port of the node has telemetry older than `stale_after_s`. Their "

@@ -96,7 +96,10 @@ def remediate(rem: Acts, changed: Sequence[tuple[Transition, Alert]], now: float
         if t.alertname == STORM and t.new == 3:
             rem.trip(f"fleet-wide alert storm: {t.risk:.0%} of nodes at level 2+", now)
     for t, a in changed:
-        if (t.new == 3 and t.old < 3 and t.scope is not Scope.NODE and t.corroborated
+        # A node's own risk (a host memory UE, a fatal SXid) drains as a GPU's does; its
+        # no-data alert never does.
+        if (t.new == 3 and t.old < 3 and not (t.scope is Scope.NODE and t.derived)
+                and t.corroborated
                 and not t.flapping and t.entity != FLEET):
             rem.migrate(a, now)
     if leading:

@@ -1,5 +1,6 @@
-"""Per-entity risk and alert level on /metrics: one risk and one level per GPU, per IB port and
-per node, and each GPU's NVLink links folded into the GPU (its worst link, named by a label).
+"""Per-entity risk and alert level on /metrics: one risk and one level per GPU, per IB port, per
+power supply, per fan and per node, and each GPU's NVLink links folded into the GPU (its worst
+link, named by a label).
 
 The collector is a tick observer that only keeps a reference to the newest tick's result, so a
 tick pays nothing for it; the first scrape after a tick builds the families once (work bounded
@@ -7,7 +8,8 @@ by the entity limits) and later scrapes of the same tick reuse them. Series foll
 entities: a GPU swapped out, a port gone or a node forgotten is simply not in the next build,
 so Prometheus marks its series stale instead of keeping a last value forever.
 
-Labels are the entity's names as the store keys them (node, GPU index, HCA and port number):
+Labels are the entity's names as the store keys them (node, GPU index, HCA and port number,
+the supply's or fan's id as its BMC names it):
 no UUID, serial or model, which the store does not keep and which would add a series per swap
 without telling an operator which slot to pull. Folding links keeps NVLink to two series per
 GPU instead of 2 x 18 on an H100.
@@ -56,17 +58,30 @@ PORT_RISK = EntityGauge("gpuhealth_ib_port_risk", f"The InfiniBand port's {_RISK
                         ("node", "device", "port"), "IB port")
 PORT_LEVEL = EntityGauge("gpuhealth_ib_port_alert_level", f"The InfiniBand port's open {_LEVEL}",
                          ("node", "device", "port"), "IB port")
-NODE_RISK = EntityGauge("gpuhealth_node_risk", f"The node's {_RISK}, from its GPUs, links and "
-                        "ports", ("node",), "node")
+PSU_RISK = EntityGauge("gpuhealth_psu_risk", f"The power supply's {_RISK}", ("node", "psu"),
+                       "power supply")
+PSU_LEVEL = EntityGauge("gpuhealth_psu_alert_level", f"The power supply's open {_LEVEL}",
+                        ("node", "psu"), "power supply")
+FAN_RISK = EntityGauge("gpuhealth_fan_risk", f"The chassis fan's {_RISK}", ("node", "fan"),
+                       "fan")
+FAN_LEVEL = EntityGauge("gpuhealth_fan_alert_level", f"The chassis fan's open {_LEVEL}",
+                        ("node", "fan"), "fan")
+NODE_RISK = EntityGauge("gpuhealth_node_risk", f"The node's {_RISK}, from its GPUs, links, "
+                        "ports, supplies, fans and its own sensors", ("node",), "node")
 NODE_LEVEL = EntityGauge("gpuhealth_node_alert_level", "The highest open alert level (0 to 3) "
-                         "on the node: its entities' and its own (no data)", ("node",), "node")
-GAUGES = (GPU_RISK, GPU_LEVEL, NVLINK_RISK, NVLINK_LEVEL, PORT_RISK, PORT_LEVEL, NODE_RISK,
-          NODE_LEVEL)
+                         "on the node: its entities' and its own (its sensors, no data)",
+                         ("node",), "node")
+GAUGES = (GPU_RISK, GPU_LEVEL, NVLINK_RISK, NVLINK_LEVEL, PORT_RISK, PORT_LEVEL, PSU_RISK,
+          PSU_LEVEL, FAN_RISK, FAN_LEVEL, NODE_RISK, NODE_LEVEL)
+# The chassis scopes: one risk and one level series per entity, labelled (node, its id).
+_CHASSIS = ((Scope.PSU, PSU_RISK, PSU_LEVEL), (Scope.FAN, FAN_RISK, FAN_LEVEL))
 
 
-def series_count(gpus: int, gpus_with_nvlink: int, ports: int, nodes: int) -> int:
+def series_count(gpus: int, gpus_with_nvlink: int, ports: int, nodes: int, psus: int = 0,
+                 fans: int = 0) -> int:
     """Series the per-entity families add for a fleet of this shape (the docs' figure)."""
-    per = {"GPU": gpus, "GPU with NVLink": gpus_with_nvlink, "IB port": ports, "node": nodes}
+    per = {"GPU": gpus, "GPU with NVLink": gpus_with_nvlink, "IB port": ports, "node": nodes,
+           "power supply": psus, "fan": fans}
     return sum(per[g.per] for g in GAUGES)
 
 
@@ -160,6 +175,17 @@ def _build(tick: _Tick) -> list[Metric]:
     for e, x, level in zip(ents, r, lv, strict=True):
         fams[PORT_RISK.name].add_metric([e.node, e.unit, e.sub], x)
         fams[PORT_LEVEL.name].add_metric([e.node, e.unit, e.sub], level)
+        node_level[e.node] = max(node_level.get(e.node, 0), level)
+
+    for scope, risk_g, level_g in _CHASSIS:
+        ents, r, lv = _scope(tick, scope)
+        for e, x, level in zip(ents, r, lv, strict=True):
+            fams[risk_g.name].add_metric([e.node, e.unit], x)
+            fams[level_g.name].add_metric([e.node, e.unit], level)
+            node_level[e.node] = max(node_level.get(e.node, 0), level)
+
+    ents, _, lv = _scope(tick, Scope.NODE)  # the node's own sensors (NodeAtRisk)
+    for e, level in zip(ents, lv, strict=True):
         node_level[e.node] = max(node_level.get(e.node, 0), level)
 
     for node, x in zip(risk.node_names, _risk(risk.nodes[: len(risk.node_names)]),

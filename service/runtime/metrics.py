@@ -35,6 +35,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.samples import Sample
 
 from collectors.base import CollectorStatus
+from collectors.catalog import Scope
 from collectors.ignored import OTHER, IgnoredNames
 from service.pipeline import Pipeline
 from service.runtime.entity_metrics import EntityGauges
@@ -220,7 +221,8 @@ class PipelineCollector:
         if risk is None:
             return
         enter = self.pipeline.settings.alerts.enter
-        per_scope = [(str(s), risk.scopes[s].risk) for s in SCOPES]
+        # "node" counts every node by its rolled-up risk (its own sensors' included), once.
+        per_scope = [(str(s), risk.scopes[s].risk) for s in SCOPES if s is not Scope.NODE]
         per_scope.append(("node", risk.nodes))
         for scope, r in per_scope:
             tracked.add_metric([scope], len(r))

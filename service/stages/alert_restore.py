@@ -11,7 +11,7 @@ from collections.abc import Callable
 from collectors.catalog import Scope
 from collectors.frames import Entity
 from service.stages.alert_machine import AlertMachine
-from service.stages.alert_store import AlertStore
+from service.stages.alert_store import ALERTNAMES, AlertStore
 from service.stages.fleet_alerts import MISSING, STORM, FleetAlerts
 from service.stages.storm_report import StormReport, storm_of
 from service.stages.windows import WindowStore
@@ -36,7 +36,10 @@ class AlertRestore:
         for a in self.alerts.open_alerts():
             if only is not None and not only(a.node):
                 continue
-            if a.scope is Scope.NODE or a.alertname == MISSING:
+            # Node and fleet alerts (no data, a storm) and GpuMissing are the fleet's; a node's
+            # own risk alert (NodeAtRisk) is its node entity's level, as a GPU's is.
+            if (a.scope is Scope.NODE and a.name != ALERTNAMES[Scope.NODE]) \
+                    or a.alertname == MISSING:
                 self.fleet.restore(a.name, a.node, a.level, a.entity)
                 if a.name == STORM:
                     self.report.restore(a)

@@ -56,8 +56,12 @@ _ADDED = {"alertname": "TEXT NOT NULL DEFAULT ''", "flapping": "INTEGER NOT NULL
           "stale": "INTEGER NOT NULL DEFAULT 0", "corroborated": "INTEGER NOT NULL DEFAULT 0",
           "acked_by": "TEXT", "acked_at": "REAL", "ack_comment": "TEXT"}
 
+# A risk alert's name by its entity's scope; NodeAtRisk is the node's own sensors' (its inlet
+# temperature, redundancy, host memory errors, SXids): node and fleet alerts that predict no
+# failure (NodeNoData, FleetStorm) carry their own name.
 ALERTNAMES = {Scope.GPU: "GpuFailureRisk", Scope.NVLINK: "NvlinkFailureRisk",
-              Scope.IB_PORT: "IbPortFailureRisk", Scope.NODE: "NodeAtRisk"}
+              Scope.IB_PORT: "IbPortFailureRisk", Scope.PSU: "PsuFailureRisk",
+              Scope.FAN: "FanFailureRisk", Scope.NODE: "NodeAtRisk"}
 
 
 @functools.lru_cache(maxsize=1 << 16)  # every flush asks for every firing alert's

@@ -24,6 +24,17 @@ from service.stages.windows import WindowStore
 
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
+# What the node itself sends (its agent): GPUs, links, ports. A node's chassis (supplies, fans,
+# its own sensors) may come from a BMC poller that keeps answering while the host is down, so it
+# tells whether the node is silent only where the node has no entity of these.
+IN_BAND = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
+
+
+def quiet_nodes(heard: F64, seen: F64, heard_in_band: F64, seen_in_band: F64) -> B:
+    """Nodes none of whose entities was heard: of its in-band ones where it has any (a host
+    whose agent went silent while its BMC still answers is silent), else of all of them."""
+    out: B = np.where(seen_in_band > 0, heard_in_band == 0, (seen > 0) & (heard == 0))
+    return out
 
 
 class FleetSize(Protocol):
@@ -44,12 +55,13 @@ class Nodes:
     born: F64  # the first arrival (NaN: none)
     span: F64  # the longest-reporting entity's span of arrivals (NaN: none)
     silent: dict[Scope, B]  # per scope, which entities are silent
+    heard_in_band: F64  # ... of them the node's GPUs, links and ports (IN_BAND)
+    seen_in_band: F64
 
     @property
     def quiet(self) -> B:
-        """Nodes none of whose entities was heard within the stale limit."""
-        quiet: B = (self.seen > 0) & (self.heard == 0)
-        return quiet
+        """Nodes none of whose entities was heard within the stale limit (quiet_nodes)."""
+        return quiet_nodes(self.heard, self.seen, self.heard_in_band, self.seen_in_band)
 
 
 class NodeRollup:
@@ -105,7 +117,8 @@ class NodeRollup:
         stale_after = self.stale_after()
         n_nodes = len(risk.node_names)
         out = Nodes(np.zeros(n_nodes), np.zeros(n_nodes), np.zeros(n_nodes, np.int8),
-                    np.full(n_nodes, np.nan), np.full(n_nodes, np.nan), {})
+                    np.full(n_nodes, np.nan), np.full(n_nodes, np.nan), {}, np.zeros(n_nodes),
+                    np.zeros(n_nodes))
         for scope in SCOPES:
             sw = self.store[scope]
             n = len(risk.scopes[scope].risk)
@@ -116,8 +129,13 @@ class NodeRollup:
             # (note_behind), not gone.
             quiet = self.machine.stale(scope)[:n] & ~(now - sw.heard[:n] <= stale_after)
             out.silent[scope] = quiet
-            out.heard += np.bincount(nodes[ok], weights=~quiet[ok], minlength=n_nodes)[:n_nodes]
-            out.seen += np.bincount(nodes[ok], minlength=n_nodes)[:n_nodes]
+            heard = np.bincount(nodes[ok], weights=~quiet[ok], minlength=n_nodes)[:n_nodes]
+            seen = np.bincount(nodes[ok], minlength=n_nodes)[:n_nodes]
+            out.heard += heard
+            out.seen += seen
+            if scope in IN_BAND:
+                out.heard_in_band += heard
+                out.seen_in_band += seen
             np.maximum.at(out.level, nodes[ok], self.machine.level(scope)[:n][ok])
             np.fmin.at(out.born, nodes[ok], sw.born[:n][ok])
             np.fmax.at(out.span, nodes[ok], (sw.touched[:n] - sw.born[:n])[ok])

@@ -1,5 +1,6 @@
 """Scoring tick: run every detector over the window store, fuse their findings into one risk
-per GPU, link, port and node, and keep the result as the state the API and alerts read."""
+per GPU, link, port, supply, fan and node, and keep the result as the state the API and alerts
+read."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from models.detectors.findings import Detector, Forgets, Signal
 from models.detectors.fusion import ScopeRisk, fuse, node_risk
 from models.detectors.view import EventView, ScopeView
 from service.stages.ingest import EventLog
-from service.stages.windows import WindowStore
+from service.stages.windows import STORED, WindowStore
 
 log = logging.getLogger(__name__)
-SCOPES = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
+# Every scope scored, stepped through the alert machine and shown: the GPU side and the node's
+# chassis (its supplies, fans and its own sensors) alike.
+SCOPES: tuple[Scope, ...] = STORED
 MAX_CAUSES = 32  # distinct failure causes remembered per detector (each logged once)
 
 

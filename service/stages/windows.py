@@ -194,8 +194,9 @@ def _squeeze(a: npt.NDArray[np.generic], keep: npt.NDArray[np.intp], n_old: int,
 @dataclass(frozen=True, slots=True)
 class EntityLimits:
     """How many entities the store takes: window memory is fixed per entity (about 45 KB a
-    GPU, 4 KB an NVLink link, 22 KB an IB port), so names from the wire must not allocate it
-    without bound. Limits are given in GPUs; links and ports scale with them."""
+    GPU, 4 KB an NVLink link, 22 KB an IB port, a few KB a supply, fan or node), so names from
+    the wire must not allocate it without bound. Limits are given in GPUs; links, ports,
+    supplies, fans and nodes scale with them."""
 
     max_gpus: int = 20_000  # held at once (about 3.2 GB of windows with links and ports)
     max_new_gpus_per_batch: int = 1_024  # taken from one request; the rest in later ones
@@ -204,9 +205,14 @@ class EntityLimits:
     trusted: bool = False
     links_per_gpu: int = 18  # NVSwitch systems (H100/H200: 18 NVLink links per GPU)
     ports_per_gpu: int = 2  # DGX: 8 compute + up to 4 storage ports per 8 GPUs
+    # Chassis parts per GPU: a DGX H100 has 6 supplies and 12 fans (plus the supplies' own)
+    # per 8 GPUs; a node of fewer GPUs has as many, so room for two nodes' worth.
+    psus_per_gpu: int = 1
+    fans_per_gpu: int = 4
 
     def _per_gpu(self, scope: Scope) -> int:
-        return {Scope.NVLINK: self.links_per_gpu, Scope.IB_PORT: self.ports_per_gpu}.get(scope, 1)
+        return {Scope.NVLINK: self.links_per_gpu, Scope.IB_PORT: self.ports_per_gpu,
+                Scope.PSU: self.psus_per_gpu, Scope.FAN: self.fans_per_gpu}.get(scope, 1)
 
     def total(self, scope: Scope) -> int:
         return self.max_gpus * self._per_gpu(scope)
@@ -215,6 +221,9 @@ class EntityLimits:
         return self.max_new_gpus_per_batch * self._per_gpu(scope)
 
 
+# The scopes the store keeps windows for, in the order every per-scope loop takes them: the
+# node's own sensors (inlet temperature, redundancy, host errors) are a scope like a GPU's.
+STORED = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT, Scope.PSU, Scope.FAN, Scope.NODE)
 MAX_PENDING_NODES = 10_000  # nodes an answer names as pending; past it, "resend it all"
 
 
@@ -817,8 +826,7 @@ class WindowStore:
         self.limits = limits or EntityLimits()
         self.registry = EntityRegistry()
         self.scopes: dict[Scope, ScopeWindows] = {
-            s: ScopeWindows(s, self.config, limits=self.limits)
-            for s in (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
+            s: ScopeWindows(s, self.config, limits=self.limits) for s in STORED
         }
         self.registry.store = self
         # Every forgetting so far (the newest few): pipelines reading this store bring their

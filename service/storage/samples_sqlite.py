@@ -43,7 +43,8 @@ from service.storage import sample_codec
 
 HEARTBEAT_S = 600.0  # an unchanged entity is written again after this long
 BUCKET_S = 60  # a sample row's index key begins with its minute (see `bucket`)
-SAMPLED = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
+# Every measured scope: a node's chassis (supplies, fans) and its own sensors too.
+SAMPLED = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT, Scope.PSU, Scope.FAN, Scope.NODE)
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]

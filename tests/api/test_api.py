@@ -87,7 +87,7 @@ def test_ready_once_scored_with_every_collector_up(settings: Settings) -> None:
         assert r.status_code == 200, r.text
         body = r.json()
         model = body.pop("model")
-        assert set(body.pop("detectors")) == {"hard", "dynamic", "lstm"}
+        assert set(body.pop("detectors")) == {"hard", "chassis", "dynamic", "lstm"}
         assert body == {"ready": True, "reasons": [],
                         "collectors": {"fleet": {"up": True, "reason": "", "exhausted": False}}}
         # The shipped model is the default; a model is never a readiness condition.

@@ -88,7 +88,7 @@ def test_sharing_follows_the_stores_forgetting(monkeypatch: pytest.MonkeyPatch) 
     """A node forgotten mid-run (as if silent past its windows; it reports again and comes back
     in new slots): the shared model follows each forgetting once, so its per-slot state (the
     persistence history, the newest probabilities) stays that of a model of its own."""
-    from service.stages.windows import ScopeWindows
+    from service.stages.windows import STORED, ScopeWindows
 
     real = ScopeWindows.silent
     src = simulator_source(tiny(days=3.0, seed=2))
@@ -100,7 +100,9 @@ def test_sharing_follows_the_stores_forgetting(monkeypatch: pytest.MonkeyPatch) 
         if now >= when and id(self) not in done:  # once per scope window of each store
             done.add(id(self))
             n = len(self.entities)
-            out[:n] |= np.array([e.node == self.entities[0].node for e in self.entities[:n]])
+            # bool: a scope without entities (the simulator's fleet has no supplies) is empty
+            out[:n] |= np.array([e.node == self.entities[0].node for e in self.entities[:n]],
+                                bool)
         return out
 
     monkeypatch.setattr(ScopeWindows, "silent", silent)
@@ -121,6 +123,7 @@ def test_sharing_follows_the_stores_forgetting(monkeypatch: pytest.MonkeyPatch) 
                 compared += 1
             for sc, (p, _) in models[1].latest.items():
                 np.testing.assert_array_equal(models[0].latest[sc][0], p)
-    assert len(done) == 6 and compared > 0  # three scopes, two stores: it did forget
+    # Every scope of the two stores (GPU, NVLink, IB port and the empty chassis scopes)
+    assert len(done) == 2 * len(STORED) and compared > 0  # ... it did forget
     for name in ("lstm", "fused"):
         assert evs[0].data[name].alerts == evs[1].data[name].alerts

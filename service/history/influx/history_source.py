@@ -21,8 +21,9 @@ from service.history.influx.client import InfluxClient
 from service.history.influx.influxql import ident, string, time_ns
 from service.history.influx.labels import LabelReader
 from service.history.influx.reader import RawReader, _series
+from service.stages.windows import STORED
 
-SCOPES = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
+SCOPES = STORED  # every measured scope, the chassis' too: its rules replay as the GPUs' do
 
 
 class NoHistory(ValueError):

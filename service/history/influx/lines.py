@@ -13,16 +13,10 @@ from collectors.catalog import CATALOG, FieldType, Scope
 from collectors.catalog import EVENT_FIELD as EVENT_FIELD  # re-exported for writers
 from collectors.frames import Batch, Entity, Frame
 from collectors.lineprotocol_format import escape_key, format_number
+from collectors.schema import ENTITY_TAGS as ENTITY_TAGS  # the tags naming an entity, per scope
 from service.history.influx.sparse import MASK_FIELD, LinkGate, masks
 from service.stages.ingest import Derived
 
-# The tags naming an entity of each scope, in Entity order (node, unit, sub).
-ENTITY_TAGS: dict[Scope, tuple[str, ...]] = {
-    Scope.GPU: ("host", "gpu"),
-    Scope.NVLINK: ("host", "gpu", "link"),
-    Scope.IB_PORT: ("host", "device", "port"),
-    Scope.NODE: ("host",),
-}
 RATE_SUFFIX = "_rate"
 
 

@@ -24,7 +24,8 @@ from service.stages.scoring import SCOPES, RiskState
 
 # (host, collector) -> status
 Statuses = Callable[[], Mapping[tuple[str, str], CollectorStatus]]
-# Links and ports are many (18 links per GPU); only those at some risk are written each tick.
+# Links and ports are many (18 links per GPU), supplies and fans a dozen per node; only those at
+# some risk are written each tick.
 _ALWAYS = (Scope.GPU,)
 
 
@@ -54,7 +55,13 @@ class TickRecorder:
         FleetStorm) by entity key; a GPU's point carries the higher of its two alerts."""
         derived = derived or {}
         t = ns(state.at)
+        node_level: dict[str, int] = {}  # a node's own sensors' level: on its one node point
         for scope in SCOPES:
+            if scope is Scope.NODE:
+                own = levels.get(scope, np.zeros(0, np.int8))
+                for e, lv_ in zip(state.store[scope].entities, own.tolist(), strict=False):
+                    node_level[e.node] = int(lv_)
+                continue
             sr = state.scopes[scope]
             n = len(sr.risk)
             lv = levels.get(scope, np.zeros(0, np.int8))
@@ -84,7 +91,8 @@ class TickRecorder:
                 yield f"{head('risk', tags)} {fields} {t}"
         for name, r in zip(state.node_names, state.nodes.tolist(), strict=False):
             tags = {"cluster": self.cluster, "scope": "node", "entity": name, "host": name}
-            yield f"{head('risk', tags)} risk={float(r)!r},level={derived.get(name, 0)}i {t}"
+            level = max(derived.get(name, 0), node_level.get(name, 0))
+            yield f"{head('risk', tags)} risk={float(r)!r},level={level}i {t}"
         storm = derived.get(FLEET, 0)
         if storm or self._storm_written:  # the fleet's own point, and one more as it ends
             tags = {"cluster": self.cluster, "scope": "node", "entity": FLEET, "host": FLEET}

@@ -19,8 +19,8 @@ RAW_RP = "raw"
 ROLLUP_RP = "rollup_5m"
 ROLLUP_EVERY = "5m"
 ROLLUP_EVERY_S = 300
-ROLLED_UP = ("gpu", "nvlink", "ib_port", "gpu" + RATE_SUFFIX, "nvlink" + RATE_SUFFIX,
-             "ib_port" + RATE_SUFFIX, "risk")
+ROLLED_UP = ("gpu", "nvlink", "ib_port", "psu", "fan", "node", "gpu" + RATE_SUFFIX,
+             "nvlink" + RATE_SUFFIX, "ib_port" + RATE_SUFFIX, "node" + RATE_SUFFIX, "risk")
 
 
 def statements(database: str, raw_retention: str, rollup_retention: str) -> list[str]:
