@@ -26,6 +26,9 @@ RULE_MODES: dict[str, FailureMode] = {
     "pcie_aer_fatal": M.M2_GPU_HARD,
     "pcie_width_low": M.M2_GPU_HARD,
     "nic_pcie_width_low": M.M4_IB_LINK,  # the HCA's link caps its ports
+    # A port trained below its link's rate: a cable, transceiver or switch port to replace
+    # (the public fault log's "NIC link speed low").
+    "ib_rate_low": M.M4_IB_LINK,
 }
 # gpu_unreadable by its state (its finding's value): requires reset (2), lost (3) and no longer
 # listed (5) are the GPU gone; an unknown error (1) or a hung nvidia-smi (4) is not on its own.
@@ -62,6 +65,7 @@ RULE_REPAIRS: dict[str, str] = {
     "retired_pages_limit": "gpu_replaced",
     "nvlink_down": "link_restored",
     "ib_port_down": "port_restored",
+    "ib_rate_low": "port_restored",
     "gpu_unreadable": "gpu_reset",
 }
 

@@ -5,13 +5,14 @@ pending flags)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from collectors.catalog import Scope
 from models.detectors.evidence import GPU_TEMP, HBM_ECC
 from models.detectors.findings import F64, Finding, fired, sustained
+from models.detectors.link_rate import LinkRateConfig, link_rate_low
 from models.detectors.view import FleetView, ScopeView, recent, recent_sum
 from models.detectors.xid import xid_risk
 
@@ -37,6 +38,8 @@ class HardRuleConfig:
     aer_fatal_hold_s: float = 3600.0  # a fatal AER error keeps its risk this long, like an Xid
     aer_burst_s: float = 600.0  # correctable AER errors counted over this window ...
     aer_burst_errors: float = 100.0  # ... reaching this many is a burst (a watch-level precursor)
+    # A port up below the rate its link should run at (models/detectors/link_rate.py).
+    link_rate: LinkRateConfig = field(default_factory=LinkRateConfig)
 
 
 class HardRules:
@@ -64,6 +67,7 @@ class HardRules:
                                f"IB port state (4 = ACTIVE), not active for {self.c.ib_down_s:g}s",
                                hard=True))
             out.append(self._nic_pcie_width(ib))
+            out.append(link_rate_low(ib, self.c.link_rate))
         return out
 
     def _memory(self, g: ScopeView) -> list[Finding]:

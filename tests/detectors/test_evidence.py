@@ -40,7 +40,7 @@ KEYS = {
     "ib_ber": IB_BER, "ib_ber_step": IB_BER, "ib_flaps": IB_BER, "ib_port_down": "ib_port_down",
     "gpu_unreadable": "gpu_unreadable", "pcie_width_low": "pcie_width_low",
     "pcie_aer_fatal": "pcie_aer_fatal", "pcie_aer_correctable_burst": "pcie_replay_rate",
-    "nic_pcie_width_low": "nic_pcie_width_low",
+    "nic_pcie_width_low": "nic_pcie_width_low", "ib_rate_low": "ib_rate_low",
 }
 
 
