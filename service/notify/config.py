@@ -62,9 +62,11 @@ class RateLimit(BaseModel):
 
 def _default_inhibit() -> list[InhibitRule]:
     return [
-        # A node-level alert (no data from the node, ...) mutes its GPUs', links' and ports'.
-        InhibitRule(source_matchers=["scope=node"], target_matchers=["scope=~gpu|nvlink|ib_port"],
-                    equal=["node"]),
+        # No data from a node mutes its GPUs', links' and ports' alerts (their data is as old).
+        # Not the node's own sensors (NodeAtRisk: a hot inlet, a host memory error): those are
+        # a cause of their own beside a GPU's, and neither may hide the other.
+        InhibitRule(source_matchers=["alertname=NodeNoData"],
+                    target_matchers=["scope=~gpu|nvlink|ib_port"], equal=["node"]),
         # A fleet-wide storm mutes every per-node page: one page for the fleet instead.
         InhibitRule(source_matchers=["alertname=FleetStorm"],
                     target_matchers=["alertname!=FleetStorm", "level>=3"],

@@ -121,9 +121,13 @@ def test_a_live_alertmanager_inhibits_as_the_page_says(am: AlertmanagerServer) -
         "warn-n1": ours("a", "n1:gpu5", gpu, "n1", 2),
         "info-n1": ours("a", "n1:gpu1:nvlink2", nvl, "n1", 1),
         "warn-n2": ours("a", "n2:gpu0", gpu, "n2", 2),  # another node
-        "node-n3": ours("a", "n3", node, "n3", 3),
+        "node-n3": ours("a", "n3", node, "n3", 3, "NodeNoData"),
         "dbe-n3": ours("a", "n3:gpu0", gpu, "n3", 3),
-        "node-n4": ours("a", "n4", node, "n4", 1),
+        "node-n4": ours("a", "n4", node, "n4", 1, "NodeNoData"),
+        # A node's own sensors (a host memory error) mute none of its GPUs' alerts.
+        "risk-n5": ours("a", "n5", node, "n5", 3, "NodeAtRisk"),
+        "dbe-n5": ours("a", "n5:gpu0", gpu, "n5", 3),
+        "warn-n5": ours("a", "n5:gpu1", gpu, "n5", 2),
         "warn-n4": ours("a", "n4:gpu0", gpu, "n4", 2),
         "info-n4": ours("a", "n4:gpu1", gpu, "n4", 1),
         # Cluster b: a storm.

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from collectors.catalog import Scope
 from collectors.frames import Entity
 from service.notify.config import NotifySettings
 from service.notify.message import Delivery, Notifier
@@ -242,6 +243,16 @@ def test_no_data_from_a_node_mutes_its_gpu_alerts(mk: MakeTimeline) -> None:
     tl.run(1000)
     assert tl.seen("record")[2:] == [
         Seen(330, "update", {"n0:gpu0": 2, "n0:gpu1": 1, "n0:gpu2": 3}, frozenset({"n0"}))]
+
+
+def test_a_nodes_own_alert_mutes_none_of_its_gpu_alerts(mk: MakeTimeline) -> None:
+    # NodeAtRisk (a hot inlet, lost supply redundancy) is a cause of its own beside a GPU's.
+    tl = mk(notify_settings())
+    tl.set_level("n0", 3, at=0, alertname="NodeAtRisk", scope=Scope.NODE, node="n0")
+    tl.fire("n0:gpu0", 2, at=0)
+    tl.fire("n0:gpu1", 1, at=0)
+    tl.run(60)
+    assert tl.seen("record") == [Seen(30, "new", {"n0": 3, "n0:gpu0": 2, "n0:gpu1": 1})]
 
 
 def test_a_fleet_storm_mutes_per_node_pages_but_not_itself(mk: MakeTimeline) -> None:
