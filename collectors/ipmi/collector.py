@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 
 from collectors.base import CollectorStatus
 from collectors.frames import Batch, Rejection
-from collectors.ipmi.runner import RunResult, Target, redact, run
+from collectors.ipmi.runner import Target, redact
 from collectors.ipmi.sdr import parse_sdr_elist
 from collectors.ipmi.sel import SelCursor, parse_sel_elist
 from collectors.ipmi.sensors import map_rows
 from collectors.ipmi.thresholds import parse_lower_critical
 from collectors.lineprotocol import Point
+from collectors.process import RunResult, run_process
 from collectors.schema import SchemaMapper
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ class IpmiCollector:
         timeout: float = 60.0,
         thresholds_every: int = 10,
         sel: bool = True,
-        runner: Runner = run,
+        runner: Runner = run_process,
         clock: Callable[[], int] = time.time_ns,
         monotonic: Callable[[], float] = time.monotonic,
         name: str = "ipmi",

@@ -6,24 +6,21 @@ The password never reaches a command line (every user of the machine reads argv 
 line) or in the child's environment only (`-E`: ipmitool reads IPMI_PASSWORD), copied from the
 variable the settings name. The BMC host name is checked against the name grammar ingest holds
 every host to (collectors/frames.py name_problem) before it reaches argv, so it is never read
-as an option. Commands run from an argv list, never a shell, each with a timeout after which
-the whole process group is killed (a hung BMC session would otherwise hold the pipes).
+as an option. Commands run from an argv list, never a shell, through collectors/process.py (a
+timeout after which the whole process group is killed: a hung BMC session would otherwise hold
+the pipes).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
-import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from collectors.frames import name_problem
 
-RunResult = tuple[int, str, str]  # exit status, stdout, stderr
 INTERFACES = ("lanplus", "lan")
 DEFAULT_PASSWORD_ENV = "IPMI_PASSWORD"
 _USER = re.compile(r"[A-Za-z0-9_.@][A-Za-z0-9_.@-]{0,31}")  # IPMI user names are <= 16 bytes
@@ -93,30 +90,6 @@ class Target:
         if self.password_env not in src:
             raise KeyError(f"{self.password_env} is not set: no password for {self.label}")
         return {**src, DEFAULT_PASSWORD_ENV: src[self.password_env]}
-
-
-def run(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> RunResult:
-    """Runs argv with a timeout in seconds: TimeoutError past it (the group killed), OSError
-    when the binary cannot start."""
-    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, start_new_session=True,
-                            env=None if env is None else dict(env))
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        raise TimeoutError(f"{argv[0]} did not finish within {timeout:g} s; killed") from None
-    except BaseException:
-        _kill_group(proc)
-        raise
-    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):  # already gone
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.kill()
-    proc.communicate()  # reap it and close the pipes
 
 
 def redact(text: str, secret: str | None) -> str:

@@ -1,40 +1,13 @@
-"""Running nvidia-smi with a hard timeout.
-
-nvidia-smi hangs when the driver does (a GPU fallen off the bus, a stuck RM lock), so a call is
-bounded. It runs in its own session so that on timeout the whole process group is killed: a
-wrapper script's children would otherwise keep the pipes open and block the read.
-"""
+"""The runner nvidia-smi is called through (collectors.process), injectable for tests."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
 from collections.abc import Callable, Sequence
 
-RunResult = tuple[int, str, str]  # exit status, stdout, stderr
+from collectors.process import RunResult, run_process
+
 # Runs argv with a timeout in seconds. Raises TimeoutError past it and OSError when the binary
 # cannot be started.
 Runner = Callable[[Sequence[str], float], RunResult]
 
-
-def run_process(argv: Sequence[str], timeout: float) -> RunResult:
-    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        raise TimeoutError(f"{argv[0]} did not finish within {timeout:g} s; killed") from None
-    except BaseException:
-        _kill_group(proc)
-        raise
-    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):  # already gone
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.kill()
-    proc.communicate()  # reap it and close the pipes
+__all__ = ["RunResult", "Runner", "run_process"]
