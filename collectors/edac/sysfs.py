@@ -13,14 +13,14 @@ Documentation/ABI/testing/sysfs-devices-edac), under /sys/devices/system/edac/mc
 
 edac_mc.c counts each error once on the controller and once on its DIMM, or in the noinfo
 count when no DIMM is known: ce_count = sum of dimm_ce_count + ce_noinfo_count. The node totals
-are the sum of the controllers' ce_count / ue_count; a controller without them (not seen on any
-kernel since 2.6.16, kept for safety) sums its DIMMs and noinfo count instead.
+are the sum of the controllers' ce_count / ue_count; a controller without them, or whose file
+does not read as a count, sums its DIMMs and noinfo count instead.
 
 The wire carries only the node totals (the agreed schema has no memory-controller entity). The
 per-controller and per-DIMM detail stays on the reading (McCounts, DimmCounts) and in notes
 naming each DIMM with errors, so the operator learns which module to replace; a detail file that
-cannot be read costs only a note. A controller whose count cannot be read withholds that node
-total for the round (a partial sum would look like a counter reset) with a rejection.
+cannot be read costs only a note. A controller whose count cannot be had either way withholds
+that node total for the round (a partial sum would look like a counter reset), with a rejection.
 """
 
 from __future__ import annotations
@@ -153,9 +153,6 @@ def read_edac(root: Path = EDAC_ROOT) -> EdacReading:
     for mc, _ in _sorted(list(root.iterdir()), _MC):
         why: list[str] = []
         ce, ue = _count(mc / "ce_count", why), _count(mc / "ue_count", why)
-        for w in why:
-            metric = "edac_ce_total" if w.startswith("ce_") else "edac_ue_total"
-            out.rejected.append(Rejection(f"{mc.name}/{w}", metric=metric))
         detail: list[str] = []
         counts = McCounts(
             name=mc.name, driver=_text(mc / "mc_name") or "",
@@ -166,6 +163,12 @@ def read_edac(root: Path = EDAC_ROOT) -> EdacReading:
             dimms=_dimms(mc, detail))
         out.notes += [f"{mc.name}/{w}" if not w.startswith(mc.name) else w for w in detail]
         out.controllers.append(counts)
+        for w in why:  # the controller's own count: its DIMMs may still give the total
+            attr = "ce" if w.startswith("ce_") else "ue"
+            if _controller_total(counts, attr) is None:
+                out.rejected.append(Rejection(f"{mc.name}/{w}", metric=f"edac_{attr}_total"))
+            else:
+                out.notes.append(f"{mc.name}/{w}; its DIMMs and noinfo count give the total")
         for d in counts.dimms:
             if d.ce or d.ue:
                 label = f" {d.label!r}" if d.label else ""

@@ -26,7 +26,7 @@ from collectors.kernel_log.sources import (
 )
 from collectors.kernel_log.timestamps import TimeContext
 from collectors.lineprotocol import Point
-from collectors.schema import MEASUREMENTS, SchemaMapper
+from collectors.schema import SchemaMapper
 
 # Where the EDAC driver's counters live: when it is readable the `edac` source owns the node's
 # edac_*_total (since boot) and this reader counts only machine checks and SXids.
@@ -56,7 +56,7 @@ class KernelLogCollector:
     coalesced event (metric "xid", value = code). SXid records of the round are kept in
     `last_sxids`, the full events (repeat counts, pid, process) in `last_events`; the round's
     host-error Points (the node counters at the round's time, one `sxid` event per SXid report)
-    in `last_host_points`, and in the Batch as far as the catalog knows their fields.
+    in `last_host_points` and in the Batch.
 
     `edac_from_log`: count EDAC CE/UE lines into edac_*_total; None (the default) does so only
     when `edac_root` (the EDAC sysfs tree) is absent."""
@@ -141,20 +141,7 @@ class KernelLogCollector:
         return batch
 
     def _deliver(self, points: list[Point], batch: Batch) -> None:
-        """Map the host-error points onto the catalog, leaving out fields it does not list
-        (yet): a reader of the kernel log must not refuse its Xids for them."""
-        known: list[Point] = []
-        for p in points:
-            spec = MEASUREMENTS.get(p.measurement)
-            if spec is None:
-                continue
-            fields = p.fields if spec.event else {
-                k: v for k, v in p.fields.items() if k in spec.fields}
-            if fields:
-                known.append(Point(p.measurement, p.tags, dict(fields), p.ts_ns))
-        if not known:
-            return
-        mapped = self._mapper.to_batch(known)
+        mapped = self._mapper.to_batch(points)
         for frame in mapped.frames.values():
             batch.add(frame)
         batch.events.extend(mapped.events)

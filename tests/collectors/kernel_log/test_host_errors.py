@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from collectors.catalog import CATALOG, Scope
 from collectors.kernel_log import FileFollower, KernelLogCollector, parse_kernel_log
 from collectors.kernel_log.fabricmanager import (
     looks_like_fabricmanager_log,
@@ -16,7 +17,6 @@ from collectors.kernel_log.fabricmanager import (
 from collectors.kernel_log.host_points import HostErrorTally, sxid_points
 from collectors.kernel_log.sxid_catalog import FATAL_SXIDS, SXID_CATALOG, Category, sxid_info
 from collectors.lineprotocol import Point
-from collectors.schema import MEASUREMENTS
 from tests.collectors.kernel_log.fixtures import (
     DECODE_13_43,
     FABRICMANAGER,
@@ -188,20 +188,23 @@ def test_collector_leaves_edac_to_sysfs_where_it_is(tmp_path: Path) -> None:
         {"mce_total": 4}]
 
 
-def test_collector_delivers_what_the_catalog_knows(tmp_path: Path) -> None:
-    spec = MEASUREMENTS.get("node")
-    if spec is None or "mce_total" not in spec.fields or "sxid" not in MEASUREMENTS:
-        pytest.skip("the catalog has no node host-error metrics yet (the node scope's entries "
-                    "come with another branch)")
+def test_collector_batch_carries_the_node_counters_and_sxids(tmp_path: Path) -> None:
     log = tmp_path / "dmesg.log"
     log.write_text("")
-    c = KernelLogCollector("n7", FileFollower(log), boot_time=BOOT, clock=lambda: BOOT + 1e4,
+    c = KernelLogCollector("n7", FileFollower(log), gpu_index={"00000000:45:00.0": 1},
+                           boot_time=BOOT, clock=lambda: BOOT + 1e4,
                            edac_root=tmp_path / "no-edac")
     c.collect()  # a log is followed from its end
     log.write_text("".join(_own()))
     b = c.collect()
     assert not b.rejected
-    assert sorted(b.events.keys) == ["n7", "n7", "n7:gpu1"]  # two SXids and the Xid
+    assert sorted(zip(b.events.keys, b.events.metrics, b.events.values, strict=True)) == [
+        ("n7", "sxid", 12028.0), ("n7", "sxid", 20034.0), ("n7:gpu1", "xid", 74.0)]
+    frame = b.frames[Scope.NODE]
+    assert [e.key for e in frame.entities.entities] == ["n7"] and len(frame.rows) == 1
+    cols = {m.name: i for i, m in enumerate(CATALOG.columns(Scope.NODE))}
+    got = {k: frame.values[0, cols[k]] for k in ("mce_total", "edac_ce_total", "edac_ue_total")}
+    assert got == {"mce_total": 4.0, "edac_ce_total": 4.0, "edac_ue_total": 1.0}
 
 
 def test_fabric_manager_log_real() -> None:
