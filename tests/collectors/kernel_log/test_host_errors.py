@@ -244,3 +244,14 @@ def test_sxid_catalog() -> None:
     assert "Restart the host" in info.recovery
     assert all(e.recovery for e in SXID_CATALOG.values() if e.fatal)
     assert sxid_info(1) is None
+
+
+def test_sxid_catalog_agrees_with_the_chassis_rule() -> None:
+    """models/detectors/chassis.py pages on the SXids fatal to the fabric and says nothing of
+    those the switch corrects itself; the catalog here is the same guide's data."""
+    from models.detectors.chassis import SXID_FATAL, SXID_IGNORED
+
+    always = {c for c, e in SXID_CATALOG.items() if e.category is Category.ALWAYS_FATAL}
+    assert always | {10003} == SXID_FATAL
+    assert SXID_IGNORED.issubset(c for c, e in SXID_CATALOG.items() if not e.fatal)
+    assert not SXID_IGNORED & FATAL_SXIDS
