@@ -434,3 +434,45 @@ def _pcie_detect() -> bool:
 
 register(Source("pcie", "each GPU's PCIe link width, speed and AER counters from sysfs",
                 _pcie_parse, _pcie_detect, _pcie_build))
+
+
+# ---- EDAC host memory errors (sysfs) ----------------------------------------------------------
+
+def _edac_parse(path: Path, host: str, ts_ns: int) -> Parsed:
+    """A copied EDAC tree (/sys/devices/system/edac/mc) or a `ras-mc-ctl --summary` output:
+    the node's corrected / uncorrected memory error totals (and rasdaemon's machine checks); a
+    note names each DIMM with errors."""
+    from collectors.edac import looks_like_summary, parse_summary, read_edac
+
+    if path.is_dir():
+        got = read_edac(path)
+        if not got.controllers:
+            raise ValueError("no mc<N>/ directory: not an EDAC memory-controller tree")
+        point = got.point(host, ts_ns)
+        return Parsed([point] if point else [], got.rejected, got.notes)
+    text = path.read_text(errors="replace")
+    if not looks_like_summary(text):
+        raise ValueError("neither an EDAC tree (mc<N>/ce_count) nor `ras-mc-ctl --summary` "
+                         "output ('Memory controller events summary:' / 'No Memory errors.')")
+    out = Parsed()
+    point, out.notes = parse_summary(text, host, ts_ns, out.rejected)
+    out.points = [point] if point else []
+    return out
+
+
+def _edac_build(host: str, cfg: Mapping[str, Any]) -> Collector:
+    from collectors.edac import EDAC_ROOT, EdacCollector
+
+    settings = dict(cfg)
+    settings["root"] = Path(settings.get("root", EDAC_ROOT))
+    return EdacCollector(host, **settings)
+
+
+def _edac_detect() -> bool:
+    from collectors.edac import EDAC_ROOT
+
+    return EDAC_ROOT.is_dir()
+
+
+register(Source("edac", "host memory corrected / uncorrected error totals from the EDAC driver "
+                        "in sysfs", _edac_parse, _edac_detect, _edac_build))

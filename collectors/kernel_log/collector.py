@@ -1,4 +1,6 @@
-"""KernelLogCollector: new Xid lines from a kernel log source, as a Batch of xid events."""
+"""KernelLogCollector: new Xid lines from a kernel log source, as a Batch of xid events; and the
+host hardware errors (machine checks, EDAC memory errors, NVSwitch SXids) as node counters and
+sxid events (collectors.kernel_log.host_points)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from collectors.base import CollectorStatus
 from collectors.frames import Batch
 from collectors.kernel_log.busmap import BusMap, Fetch
 from collectors.kernel_log.coalesce import DEFAULT_WINDOW_S
+from collectors.kernel_log.host_points import HostErrorTally, sxid_points
 from collectors.kernel_log.parser import XID_METRIC, KernelLogParser
 from collectors.kernel_log.records import SXidRecord, XidEvent
 from collectors.kernel_log.sources import (
@@ -22,6 +25,12 @@ from collectors.kernel_log.sources import (
     LineSource,
 )
 from collectors.kernel_log.timestamps import TimeContext
+from collectors.lineprotocol import Point
+from collectors.schema import SchemaMapper
+
+# Where the EDAC driver's counters live: when it is readable the `edac` source owns the node's
+# edac_*_total (since boot) and this reader counts only machine checks and SXids.
+EDAC_MC = Path("/sys/devices/system/edac/mc")
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +54,12 @@ def read_boot_time(proc_root: Path, clock: Callable[[], float]) -> float | None:
 class KernelLogCollector:
     """Each `collect()` returns the Xid events that appeared since the last call, one row per
     coalesced event (metric "xid", value = code). SXid records of the round are kept in
-    `last_sxids`, the full events (repeat counts, pid, process) in `last_events`."""
+    `last_sxids`, the full events (repeat counts, pid, process) in `last_events`; the round's
+    host-error Points (the node counters at the round's time, one `sxid` event per SXid report)
+    in `last_host_points` and in the Batch.
+
+    `edac_from_log`: count EDAC CE/UE lines into edac_*_total; None (the default) does so only
+    when `edac_root` (the EDAC sysfs tree) is absent."""
 
     def __init__(
         self,
@@ -60,6 +74,8 @@ class KernelLogCollector:
         tz: tzinfo = UTC,
         window_s: float = DEFAULT_WINDOW_S,
         name: str = "kernel_log",
+        edac_from_log: bool | None = None,
+        edac_root: Path = EDAC_MC,
     ) -> None:
         self.name = name
         self.status = CollectorStatus()
@@ -75,6 +91,11 @@ class KernelLogCollector:
                                        window_s=window_s)
         self.last_events: list[XidEvent] = []
         self.last_sxids: list[SXidRecord] = []
+        self.last_host_points: list[Point] = []
+        if edac_from_log is None:
+            edac_from_log = not edac_root.is_dir()
+        self.tally = HostErrorTally(edac=edac_from_log)
+        self._mapper = SchemaMapper()
 
     @property
     def boot_time(self) -> float | None:
@@ -101,7 +122,7 @@ class KernelLogCollector:
         except OSError as e:
             self.status = CollectorStatus(up=False, reason=f"kernel log unreadable: {e}")
             log.warning("%s: %s", self.name, self.status.reason)
-            self.last_events, self.last_sxids = [], []
+            self.last_events, self.last_sxids, self.last_host_points = [], [], []
             return batch
         now = self._clock()
         # Syslog stamps carry no year; date them against the injected clock, not the host's.
@@ -112,8 +133,19 @@ class KernelLogCollector:
             batch.events.add(ev.key, ev.ts, XID_METRIC, float(ev.code))
         batch.rejected.extend(result.rejected)
         self.last_events, self.last_sxids = result.events, result.sxids
+        self.tally.count(result)
+        self.last_host_points = [*sxid_points(result, self.host),
+                                 self.tally.round_point(self.host, int(now * 1e9))]
+        self._deliver(self.last_host_points, batch)
         self.status = CollectorStatus(up=True, reason="; ".join(result.notes))
         return batch
+
+    def _deliver(self, points: list[Point], batch: Batch) -> None:
+        mapped = self._mapper.to_batch(points)
+        for frame in mapped.frames.values():
+            batch.add(frame)
+        batch.events.extend(mapped.events)
+        batch.rejected.extend(mapped.rejected)
 
     def close(self) -> None:
         self.source.close()

@@ -1,4 +1,5 @@
-"""What the kernel-log parser produces: raw Xid and SXid records, coalesced Xid events."""
+"""What the kernel-log parser produces: raw Xid and SXid records, coalesced Xid events, and the
+host hardware errors (machine checks, EDAC memory errors)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,40 @@ class SXidRecord:
     detail: str
     line: int
 
+    @property
+    def opens_report(self) -> bool:
+        """The line that says Fatal / Non-fatal starts one SXid report; the driver follows it
+        with lines of the same code ("Severity 1 Engine instance ...", "Data {...}") that belong
+        to it (one event per report, not per line)."""
+        return self.fatal is not None
+
+
+@dataclass(frozen=True, slots=True)
+class MceRecord:
+    """One machine check, from its "events logged" notice (cpu, bank and status None) or its
+    `CPU n: Machine Check` header. `announced`: a notice just before already counted it."""
+
+    ts: float
+    cpu: int | None
+    bank: int | None
+    status: int | None  # MCi_STATUS
+    exception: bool
+    uncorrected: bool | None  # MCi_STATUS.UC; None for a notice
+    announced: bool
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class EdacRecord:
+    """One `EDAC MCn: <count> CE|UE ...` report."""
+
+    ts: float
+    mc: int
+    kind: str  # "CE" or "UE"
+    count: int
+    detail: str
+    line: int
+
 
 @dataclass(slots=True)
 class XidEvent:
@@ -65,6 +100,8 @@ class ParseResult:
 
     events: list[XidEvent] = field(default_factory=list)
     sxids: list[SXidRecord] = field(default_factory=list)
+    mces: list[MceRecord] = field(default_factory=list)
+    edac: list[EdacRecord] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     ignored: int = 0

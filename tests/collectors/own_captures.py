@@ -32,6 +32,12 @@ SMI_BAD_CSV = CAPTURES / "nvidia-smi" / "query-gpu-bad-states.csv"
 SMI_ERR_TABLE = CAPTURES / "nvidia-smi" / "table-err.txt"
 SMI_NO_DEVICES = CAPTURES / "nvidia-smi" / "no-devices.txt"
 PCI_DEVICES = CAPTURES / "pcie" / "sys-bus-pci-devices"  # a /sys/bus/pci/devices tree
+# Host hardware errors: machine checks, EDAC CE/UE and NVSwitch SXids in one dmesg; EDAC sysfs
+# trees (/sys/devices/system/edac/mc copied: per-DIMM and legacy csrow views); rasdaemon.
+DMESG_HOST_ERRORS = CAPTURES / "kernel-log" / "dmesg-host-errors.log"  # dmesg (uptime stamps)
+EDAC_DIMMS = CAPTURES / "edac" / "mc-i10nm"  # two controllers with dimm*/ counts
+EDAC_CSROWS = CAPTURES / "edac" / "mc-csrow"  # one controller, csrow*/ch*_ce_count only
+RAS_SUMMARY = CAPTURES / "edac" / "ras-mc-ctl-summary.txt"  # ras-mc-ctl --summary
 
 
 def read(path: Path) -> str:
