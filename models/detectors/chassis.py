@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collectors.catalog import Scope
+from collectors.kernel_log.sxid_catalog import SXID_CATALOG, Category
 from models.detectors.findings import F64, Finding, fired, sustained
 from models.detectors.view import FleetView, ScopeView, recent_sum
 from models.detectors.xid import FATAL_RESET_RISK
@@ -25,13 +26,14 @@ LEVEL2_RISK = FATAL_RESET_RISK  # 0.7: a warning, under the page's 0.9
 ENABLED, STANDBY, ABSENT, OFF = 0, 1, 2, 3
 CRITICAL = 2
 
-# NVSwitch SXids, after NVIDIA's Fabric Manager user guide (DU-09883-001 v1.3, appendix D) as
-# GPUd lists it (github.com/leptonai/gpud, components/accelerator/nvidia/sxid): "always fatal"
+# NVSwitch SXids, after NVIDIA's Fabric Manager user guide (DU-09883-001 v1.3, appendix D: the
+# data is collectors/kernel_log/sxid_catalog.py) as GPUd lists it: "always fatal"
 # (D.6: the whole fabric is down until the host restarts) and 10003 (D.7, "if it occurs, it is
 # fatal to the fabric") page; the single-bit ECC errors the switch corrects itself and 22013
 # ("can be safely ignored") say nothing; any other SXid (the potentially fatal ones of D.5, a
 # stalled port) is a warning: reset the fabric at the next job boundary.
-SXID_FATAL = frozenset({10003, 12020, 22003, 22011, *range(23001, 23018)})
+SXID_FATAL = frozenset({10003, *(c for c, e in SXID_CATALOG.items()
+                              if e.category is Category.ALWAYS_FATAL)})
 SXID_IGNORED = frozenset({11012, 11021, 11022, 11023, 12021, 12023, 15008, 15011, 19049, 19055,
                           19057, 19059, 19062, 19065, 19068, 19071, 24001, 24002, 24003, 22013})
 
