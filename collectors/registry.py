@@ -206,9 +206,11 @@ register(Source("ibstat", "InfiniBand port state and rate from the ibstat tool, 
 # ---- kernel log (Xid) -------------------------------------------------------------------------
 
 def _kernel_parse(path: Path, host: str, ts_ns: int) -> Parsed:
-    """Xid events of a dmesg, journalctl or syslog capture, coalesced. The capture carries no
-    bus map, so each GPU gets busmap.unmapped_index() of its PCI bus id (a note names it)."""
+    """Xid events (and host errors: `node` counters, SXid events) of a dmesg, journalctl or
+    syslog capture, coalesced. The capture carries no bus map, so each GPU gets
+    busmap.unmapped_index() of its PCI bus id (a note names it)."""
     from collectors.kernel_log import parse_kernel_log
+    from collectors.kernel_log.host_points import HostErrorTally, sxid_points
     from collectors.kernel_log.timestamps import Stamped, TimeContext, split_stamp
 
     lines = path.read_text(errors="replace").splitlines()
@@ -221,6 +223,8 @@ def _kernel_parse(path: Path, host: str, ts_ns: int) -> Parsed:
         res.notes.append(f"no Xid line among {len(lines)} kernel-log lines")
     points = [Point("xid", {"host": host, "gpu": Entity.parse(e.key).unit}, {"code": e.code},
                     int(e.ts * 1e9)) for e in res.events]
+    # Host hardware errors in the same log: machine checks and EDAC counts, NVSwitch SXids.
+    points += HostErrorTally().record_points(res, host) + sxid_points(res, host)
     return Parsed(points, res.rejected, res.notes)
 
 

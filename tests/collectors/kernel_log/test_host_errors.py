@@ -255,3 +255,14 @@ def test_sxid_catalog_agrees_with_the_chassis_rule() -> None:
     assert always | {10003} == SXID_FATAL
     assert SXID_IGNORED.issubset(c for c, e in SXID_CATALOG.items() if not e.fatal)
     assert not SXID_IGNORED & FATAL_SXIDS
+
+
+def test_parse_prints_host_errors_beside_xids() -> None:
+    # `gpuhealth parse kernel-log` shows what the agent would send from the same log.
+    from collectors.registry import get
+    from tests.collectors.own_captures import CAPTURES
+
+    got = get("kernel-log").parse(CAPTURES / "kernel-log" / "dmesg-host-errors.log", "n1", 0)
+    last = [p for p in got.points if p.measurement == "node"][-1]
+    assert last.fields == {"mce_total": 4, "edac_ce_total": 4, "edac_ue_total": 1}
+    assert [p.fields["code"] for p in got.points if p.measurement == "sxid"] == [20034, 12028]
