@@ -19,7 +19,14 @@ from service.api.node_state import NodeState
 from service.api.paging import MAX_LIMIT, Page, page_of
 from service.api.principals import Permission
 from service.api.problems import READ_ERRORS, problem_responses
-from service.api.schemas import FleetGrid, GridGpu, GridNode, GridPort, RiskyEntity
+from service.api.schemas import (
+    FleetGrid,
+    GridChassis,
+    GridGpu,
+    GridNode,
+    GridPort,
+    RiskyEntity,
+)
 from service.api.state import State
 from service.api.views import _signal, _window, entity_levels, rule_window
 from service.pipeline import Pipeline
@@ -101,6 +108,7 @@ def grid(p: Pipeline, pg: Page, top: int) -> FleetGrid:
                 ports[e.node].append(GridPort(
                     port=e.key, risk=now.entity_risk(e.key, _risk_of(risk, Scope.IB_PORT, i)),
                     level=levels.get(e.key, 0)))
+        chassis = _chassis(p, risk, now, levels, page)
         silent = {name: now.node_silent(name) for name in picked}
         riskiest = _riskiest(p, risk, levels, top)
     rows = []
@@ -108,9 +116,43 @@ def grid(p: Pipeline, pg: Page, top: int) -> FleetGrid:
         cells = sorted(gpus[name], key=lambda c: _index(c.gpu))
         rows.append(GridNode(node=name, risk=now.node_risk(name), level=node_level[name],
                              gpus=cells, ports=sorted(ports[name], key=lambda c: c.port),
+                             chassis=chassis.get(name),
                              silent=silent[name][0], silent_since=silent[name][1]))
     return FleetGrid(at=None if risk is None else risk.at, total=len(names), limit=pg.limit,
                      next_cursor=next_cursor, nodes=rows, riskiest=riskiest)
+
+
+CHASSIS = (Scope.PSU, Scope.FAN, Scope.NODE)
+
+
+def _chassis(p: Pipeline, risk: RiskState | None, now: NodeState, levels: dict[str, int],
+             page: set[str]) -> dict[str, GridChassis]:
+    """Each node's supplies, fans and own sensors as one cell: the worst of them by alert
+    level, then risk (a node's own sensors are its `node` entity); call under the pipeline
+    lock. Nodes with none of them get no cell."""
+    worst: dict[str, tuple[int, float, Scope, int]] = {}
+    counts: dict[str, dict[Scope, int]] = defaultdict(lambda: defaultdict(int))
+    for scope in CHASSIS:
+        w = p.store[scope]
+        for i in range(len(w)):
+            e = w.entities[i]
+            if e.node not in page:
+                continue
+            counts[e.node][scope] += 1
+            r = now.entity_risk(e.key, _risk_of(risk, scope, i))
+            mine = (levels.get(e.key, 0), -1.0 if r is None else r, scope, i)
+            if e.node not in worst or mine[:2] > worst[e.node][:2]:
+                worst[e.node] = mine
+    out = {}
+    for node, (lv, r, scope, i) in worst.items():
+        signals = (risk.scopes[scope].explain(i)
+                   if risk is not None and r > 0 and i < len(risk.scopes[scope].risk) else [])
+        out[node] = GridChassis(
+            risk=None if r < 0 else r, level=lv,
+            worst=p.store[scope].entities[i].key if (lv > 0 or r > 0) else None,
+            reason=_signal(signals[0]) if signals else None,
+            psus=counts[node][Scope.PSU], fans=counts[node][Scope.FAN])
+    return out
 
 
 def _index(gpu_key: str) -> tuple[int, str]:

@@ -58,6 +58,14 @@ class NodeList(BaseModel):
     missing_shards: list[str] = Field(default_factory=list, description=MISSING_DOC)
 
 
+class MetricOut(BaseModel):
+    name: str
+    unit: str
+    kind: str
+    value: float | None  # None: never reported
+    ts: Timestamp | None  # when it was sampled
+
+
 class EntityOut(BaseModel):
     entity: str
     scope: str
@@ -67,6 +75,9 @@ class EntityOut(BaseModel):
     window: WindowOut | None = None  # the model's predicted failure window, where it has one
     silent: bool = Field(default=False, description=SILENT_DOC)
     silent_since: Timestamp | None = Field(default=None, description=SINCE_DOC)
+    readings: list[MetricOut] = Field(default_factory=list, description=(
+        "On a node's page: the newest readings shown beside the entity (a supply's and a "
+        "fan's every metric, a GPU's PCIe link and readability); empty elsewhere"))
 
 
 class AlertmanagerOut(BaseModel):
@@ -171,14 +182,6 @@ class NodeDetail(BaseModel):
     alerts: list[AlertOut]
     silent: bool = Field(default=False, description=SILENT_DOC)
     silent_since: Timestamp | None = Field(default=None, description=SINCE_DOC)
-
-
-class MetricOut(BaseModel):
-    name: str
-    unit: str
-    kind: str
-    value: float | None  # None: never reported
-    ts: Timestamp | None  # when it was sampled
 
 
 class ModelOut(BaseModel):
@@ -323,12 +326,27 @@ class GridPort(BaseModel):
     level: int
 
 
+class GridChassis(BaseModel):
+    """A node's power supplies, fans and own sensors (inlet temperature, redundancy, host
+    errors) folded into one cell of the fleet grid, as a GPU's links fold into its cell."""
+
+    risk: float | None  # the highest of theirs; None until a tick has scored one
+    level: int  # the worst open alert among them
+    worst: str | None  # the entity behind it (a supply, a fan or the node), when above zero
+    reason: SignalOut | None  # that entity's strongest signal
+    psus: int
+    fans: int
+
+
 class GridNode(BaseModel):
     node: str
     risk: float | None = Field(description=RISK_DOC)
-    level: int  # the worst open alert of the node's GPUs, links and ports
+    level: int  # the worst open alert of the node's entities
     gpus: list[GridGpu]  # in GPU index order
     ports: list[GridPort]
+    chassis: GridChassis | None = Field(default=None, description=(
+        "its supplies, fans and own sensors as one cell; null where its BMC and host sensors "
+        "report nothing"))
     silent: bool = Field(default=False, description=SILENT_DOC)
     silent_since: Timestamp | None = Field(default=None, description=SINCE_DOC)
 

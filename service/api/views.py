@@ -41,6 +41,13 @@ from service.stages.alert_store import Alert
 from service.stages.scoring import SCOPES, RiskState
 
 ALL = 1_000_000  # "no limit" for alert-store queries scoped to one node
+# What a node's page shows beside each entity: a supply's and a fan's every reading, a GPU's
+# PCIe link and readability (the console draws them beside its GPUs, issue 31).
+BESIDE: dict[Scope, tuple[str, ...] | None] = {
+    Scope.PSU: None, Scope.FAN: None,
+    Scope.GPU: ("pcie_link_width", "pcie_link_width_max", "pcie_link_gen", "pcie_link_gen_max",
+                "gpu_unreadable"),
+}
 
 
 def _num(x: object) -> float | None:
@@ -219,6 +226,9 @@ def node_detail(p: Pipeline, node: str) -> NodeDetail | None:
             lists[scope] = [_with_window(p, scope, _entity(risk, scope, w.entities[i], i,
                                                            levels, now), i, risk)
                             for i in map(int, slots)]
+            if scope in BESIDE:
+                for out, i in zip(lists[scope], map(int, slots), strict=True):
+                    out.readings = _readings(p, scope, i, BESIDE[scope])
         own = lists[Scope.NODE][0] if lists[Scope.NODE] else None
         sensors = _latest(p, Scope.NODE, node)
         silent, since = now.node_silent(node)
@@ -329,10 +339,17 @@ def _latest(p: Pipeline, scope: Scope, key: str) -> list[MetricOut]:
     slot = w.slot(Entity.parse(key))
     if slot is None:
         return []
-    metrics = [MetricOut(name=m.name, unit=m.unit, kind=str(m.kind),
-                         value=_num(w.last_val[slot, j]), ts=_num(w.last_ts[slot, j]))
-               for j, m in enumerate(w.metrics)]
-    return metrics + _latest_events(p, scope, key)
+    return _readings(p, scope, slot, None) + _latest_events(p, scope, key)
+
+
+def _readings(p: Pipeline, scope: Scope, slot: int,
+              names: tuple[str, ...] | None) -> list[MetricOut]:
+    """The newest value of the named metrics (every metric for None) of one slot; call under
+    the pipeline lock."""
+    w = p.store[scope]
+    return [MetricOut(name=m.name, unit=m.unit, kind=str(m.kind),
+                      value=_num(w.last_val[slot, j]), ts=_num(w.last_ts[slot, j]))
+            for j, m in enumerate(w.metrics) if names is None or m.name in names]
 
 
 def _latest_events(p: Pipeline, scope: Scope, key: str) -> list[MetricOut]:

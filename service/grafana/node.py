@@ -1,10 +1,12 @@
 """Node and GPU detail: risk with its explanation, temperatures against the driver's own
-thresholds, memory errors, NVLink errors per link, power and throttling, Xid events."""
+thresholds, memory errors, NVLink errors per link, power and throttling, Xid events, and the
+whole server beside the GPUs (service.grafana.chassis: supplies, fans, air, host errors, PCIe)."""
 
 from __future__ import annotations
 
 from collectors.catalog import Scope
 from models.detectors.dynamic import DynamicConfig
+from service.grafana import chassis
 from service.grafana.common import (
     NODE,
     RISK_STEPS,
@@ -165,9 +167,11 @@ def build() -> Json:
                 "Red while thermal, power-cap or hardware slowdown holds clocks down."),
         _series("GPU utilization", "samples", [_m("gpu_util")], "mean", unit="percent",
                 description="Share of time a kernel ran; idle GPUs run cooler."),
+        *chassis.panels(),
     ]
     return dashboard(NODE, "gpuhealth: node and GPU detail",
-                     "One node's GPUs: risk and why, thermal, memory errors, NVLink, power.",
+                     "One node's GPUs: risk and why, thermal, memory errors, NVLink, power; its "
+                     "supplies, fans, air, host errors and PCIe links.",
                      panels, variables=[cluster_var(), node_var(GPU), gpu_var()],
                      annotations=[alert_annotation(("cluster", "node")),
                                   action_annotation(("cluster", "node"))])

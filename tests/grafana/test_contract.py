@@ -69,12 +69,31 @@ def test_alert_states_and_risk_scopes_match_the_doc() -> None:
     assert {"risk", "level", "top"} == RISK.fields
 
 
-@pytest.mark.parametrize("scope", [Scope.GPU, Scope.NVLINK, Scope.IB_PORT])
+@pytest.mark.parametrize("scope", list(Scope))
 def test_sample_and_rate_fields_come_from_the_catalog(scope: Scope) -> None:
     metrics = [m for m in CATALOG if m.scope is scope and m.kind is not Kind.EVENT]
     assert SAMPLES[scope].fields == {m.name for m in metrics}
-    assert RATES[scope].fields == {m.name for m in metrics if m.kind is Kind.COUNTER}
+    rates = {m.name for m in metrics if m.kind is Kind.COUNTER}
+    assert (RATES[scope].fields if scope in RATES else set()) == rates
     assert "ib_ber" in SAMPLES[Scope.IB_PORT].fields  # derived, but written by the sink
+
+
+def test_the_whole_server_is_in_the_contract() -> None:
+    """Issue 31's wire schema: supplies, fans and the node's own sensors are measurements of
+    their own with their id tags; a GPU's PCIe link and readability are `gpu` fields."""
+    assert SAMPLES[Scope.PSU].tags >= {"host", "psu"} and SAMPLES[Scope.FAN].tags >= {"fan"}
+    assert {"psu_health", "psu_state", "psu_input_v", "psu_output_w",
+            "psu_temp_c"} <= SAMPLES[Scope.PSU].fields
+    assert {"fan_rpm", "fan_pct", "fan_health",
+            "fan_rpm_lower_critical"} <= SAMPLES[Scope.FAN].fields
+    assert {"inlet_temp_c", "exhaust_temp_c", "psu_redundant", "fan_redundant",
+            "bmc_reachable", "edac_ce_total", "edac_ue_total",
+            "mce_total"} <= SAMPLES[Scope.NODE].fields
+    assert {"edac_ce_total", "edac_ue_total", "mce_total"} == RATES[Scope.NODE].fields
+    assert {"pcie_link_width", "pcie_link_width_max", "pcie_link_gen", "pcie_link_gen_max",
+            "gpu_unreadable"} <= SAMPLES[Scope.GPU].fields
+    assert {"sel", "sxid"} <= set(MEASUREMENTS) and {"psu", "fan"} <= RISK.tags
+    assert Scope.PSU not in RATES and Scope.FAN not in RATES  # every reading is a level
 
 
 def test_a_wrong_name_fails_loudly() -> None:

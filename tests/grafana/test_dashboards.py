@@ -115,6 +115,21 @@ def test_the_dashboards_cover_what_operators_need() -> None:
     assert {"Alert level changes", "Notifications and remediation"} <= anns
 
 
+def test_the_node_dashboard_shows_the_whole_server() -> None:
+    """Issue 31: supplies, fans, air, redundancy, host errors, the BMC event log and each GPU's
+    PCIe link and readability, beside the GPUs on the node dashboard."""
+    text = " ".join(q.query for q in dashboard_queries(DASHBOARDS["gpuhealth-node.json"]))
+    assert {"psu", "fan", "node", "node_rate", "sel", "gpu", "gpu_rate"} <= set(
+        re.findall(r'FROM "(\w+)"', text))
+    for field in ("psu_health", "psu_state", "psu_output_w", "psu_input_v", "fan_rpm",
+                  "fan_rpm_lower_critical", "fan_health", "inlet_temp_c", "exhaust_temp_c",
+                  "psu_redundant", "fan_redundant", "bmc_reachable", "edac_ce_total",
+                  "edac_ue_total", "mce_total", "pcie_link_width", "pcie_link_width_max",
+                  "pcie_link_gen", "pcie_link_gen_max", "gpu_unreadable",
+                  "pcie_aer_correctable_total"):
+        assert f'"{field}"' in text, field
+
+
 @pytest.mark.parametrize("query", QUERIES, ids=_ids(QUERIES))
 def test_every_query_names_only_what_the_contract_has(query: Any) -> None:
     assert check_query(query.query) == []

@@ -6,6 +6,11 @@ const POLL_MS = 5000;
 const LEVEL_NAMES = ["ok", "record", "email", "page"];
 const KEY_METRICS = ["gpu_temp", "mem_temp", "power_draw"];
 const VERDICTS = ["failed", "false_alarm", "maintenance", "unknown"];
+// The enum readings of the wire schema (docs/metrics.md), in words.
+const HEALTH = ["OK", "Warning", "Critical"];
+const PSU_STATE = ["delivering", "standby by design", "absent", "not delivering"];
+const UNREADABLE = ["readable", "Unknown Error", "requires reset", "lost (off the bus)",
+  "nvidia-smi timed out", "not found"];
 const MODES = ["M1_hbm", "M2_gpu_hard", "M3_nvlink", "M4_ib_link", "M5_thermal", "M6_sram",
   "M7_unobservable"];
 const state = { page: null, arg: null, timer: null, gpu: null, busy: false, again: false,
@@ -269,7 +274,8 @@ pages.fleet = {
       <div class="legend">${[0, 1, 2, 3].map(l => levelBadge(l)).join(" ")}
         <span class="cell legend-link link">n</span> GPU coloured by a worse NVLink link
         <span class="cell silent legend-silent">n</span> no data
-        <span class="port legend-port"></span> IB port</div>
+        <span class="port legend-port"></span> IB port
+        <span class="chassis legend-chassis">${BOLT}</span> power, fans and the node's own sensors</div>
       <div id="grid" class="grid"></div></section>
       <section><h2>Riskiest</h2><div id="riskiest"></div></section>`;
   },
@@ -284,16 +290,20 @@ pages.fleet = {
       if (g.silent) quiet += 1; else byLevel[Math.max(g.level, g.link_level)] += 1;
     }));
     const silent = f.nodes.filter(n => n.silent).length;
+    const chassisAlerts = f.nodes.filter(n => n.chassis && n.chassis.level > 0).length;
     $("#summary").innerHTML = `<b>${f.total}</b> nodes · <b>${gpus}</b> GPUs · scored at
       ${esc(fmtTime(f.at))} · GPUs by level: ${byLevel.map((c, l) =>
         `<span class="lvl lvl-${l}">${l}: ${c}</span>`).join(" ")}${quiet
-        ? ` <span class="lvl quiet-count">no data: ${quiet}</span>` : ""}${silent
+        ? ` <span class="lvl quiet-count">no data: ${quiet}</span>` : ""}${chassisAlerts
+        ? ` · <span class="chassis-note">${chassisAlerts} node${chassisAlerts > 1 ? "s" : ""} with
+          power, fan or node-sensor alerts</span>` : ""}${silent
         ? ` · <span class="silent-note">${silent} node${silent > 1 ? "s" : ""} sending no data</span>` : ""}`;
     $("#grid").innerHTML = f.nodes.map(n => `<div class="row${n.silent ? " silent" : ""}"
         data-node="${esc(n.node)}" data-silent="${n.silent ? "1" : "0"}">
         <span class="node">${nodeLink(n.node)}</span>
         <span class="nrisk">${fmtRisk(n.risk)}</span>
         <span class="cells">${n.gpus.map(cell).join("")}</span>
+        <span class="box">${chassisCell(n)}</span>
         <span class="ports">${n.ports.map(p => port(p, n.silent)).join("")}${n.silent
           ? `<span class="nodata">${esc(noDataSince(n.silent_since))}</span>` : ""}</span></div>`).join("")
       || `<p class="muted">no node has reported yet</p>`;
@@ -324,20 +334,147 @@ function cell(g) {
     data-entity="${esc(g.gpu)}" data-level="${level}" data-silent="${g.silent ? "1" : "0"}"
     title="${esc(title)}" href="#/node/${encodeURIComponent(node)}">${esc(unit)}</a>`;
 }
+// A lightning bolt, drawn (no font has to carry a power glyph on a wall screen's browser).
+const BOLT = `<svg class="bolt" viewBox="0 0 10 16" aria-hidden="true"><path
+  d="M6 0 0 9h4l-1 7 7-10H6z" fill="currentColor"/></svg>`;
+// A node's supplies, fans and own sensors (inlet temperature, redundancy, host errors) as one
+// cell beside its GPUs, coloured by the worst of them; its title names that one and why.
+function chassisCell(n) {
+  const c = n.chassis;
+  if (!c) return "";
+  const what = `${c.psus} supplies, ${c.fans} fans and the node's own sensors`;
+  const why = c.worst ? `; worst ${c.worst} risk ${fmtRisk(c.risk)} level ${c.level}${c.reason
+    ? `: ${c.reason.rule}: ${c.reason.signal}` : ""}` : "; all clear";
+  return `<a class="chassis lvl-${c.level}${n.silent ? " silent" : ""}" data-node="${esc(n.node)}"
+    data-level="${c.level}" data-worst="${esc(c.worst || "")}" title="${esc(what + why)}"
+    href="#/node/${encodeURIComponent(n.node)}">${BOLT}</a>`;
+}
 function port(p, silent) {
   return `<span class="port lvl-${p.level}${silent ? " silent" : ""}" data-entity="${esc(p.port)}"
     data-level="${p.level}" title="${esc(`${p.port} risk ${fmtRisk(p.risk)} level ${p.level}`)}"></span>`;
 }
 
-function entityTable(title, rows, selectable) {
+// `extra`: more columns, [heading, entity => cell html] each, after the entity's name;
+// `window`: whether to show the predicted window (no model predicts a supply or a fan).
+function entityTable(title, rows, selectable, extra = [], id = "", window = true) {
   if (!rows.length) return `<h3>${esc(title)}</h3><p class="muted">none</p>`;
-  return `<h3>${esc(title)}</h3><table class="list"><thead><tr><th>entity</th><th>risk</th>
-    <th>level</th><th>reason</th><th>predicted window</th></tr></thead><tbody>${rows.map(e => `<tr
-    data-entity="${esc(e.entity)}"${selectable ? ` class="pick${e.entity === state.gpu ? " picked" : ""}"` : ""}>
-    <td>${esc(e.entity)}</td><td class="num">${fmtRisk(e.risk)}</td><td>${levelBadge(e.level)}</td>
-    <td>${e.silent ? `<span class="nodata">${esc(noDataSince(e.silent_since))}</span> ` : ""}${
-      reason(e.explanation[0])}</td><td>${esc(e.window ? e.window.text : "–")}</td></tr>`).join("")}
-    </tbody></table>`;
+  return `<h3>${esc(title)}</h3><table class="list"${id ? ` id="${id}"` : ""}><thead><tr>
+    <th>entity</th>${extra.map(([h]) => `<th>${esc(h)}</th>`).join("")}<th>risk</th>
+    <th>level</th><th>reason</th>${window ? "<th>predicted window</th>" : ""}</tr></thead>
+    <tbody>${rows.map(e => `<tr data-entity="${esc(e.entity)}" data-level="${e.level}"${selectable
+      ? ` class="pick${e.entity === state.gpu ? " picked" : ""}"` : ""}>
+    <td>${esc(e.entity)}</td>${extra.map(([, f]) => f(e)).join("")}<td class="num">${fmtRisk(e.risk)}</td>
+    <td>${levelBadge(e.level)}</td>
+    <td class="reason">${e.silent ? `<span class="nodata">${esc(noDataSince(e.silent_since))}</span> ` : ""}${
+      reason(e.explanation[0])}</td>${window ? `<td>${esc(e.window ? e.window.text : "–")}</td>` : ""}
+    </tr>`).join("")}</tbody></table>`;
+}
+
+// ---- beside the GPUs: PCIe links, supplies, fans and the node's own sensors ------------------
+
+// name -> value of a list of readings ({name, value}); a reading never reported is absent.
+function readingsOf(list) {
+  const out = {};
+  for (const m of list || []) if (m.value !== null && m.value !== undefined) out[m.name] = m.value;
+  return out;
+}
+function num(v, digits = 0) {
+  return v === undefined ? "–" : Number(v).toFixed(digits);
+}
+function word(words, v) {
+  return v === undefined ? "–" : (words[v] ?? String(v));
+}
+// A width under the maximum is a fault (issue 31's rule); a generation under it is what an
+// idle GPU does to save power, so it is shown plainly.
+function pcieCell(e) {
+  const r = readingsOf(e.readings);
+  if (r.pcie_link_width === undefined && r.pcie_link_gen === undefined) {
+    return `<td class="pcie muted">–</td>`;
+  }
+  const narrow = r.pcie_link_width !== undefined && r.pcie_link_width_max !== undefined
+    && r.pcie_link_width < r.pcie_link_width_max;
+  const slow = r.pcie_link_gen !== undefined && r.pcie_link_gen_max !== undefined
+    && r.pcie_link_gen < r.pcie_link_gen_max;
+  return `<td class="pcie${narrow ? " bad" : ""}" data-width="${esc(r.pcie_link_width ?? "")}"
+    data-width-max="${esc(r.pcie_link_width_max ?? "")}"${narrow
+      ? ` title="link narrower than its maximum: a fault"` : ""}><span>x${num(r.pcie_link_width)} /
+    x${num(r.pcie_link_width_max)}</span> · <span>gen ${num(r.pcie_link_gen)} / ${num(
+      r.pcie_link_gen_max)}</span>${slow
+      ? ` <span class="muted small" title="GPUs lower their PCIe generation at idle">idle?</span>`
+      : ""}</td>`;
+}
+function readableCell(e) {
+  const v = readingsOf(e.readings).gpu_unreadable;
+  return `<td class="readable${v ? " bad" : ""}" data-unreadable="${esc(v ?? "")}">${esc(
+    word(UNREADABLE, v))}</td>`;
+}
+function healthCell(v) {
+  return `<td class="health${v ? (v >= 2 ? " bad" : " warn") : ""}">${esc(word(HEALTH, v))}</td>`;
+}
+const PSU_COLUMNS = [
+  ["state", e => { const v = readingsOf(e.readings).psu_state;
+    return `<td class="state${v === 3 ? " bad" : ""}" data-state="${esc(v ?? "")}">${esc(
+      word(PSU_STATE, v))}</td>`; }],
+  ["health", e => healthCell(readingsOf(e.readings).psu_health)],
+  ["reading", e => {
+    const r = readingsOf(e.readings);
+    const parts = [[r.psu_output_w, 0, "W out"], [r.psu_input_v, 1, "V in"],
+      [r.psu_temp_c, 1, "°C"]].filter(([v]) => v !== undefined);
+    return `<td class="reading">${parts.length ? parts.map(([v, d, u]) =>
+      `<span>${num(v, d)} ${u}</span>`).join(" · ") : "–"}</td>`;
+  }],
+];
+const FAN_COLUMNS = [
+  ["speed", e => {
+    const r = readingsOf(e.readings);
+    const low = r.fan_rpm !== undefined && r.fan_rpm_lower_critical !== undefined
+      && r.fan_rpm < r.fan_rpm_lower_critical;
+    const pct = r.fan_pct !== undefined ? ` (${num(r.fan_pct)} %)` : "";
+    const floor = r.fan_rpm_lower_critical === undefined ? ""
+      : ` <span class="muted small">(critical under ${num(r.fan_rpm_lower_critical)})</span>`;
+    return `<td class="reading rpm${low ? " bad" : ""}" data-rpm="${esc(r.fan_rpm ?? "")}">${r.fan_rpm
+      === undefined ? (pct ? pct.slice(2, -1) : "–") : `<span>${num(r.fan_rpm)} rpm${pct}</span>`}${floor}</td>`;
+  }],
+  ["health", e => healthCell(readingsOf(e.readings).fan_health)],
+];
+function yesNo(v, yes, no) {
+  return v === undefined ? `<span class="muted">–</span>`
+    : v ? esc(yes) : `<span class="bad">${esc(no)}</span>`;
+}
+// The node's own sensors: its NodeAtRisk risk and level, then each reading.
+function nodeSensors(n) {
+  const r = readingsOf(n.sensors);
+  const own = n.own;
+  if (!own && !Object.keys(r).length) return "";
+  const temp = v => (v === undefined ? "–" : `${num(v, 1)} °C`);
+  const rows = [
+    ["inlet temperature", temp(r.inlet_temp_c), "inlet_temp_c"],
+    ["exhaust temperature", temp(r.exhaust_temp_c), "exhaust_temp_c"],
+    ["power redundancy", yesNo(r.psu_redundant, "redundant", "lost"), "psu_redundant"],
+    ["fan redundancy", yesNo(r.fan_redundant, "redundant", "lost"), "fan_redundant"],
+    ["BMC", yesNo(r.bmc_reachable, "reachable", "unreachable"), "bmc_reachable"],
+    ["host memory errors", r.edac_ce_total === undefined && r.edac_ue_total === undefined ? "–"
+      : `${num(r.edac_ce_total)} corrected · <span class="${r.edac_ue_total ? "bad" : ""}">${num(
+        r.edac_ue_total)} uncorrected</span>`, "edac"],
+    ["CPU machine checks", r.mce_total === undefined ? "–" : num(r.mce_total), "mce_total"],
+    ["BMC event log", r.sel === undefined ? "–" : `last entry ${word(["", "warning", "critical"],
+      r.sel)}`, "sel"],
+    ["NVSwitch SXid", r.sxid === undefined ? "–" : `last SXid ${num(r.sxid)}`, "sxid"],
+  ];
+  return `<h3>The node's own sensors</h3><table class="list" id="ownsensors"><tbody>${own
+    ? `<tr data-entity="${esc(own.entity)}" data-level="${own.level}"><th>risk and level</th>
+      <td>${fmtRisk(own.risk)} ${levelBadge(own.level)} <span class="reason">${
+        reason(own.explanation[0])}</span></td></tr>` : ""}${rows.map(([name, html, key]) => `<tr
+    data-sensor="${key}"><th>${esc(name)}</th><td>${html}</td></tr>`).join("")}</tbody></table>`;
+}
+function chassisHtml(n) {
+  const own = nodeSensors(n);
+  if (!n.psus.length && !n.fans.length && !own) {
+    return `<h3>Power and cooling</h3><p class="muted">no BMC or host sensor readings for this
+      node (docs/bmc.md says how to point gpuhealth at its BMC)</p>`;
+  }
+  return entityTable("Power supplies", n.psus, false, PSU_COLUMNS, "psus", false) +
+    entityTable("Fans", n.fans, false, FAN_COLUMNS, "fans", false) + own;
 }
 
 pages.node = {
@@ -345,7 +482,7 @@ pages.node = {
     return `<section><h2>Node ${esc(node)}</h2><div id="nodehead" class="summary"></div>
       <div id="nodealerts"></div>
       <div class="chartrow"><div id="nodecharts"></div><div id="gpucharts"></div></div>
-      <div id="entities"></div></section>`;
+      <div class="beside"><div id="entities"></div><div id="chassis"></div></div></section>`;
   },
   async refresh(node) {
     const res = await api(`/v1/nodes/${encodeURIComponent(node)}`);
@@ -359,6 +496,7 @@ pages.node = {
     $("#nodehead").innerHTML = `<span>risk <b class="noderisk">${fmtRisk(n.risk)}</b></span> · ${levelBadge(n.level)} ·
       ${n.silent ? `<span class="nodata">${esc(noDataSince(n.silent_since))}</span> · ` : ""}
       ${n.gpus.length} GPUs · ${n.links.length} NVLink links · ${n.ports.length} IB ports ·
+      ${n.psus.length} power supplies · ${n.fans.length} fans ·
       ${n.alerts.length} open alerts`;
     const groups = n.alerts.every(a => Array.isArray(a.deliveries)) ? undefined
       : await groupsByAlert();
@@ -369,10 +507,12 @@ pages.node = {
       <td>${entityName(a)}<div class="muted small">${esc(a.alertname)}</div></td>
       <td class="num">${fmtRisk(a.risk)}</td><td>${alertReason(a)}</td>${deliveryCell(a, groups)}</tr>`)
       .join("")}</tbody></table>` : "";
-    $("#entities").innerHTML = entityTable("GPUs (click one for its charts)", n.gpus, true) +
+    $("#entities").innerHTML = entityTable("GPUs (click one for its charts)", n.gpus, true,
+      [["PCIe link", pcieCell], ["state", readableCell]], "gpus") +
       entityTable("NVLink links", n.links.filter(l => l.level || l.risk), false) +
       `<p class="muted">${n.links.filter(l => !l.level && !l.risk).length} links at zero risk not listed</p>` +
       entityTable("InfiniBand ports", n.ports, false);
+    $("#chassis").innerHTML = chassisHtml(n);
     const [nodeHtml, gpuHtml] = await Promise.all([
       // A node's level series is its own alert's (no data), as InfluxDB keeps it
       // (docs/influxdb.md), not its GPUs': beside their badge it would read as "all clear".

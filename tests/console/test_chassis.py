@@ -1,0 +1,214 @@
+"""Power, fans and the node's own sensors in the console, in a real headless Chromium: the service
+(embedded SQLite store) takes `gpu`, `psu`, `fan` and `node` line protocol for four nodes on its
+/write endpoint, as agents and the BMC poller send it: n1's supply PSU0 has failed (Critical,
+not delivering) and with it the node's power redundancy, n2's fan3 spins under its lower
+critical speed, n3 is healthy, n4 has no BMC readings at all. One of n1's GPUs trained its PCIe
+link at x8 of x16 and another reads "[Unknown Error]".
+
+The node page must show the supplies and fans beside the GPUs with their state, health,
+reading, level and alert text, the node's own sensors, and each GPU's PCIe link and
+readability; the fleet grid must show the supply and the fan alerts on their nodes' rows at
+the level the API gives. Screenshots go to $GPUHEALTH_CONSOLE_SCREENSHOTS (under chassis/)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.api.app import create_app
+from service.api.state import Running
+from service.settings import Settings, StorageSettings
+from tests.console.cdp import CHROMIUM, Browser
+from tests.console.serve import Service, open_page, serving, unexpected
+from tests.support.fleet import STEP, T0, ManualClock
+
+pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
+                                 "(apt-get install chromium; .ci/run does)"),
+              pytest.mark.slow]
+
+NODES = ("n1", "n2", "n3", "n4")
+CHASSIS_NODES = ("n1", "n2", "n3")
+# The alert policy's level-2 for-duration (120 s), with rounds to spare.
+ROUNDS = 30
+
+
+def _ns(t: float) -> int:
+    return round(t * 1e9)
+
+
+def gpu_lines(node: str, t: float) -> list[str]:
+    out = []
+    for g in range(4):
+        width = 8 if (node, g) == ("n1", 1) else 16
+        unreadable = 1 if (node, g) == ("n1", 3) else 0
+        out.append(f"gpu,host={node},gpu={g} gpu_temp=55,ecc_dbe_volatile=0i,"
+                   f"pcie_link_width={width}i,pcie_link_width_max=16i,pcie_link_gen=5i,"
+                   f"pcie_link_gen_max=5i,gpu_unreadable={unreadable}i {_ns(t)}")
+    return out
+
+
+def chassis_lines(node: str, t: float) -> list[str]:
+    """Two supplies delivering and a spare in standby by design; four fans; the node's own
+    sensors (the wire schema of issue 31)."""
+    ns = _ns(t)
+    out = []
+    for i, (health, state) in enumerate(((0, 0), (0, 0), (0, 1))):
+        if node == "n1" and i == 0:
+            health, state = 2, 3
+        out.append(f"psu,host={node},psu=PSU{i} psu_health={health}i,psu_state={state}i,"
+                   f"psu_input_v=230.5,psu_output_w={0 if state else 1200.0},psu_temp_c=41 {ns}")
+    for i in range(4):
+        rpm = 1000.0 if (node == "n2" and i == 3) else 9000.0
+        out.append(f"fan,host={node},fan={i} fan_rpm={rpm},fan_health=0i,"
+                   f"fan_rpm_lower_critical=1800 {ns}")
+    redundant = 0 if node == "n1" else 1
+    out.append(f"node,host={node} inlet_temp_c=24.5,exhaust_temp_c=38,psu_redundant="
+               f"{redundant}i,fan_redundant=1i,bmc_reachable=1i,edac_ce_total=4i,"
+               f"edac_ue_total=0i,mce_total=0i {ns}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    clock = ManualClock(T0)
+    settings = Settings(storage=StorageSettings(data_dir=tmp_path_factory.mktemp("chassis")
+                                                / "data"))
+    app = create_app(settings, clock=clock, schedule=False)
+    with serving(app) as url:
+        st: Running = app.state.gpuhealth
+        for _ in range(ROUNDS):
+            t = clock.now
+            lines = [x for n in NODES for x in gpu_lines(n, t)]
+            lines += [x for n in CHASSIS_NODES for x in chassis_lines(n, t)]
+            r = httpx.post(url + "/write", content="\n".join(lines) + "\n", timeout=10)
+            assert r.status_code == 204, r.text
+            st.scheduler.score_once()
+            clock.now += STEP
+        yield Service(url, st, {})
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    b = Browser(tmp_path_factory.mktemp("chromium"))
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    kept = os.environ.get("GPUHEALTH_CONSOLE_SCREENSHOTS")
+    where = (Path(kept) if kept else tmp_path_factory.mktemp("console-screenshots")) / "chassis"
+    where.mkdir(parents=True, exist_ok=True)
+    return where
+
+
+def _rows(b: Browser, table: str) -> dict[str, dict[str, str]]:
+    """Each row of a table on the page by its entity: its level and the text of its cells."""
+    return b.eval(f"Object.fromEntries([...document.querySelectorAll('#{table} tr[data-entity]')]"
+                  ".map(r => [r.dataset.entity, {level: r.dataset.level, text: r.innerText}]))")
+
+
+def test_a_failed_supply_shows_beside_the_gpus_with_its_level_and_alert(
+        service: Service, browser: Browser, shots: Path) -> None:
+    api = service.get("/v1/nodes/n1")
+    open_page(browser, service.url + "/#/node/n1",
+              "document.querySelectorAll('#psus tr[data-entity^=\"n1:\"]').length === 3",
+              "n1's power supplies")
+    psus = _rows(browser, "psus")
+    assert {k: int(v["level"]) for k, v in psus.items()} == {
+        p["entity"]: p["level"] for p in api["psus"]}
+    failed = psus["n1:psuPSU0"]
+    assert int(failed["level"]) == 2 and "2 email" in failed["text"]
+    assert "not delivering" in failed["text"] and "Critical" in failed["text"]
+    assert "psu_failed" in failed["text"]  # the alert's text: its rule and signal
+    assert "0 W out" in failed["text"] and "230.5 V in" in failed["text"]
+    spare = psus["n1:psuPSU2"]
+    assert int(spare["level"]) == 0 and "standby by design" in spare["text"]
+    assert "1200 W out" in psus["n1:psuPSU1"]["text"] and "OK" in psus["n1:psuPSU1"]["text"]
+    # The node's own sensors: redundancy lost is its own alert (NodeAtRisk), at its level.
+    own = browser.eval("(() => { const t = document.querySelector('#ownsensors');"
+                       " const r = t.querySelector('tr[data-entity]');"
+                       " return [r.dataset.entity, Number(r.dataset.level), t.innerText]; })()")
+    assert own[:2] == ["n1", api["own"]["level"]] and own[1] == 2
+    assert "psu_redundancy_lost" in own[2] and "lost" in own[2]
+    assert "24.5 °C" in own[2] and "38.0 °C" in own[2] and "4 corrected" in own[2]
+    assert "reachable" in own[2]
+    # Beside the GPUs, not under them: the two columns share a row on a laptop screen.
+    beside = browser.eval("(() => { const a = document.querySelector('#entities')"
+                          ".getBoundingClientRect(), b = document.querySelector('#chassis')"
+                          ".getBoundingClientRect(); return [a.top === b.top, b.left > a.left];"
+                          " })()")
+    assert beside == [True, True]
+    browser.screenshot(shots / "node-n1.png")
+    assert unexpected(browser) == []
+
+
+def test_the_gpus_pcie_link_and_readability_show(service: Service, browser: Browser) -> None:
+    open_page(browser, service.url + "/#/node/n1",
+              "document.querySelectorAll('#gpus tr[data-entity^=\"n1:\"]').length === 4",
+              "n1's GPUs")
+    cells = browser.eval(
+        "Object.fromEntries([...document.querySelectorAll('#gpus tr[data-entity]')].map(r =>"
+        " [r.dataset.entity, [r.querySelector('td.pcie').innerText.replace(/\\s+/g, ' ').trim(),"
+        " r.querySelector('td.pcie').classList.contains('bad'),"
+        " r.querySelector('td.readable').innerText]]))")
+    assert cells["n1:gpu1"] == ["x8 / x16 · gen 5 / 5", True, "readable"]
+    assert cells["n1:gpu0"] == ["x16 / x16 · gen 5 / 5", False, "readable"]
+    assert cells["n1:gpu3"][2] == "Unknown Error"
+    assert unexpected(browser) == []
+
+
+def test_a_slow_fan_shows_with_its_speed_against_its_threshold(
+        service: Service, browser: Browser, shots: Path) -> None:
+    api = {f["entity"]: f["level"] for f in service.get("/v1/nodes/n2")["fans"]}
+    open_page(browser, service.url + "/#/node/n2",
+              "document.querySelectorAll('#fans tr[data-entity^=\"n2:\"]').length === 4",
+              "n2's fans")
+    fans = _rows(browser, "fans")
+    assert {k: int(v["level"]) for k, v in fans.items()} == api
+    slow = fans["n2:fan3"]
+    assert int(slow["level"]) == 2 and "fan_failed" in slow["text"]
+    assert "1000 rpm" in slow["text"] and "critical under 1800" in slow["text"]
+    assert browser.eval("document.querySelector('#fans tr[data-entity=\"n2:fan3\"] td.rpm')"
+                        ".classList.contains('bad')")
+    assert int(fans["n2:fan0"]["level"]) == 0 and "9000 rpm" in fans["n2:fan0"]["text"]
+    browser.screenshot(shots / "node-n2.png")
+    assert unexpected(browser) == []
+
+
+def test_a_node_without_bmc_readings_says_so(service: Service, browser: Browser) -> None:
+    open_page(browser, service.url + "/#/node/n4",
+              "document.querySelector('#gpus tr[data-entity=\"n4:gpu0\"]')"
+              " && document.querySelector('#chassis p')", "n4's power and cooling")
+    assert "no BMC or host sensor readings" in browser.eval(
+        "document.querySelector('#chassis').innerText")
+    assert unexpected(browser) == []
+
+
+def test_the_fleet_grid_shows_supply_and_fan_alerts_on_their_nodes(
+        service: Service, browser: Browser, shots: Path) -> None:
+    fleet = {n["node"]: n["chassis"] for n in service.get("/v1/fleet")["nodes"]}
+    assert fleet["n4"] is None and fleet["n3"]["level"] == 0
+    assert (fleet["n1"]["level"], fleet["n2"]["level"]) == (2, 2)
+    assert fleet["n2"]["worst"] == "n2:fan3" and fleet["n1"]["psus"] == 3
+    open_page(browser, service.url + "/#/fleet",
+              "document.querySelectorAll('#grid .chassis').length === 3", "the fleet grid")
+    shown = browser.eval("Object.fromEntries([...document.querySelectorAll('#grid .chassis')]"
+                         ".map(c => [c.dataset.node, [Number(c.dataset.level), c.dataset.worst,"
+                         " c.title]]))")
+    assert {n: v[0] for n, v in shown.items()} == {
+        n: c["level"] for n, c in fleet.items() if c is not None}
+    assert shown["n2"][1] == "n2:fan3" and "fan_failed" in shown["n2"][2]
+    assert shown["n1"][1] == fleet["n1"]["worst"] and shown["n3"][1] == ""
+    # The GPU cells are unchanged by it: still one per GPU.
+    assert browser.eval("document.querySelectorAll('#grid .cell').length") == 16
+    assert "2 nodes with power, fan or node-sensor alerts" in " ".join(browser.eval(
+        "document.querySelector('#summary').innerText").split())
+    browser.screenshot(shots / "fleet.png")
+    assert unexpected(browser) == []
