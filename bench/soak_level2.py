@@ -22,8 +22,10 @@ LEVEL = 2
 
 def budget_s(plan: Plan) -> float:
     """From the evidence complete (the fan's second reading, the PCIe width's hold) to level 2:
-    the level's for-duration, two ticks and the scheduler's latency."""
-    return plan.level2_for_s + TICKS_LATE * plan.step_s + JITTER_S
+    the ticks a hard failure's evidence may take to show (TICKS_LATE, as for level 3), the
+    level's for-duration, one tick more (the for-duration is checked at ticks: the first at or
+    after it elapsed, and tick times jitter) and the scheduler's latency."""
+    return plan.level2_for_s + (TICKS_LATE + 1) * plan.step_s + JITTER_S
 
 
 def _readings(f: Level2Fault) -> int:

@@ -142,7 +142,7 @@ def test_level2_in_time_delivered_and_not_drained_holds() -> None:
     rows, raised = level2(api, _plan(), _pushes(), {1: T0}, am, None, mail, T0)
     assert [(r.ok, r.value) for r in rows] == [(True, "49.5 s"), (True, "1 mail, 2 probes"),
                                                (True, "49.5 s"), (True, "1 mail, 1 probes")]
-    assert budget_s(_plan()) == 56.0
+    assert budget_s(_plan()) == 61.0
     drain = Received(T0 + 170, "/remediate", "w1", {"op": "drain", "node": "n03",
                                                      "alert_id": 9, "fingerprint": "fp9"})
     assert no_drain([drain], raised).ok
