@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("mail.log").setLevel(logging.WARNING)  # aiosmtpd: a line per connection
     root = args.dir or Path(tempfile.mkdtemp(prefix="gpuhealth-soak-"))
     root.mkdir(parents=True, exist_ok=True)
     previous = signal.signal(signal.SIGTERM, _interrupt)

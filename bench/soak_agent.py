@@ -89,6 +89,10 @@ def _collectors(node: dict[str, Any]) -> list[Collector]:
         out.append(registry.get("dcgm-exporter").build(host, {"url": node["dcgm_url"]}))
     out.append(registry.get("infiniband").build(host, {"root": str(root /
                                                                    "sys-class-infiniband")}))
+    # The node's BMC in band, as a fleet reads it: the product's ipmi source running a fake
+    # ipmitool (bench.soak_bmc) every round.
+    out.append(registry.get("ipmi").build(host, {"binary": str(root / "bin" / "ipmitool"),
+                                                 "timeout": 10.0}))
     bus_map = functools.partial(gpu_bus_map, smi)
     out.append(registry.get("kernel-log").build(host, {
         "path": str(root / "kern.log"), "gpu_index": bus_map(), "refresh_index": bus_map}))

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.soak_plan import Fault, NodeSpec, Plan
+from bench.soak_bmc import FAN_LCR, FAN_LNC, FAN_LNR
+from bench.soak_plan import FAN_DECAY_S, Fault, NodeSpec, Plan
 from bench.soak_render import dcgm_page, noise_lines, telegraf_gpu, telegraf_ib, xid_line
 
 NVLINKS = 4  # per GPU on dcgm nodes, once they appear
@@ -27,6 +28,8 @@ REMAP_EVERY_S = 10.0  # a correctable remap this often while a GPU's memory degr
 SHUTDOWN_C, SLOWDOWN_C, THROTTLE_C = 92.0, 89.0, 87.0  # H100-like thresholds (XML, DCGM)
 HEAT_JUMP_C, HEAT_RATE_C_S, HEAT_PLATEAU_C = 35.0, 1.0, 88.5  # a failing fan
 OVERHEAT_C = 91.5  # within 2 degC of shutdown: the near_shutdown hard rule
+FAN_RPM, FAN_FLOOR_RPM = 8400.0, 200.0  # a chassis fan at work; a seized one still turns a bit
+PSU_W, PSU_V = 610.0, 228.0  # each of two supplies sharing the node's load, at mains
 
 
 @dataclass(slots=True)
@@ -48,6 +51,7 @@ class GpuState:
     remap_pending: int = 0
     remap_failure: int = 0
     pcie_replay: int = 0
+    pcie_width: int = 16  # lanes of an x16 link (nvidia-smi pcie.link.width.current)
     last_xid: int = 0
     remap_rising_since: float | None = None
     base_temp: float = 40.0
@@ -69,7 +73,8 @@ class GpuState:
             "sbe_vol": self.sbe_vol, "dbe_vol": self.dbe_vol, "sbe_agg": self.sbe_agg,
             "dbe_agg": self.dbe_agg, "remap_corr": self.remap_corr, "remap_unc": self.remap_unc,
             "remap_pending": self.remap_pending, "remap_failure": self.remap_failure,
-            "pcie_replay": self.pcie_replay, "last_xid": self.last_xid, "nvl": self.nvl,
+            "pcie_replay": self.pcie_replay, "pcie_width": self.pcie_width,
+            "last_xid": self.last_xid, "nvl": self.nvl,
         }
 
 
@@ -86,12 +91,38 @@ class PortState:
 
 
 @dataclass(slots=True)
+class BmcState:
+    """What the node's BMC reads (bench.soak_bmc renders it as ipmitool prints it): two
+    supplies sharing the load, six fans, the inlet and exhaust air, and the event log."""
+
+    failed: list[bool] = field(default_factory=lambda: [False, False])
+    fans: list[float] = field(default_factory=lambda: [FAN_RPM] * 6)
+    slowing_since: dict[int, float] = field(default_factory=dict)  # fan index -> since when
+    inlet: float = 24.0
+    sel: list[list[Any]] = field(default_factory=list)  # [id, time, sensor, event, dir, reading]
+
+    def log(self, at: float, sensor: str, event: str, reading: str = "") -> None:
+        self.sel.append([len(self.sel) + 1, at, sensor, event, "Asserted", reading])
+
+    def as_dict(self, rng: random.Random) -> dict[str, Any]:
+        up = self.failed.count(False) or 1
+        psus = [{"failed": bad, "temp": 36.0 + rng.uniform(-1, 1), "volts": PSU_V,
+                 "watts": 0.0 if bad else 2 * PSU_W / up + rng.uniform(-15, 15)}
+                for bad in self.failed]
+        fans = [rpm if i in self.slowing_since else rpm + rng.uniform(-60, 60)
+                for i, rpm in enumerate(self.fans)]
+        return {"cpu_temp": 52.0 + rng.uniform(-2, 2), "inlet": self.inlet,
+                "exhaust": self.inlet + 14.0, "fans": fans, "psus": psus, "sel": self.sel}
+
+
+@dataclass(slots=True)
 class NodeState:
     spec: NodeSpec
     gpus: list[GpuState]
     ports: list[PortState]
     root: Path
     links: int = 0  # NVLink links per GPU the exporter shows
+    bmc: BmcState = field(default_factory=BmcState)
 
     @property
     def smi_state(self) -> Path:
@@ -108,6 +139,14 @@ class NodeState:
     @property
     def smi_binary(self) -> Path:
         return self.root / "bin" / "nvidia-smi"
+
+    @property
+    def bmc_state(self) -> Path:
+        return self.root / "bmc-state.json"
+
+    @property
+    def ipmitool(self) -> Path:
+        return self.root / "bin" / "ipmitool"
 
 
 def _uuid(rng: random.Random) -> str:
@@ -198,6 +237,15 @@ class Fleet:
                                                  "GPU has fallen off the bus.")])
             elif f.what == "gpu_silent" and gpu:
                 gpu.lost = True
+            elif f.what == "pcie_narrow" and gpu:
+                gpu.pcie_width //= 2  # retrained at half width: a riser or seating fault
+            elif f.what == "psu_fail" and node:
+                i = int(f.unit) - 1
+                node.bmc.failed[i] = True
+                node.bmc.log(now, f"Power Supply PS{i + 1} Status", "Failure detected")
+                node.bmc.log(now, "Power Supply PS Redundancy", "Redundancy Lost")
+            elif f.what == "fan_slowing" and node:
+                node.bmc.slowing_since[int(f.unit) - 1] = now
             if node is not None:
                 self._write_node(node, now)
 
@@ -216,6 +264,7 @@ class Fleet:
                         g.remap_corr = 1 + int((now - g.remap_rising_since) / REMAP_EVERY_S)
                         g.sbe_vol += int(dt * 40)
                         g.sbe_agg += int(dt * 40)
+                self._fans(node.bmc, now)
                 for p in node.ports:
                     if p.state == 4:
                         p.counters["port_rcv_data"] += int(dt * 2e9)
@@ -226,11 +275,27 @@ class Fleet:
                 if self.rng.random() < 0.2:  # the log grows, failure or not
                     self._append_log(node, list(noise_lines(now, 1)))
 
+    @staticmethod
+    def _fans(bmc: BmcState, now: float) -> None:
+        """A failing fan loses speed at a steady rate, past its lower thresholds (each crossing
+        logged as the BMC logs it) down to a crawl."""
+        rate = (FAN_RPM - FAN_LCR) / FAN_DECAY_S
+        for i, since in bmc.slowing_since.items():
+            old = bmc.fans[i]
+            new = max(FAN_FLOOR_RPM, FAN_RPM - rate * (now - since))
+            bmc.fans[i] = new
+            for limit, what in ((FAN_LNC, "Lower Non-critical"), (FAN_LCR, "Lower Critical"),
+                                (FAN_LNR, "Lower Non-recoverable")):
+                if new < limit <= old:
+                    bmc.log(now, f"Fan FAN{i + 1}", f"{what} going low ",
+                            f"Reading {new:.0f} < Threshold {limit:.0f} RPM")
+
     # ---- files ------------------------------------------------------------------------------
     def _write_node(self, node: NodeState, now: float) -> None:
         if node.spec.kind != "telegraf":
             listed = [g.as_dict(self.rng) for g in node.gpus if g.present]
             self.files.put(node.smi_state, json.dumps({"driver": "550.54.15", "gpus": listed}))
+            self.files.put(node.bmc_state, json.dumps(node.bmc.as_dict(self.rng)))
         self._write_ib(node)
 
     def _write_ib(self, node: NodeState) -> None:

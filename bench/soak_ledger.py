@@ -13,11 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.soak_fleet import SHUTDOWN_C
-from collectors.catalog import CATALOG, Scope
+from bench.soak_plan import Level2Fault
+from collectors.catalog import CATALOG
 from collectors.lineprotocol import Point, parse
 
 SCOPE_TAGS = {"gpu": ("host", "gpu"), "nvlink": ("host", "gpu", "link"),
-              "ib_port": ("host", "device", "port"), "xid": ("host", "gpu")}
+              "ib_port": ("host", "device", "port"), "xid": ("host", "gpu"),
+              "psu": ("host", "psu"), "fan": ("host", "fan"), "node": ("host",),
+              "sel": ("host",)}
+EVENTS = ("xid", "sel")  # event measurements: one field, `code`
 # Telegraf measurement -> (our measurement, its tags in our tag names' order)
 _TELEGRAF = {"nvidia_smi": ("gpu", ("host", "index")),
              "infiniband": ("ib_port", ("host", "device", "port"))}
@@ -28,14 +32,13 @@ def _catalog_fields() -> tuple[dict[str, set[str]], dict[str, str]]:
     ours: dict[str, set[str]] = defaultdict(set)
     telegraf: dict[str, str] = {}
     for m in CATALOG:
-        if m.derived or m.scope is Scope.NODE:
-            continue
-        if m.name == "xid":
+        if m.derived or m.name in EVENTS:
             continue
         ours[m.scope.value].add(m.name)
         if m.telegraf:
             telegraf[m.telegraf] = m.name
-    ours["xid"] = {"code"}
+    for event in EVENTS:
+        ours[event] = {"code"}
     return ours, telegraf
 
 
@@ -196,6 +199,53 @@ def evidence(pushes: list[Push], entity: str, what: str, ib_down_s: float) -> Ev
                     first = (push.at, ts)
                 elif ts >= first[1] + ib_down_s:
                     return Evidence(first[0], push.at, first[1])
+    if first is not None:
+        return Evidence(first[0], None, first[1])
+    return Evidence(None, None, None)
+
+
+def _failing(p: Point, f: Level2Fault) -> bool:
+    """Whether a sent point shows the level-2 fault `f` on its entity."""
+    parts = f.entity.split(":")
+    if p.tags.get("host") != parts[0]:
+        return False
+    v = p.fields
+    if f.evidence == "psu":
+        return p.measurement == "psu" and p.tags.get("psu") == f.unit and v.get(
+            "psu_health") == 2
+    if f.evidence == "redundancy":
+        return p.measurement == "node" and v.get("psu_redundant") == 0
+    if f.evidence == "fan":
+        rpm, limit = v.get("fan_rpm"), v.get("fan_rpm_lower_critical")
+        return p.measurement == "fan" and p.tags.get("fan") == f.unit and (
+            v.get("fan_health") == 2 or (isinstance(rpm, int | float)
+                                         and isinstance(limit, int | float) and rpm < limit))
+    if f.evidence == "pcie":
+        width, top = v.get("pcie_link_width"), v.get("pcie_link_width_max")
+        return (p.measurement == "gpu" and f"gpu{p.tags.get('gpu')}" == parts[1]
+                and isinstance(width, int | float) and isinstance(top, int | float)
+                and width < top)
+    raise ValueError(f"unknown evidence {f.evidence!r}")
+
+
+def level2_evidence(pushes: list[Push], f: Level2Fault, readings: int = 1) -> Evidence:
+    """When the evidence of a level-2 fault reached the service: the first failing reading
+    (`happened_at`), and the one that completes what the rule asks for (`complete_at`): the
+    `readings`-th failing reading in a row, then `f.hold_s` of them by data time."""
+    first: tuple[float, float] | None = None  # (arrival, data time) of the first failing one
+    count = 0
+    for push in sorted(pushes, key=lambda x: x.at):
+        for p in push.points:
+            if p.ts_ns is None or p.tags.get("host") != f.entity.split(":")[0]:
+                continue
+            if not _failing(p, f):
+                continue
+            ts = p.ts_ns / 1e9
+            count += 1
+            if first is None:
+                first = (push.at, ts)
+            if count >= readings and ts >= first[1] + f.hold_s:
+                return Evidence(first[0], push.at, first[1])
     if first is not None:
         return Evidence(first[0], None, first[1])
     return Evidence(None, None, None)

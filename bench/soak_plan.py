@@ -14,6 +14,13 @@ link down, a GPU at its shutdown margin; on larger fleets more nodes from the ba
 announced by a precursor), so that a third of the fleet entering level 3 from live data within
 `STORM_WINDOW_S` trips `FleetStorm` (the late Xid is a backfill: it never counts toward a
 storm). Before it, no two nodes enter level 2 within that window.
+
+The chassis and link phase (issue 31): a power supply fails, a fan slows down below its lower
+critical speed and a GPU's PCIe link drops to half its width, each read the way a fleet reads
+it (the fake BMC through the product's `ipmi` source, the fake nvidia-smi's PCIe fields). Each
+is a level-2 fault (fix at the next job boundary, never a drain). They are timed so that their
+level-2 entries land just after the storm phase begins, on nodes the storm already counts (n00
+and n01): a level-2 entry of another node before the storm would raise the storm early.
 """
 
 from __future__ import annotations
@@ -25,6 +32,13 @@ from typing import Literal
 Kind = Literal["smi", "dcgm", "telegraf"]
 KINDS: tuple[Kind, ...] = ("smi", "dcgm", "smi", "telegraf")
 XID_LATE_S = 90.0  # issue 13, defect 3: the Xid 79 that arrives 90 s late
+# Level 2's for-duration in the soak: the default (120 s) on runs long enough, shorter on the
+# short form, where the kill -9 at 0.45 of the run restarts every pending for-duration and a
+# level-2 fault must still reach level 2 within the run.
+LEVEL2_FOR_S, LEVEL2_FOR_MIN_S = 120.0, 45.0
+PCIE_WIDTH_HOLD_S = 20.0  # the soak's pcie_width_hold_s (the product's default is 300 s)
+FAN_DECAY_S = 30.0  # a failing fan takes this long from full speed to its lower critical
+LEVEL2_AFTER_S = 10.0  # the chassis faults reach level 2 this long after the storm begins
 MIN_MINUTES = 3.0  # the late Xid and its silence need this much run
 STORM_AT = 0.75  # the storm phase's start, a fraction of the run
 STORM_WINDOW_S = 40.0  # its hard faults reach level 3 within this (the storm's window_s)
@@ -51,6 +65,25 @@ class Fault:
     node: str = ""
     gpu: int = -1
     port: str = ""
+    unit: str = ""  # a power supply's or fan's number on its BMC (1-based, as it names them)
+
+
+@dataclass(frozen=True, slots=True)
+class Level2Fault:
+    """An injected fault that must reach level 2 and stay there (a warning: no page, no
+    drain). `evidence`: "psu" (the supply's health Critical), "redundancy" (the node's supply
+    redundancy lost), "fan" (the fan below its lower critical speed) or "pcie" (the link
+    narrower than its maximum while busy); `rule`: the rule that must explain the alert;
+    `hold_s`: how long the rule wants the evidence before it fires (the PCIe width's hold; a
+    fan's second reading is part of its evidence)."""
+
+    name: str
+    entity: str
+    alertname: str
+    rule: str
+    evidence: str
+    unit: str = ""
+    hold_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +116,9 @@ class Plan:
     removed_node: str = ""
     storm_at: float = 0.0  # the storm phase's start, seconds after the origin
     storm_nodes: list[str] = field(default_factory=list)  # nodes with a hard fault in it
+    level2: list[Level2Fault] = field(default_factory=list)
+    level2_for_s: float = LEVEL2_FOR_S  # the soak's alerts.for_s at level 2
+    pcie_width_hold_s: float = PCIE_WIDTH_HOLD_S
 
     @property
     def storm_min_nodes(self) -> int:
@@ -165,6 +201,8 @@ def build(minutes: float, gpus: int, *, step_s: float = 5.0, ib_down_s: float = 
     f(Fault(0.5 * d, "tg_substep", "n03"))
     f(Fault(0.65 * d, "tg_out_of_order", "n03"))
     f(Fault(0.35 * d, "bad_lines", "n03"))
+    plan.level2_for_s = min(LEVEL2_FOR_S, max(LEVEL2_FOR_MIN_S, round(d / 4)))
+    plan.level2 = _level2(plan, storm)
     extra = _storm_extra(plan, storm)
     plan.faults.sort(key=lambda x: x.at)
     plan.storm_nodes = ["n00", "n01", "n02", *(h.entity.split(":")[0] for h in extra)]
@@ -184,6 +222,30 @@ def build(minutes: float, gpus: int, *, step_s: float = 5.0, ib_down_s: float = 
     plan.silent_gpu = "n00:gpu1"
     plan.resolve_node = added.name
     return plan
+
+
+def _level2(plan: Plan, storm: float) -> list[Level2Fault]:
+    """A supply fails on n01 (its other supply carries the node), a fan of n00 slows down past
+    its lower critical speed, n00's GPU 0 retrains at x8 of x16 while busy. Each is injected so
+    that its level-2 for-duration ends LEVEL2_AFTER_S after the storm begins: later where the
+    restart after the kill -9 came after the fault (a restart starts every pending
+    for-duration again), never before the storm, where n01 entering level 2 beside n00 would
+    raise it early."""
+    due = storm + LEVEL2_AFTER_S - plan.level2_for_s
+    f = plan.faults.append
+    f(Fault(due, "psu_fail", "n01", unit="2"))
+    f(Fault(due - FAN_DECAY_S - plan.step_s, "fan_slowing", "n00", unit="3"))
+    f(Fault(due - plan.pcie_width_hold_s, "pcie_narrow", "n00", gpu=0))
+    return [
+        Level2Fault("power supply failed, the other one delivers", "n01:psu2",
+                    "PsuFailureRisk", "psu_failed", "psu", unit="2"),
+        Level2Fault("power supply redundancy lost", "n01", "NodeAtRisk",
+                    "psu_redundancy_lost", "redundancy"),
+        Level2Fault("fan below its lower critical speed", "n00:fan3", "FanFailureRisk",
+                    "fan_failed", "fan", unit="3"),
+        Level2Fault("PCIe link x8 of x16 while busy", "n00:gpu0", "GpuFailureRisk",
+                    "pcie_width_low", "pcie", hold_s=plan.pcie_width_hold_s),
+    ]
 
 
 def _storm_extra(plan: Plan, storm: float) -> list[HardFailure]:

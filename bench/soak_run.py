@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import soak_bmc
+from bench import soak_level2 as level2
 from bench import soak_storm as storm
 from bench import soak_verdict as verdict
 from bench.soak_alertmanager import AmProbe, AmSample, read_once
@@ -94,6 +96,7 @@ class SoakRun:
         for name in self.agent_nodes:
             node = self.fleet.nodes[name]
             write_executable(node.smi_binary, node.smi_state, REPO)
+            soak_bmc.write_executable(node.ipmitool, node.bmc_state, REPO)
             self._control(name, "run" if node.spec.start_at == 0 else "pending")
         self.receiver.start()
         self.stack.alertmanager_start()
@@ -129,7 +132,8 @@ class SoakRun:
 
     def _apply(self, f: Fault, now: float) -> None:
         log.info("+%5.1f s  %s %s%s", now - self.t0, f.what, f.node,
-                 f":gpu{f.gpu}" if f.gpu >= 0 else (f":{f.port}" if f.port else ""))
+                 f":gpu{f.gpu}" if f.gpu >= 0 else (f":{f.port}" if f.port else (
+                     f" unit {f.unit}" if f.unit else "")))
         self.marks.setdefault(f.what + (f":{f.node}" if f.node else ""), now)
         if f.what == "influx_stop":
             self.stack.influx_stop()
@@ -193,6 +197,12 @@ class SoakRun:
                                                       verdict.STALE_AFTER_S))
             out.checks += verdict.pages(api, self.plan, self.receiver.of("/notify"), owed_by)
             out.checks.append(verdict.drains(self.plan, self.receiver.of("/remediate")))
+            rows, raised = level2.level2(api, self.plan, pushes,
+                                         storm.first_ticks(self.probe.snapshots),
+                                         self.am_probe.samples, self._am_now(),
+                                         self.stack.mail.alerts(), self.t0)
+            out.checks.append(level2.no_drain(self.receiver.of("/remediate"), raised))
+            out.checks += rows
             out.checks += self._storm(api, pushes)
             sent = sent_samples(pushes)
             stored = verdict.influx_counts(self.stack.influx.url, self.t0 - 120)
@@ -203,21 +213,20 @@ class SoakRun:
             api.close()
         return out
 
+    def _am_now(self) -> AmSample | None:
+        """Alertmanager and the service now, read together."""
+        try:
+            return read_once(self.stack.url, self.stack.am.url, lambda: self.stack.service.pid)
+        except (ValueError, KeyError):
+            return None
+
     def _storm(self, api: verdict.Api, pushes: list[Push]) -> list[verdict.Check]:
         notes = self.receiver.of("/notify")
         starts = storm.first_ticks(self.probe.snapshots)
-
-        def am_now() -> AmSample | None:  # Alertmanager and the service now, read together
-            try:
-                return read_once(self.stack.url, self.stack.am.url,
-                                 lambda: self.stack.service.pid)
-            except (ValueError, KeyError):
-                return None
-
         return [storm.storm_raised(api, self.plan, self.t0),
                 *storm.in_alertmanager(api, self.plan, self.am_probe.samples, starts, self.t0),
                 storm.hard_faults_paged(self.plan, notes, pushes, self.ib_down_s),
-                storm.deliveries(api, lambda: self.receiver.of("/notify"), am_now)]
+                storm.deliveries(api, lambda: self.receiver.of("/notify"), self._am_now)]
 
     def _info(self, api: verdict.Api, pushes: list[Push], sent: dict[Any, int],
               stored: dict[Any, int]) -> dict[str, Any]:
@@ -230,6 +239,7 @@ class SoakRun:
             "pushes": len(pushes), "samples_sent": sum(sent.values()),
             "samples_stored": sum(stored.values()),
             "notifications": len(self.receiver.of("/notify")),
+            "mails": self.stack.mail.mails,
             "drain_requests": len(drains),
             "drained_nodes": sorted({str(d.body.get("node")) for d in drains}),
             "dcgm_scrapes": self.receiver.dcgm_scrapes, "telegraf": dict(self.telegraf.stats),

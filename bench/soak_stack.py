@@ -20,7 +20,9 @@ from typing import Any
 import httpx
 import yaml
 
+from bench.soak_mail import MailSink
 from bench.soak_plan import STORM_FRACTION, Plan
+from service.stages.alert_machine import AlertPolicy
 from service.stages.fleet_alerts import StormSettings
 from tests.influx.server import InfluxServer, free_port
 from tests.notify.alertmanager_server import AlertmanagerServer
@@ -47,24 +49,35 @@ def storm_settings(plan: Plan) -> dict[str, Any]:
 
 
 def service_config(plan: Plan, root: Path, port: int, influx_url: str, receiver: str,
-                   ib_down_s: float, am_url: str) -> dict[str, Any]:
+                   ib_down_s: float, am_url: str, smtp_port: int) -> dict[str, Any]:
     """The settings the soak runs with: the product's defaults, except timers shortened so
     that alerts resolve and groups flush within a short run, the breaker limits opened because
     the soak injects failures on several nodes of a small fleet on purpose, and the storm set
-    to trip at a third of the fleet. Every alert goes to Alertmanager (`am`, continue), level 3
-    also to the page receiver."""
+    to trip at a third of the fleet, and level 2's for-duration and the PCIe width's hold
+    shortened (soak_plan) so that level-2 faults reach level 2 within a short run. Every alert
+    goes to Alertmanager (`am`, continue), level 2 also by email (`mail`, a loopback SMTP
+    server of the harness), level 3 to the page receiver."""
     resolve = max(20.0, round(plan.duration_s * 0.1))
+    for_s = list(AlertPolicy().for_s)
+    for_s[1] = plan.level2_for_s
     return {
         "service": {"host": "127.0.0.1", "port": port, "collect_interval_s": plan.step_s,
                     "score_interval_s": plan.step_s},
         "storage": {"data_dir": str(root / "var"),
                     "influxdb": {"url": influx_url, "database": "gpuhealth", "cluster": "soak"}},
-        "alerts": {"resolve_for_s": resolve, "dwell_s": [0, resolve, resolve]},
-        "detectors": {"hard": {"ib_down_s": ib_down_s}, "model": {"path": "default"}},
+        "alerts": {"resolve_for_s": resolve, "dwell_s": [0, resolve, resolve], "for_s": for_s},
+        "detectors": {"hard": {"ib_down_s": ib_down_s,
+                               "pcie_width_hold_s": plan.pcie_width_hold_s},
+                      "model": {"path": "default"}},
         "notify": {
             "external_url": f"http://127.0.0.1:{port}",
             "receivers": [{"name": "pager", "type": "webhook",
                            "config": {"url": f"{receiver}/notify", "secret": NOTIFY_SECRET}},
+                          {"name": "mail", "type": "email",
+                           "config": {"to": ["oncall@soak.invalid"],
+                                      "from_addr": "gpuhealth@soak.invalid",
+                                      "host": "127.0.0.1", "port": smtp_port, "tls": "none",
+                                      "hello": "soak.invalid"}},
                           {"name": "am", "type": "alertmanager",
                            "config": {"urls": [am_url],
                                       "resolve_timeout_s": AM_RESOLVE_TIMEOUT_S,
@@ -72,6 +85,7 @@ def service_config(plan: Plan, root: Path, port: int, influx_url: str, receiver:
             "route": {"receiver": "record", "group_by": ["node"], "group_wait_s": 2,
                       "group_interval_s": plan.step_s, "repeat_interval_s": 86400,
                       "routes": [{"receiver": "am", "continue": True},
+                                 {"matchers": ["level=2"], "receiver": "mail"},
                                  {"matchers": ["level>=3"], "receiver": "pager"}]},
             "storm": storm_settings(plan),
         },
@@ -134,8 +148,9 @@ class Stack:
         self.url = f"http://127.0.0.1:{self.port}"
         self.am = AlertmanagerServer(root / "alertmanager")
         self.config = root / "gpuhealth.yaml"
+        self.mail = MailSink()
         cfg = service_config(plan, root, self.port, self.influx.url, receiver_url, ib_down_s,
-                             self.am.url)
+                             self.am.url, self.mail.port)
         self.config.write_text(yaml.safe_dump(cfg, sort_keys=False))
         self.settings = cfg
         argv = [sys.executable, "-c", "import sys; from service.commands.cli import main; "
@@ -196,6 +211,8 @@ class Stack:
             self.influx.stop()
         with contextlib.suppress(Exception):
             self.am.stop()
+        with contextlib.suppress(Exception):
+            self.mail.stop()
 
 
 def wait_healthy(service: Proc, url: str) -> None:

@@ -1,6 +1,8 @@
 """The soak harness's short form, end to end: the real stack (influxd, Alertmanager, the service,
 node agents, Telegraf-shaped pushes, the loopback receiver) through the whole fault schedule and
-its storm phase in three minutes of real time, and every invariant of docs/soak.md holding.
+its storm phase and its level-2 faults (a power supply, a fan, a PCIe link, read through the
+agents' ipmi and nvidia-smi sources) in three minutes of real time, and every invariant of
+docs/soak.md holding.
 The harness's exit status is what is asserted; each broken invariant is named with its
 figures."""
 
@@ -42,12 +44,17 @@ def test_short_soak_holds_every_invariant(tmp_path: Path) -> None:
                      "tick time flat (last/first quarter)", "storm: FleetStorm raised",
                      "level 3 in Alertmanager while firing",
                      "resolved in Alertmanager while firing", "pages: every hard fault (grouped)",
-                     "delivery column == receivers' logs"):
+                     "delivery column == receivers' logs", "drains: none for a level-2 fault"):
         assert expected in names, f"the report lacks the invariant {expected!r}"
     plan = build(3, 16)
     assert sum(n.startswith("level 3 within") for n in names) == len(plan.failures)
     assert sum(n.startswith("alerted before it happened") for n in names) == sum(
         f.precursor for f in plan.failures)
+    # The supply failure (and the redundancy it takes), the slowing fan, the narrowed link.
+    assert len(plan.level2) == 4
+    assert sum(n.startswith("level 2 within") for n in names) == len(plan.level2)
+    assert sum(n.startswith("level 2 to mail and Alertmanager") for n in names) == len(
+        plan.level2)
     broken = [f"{c['name']}: {c['value']} ({c['detail']})" for c in report["invariants"]
               if c["judged"] and not c["ok"]]
     assert not broken, "invariants broken:\n  " + "\n  ".join(broken)
