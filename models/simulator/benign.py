@@ -122,17 +122,22 @@ def _chassis(ctx: Ctx) -> None:
     """The node-wide look-alikes (benign_chassis.py), each kind on its own stream."""
     c, topo, t0, t1 = ctx.cfg.chassis, ctx.topo, ctx.start, ctx.end
     rng = _rng(ctx, Trap.PSU_STANDBY)
-    for n in np.flatnonzero(rng.random(topo.nodes) < c.psu_standby_node_frac):
-        if topo.psus_per_node > 1:
-            chassis.psu_standby(ctx, topo.psu(int(n), topo.psus_per_node - 1), t0, t1)
+    if topo.psus_per_node > 1:
+        for n, t in zip(*_draw(rng, c.psu_standby_per_node_year / SECONDS_PER_YEAR, topo.nodes,
+                               t0, t1), strict=True):
+            days = rng.uniform(c.psu_standby_min_days, c.psu_standby_max_days)
+            chassis.psu_standby(ctx, topo.psu(int(n), topo.psus_per_node - 1), float(t),
+                                float(np.round(t + days * _DAY)))
     rng = _rng(ctx, Trap.FAN_PROFILE)
     for n, t in zip(*_draw(rng, c.fan_profile_per_node_day / _DAY, topo.nodes, t0, t1),
                     strict=True):
         dur = float(np.round(rng.uniform(c.fan_profile_min_h, c.fan_profile_max_h) * 3600))
         chassis.fan_profile(ctx, rng, int(n), float(t), float(t) + dur)
     rng = _rng(ctx, Trap.PCIE_IDLE_NARROW)
-    for g in np.flatnonzero(rng.random(topo.gpus) < c.pcie_idle_narrow_gpu_frac):
-        chassis.pcie_idle_narrow(ctx, int(g), t0, t1)
+    for g, t in zip(*_draw(rng, c.pcie_idle_narrow_per_gpu_year / SECONDS_PER_YEAR, topo.gpus,
+                           t0, t1), strict=True):
+        days = rng.uniform(c.pcie_idle_narrow_min_days, c.pcie_idle_narrow_max_days)
+        chassis.pcie_idle_narrow(ctx, int(g), float(t), float(np.round(t + days * _DAY)))
     rng = _rng(ctx, Trap.IB_RENEGOTIATE)
     rate = c.ib_renegotiate_per_port_year / SECONDS_PER_YEAR
     for p, t in zip(*_draw(rng, rate, topo.size(Scope.IB_PORT), t0, t1), strict=True):

@@ -44,11 +44,17 @@ class ChassisConfig(_Cfg):
     # M11: the share of failures where the HCA's PCIe link narrows instead of the port's rate.
     nic_pcie_share: float = Field(default=0.1, ge=0, le=1)
     # Benign look-alikes.
-    psu_standby_node_frac: float = Field(default=0.1, ge=0, le=1)  # a cold spare by design
+    # A cold spare by design (an operator's cold-redundancy setting) for days at a time.
+    psu_standby_per_node_year: float = Field(default=2.0, ge=0)
+    psu_standby_min_days: float = Field(default=1.0, gt=0)
+    psu_standby_max_days: float = Field(default=7.0, gt=0)
     fan_profile_per_node_day: float = Field(default=0.05, ge=0)  # BMC fan profile switched
     fan_profile_min_h: float = Field(default=1.0, gt=0)
     fan_profile_max_h: float = Field(default=24.0, gt=0)
-    pcie_idle_narrow_gpu_frac: float = Field(default=0.02, ge=0, le=1)  # narrows at idle
+    # A board that also narrows its link at idle (after a firmware or driver update), for days.
+    pcie_idle_narrow_per_gpu_year: float = Field(default=0.3, ge=0)
+    pcie_idle_narrow_min_days: float = Field(default=1.0, gt=0)
+    pcie_idle_narrow_max_days: float = Field(default=7.0, gt=0)
     ib_renegotiate_per_port_year: float = Field(default=2.0, ge=0)  # trains low, recovers
     ib_renegotiate_min_s: float = Field(default=20.0, gt=0)
     ib_renegotiate_max_s: float = Field(default=180.0, gt=0)
