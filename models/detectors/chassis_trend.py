@@ -20,7 +20,6 @@ The peers are a chassis's own (a fleet's fans differ by model and zone); with fe
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,8 +44,9 @@ class ChassisTrendConfig:
 def _peer_median(values: F64, nodes: npt.NDArray[np.int64],
                  peer: npt.NDArray[np.bool_]) -> tuple[F64, F64]:
     """[entity, step] the median of the other entities of the same node where `peer` holds,
-    and how many there were (NaN median where none). Vectorised over nodes: one pass per
-    position in a node (a chassis holds a handful of fans or supplies)."""
+    and how many there were (NaN median where none). Vectorised: the node's entities on a
+    grid [node, position, step], every position's peers gathered at once and sorted (a chassis
+    holds a handful of fans or supplies), the median read from the sorted valid ones."""
     out: F64 = np.full(values.shape, np.nan)
     count: F64 = np.zeros(values.shape)
     idx = np.flatnonzero(nodes >= 0)
@@ -54,19 +54,21 @@ def _peer_median(values: F64, nodes: npt.NDArray[np.int64],
         return out, count
     order = idx[np.argsort(nodes[idx], kind="stable")]
     _, start, sizes = np.unique(nodes[order], return_index=True, return_counts=True)
+    k = int(sizes.max())
+    if k < 2:
+        return out, count
     pos = np.arange(len(order)) - np.repeat(start, sizes)
     row = np.repeat(np.arange(len(sizes)), sizes)
-    grid = np.full((len(sizes), int(sizes.max()), values.shape[1]), np.nan)
+    grid = np.full((len(sizes), k, values.shape[1]), np.nan)
     grid[row, pos] = np.where(peer[order], values[order], np.nan)
-    for j in range(grid.shape[1]):
-        sel = pos == j
-        others = np.delete(grid, j, axis=1)[row[sel]]
-        if not others.shape[1]:
-            continue
-        with warnings.catch_warnings():  # a step where no peer reported is just no peer
-            warnings.simplefilter("ignore", RuntimeWarning)
-            out[order[sel]] = np.nanmedian(others, axis=1)
-        count[order[sel]] = (~np.isnan(others)).sum(axis=1)
+    others = np.array([[i for i in range(k) if i != j] for j in range(k)])  # [k, k - 1]
+    # [entity, k - 1, step]: each entity's node-mates, sorted with the NaNs last.
+    peers = np.sort(grid[row[:, None], others[pos]], axis=1)
+    n = (~np.isnan(peers)).sum(axis=1)  # [entity, step]
+    lo = np.take_along_axis(peers, np.maximum(n - 1, 0)[:, None, :] // 2, axis=1)[:, 0]
+    hi = np.take_along_axis(peers, (n // 2)[:, None, :], axis=1)[:, 0]
+    out[order] = np.where(n > 0, (lo + hi) / 2, np.nan)
+    count[order] = n
     return out, count
 
 

@@ -77,3 +77,26 @@ def test_a_predictive_failure_warning_is_a_watch() -> None:
     assert fired_at(run(f, "psu_running_hot")) == [3]
     f.psu.put("psu_health", 3, [0.0, 1.0], res="1m")  # one reading: not yet
     assert fired_at(run(f, "psu_running_hot")) == []
+
+
+def test_the_peer_median_is_numpys_over_the_node_mates() -> None:
+    import warnings
+
+    from models.detectors.chassis_trend import _peer_median
+
+    rng = np.random.default_rng(1)
+    nodes = np.repeat(np.arange(16), 6)
+    rng.shuffle(nodes)
+    nodes[:3] = -1  # not placed on a node: no peers
+    vals = rng.normal(9000, 100, (96, 5))
+    vals[rng.random(vals.shape) < 0.2] = np.nan
+    peer = rng.random(vals.shape) < 0.8
+    got, count = _peer_median(vals, nodes.astype(np.int64), peer)
+    assert np.isnan(got[:3]).all() and (count[:3] == 0).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN step: no peer
+        for i in range(3, 96):
+            mates = np.flatnonzero((nodes == nodes[i]) & (np.arange(96) != i))
+            v = np.where(peer[mates], vals[mates], np.nan)
+            assert np.allclose(got[i], np.nanmedian(v, axis=0), equal_nan=True)
+            assert (count[i] == (~np.isnan(v)).sum(axis=0)).all()
