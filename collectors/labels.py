@@ -28,6 +28,13 @@ class FailureMode(StrEnum):
     M5_THERMAL = "M5_thermal"
     M6_SRAM = "M6_sram"
     M7_UNOBSERVABLE = "M7_unobservable"
+    # The node-wide classes of issue 31 (models/simulator/modes.py gives their rates).
+    M8_PSU = "M8_psu"
+    M9_FAN = "M9_fan"
+    M10_PCIE_WIDTH = "M10_pcie_width"
+    M11_NIC_SPEED = "M11_nic_speed"
+    M12_GPU_UNREADABLE = "M12_gpu_unreadable"
+    M13_HOST_HW = "M13_host_hw"
 
 
 class LabelError(ValueError):

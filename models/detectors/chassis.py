@@ -16,6 +16,7 @@ import numpy as np
 
 from collectors.catalog import Scope
 from collectors.kernel_log.sxid_catalog import SXID_CATALOG, Category
+from models.detectors.chassis_trend import ChassisTrends
 from models.detectors.findings import F64, Finding, fired, sustained
 from models.detectors.view import FleetView, ScopeView, recent_sum
 from models.detectors.xid import FATAL_RESET_RISK
@@ -64,10 +65,12 @@ class ChassisRules:
 
     def __init__(self, config: ChassisRuleConfig | None = None) -> None:
         self.c = config or ChassisRuleConfig()
+        self.trends = ChassisTrends()  # the predictive ones (models/detectors/chassis_trend.py)
 
     def detect(self, view: FleetView, now: float) -> list[Finding]:
         psu, fan, node = view.scope(Scope.PSU), view.scope(Scope.FAN), view.scope(Scope.NODE)
-        return [self._psu(psu), self._fan(fan), *self._node(view, node, now)]
+        return [self._psu(psu), self._fan(fan), *self.trends.findings(psu, fan),
+                *self._node(view, node, now)]
 
     def _psu(self, p: ScopeView) -> Finding:
         """A supply that failed (Critical health, or not delivering when it is no spare): a

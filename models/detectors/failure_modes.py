@@ -21,25 +21,32 @@ RULE_MODES: dict[str, FailureMode] = {
     "near_shutdown": M.M5_THERMAL,  # within 2 °C of the shutdown temperature
     "nvlink_down": M.M3_NVLINK,
     "ib_port_down": M.M4_IB_LINK,
-    # The GPU's link: a fatal AER error loses the GPU's work, a link trained narrower needs the
-    # board reseated or replaced (the public fault log counts both as GPU faults).
+    # The GPU's link: a fatal AER error loses the GPU's work (a GPU fault); a link trained
+    # narrower needs the board reseated or its riser replaced (the public fault log of 400
+    # eight-GPU servers over 349 days, SIGCOMM 2025: "GPU PCIe link width low").
     "pcie_aer_fatal": M.M2_GPU_HARD,
-    "pcie_width_low": M.M2_GPU_HARD,
-    "nic_pcie_width_low": M.M4_IB_LINK,  # the HCA's link caps its ports
-    # A port trained below its link's rate: a cable, transceiver or switch port to replace
-    # (the public fault log's "NIC link speed low").
-    "ib_rate_low": M.M4_IB_LINK,
+    "pcie_width_low": M.M10_PCIE_WIDTH,
+    # A port trained below its link's rate, or its HCA's PCIe link narrower than its maximum
+    # (which caps the port's rate): a cable, transceiver, switch port or HCA slot to fix (the
+    # log's "NIC link speed low" and "NIC PCIe width low").
+    "nic_pcie_width_low": M.M11_NIC_SPEED,
+    "ib_rate_low": M.M11_NIC_SPEED,
+    # The chassis rules (models.detectors.chassis): a supply that failed, or the redundancy its
+    # failure took (the log's "power supply failure" and "power redundancy lost"); a fan stalled
+    # or under its lower critical speed; an uncorrectable host memory error (the machine check
+    # it raises: the log's "CPU machine check" and board faults).
+    "psu_failed": M.M8_PSU,
+    "psu_redundancy_lost": M.M8_PSU,
+    "fan_failed": M.M9_FAN,
+    "host_memory_ue": M.M13_HOST_HW,
 }
 # gpu_unreadable by its state (its finding's value): requires reset (2), lost (3) and no longer
-# listed (5) are the GPU gone; an unknown error (1) or a hung nvidia-smi (4) is not on its own.
+# listed (5) are the GPU gone (M2); an unknown error (1) or a hung nvidia-smi (4) is the log's
+# "GPU unknown error" and "nvidia-smi timeout" (M12) once the rule holds it at full risk.
 UNREADABLE_GONE = frozenset({2, 3, 5})
+UNREADABLE_UNKNOWN = frozenset({1, 4})
 
-# The chassis rules (models.detectors.chassis: psu_failed, fan_failed, psu_redundancy_lost,
-# inlet_temp_high, host_memory_ue, sxid) name no mode here yet: the labels file's modes
-# (collectors.labels.FailureMode) are the simulator's, and those are the GPU fleet's until the
-# simulator gains the node-wide modes (power supply, fan, host memory, NVSwitch). Until then
-# their firings are alerts, not failure labels (service.learning.autolabel labels GPUs, links
-# and ports).
+# inlet_temp_high (the room, not the node) and sxid (NVSwitch: no simulated mode) name no mode.
 
 # Critical Xids (models.detectors.xid.CRITICAL) by what failed, after NVIDIA's Xid catalog
 # (collectors/kernel_log/xid_catalog.py) and the simulator's terminal events (docs/simulator.md):
@@ -83,6 +90,8 @@ def mode_of(rule: str, value: float) -> FailureMode | None:
     if rule == "xid":
         return xid_mode(value)
     if rule == "gpu_unreadable":
-        gone = math.isfinite(value) and int(value) in UNREADABLE_GONE
-        return M.M2_GPU_HARD if gone else None
+        state = int(value) if math.isfinite(value) else -1
+        if state in UNREADABLE_GONE:
+            return M.M2_GPU_HARD
+        return M.M12_GPU_UNREADABLE if state in UNREADABLE_UNKNOWN else None
     return RULE_MODES.get(rule)

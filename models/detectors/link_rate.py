@@ -118,7 +118,9 @@ def peer_rate(cls: I64, rate: F64, up: npt.NDArray[np.bool_], min_peers: int
 
 def link_rate_low(ib: ScopeView, c: LinkRateConfig) -> Finding:
     """`ib_rate_low` over every port of the scope (see the module's docstring)."""
-    n = max(1, math.ceil(c.hold_s / ib.step_s))
+    # Two readings at least: at a step as long as the hold (a 5-min trace), one reading caught
+    # in a retrain of a minute would otherwise be a low rate held.
+    n = max(2, math.ceil(c.hold_s / ib.step_s))
     state = ib.window("ib_state", n).astype(np.float64)
     phys = ib.window("ib_phys_state", n).astype(np.float64)
     rate = ib.window("ib_rate", n).astype(np.float64)

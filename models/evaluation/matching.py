@@ -82,6 +82,8 @@ class FailureIndex:
             if f.scope is Scope.NODE:
                 self._by_related[f"node:{f.node}"].append(i)
             else:
+                if f.scope in (Scope.PSU, Scope.FAN):  # the node's redundancy alert follows
+                    self._by_related[f.node].append(i)
                 for key in (f.entity, f.peer) if f.peer else (f.entity,):
                     self._by_related[family(key, f.scope)].append(i)
 

@@ -79,6 +79,59 @@ def _per_mode(res: Mapping[str, Scores], dets: Sequence[str], modes: Sequence[st
     return table(head, rows)
 
 
+def mode_order(mode: str) -> tuple[int, str]:
+    """M1 .. M13 in number order (a plain sort puts M10 before M2)."""
+    head = mode.split("_")[0][1:]
+    return (int(head) if head.isdigit() else 99, mode)
+
+
+def _per_mode_levels(res: Mapping[str, Scores], d: str, modes: Sequence[str],
+                     node_days: float | None) -> list[str]:
+    """One detector's recall at watch and warning per mode, the share of each mode's failures a
+    rule fired on (before or after them), the lead, and the false alarms on the mode's scope."""
+    head = ["Mode", "failures", "with precursor", "recall pre watch", "recall pre warning",
+            "recall all watch", "seen (any alert)", "lead median h (watch)",
+            "FA / 1k node-days on its scope: watch", "warning"]
+    rows = []
+    for m in modes:
+        w, a = (get(res[d], "views", v, "by_mode", m) for v in ("watch", "warning"))
+        fas = []
+        for v in ("watch", "warning"):
+            scope = _mode_scope(res[d], m)
+            n = (mean_of(get(res[d], "views", v, "by_scope", scope, "false_alarms")) or 0.0) \
+                if scope else None
+            fas.append("–" if n is None or not node_days else f"{1000 * n / node_days:.2f}")
+        rows.append([m, cell(get(w, "failures"), 1), cell(get(w, "precursor"), 1),
+                     cell(get(w, "recall_precursor")), cell(get(a, "recall_precursor")),
+                     cell(get(w, "recall_all")),
+                     cell(get(res[d], "coverage", "by_mode", m, "share")),
+                     cell(get(w, "lead", "median_h"), 1), *fas])
+    return table(head, rows)
+
+
+def _mode_scope(res: Scores, mode: str) -> str | None:
+    from models.simulator.modes import MODE_SCOPE, Mode
+
+    try:
+        return MODE_SCOPE[Mode(mode)].value
+    except ValueError:
+        return None
+
+
+def _coverage(res: Mapping[str, Scores], dets: Sequence[str]) -> list[str]:
+    names = list(get(res[dets[0]], "coverage", "classes") or {})
+    rows = [[n, cell(get(res[dets[0]], "coverage", "classes", n, "downtime_share"), 3),
+             str(get(res[dets[0]], "coverage", "classes", n, "mode") or "–")]
+            + [cell(get(res[d], "coverage", "classes", n, "seen_share")) for d in dets]
+            for n in names]
+    rows.append(["**observed share of the known-cause downtime**", "1.000", ""]
+                + [cell(get(res[d], "coverage", "observed_share"), 3) for d in dets])
+    rows.append(["weighted by the share of failures seen", "1.000", ""]
+                + [cell(get(res[d], "coverage", "weighted_share"), 3) for d in dets])
+    return table(["Fault class (public fault log)", "downtime share", "simulated mode",
+                  *(f"{d}: seen" for d in dets)], rows)
+
+
 def _rows(dets: Sequence[str], fn: Callable[[str], list[str]]) -> list[list[str]]:
     return [[d, *fn(d)] for d in dets]
 
@@ -92,7 +145,7 @@ def render(result: Scores, plots: Mapping[str, str] | None = None, title: str = 
     dets = list(res)
     truth = result.get("truth", {})
     exp = result.get("exposure", {})
-    modes = sorted(get(truth, "by_mode") or {})
+    modes = sorted(get(truth, "by_mode") or {}, key=mode_order)
     lines = [f"## {title or result.get('scenario', 'evaluation')}", ""]
     lines += [f"{cell(exp.get('nodes'), 0)} nodes ({cell(exp.get('gpus'), 0)} GPUs), "
               f"{cell(exp.get('days'), 1)} days at a {cell(exp.get('step_s'), 0)} s step: "
@@ -102,6 +155,15 @@ def render(result: Scores, plots: Mapping[str, str] | None = None, title: str = 
               f"precursor, {cell(get(truth, 'observable'), 1)} observable).", ""]
     lines += section("Event-level scores", _headline(res, dets))
     lines += section("Per failure mode (watch view)", _per_mode(res, dets, modes))
+    days = mean_of(exp.get("node_days"))
+    for d in [d for d in dets if d in ("ours", "fused")] or dets[:1]:
+        if get(res[d], "coverage") is not None:
+            lines += section(f"Per failure mode, levels ({d})",
+                             _per_mode_levels(res, d, modes, days))
+    if all(get(res[d], "coverage") is not None for d in dets):
+        lines += section("Share of the scenario's downtime in classes gpuhealth observes "
+                         "(a class is observed when a rule fires on at least half of its "
+                         "mode's failures)", _coverage(res, dets))
     lines += section("False alarms per 1,000 node-days per level", table(
         ["Detector", "watch", "warning", "critical", "main watch-level causes"],
         _rows(dets, lambda d: [cell(get(res[d], "views", v, "fa_per_1000_node_days"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from models.evaluation.coverage import downtime_coverage, mode_detection
 from models.evaluation.events import AlertRecord, Truth
 from models.evaluation.jobmodel import JobModel, operational
 from models.evaluation.matching import (
@@ -99,8 +100,11 @@ def score_run(truth: Truth, data: RunData, exp: Exposure,
     views: Scores = {}
     split: Scores = {h: {} for h in halves}
     leads: dict[str, list[float]] = {}
+    predicted: set[int] = set()
     for v in cfg.views():
         m = match(alerts, failures, v, cfg.grace_s, index)
+        if v.level == 1:
+            predicted |= set(m.first_alert)
         views[v.name] = view_scores(m, failures, exp.node_days)
         leads[v.name] = [(failures[i].time - t) / HOUR for i, t in m.first_alert.items()]
         for h, span in halves.items():
@@ -116,6 +120,9 @@ def score_run(truth: Truth, data: RunData, exp: Exposure,
                    "combined_pages": combined_pages(alerts, cfg.page_enter),
                    "operational": operational(cfg.job, alerts, failures,
                                               exp.gpus * exp.days * 24, cfg.grace_s, index)}
+    seen = mode_detection(failures, predicted,
+                          set(detection_delays(alerts, failures, 1, cfg.grace_s)))
+    out["coverage"] = downtime_coverage(seen) | {"by_mode": seen}
     samples = None
     if data.daily is not None:
         data.daily.flush()

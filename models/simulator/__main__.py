@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from models.simulator.config import SimConfig
+from models.simulator.modes import Mode
 from models.simulator.scenarios import load_scenario
 from models.simulator.simulator import Simulator
 from models.simulator.writer import write_trace
@@ -23,13 +24,14 @@ from models.simulator.writer import write_trace
 def _summary(cfg: SimConfig) -> str:
     labels = Simulator(cfg).labels
     fails = [x for x in labels if x["kind"] == "failure"]
-    modes = Counter(x["mode"] for x in fails)
-    pre = Counter(x["mode"] for x in fails if x["precursor_onset"] is not None)
+    modes = Counter(Mode(x["mode"]) for x in fails)
+    pre = Counter(Mode(x["mode"]) for x in fails if x["precursor_onset"] is not None)
     traps = Counter(x["trap"] for x in labels if x["kind"] == "benign")
     out = [f"{cfg.name}: {cfg.fleet.gpus} GPUs, {cfg.time.days:g} days at {cfg.time.step_s} s, "
            f"{cfg.gpu_years:.1f} GPU-years, rate multiplier {cfg.failures.rate_multiplier:g}",
            f"failures {len(fails)}, with precursor {sum(pre.values())}"]
-    out += [f"  {m:18s} {modes[m]:6d}  with precursor {pre[m]:5d}" for m in sorted(modes)]
+    out += [f"  {m:18s} {modes[m]:6d}  with precursor {pre[m]:5d}"
+            for m in sorted(modes, key=list(Mode).index)]
     out += [f"  trap {t:22s} {n:6d}" for t, n in sorted(traps.items())]
     return "\n".join(out)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from collectors.catalog import Scope
+from models.simulator import benign_chassis as chassis
 from models.simulator import benign_devices as dev
 from models.simulator import benign_nodes as nodes
 from models.simulator.config import SECONDS_PER_YEAR, ScriptedBenign, Trap
@@ -114,6 +115,34 @@ def plan_benign(ctx: Ctx) -> None:
 
     for n in sorted(lemon_nodes(ctx.cfg)):
         nodes.lemon(ctx, n)
+    _chassis(ctx)
+
+
+def _chassis(ctx: Ctx) -> None:
+    """The node-wide look-alikes (benign_chassis.py), each kind on its own stream."""
+    c, topo, t0, t1 = ctx.cfg.chassis, ctx.topo, ctx.start, ctx.end
+    rng = _rng(ctx, Trap.PSU_STANDBY)
+    if topo.psus_per_node > 1:
+        for n, t in zip(*_draw(rng, c.psu_standby_per_node_year / SECONDS_PER_YEAR, topo.nodes,
+                               t0, t1), strict=True):
+            days = rng.uniform(c.psu_standby_min_days, c.psu_standby_max_days)
+            chassis.psu_standby(ctx, topo.psu(int(n), topo.psus_per_node - 1), float(t),
+                                float(np.round(t + days * _DAY)))
+    rng = _rng(ctx, Trap.FAN_PROFILE)
+    for n, t in zip(*_draw(rng, c.fan_profile_per_node_day / _DAY, topo.nodes, t0, t1),
+                    strict=True):
+        dur = float(np.round(rng.uniform(c.fan_profile_min_h, c.fan_profile_max_h) * 3600))
+        chassis.fan_profile(ctx, rng, int(n), float(t), float(t) + dur)
+    rng = _rng(ctx, Trap.PCIE_IDLE_NARROW)
+    for g, t in zip(*_draw(rng, c.pcie_idle_narrow_per_gpu_year / SECONDS_PER_YEAR, topo.gpus,
+                           t0, t1), strict=True):
+        days = rng.uniform(c.pcie_idle_narrow_min_days, c.pcie_idle_narrow_max_days)
+        chassis.pcie_idle_narrow(ctx, int(g), float(t), float(np.round(t + days * _DAY)))
+    rng = _rng(ctx, Trap.IB_RENEGOTIATE)
+    rate = c.ib_renegotiate_per_port_year / SECONDS_PER_YEAR
+    for p, t in zip(*_draw(rng, rate, topo.size(Scope.IB_PORT), t0, t1), strict=True):
+        dur = float(np.round(rng.uniform(c.ib_renegotiate_min_s, c.ib_renegotiate_max_s)))
+        chassis.ib_renegotiate(ctx, int(p), float(t), dur)
 
 
 def place_scripted(ctx: Ctx, s: ScriptedBenign, index: int) -> None:
@@ -149,3 +178,12 @@ def place_scripted(ctx: Ctx, s: ScriptedBenign, index: int) -> None:
             nodes.clock_skew(ctx, s.node, t, z - t, ctx.cfg.benign.clock_skew_s)
         case Trap.LEMON_NODE:
             nodes.lemon(ctx, s.node)
+        case Trap.PSU_STANDBY:
+            chassis.psu_standby(ctx, topo.psu(s.node, min(s.unit, topo.psus_per_node - 1)), t, z)
+        case Trap.FAN_PROFILE:
+            chassis.fan_profile(ctx, rng, s.node, t, z)
+        case Trap.PCIE_IDLE_NARROW:
+            chassis.pcie_idle_narrow(ctx, gpu, t, z)
+        case Trap.IB_RENEGOTIATE:
+            chassis.ib_renegotiate(ctx, topo.ib_port(s.node, min(s.unit, topo.ports_per_node - 1)),
+                                   t, z - t)

@@ -13,9 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from collectors.catalog import CATALOG, Scope
 from models.simulator.config_background import BenignConfig, SignalConfig, WorkloadConfig
+from models.simulator.config_chassis import ChassisConfig
 from models.simulator.config_shapes import Shapes
 from models.simulator.hardware import GENERATIONS, GenerationName, GenerationSpec
-from models.simulator.modes import Mode, ModeFractions, ModeLeadTimes, ModeRates
+from models.simulator.modes import NODE_WIDE, Mode, ModeFractions, ModeLeadTimes, ModeRates
 
 SECONDS_PER_YEAR = 8766 * 3600  # a GPU-year is 8,766 h (365.25 days)
 BASE_STEP_S = 5  # the service's sampling period; coarser steps are multiples of it
@@ -32,6 +33,10 @@ class FleetConfig(_Cfg):
     # None takes the generation's count (12 or 18); fewer keeps big scenarios fast.
     nvlinks_per_gpu: int | None = Field(default=None, ge=1, le=18)
     ib_ports_per_node: int = Field(default=8, ge=1, le=32)
+    # The chassis a BMC reports (issue 31): two redundant supplies (1+1) and six fans, as on
+    # common 8-GPU servers; design choice.
+    psus_per_node: int = Field(default=2, ge=1, le=16)
+    fans_per_node: int = Field(default=6, ge=1, le=32)
     # Ampere and later replace page retirement by row remapping and NVML reports retired pages
     # as not supported, so those columns are NaN. Set this to report them (remaps then also
     # retire pages and set the pending flag, pre-Ampere style).
@@ -111,9 +116,10 @@ class FailureConfig(_Cfg):
         rates = {m: self.rates.of(m) for m in Mode}
         if self.generation_shift:
             rates.update({Mode(k): v for k, v in spec.rate_shift.items()})
-        if self.total_per_gpu_year is not None:
-            scale = self.total_per_gpu_year / max(sum(rates.values()), 1e-12)
-            rates = {m: r * scale for m, r in rates.items()}
+        if self.total_per_gpu_year is not None:  # the GPU fleet's grade: M1-M7 only
+            gpu = [m for m in rates if m not in NODE_WIDE]
+            scale = self.total_per_gpu_year / max(sum(rates[m] for m in gpu), 1e-12)
+            rates.update({m: rates[m] * scale for m in gpu})
         return {m: r * self.rate_multiplier for m, r in rates.items()}
 
 
@@ -130,6 +136,11 @@ class Trap(StrEnum):
     STRAGGLER_COMM = "straggler_comm"
     SOFTWARE_XID = "software_xid"
     LEMON_NODE = "lemon_node"
+    # Chassis and link look-alikes (issue 31; config_chassis.py).
+    PSU_STANDBY = "psu_standby"
+    FAN_PROFILE = "fan_profile"
+    PCIE_IDLE_NARROW = "pcie_idle_narrow"
+    IB_RENEGOTIATE = "ib_renegotiate"
 
 
 class ScriptedFailure(_Cfg):
@@ -138,7 +149,7 @@ class ScriptedFailure(_Cfg):
     mode: Mode
     at_h: float = Field(ge=0)  # terminal event, hours after start
     node: int = Field(default=0, ge=0)
-    unit: int = Field(default=0, ge=0)  # GPU index, or IB port index for M4
+    unit: int = Field(default=0, ge=0)  # GPU index, IB port (M4, M11), supply (M8) or fan (M9)
     link: int = Field(default=0, ge=0)  # NVLink index for M3
     lead_h: float | None = Field(default=None, gt=0)  # None: no precursor
     repair_h: float = Field(default=1.0, gt=0)
@@ -162,6 +173,7 @@ class SimConfig(_Cfg):
     benign: BenignConfig = BenignConfig()
     workload: WorkloadConfig = WorkloadConfig()
     signals: SignalConfig = SignalConfig()
+    chassis: ChassisConfig = ChassisConfig()
     scripted_failures: tuple[ScriptedFailure, ...] = ()
     scripted_benign: tuple[ScriptedBenign, ...] = ()
 
@@ -169,7 +181,9 @@ class SimConfig(_Cfg):
     def _scripted_fit(self) -> SimConfig:
         f = self.fleet
         for s in self.scripted_failures:
-            unit_max = f.ib_ports_per_node if s.mode is Mode.M4_IB_LINK else f.gpus_per_node
+            unit_max = {Mode.M4_IB_LINK: f.ib_ports_per_node,
+                        Mode.M11_NIC_SPEED: f.ib_ports_per_node, Mode.M8_PSU: f.psus_per_node,
+                        Mode.M9_FAN: f.fans_per_node}.get(s.mode, f.gpus_per_node)
             if s.node >= f.nodes or s.unit >= unit_max or s.link >= f.links:
                 raise ValueError(f"scripted failure {s} is outside the fleet")
         for b in self.scripted_benign:

@@ -82,6 +82,7 @@ class Ctx:
         self.b.reset(t, Scope.NVLINK, self.topo.node_slice(Scope.NVLINK, node))
         if ib:
             self.b.reset(t, Scope.IB_PORT, self.topo.node_slice(Scope.IB_PORT, node))
+            self.b.reset(t, Scope.NODE, (node, node + 1))  # EDAC and machine-check counts
         return t
 
     def node_missing(self, node: int, t0: float, t1: float) -> None:

@@ -17,7 +17,7 @@ import numpy.typing as npt
 from collectors.catalog import Scope
 from models.simulator.config import SECONDS_PER_YEAR, ScriptedFailure, SimConfig
 from models.simulator.config_shapes import Growth
-from models.simulator.modes import LEMON_MODES, MODE_SCOPE, Mode
+from models.simulator.modes import LEMON_MODES, MODE_SCOPE, NODE_WIDE, Mode
 from models.simulator.topology import Topology, rng_for
 
 F64 = npt.NDArray[np.float64]
@@ -32,7 +32,7 @@ class Failure:
     mode: Mode
     time: float  # terminal event, epoch s
     node: int
-    unit: int  # GPU index in node, or IB port index for M4
+    unit: int  # GPU index in node, IB port (M4, M11), supply (M8) or fan (M9)
     link: int  # NVLink index for M3
     onset: float | None  # precursor onset, None when the event is sudden
     repair: float  # when the device is back
@@ -44,6 +44,10 @@ class Failure:
             return self.node
         if scope is Scope.IB_PORT:
             return topo.ib_port(self.node, self.unit)
+        if scope is Scope.PSU:
+            return topo.psu(self.node, self.unit)
+        if scope is Scope.FAN:
+            return topo.fan(self.node, self.unit)
         gpu = topo.gpu(self.node, self.unit)
         return topo.nvlink(gpu, self.link) if scope is Scope.NVLINK else gpu
 
@@ -60,16 +64,29 @@ def lemon_nodes(cfg: SimConfig) -> dict[int, float]:
 
 
 def sample_failures(cfg: SimConfig, topo: Topology) -> list[Failure]:
-    f = cfg.failures
-    rates = f.effective_rates(cfg.fleet.spec)
-    start, end = float(cfg.time.start_s), cfg.time.end_s
-    years = cfg.fleet.gpus * (end - start) / SECONDS_PER_YEAR
+    """M1-M7, then the node-wide modes placed around them with a move stream of their own (so
+    the node-wide modes move none of the GPU modes' failures)."""
     lemons = lemon_nodes(cfg)
     weights = np.ones(topo.nodes)
     for n, m in lemons.items():
         weights[n] = m
+    busy: dict[int, list[Failure]] = {}
+    gpu = _place(_draw([m for m in Mode if m not in NODE_WIDE], cfg, topo, weights), cfg, topo,
+                 weights, STREAM_MOVE, busy)
+    wide = _place(_draw(list(NODE_WIDE), cfg, topo, weights), cfg, topo, weights,
+                  STREAM_MOVE + 1, busy)
+    order = {m: i for i, m in enumerate(Mode)}
+    return sorted(gpu + wide, key=lambda f: (f.time, order[f.mode]))
+
+
+def _draw(modes: list[Mode], cfg: SimConfig, topo: Topology, weights: F64) -> list[Failure]:
+    f = cfg.failures
+    rates = f.effective_rates(cfg.fleet.spec)
+    start, end = float(cfg.time.start_s), cfg.time.end_s
+    years = cfg.fleet.gpus * (end - start) / SECONDS_PER_YEAR
     drawn: list[tuple[float, int, Failure]] = []
-    for i, mode in enumerate(Mode):
+    for mode in modes:
+        i = list(Mode).index(mode)
         rng = rng_for(cfg.seed, STREAM_MODE + i)
         n = int(rng.poisson(rates[mode] * years))
         times = rng.uniform(start, end, n)
@@ -89,20 +106,22 @@ def sample_failures(cfg: SimConfig, topo: Topology) -> list[Failure]:
                            float(np.round(t + repair_s[k])))
             drawn.append((t, i, fail))
     drawn.sort(key=lambda x: (x[0], x[1]))
-    return _place([d[2] for d in drawn], cfg, topo, weights)
+    return [d[2] for d in drawn]
 
 
 def _units(rng: np.random.Generator, mode: Mode, topo: Topology,
            n: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    per = topo.ports_per_node if mode is Mode.M4_IB_LINK else topo.gpus_per_node
+    per = {Mode.M4_IB_LINK: topo.ports_per_node, Mode.M11_NIC_SPEED: topo.ports_per_node,
+           Mode.M8_PSU: topo.psus_per_node, Mode.M9_FAN: topo.fans_per_node,
+           Mode.M13_HOST_HW: 1}.get(mode, topo.gpus_per_node)
     return rng.integers(0, per, n), rng.integers(0, topo.links_per_gpu, n)
 
 
-def _place(fails: list[Failure], cfg: SimConfig, topo: Topology, weights: F64) -> list[Failure]:
-    """Keep each failure off nodes that are down for an earlier one, and keep one device from
-    having two overlapping failures."""
-    rng = rng_for(cfg.seed, STREAM_MOVE)
-    busy: dict[int, list[Failure]] = {}
+def _place(fails: list[Failure], cfg: SimConfig, topo: Topology, weights: F64, stream: int,
+           busy: dict[int, list[Failure]]) -> list[Failure]:
+    """Keep each failure off nodes that are down for an earlier one (in `busy`, which it
+    extends), and keep one device from having two overlapping failures."""
+    rng = rng_for(cfg.seed, stream)
     out: list[Failure] = []
     for fail in fails:
         for _ in range(_MAX_MOVES):

@@ -31,7 +31,8 @@ F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 ROW = "*"  # an interval column meaning the whole row (all metrics of the entity)
 LOAD = "load"  # a GPU pseudo-column: the job load before util, power and temperature follow it
-SCOPES = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
+IDLE_WIDTH = "idle_width"  # a GPU pseudo-column: the PCIe width a board trains to at idle
+SCOPES = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT, Scope.PSU, Scope.FAN, Scope.NODE)
 
 
 class Op(IntEnum):

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from models.simulator import effects_device, effects_links, effects_memory
+from models.simulator import effects_chassis, effects_device, effects_links, effects_memory
 from models.simulator.benign import place_scripted, plan_benign
 from models.simulator.config import SimConfig
 from models.simulator.context import Ctx
@@ -27,6 +27,12 @@ EFFECTS: dict[Mode, Effect] = {
     Mode.M5_THERMAL: effects_device.thermal,
     Mode.M6_SRAM: effects_memory.sram,
     Mode.M7_UNOBSERVABLE: effects_device.unobservable,
+    Mode.M8_PSU: effects_chassis.psu,
+    Mode.M9_FAN: effects_chassis.fan,
+    Mode.M10_PCIE_WIDTH: effects_chassis.pcie_width,
+    Mode.M11_NIC_SPEED: effects_chassis.nic_speed,
+    Mode.M12_GPU_UNREADABLE: effects_chassis.gpu_unreadable,
+    Mode.M13_HOST_HW: effects_chassis.host_hw,
 }
 
 

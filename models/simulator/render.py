@@ -1,4 +1,4 @@
-"""The chunk loop: sample times, node load, the three scope frames, Xid events, one Batch each.
+"""The chunk loop: sample times, node load, the scope frames, Xid events, one Batch each.
 
 Memory is bounded by `time.chunk_mb`: one chunk holds T steps of every entity, with T chosen so
 the values of its frames fit; nothing else grows with the trace length.
@@ -15,6 +15,7 @@ from collectors.frames import Batch, EventFrame, Frame
 from models.simulator.config import SimConfig
 from models.simulator.jobs import Jobs
 from models.simulator.plan import SCOPES, Plan
+from models.simulator.render_chassis import ChassisRenderer
 from models.simulator.render_common import F64, Window
 from models.simulator.render_gpu import GpuRenderer, NoisePool
 from models.simulator.render_links import IbRenderer, NvlinkRenderer
@@ -24,7 +25,7 @@ STREAM_RENDER = 600
 
 
 def chunk_steps(cfg: SimConfig, topo: Topology) -> int:
-    """Steps per Batch: values, rows and ts of all three frames within chunk_mb, at most a day."""
+    """Steps per Batch: values, rows and ts of all frames within chunk_mb, at most a day."""
     per_step = sum(topo.size(s) * (len(CATALOG.columns(s)) + 1.5) * 8 for s in SCOPES)
     fit = int(cfg.time.chunk_mb * 2**20 // per_step)
     return max(1, min(fit, 86400 // cfg.time.step_s, max(cfg.time.steps, 1)))
@@ -40,6 +41,7 @@ class Renderer:
         self.gpu = GpuRenderer(cfg, topo, plan.scopes[Scope.GPU], noise)
         self.nvl = NvlinkRenderer(cfg, topo, plan.scopes[Scope.NVLINK])
         self.ib = IbRenderer(cfg, topo, plan.scopes[Scope.IB_PORT], jobs)
+        self.chassis = ChassisRenderer(cfg, topo, plan.scopes, self.gpu.inlet_off)
         self.node_int = np.zeros(topo.nodes)
         sk = plan.skews
         self.skew = (np.array([s[0] for s in sk], dtype=np.int64),
@@ -75,6 +77,7 @@ class Renderer:
         self.gpu.render(bufs[Scope.GPU], load, win, rng)
         self.nvl.render(bufs[Scope.NVLINK], win, rng)
         self.ib.render(bufs[Scope.IB_PORT], win, node_int, active, rng)
+        self.chassis.render(bufs, load, self.gpu.last_inlet, win, rng)
         batch = Batch()
         for s in SCOPES:
             e = topo.size(s)

@@ -15,7 +15,7 @@ from scipy.signal import lfilter
 
 from collectors.catalog import CATALOG, Kind, Scope
 from models.simulator.config import BASE_STEP_S, SimConfig
-from models.simulator.plan import LOAD, ROW, ScopePlan
+from models.simulator.plan import IDLE_WIDTH, LOAD, ROW, ScopePlan
 from models.simulator.render_common import (
     F64,
     Window,
@@ -77,6 +77,7 @@ class GpuRenderer:
         self.lag_gpu = np.zeros((1, e))
         self.lag_hbm = np.zeros((1, e))
         self.lag_started = False
+        self.last_inlet = np.zeros((0, topo.nodes))
 
     def render(self, buf: F64, node_load: F64, win: Window, rng: np.random.Generator) -> None:
         cfg, spec, s = self.cfg, self.cfg.fleet.spec, self.cfg.signals
@@ -96,6 +97,7 @@ class GpuRenderer:
         x_gpu, x_hbm = self._lagged(frac, win)
         inlet = s.inlet_c + self.inlet_off[None, :] + s.diurnal_amp_c * np.cos(
             2 * np.pi * (win.times[:, None] % _DAY / 3600.0 - s.diurnal_peak_hour_utc) / 24.0)
+        self.last_inlet = inlet  # [T, nodes]: the chassis renderer's inlet sensor reads it
         inlet = np.repeat(inlet, self.topo.gpus_per_node, axis=1)
         gt = buf3[COL["gpu_temp"]]
         np.add(inlet, spec.idle_rise_c + self.temp_off, out=gt)
@@ -146,9 +148,16 @@ class GpuRenderer:
                 apply_intervals(buf3[COL[name]], ivs.get(name), win)
         # PCIe link (catalog, issue 31): full width; the generation at its maximum under load
         # and lowered at idle, as GPUs do to save power (never a fault: models/detectors/hard.py).
+        # Some boards narrow the width at idle too (trap pcie_idle_narrow: IDLE_WIDTH intervals
+        # give the idle width).
         buf3[COL["pcie_link_width"]] = buf3[COL["pcie_link_width_max"]] = _PCIE_LANES
         buf3[COL["pcie_link_gen_max"]] = _PCIE_GEN
-        np.copyto(buf3[COL["pcie_link_gen"]], np.where(util >= 1.0, _PCIE_GEN, 1.0))
+        idle = util < 1.0
+        np.copyto(buf3[COL["pcie_link_gen"]], np.where(idle, 1.0, _PCIE_GEN))
+        if IDLE_WIDTH in ivs:
+            narrow = np.full((t_n, e), _PCIE_LANES)
+            apply_intervals(narrow, ivs[IDLE_WIDTH], win)
+            np.copyto(buf3[COL["pcie_link_width"]], narrow, where=idle)
         for name in ("pcie_link_width", "pcie_link_gen"):
             apply_intervals(buf3[COL[name]], ivs.get(name), win)
         if not cfg.fleet.page_retirement:

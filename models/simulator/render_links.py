@@ -92,6 +92,7 @@ class IbRenderer:
         # or a dead far end leaves it.
         buf3[self.COL["ib_phys_state"]] = np.where(st == IB_ACTIVE, IB_LINK_UP, IB_POLLING)
         buf3[self.COL["ib_rate"]] = self.cfg.fleet.spec.ib_rate_gbps
+        apply_intervals(buf3[self.COL["ib_rate"]], self.sp.intervals.get("ib_rate"), win)
         # The HCA's PCIe link (catalog, issue 31): x16 of x16 unless an interval narrows it.
         buf3[self.COL["nic_pcie_link_width"]] = buf3[self.COL["nic_pcie_link_width_max"]] = 16.0
         apply_intervals(buf3[self.COL["nic_pcie_link_width"]],

@@ -24,6 +24,8 @@ class Topology:
         self.gpus_per_node = fleet.gpus_per_node
         self.links_per_gpu = fleet.links
         self.ports_per_node = fleet.ib_ports_per_node
+        self.psus_per_node = fleet.psus_per_node
+        self.fans_per_node = fleet.fans_per_node
         width = max(4, len(str(fleet.nodes)))
         self.node_names = [f"n{i + 1:0{width}d}" for i in range(fleet.nodes)]
         self.ib_devices = [f"mlx5_{p}" for p in range(self.ports_per_node)]
@@ -41,6 +43,11 @@ class Topology:
                     Entity.nvlink(n, g, k) for n in names for g in range(g_n) for k in range(l_n))),
                 Scope.IB_PORT: EntityTable(Scope.IB_PORT, (
                     Entity.ib_port(n, d, 1) for n in names for d in self.ib_devices)),
+                Scope.PSU: EntityTable(Scope.PSU, (
+                    Entity.psu(n, str(p)) for n in names for p in range(self.psus_per_node))),
+                Scope.FAN: EntityTable(Scope.FAN, (
+                    Entity.fan(n, str(f)) for n in names for f in range(self.fans_per_node))),
+                Scope.NODE: EntityTable(Scope.NODE, (Entity(Scope.NODE, n) for n in names)),
             }
         return self._tables
 
@@ -56,6 +63,8 @@ class Topology:
             Scope.GPU: self.gpus_per_node,
             Scope.NVLINK: self.gpus_per_node * self.links_per_gpu,
             Scope.IB_PORT: self.ports_per_node,
+            Scope.PSU: self.psus_per_node,
+            Scope.FAN: self.fans_per_node,
             Scope.NODE: 1,
         }[scope]
 
@@ -78,6 +87,12 @@ class Topology:
     def ib_port(self, node: int, port: int) -> int:
         return node * self.ports_per_node + port
 
+    def psu(self, node: int, psu: int) -> int:
+        return node * self.psus_per_node + psu
+
+    def fan(self, node: int, fan: int) -> int:
+        return node * self.fans_per_node + fan
+
     def key(self, scope: Scope, index: int) -> str:
         node, rest = divmod(index, self.per_node(scope))
         name = self.node_names[node]
@@ -87,6 +102,10 @@ class Topology:
             return Entity.nvlink(name, *divmod(rest, self.links_per_gpu)).key
         if scope is Scope.IB_PORT:
             return Entity.ib_port(name, self.ib_devices[rest], 1).key
+        if scope is Scope.PSU:
+            return Entity.psu(name, str(rest)).key
+        if scope is Scope.FAN:
+            return Entity.fan(name, str(rest)).key
         return name
 
     def peer_link(self, gpu_index: int, link: int) -> tuple[int, int] | None:

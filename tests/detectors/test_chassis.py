@@ -214,7 +214,8 @@ def test_a_healthy_chassis_is_quiet_everywhere() -> None:
     f = Chassis()
     found = ChassisRules().detect(f, T0)
     assert {x.rule for x in found} == {"psu_failed", "fan_failed", "inlet_temp_high",
-                                       "psu_redundancy_lost", "host_memory_ue", "sxid"}
+                                       "psu_redundancy_lost", "host_memory_ue", "sxid",
+                                       "fan_slowing", "psu_running_hot"}
     assert all(not (x.risk > 0).any() for x in found)
 
 

@@ -146,12 +146,21 @@ def test_nic_pcie_width_low(steps: int, width: float, risk: float) -> None:
     ("gpu_unreadable", 3.0, FailureMode.M2_GPU_HARD),
     ("gpu_unreadable", 2.0, FailureMode.M2_GPU_HARD),
     ("gpu_unreadable", 5.0, FailureMode.M2_GPU_HARD),
-    ("gpu_unreadable", 1.0, None),  # an unknown error alone is not a failure
-    ("gpu_unreadable", 4.0, None),
+    # An unknown error or a hung nvidia-smi is its own class (the rule pages on it once it
+    # lasts; autolabel labels only at that risk).
+    ("gpu_unreadable", 1.0, FailureMode.M12_GPU_UNREADABLE),
+    ("gpu_unreadable", 4.0, FailureMode.M12_GPU_UNREADABLE),
+    ("gpu_unreadable", 0.0, None),
     ("gpu_unreadable", nan, None),
     ("pcie_aer_fatal", 1.0, FailureMode.M2_GPU_HARD),
-    ("pcie_width_low", 8.0, FailureMode.M2_GPU_HARD),
-    ("nic_pcie_width_low", 8.0, FailureMode.M4_IB_LINK),
+    ("pcie_width_low", 8.0, FailureMode.M10_PCIE_WIDTH),
+    ("nic_pcie_width_low", 8.0, FailureMode.M11_NIC_SPEED),
+    ("psu_failed", 1.0, FailureMode.M8_PSU),
+    ("psu_redundancy_lost", 0.0, FailureMode.M8_PSU),
+    ("fan_failed", 900.0, FailureMode.M9_FAN),
+    ("host_memory_ue", 1.0, FailureMode.M13_HOST_HW),
+    ("inlet_temp_high", 45.0, None),  # the room, not the node
+    ("sxid", 10003.0, None),
     ("pcie_aer_correctable_burst", 500.0, None),  # a precursor
 ])
 def test_failure_modes(rule: str, value: float, mode: FailureMode | None) -> None:

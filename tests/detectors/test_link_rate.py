@@ -60,12 +60,12 @@ def test_one_slow_port_among_its_peers_fires_at_level_2_naming_port_rate_and_act
     assert ACTION == "reseat or replace the cable/transceiver; check the switch port"
 
 
-def test_registered_in_the_hard_rules_and_mapped_to_an_ib_link_failure() -> None:
+def test_registered_in_the_hard_rules_and_mapped_to_a_nic_speed_failure() -> None:
     f = fleet()
     f.ib.put("ib_rate", 0, [200.0] * HOLD)
     got = finding(HardRules().detect(f, T0), RULE)
     assert got.risk[0] > 0 and not got.risk[1:].any()
-    assert mode_of(RULE, float(got.value[0])) is FailureMode.M4_IB_LINK
+    assert mode_of(RULE, float(got.value[0])) is FailureMode.M11_NIC_SPEED
     assert RULE_REPAIRS[RULE] == "port_restored"
 
 

@@ -14,7 +14,7 @@ from models.simulator.config import SimConfig
 from models.simulator.scenarios import merge
 
 F64 = npt.NDArray[np.float64]
-SCOPES = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
+SCOPES = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT, Scope.PSU, Scope.FAN, Scope.NODE)
 
 
 def small(**over: Any) -> SimConfig:

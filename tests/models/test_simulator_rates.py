@@ -14,7 +14,8 @@ from collectors.catalog import Scope
 from models.simulator import Mode, SimConfig, Simulator, failure_times
 from models.simulator.config import SECONDS_PER_YEAR
 from models.simulator.failures import Failure, lemon_nodes
-from models.simulator.modes import LEMON_MODES
+from models.simulator.fault_log import rate_per_gpu_year
+from models.simulator.modes import LEMON_MODES, NODE_WIDE
 from models.simulator.scenarios import merge
 from tests.models._simulator_util import collect, small
 
@@ -64,7 +65,8 @@ def test_precursor_fractions(big: tuple[SimConfig, list[Failure]]) -> None:
         assert abs(k - p * len(of)) <= 4 * math.sqrt(p * (1 - p) * len(of)) + 1, (mode, k, len(of))
 
 
-@pytest.mark.parametrize("mode", [m for m in Mode if m is not Mode.M7_UNOBSERVABLE])
+@pytest.mark.parametrize("mode", [m for m in Mode if m not in (
+    Mode.M7_UNOBSERVABLE, Mode.M12_GPU_UNREADABLE, Mode.M13_HOST_HW)])  # sudden by default
 def test_lead_times_follow_their_law(big: tuple[SimConfig, list[Failure]], mode: Mode) -> None:
     cfg, fails = big
     lead_h = np.array([(f.time - f.onset) / 3600 for f in fails
@@ -82,12 +84,19 @@ def test_lognormal_lead_hits_the_stated_quantiles() -> None:
 
 def test_defaults_give_the_literature_totals() -> None:
     cfg = small(failures={"rate_multiplier": 1.0})
-    rates = cfg.failures.effective_rates(cfg.fleet.spec)
+    every = cfg.failures.effective_rates(cfg.fleet.spec)
+    rates = {m: r for m, r in every.items() if m not in NODE_WIDE}
     assert sum(rates.values()) == pytest.approx(0.1755)  # docs/simulator.md: about 0.175
     with_pre = sum(r * cfg.failures.precursor_fraction.of(m) for m, r in rates.items())
     assert with_pre == pytest.approx(0.043, abs=0.001)  # docs/simulator.md: 0.043 per GPU-year
+    # The node-wide modes: the fault log's known-cause faults in its simulated classes.
+    wide = sum(every[m] for m in NODE_WIDE)
+    assert wide == pytest.approx(sum(rate_per_gpu_year(m) for m in NODE_WIDE), rel=1e-3)
+    assert wide == pytest.approx(0.0770, abs=5e-4)  # 53.7 % of 438 faults / 3,058 GPU-years
     graded = small(failures={"rate_multiplier": 2.0, "total_per_gpu_year": 0.30})
-    assert sum(graded.failures.effective_rates(cfg.fleet.spec).values()) == pytest.approx(0.60)
+    got = graded.failures.effective_rates(cfg.fleet.spec)  # the grade scales M1-M7 only
+    assert sum(got[m] for m in rates) == pytest.approx(0.60)
+    assert sum(got[m] for m in NODE_WIDE) == pytest.approx(2 * wide)
 
 
 def test_lemon_nodes_fail_more_often_in_m1_to_m3() -> None:
