@@ -86,7 +86,10 @@ def test_slow_connections_neither_take_threads_nor_keep_an_agent_out(
         assert _push(server, _node("n001")) == 204  # a valid agent is answered
         assert threads < 64, f"{threads} threads for 2,000 slow connections"
         assert server.stats.connections <= server.max_connections
-        assert server.stats.connections_evicted >= 2_000 - server.max_connections
+        # Past the cap each slow connection was closed: evicted, or timed out first when
+        # opening 2,000 took longer than the head deadline (a loaded machine).
+        closed = server.stats.connections_evicted + server.stats.timeouts
+        assert closed >= 2_000 - server.max_connections
         assert r.stats.pushes == 1
     finally:
         for s in slow:
