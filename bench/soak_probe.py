@@ -18,6 +18,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 PERIOD_S = 1.0
+PHASE = "phase:"  # parse_metrics' key prefix for the tick phases
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,7 @@ class Snapshot:
     ingested: float = 0.0
     rejected: float = 0.0
     rss_bytes: float = 0.0
+    phases: tuple[tuple[str, float], ...] = ()  # seconds per tick phase, summed since start
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -57,6 +59,8 @@ def parse_metrics(text: str) -> dict[str, float]:
                 out["ingested"] = s.value
             elif s.name == "gpuhealth_samples_rejected_total":
                 out["rejected"] = s.value
+            elif s.name == "gpuhealth_score_tick_phase_seconds_total":
+                out[PHASE + s.labels.get("phase", "")] = s.value
     return out
 
 
@@ -112,7 +116,9 @@ class Probe:
         return Snapshot(t0, pid, True, ready, reasons, steady, after.get("ticks", 0.0),
                         after.get("tick_errors", 0.0), after.get("tick_skipped", 0.0),
                         after.get("tick_sum", 0.0), after.get("tick_count", 0.0),
-                        after.get("ingested", 0.0), after.get("rejected", 0.0), rss_of(pid))
+                        after.get("ingested", 0.0), after.get("rejected", 0.0), rss_of(pid),
+                        tuple((k.removeprefix(PHASE), v) for k, v in sorted(after.items())
+                              if k.startswith(PHASE)))
 
     def _run(self) -> None:
         while not self._stop.is_set():

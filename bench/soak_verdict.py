@@ -349,6 +349,27 @@ def flat(snaps: Sequence[Snapshot], t0: float, t1: float) -> list[Check]:
                 dcount += life[-1].tick_count - life[0].tick_count
         return dsum / dcount if dcount else float("nan")
 
+    def phases(xs: list[Snapshot]) -> dict[str, float]:
+        """Milliseconds per tick in each phase (service.tick.TickPhases) over the quarter."""
+        by_pid: dict[int | None, list[Snapshot]] = defaultdict(list)
+        for s in xs:
+            if s.up and s.phases:
+                by_pid[s.pid].append(s)
+        spent: dict[str, float] = defaultdict(float)
+        count = 0.0
+        for life in by_pid.values():
+            if len(life) > 1:
+                a, b = dict(life[0].phases), dict(life[-1].phases)
+                for k in b:
+                    spent[k] += b[k] - a.get(k, 0.0)
+                count += life[-1].tick_count - life[0].tick_count
+        return {k: v * 1000.0 / count for k, v in spent.items()} if count else {}
+
+    def split(xs: list[Snapshot], ys: list[Snapshot]) -> str:
+        a, b = phases(xs), phases(ys)
+        top = sorted(set(a) | set(b), key=lambda k: -max(a.get(k, 0.0), b.get(k, 0.0)))[:4]
+        return "; ".join(f"{k} {a.get(k, 0.0):.1f} -> {b.get(k, 0.0):.1f}" for k in top)
+
     out = []
     for name, f, ratio, floor, unit in (("RSS flat (last/first quarter)", rss, RSS_RATIO,
                                          RSS_FLOOR, 1 / (1 << 20)),
@@ -358,9 +379,10 @@ def flat(snaps: Sequence[Snapshot], t0: float, t1: float) -> list[Check]:
         r = b / a if a and a == a and b == b else float("nan")
         ok = r == r and (r <= ratio or b - a <= floor)
         u = "MiB" if unit < 1 else "ms"
-        out.append(Check(name, ok, f"{r:.2f}",
-                         f"{a * unit:.1f} -> {b * unit:.1f} {u}; limit {ratio:g}x or "
-                         f"+{floor * unit:g} {u}"))
+        why = f"{a * unit:.1f} -> {b * unit:.1f} {u}; limit {ratio:g}x or +{floor * unit:g} {u}"
+        if f is tick and phases(last):
+            why += f" (ms per tick by phase: {split(first, last)})"
+        out.append(Check(name, ok, f"{r:.2f}", why))
     return out
 
 

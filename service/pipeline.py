@@ -31,7 +31,7 @@ from service.stages.ingest import MAX_DETAILED_REJECTIONS, IngestResult
 from service.stages.node_rollup import NodeRollup
 from service.stages.scoring import SCOPES, RiskState
 from service.stages.storm_report import StormReport
-from service.tick import Closable, Stats, TickResult
+from service.tick import Closable, Stats, TickPhases, TickResult
 
 log = logging.getLogger(__name__)
 
@@ -163,16 +163,22 @@ class Pipeline:
     def _tick(self, now: float | None) -> TickResult:
         now = time.time() if now is None else now
         t0 = time.perf_counter()
+        phase = TickPhases(self.stats.tick_phases)
         turn = self.replica.claim(now)
+        phase.mark("claim")
         with self.lock:
+            phase.mark("lock")
             if self.forgetting.forget(now):
                 self.replica.hand_over_strays()
             forgotten = self.forgetting.follow(now)
+            phase.mark("forget")
             risk = self.scorer.score(now)
+            phase.mark("score")
             # A standby scores (its windows and risk stay current) but leaves the alerts to
             # its shard's writer: two writers would open every episode twice.
             transitions, flags = (self.replica.mine(*self._step_alerts(risk, forgotten, now))
                                   if turn.writing else ([], []))
+            phase.mark("alerts")
             transitions, changed, storm_updated = self._record(risk, turn, transitions, now)
             for f in flags:
                 self.alerts.set_flags(f.entity, flapping=f.flapping, stale=f.stale, at=now)
@@ -180,12 +186,15 @@ class Pipeline:
             self.stats.ticks += 1
             levels = {sc: self.machine.level(sc).copy() for sc in SCOPES}
             derived = self.fleet.levels()
+        phase.mark("record")
         sent, deliveries = (self.notification.tick(
             now, leading=turn.leading, changed=bool(changed or flags or storm_updated),
             shared=self.replica.shared) if self.notification is not None else (0, []))
         self._count(deliveries)
+        phase.mark("notify")
         audit = (remediate(self.remediation, changed, now, turn.leading)
                  if self.remediation is not None else [])
+        phase.mark("remediate")
         duration = time.perf_counter() - t0
         self.stats.last_tick_s = duration
         result = TickResult(now, duration, risk, transitions, [a for _, a in changed], changed,

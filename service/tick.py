@@ -4,6 +4,7 @@ never import the pipeline that makes it."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -52,6 +53,8 @@ class Stats:
     last_tick_s: float = 0.0
     notifications_sent: int = 0
     notifications_failed: int = 0
+    # Seconds spent per phase of the scoring tick, summed over every tick (TickPhases.PHASES).
+    tick_phases: dict[str, float] = field(default_factory=dict)
 
     def add(self, res: IngestResult) -> None:
         """Count one ingested batch."""
@@ -61,6 +64,23 @@ class Stats:
         self.rows_late += res.late
         self.counter_drops += res.counter_drops
         self.counter_resets += res.resets
+
+
+class TickPhases:
+    """Splits one tick's wall time into its phases, so a slow tick says where it went (waiting
+    for the lock an ingest holds, scoring, the alert store, notification, remediation)."""
+
+    PHASES = ("claim", "lock", "forget", "score", "alerts", "record", "notify", "remediate")
+
+    def __init__(self, into: dict[str, float]) -> None:
+        self.into = into
+        self.last = time.perf_counter()
+
+    def mark(self, phase: str) -> None:
+        """The time since the previous mark was spent in `phase`."""
+        now = time.perf_counter()
+        self.into[phase] = self.into.get(phase, 0.0) + (now - self.last)
+        self.last = now
 
 
 @dataclass(slots=True)

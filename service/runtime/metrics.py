@@ -43,6 +43,7 @@ from service.runtime.redact import redact
 from service.runtime.remote_collectors import RemoteStatus
 from service.stages.alert_machine import LEVELS
 from service.stages.scoring import SCOPES
+from service.tick import TickPhases
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,13 @@ class PipelineCollector:
             ("gpuhealth_score_tick_failures", "Scoring ticks that raised", st.tick_failures),
         ):
             yield CounterMetricFamily(name, doc, value=value)
+        phases = CounterMetricFamily(
+            "gpuhealth_score_tick_phase_seconds", "Seconds of scoring ticks spent per phase "
+            "(lock: waiting for an ingest to finish; notify and remediate: the leader's "
+            "deliveries and job migrations)", labels=["phase"])
+        for phase in TickPhases.PHASES:
+            phases.add_metric([phase], st.tick_phases.get(phase, 0.0))
+        yield phases
         yield from self._notifications()
 
     def _notifications(self) -> Iterable[Metric]:

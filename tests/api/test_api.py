@@ -252,6 +252,13 @@ def test_metrics(faulty: Service) -> None:
     assert value("gpuhealth_notifications_sent_total", receiver="record",
                  integration="record") > 0
     assert value("gpuhealth_score_tick_seconds_count") == 3
+    # The phases split the ticks' time: each named, together no more than the ticks took.
+    phases = {dict(lbl)["phase"]: v for (name, lbl), v in samples.items()
+              if name == "gpuhealth_score_tick_phase_seconds_total"}
+    assert set(phases) == {"claim", "lock", "forget", "score", "alerts", "record", "notify",
+                           "remediate"}
+    assert phases["score"] > 0
+    assert sum(phases.values()) <= value("gpuhealth_score_tick_seconds_sum") + 1e-6
     assert value("gpuhealth_ingest_seconds_count", source="fleet") == 3
     assert value("gpuhealth_job_errors_total", job="collect:broken") == 1
     assert value("gpuhealth_entities", scope="gpu") == 20
