@@ -264,7 +264,8 @@ RUNBOOKS = _registry([
         ("`GET /readyz` says why; `gpuhealth_score_tick_failures_total` counts ticks that "
          "raised, and the log has their traceback.",
          "A tick that never ends: `gpuhealth_last_tick_duration_seconds`, CPU and memory of "
-         "the process."),
+         "the process; `rate(gpuhealth_score_tick_phase_seconds_total[5m])` says which phase "
+         "the time goes to (`lock`: waiting for ingest)."),
         ("Restart the service; if ticks keep failing, roll back the last change (model: "
          "`POST /v1/models/rollback`).",)),
     Runbook(

@@ -31,7 +31,19 @@ def test_a_slower_last_quarter_names_its_phase() -> None:
     # First quarter: 10 ms a tick, all scoring; last: 200 ms, of which 190 waiting for the lock.
     snaps = [snap(0, 0, 0.0, 0.0, 0.0), snap(20, 10, 0.1, 0.0, 0.1),
              snap(80, 100, 1.0, 0.0, 1.0), snap(100, 110, 3.0, 1.9, 1.1)]
-    rss, tick = flat(snaps, 0.0, 100.0)
+    rss, tick, work = flat(snaps, 0.0, 100.0)
     assert rss.ok
     assert not tick.ok
     assert "lock 0.0 -> 190.0" in tick.detail and "score 10.0 -> 10.0" in tick.detail
+    assert work.value == "0.0 -> 0.0 ms" and not work.judged
+
+
+def test_alert_work_is_reported_beside_the_flatness_not_in_it() -> None:
+    # The last quarter's ticks write and send alerts (90 ms a tick); scoring stays at 10 ms.
+    snaps = [Snapshot(at, 7, True, True, (), True, ticks=n, tick_sum=t, tick_count=n,
+                      rss_bytes=100e6, phases=(("notify", w), ("score", sc)))
+             for at, n, t, w, sc in ((0, 0, 0.0, 0.0, 0.0), (20, 10, 0.1, 0.0, 0.1),
+                                     (80, 100, 1.0, 0.0, 1.0), (100, 110, 2.0, 0.9, 1.1))]
+    _, tick, work = flat(snaps, 0.0, 100.0)
+    assert tick.ok and tick.value == "1.00"
+    assert work.value == "0.0 -> 90.0 ms"
