@@ -7,14 +7,19 @@ link at x8 of x16 and another reads "[Unknown Error]".
 
 The node page must show the supplies and fans beside the GPUs with their state, health,
 reading, level and alert text, the node's own sensors, and each GPU's PCIe link and
-readability; the fleet grid must show the supply and the fan alerts on their nodes' rows at
-the level the API gives. Screenshots go to $GPUHEALTH_CONSOLE_SCREENSHOTS (under chassis/)."""
+readability; a click on a supply or a fan must chart its risk, level and key metrics from
+their history endpoints, and the node's own sensors' history must chart beside its risk (a
+service keeping no history says there is nothing stored); the fleet grid must show the supply
+and the fan alerts on their nodes' rows at the level the API gives. Screenshots go to
+$GPUHEALTH_CONSOLE_SCREENSHOTS (under chassis/); docs/screenshots/node-power.png is
+node-n1-psu.png."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -72,11 +77,9 @@ def chassis_lines(node: str, t: float) -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+def _serve(data: Path, **storage: Any) -> Iterator[Service]:
     clock = ManualClock(T0)
-    settings = Settings(storage=StorageSettings(data_dir=tmp_path_factory.mktemp("chassis")
-                                                / "data"))
+    settings = Settings(storage=StorageSettings(data_dir=data, **storage))
     app = create_app(settings, clock=clock, schedule=False)
     with serving(app) as url:
         st: Running = app.state.gpuhealth
@@ -89,6 +92,18 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
             st.scheduler.score_once()
             clock.now += STEP
         yield Service(url, st, {})
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    yield from _serve(tmp_path_factory.mktemp("chassis") / "data")
+
+
+@pytest.fixture(scope="module")
+def no_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """The same fleet on a service that keeps neither sample nor risk history."""
+    yield from _serve(tmp_path_factory.mktemp("chassis-nohistory") / "data",
+                      write_samples=False, risk_history_days=0)
 
 
 @pytest.fixture(scope="module")
@@ -211,4 +226,119 @@ def test_the_fleet_grid_shows_supply_and_fan_alerts_on_their_nodes(
     assert "2 nodes with power, fan or node-sensor alerts" in " ".join(browser.eval(
         "document.querySelector('#summary').innerText").split())
     browser.screenshot(shots / "fleet.png")
+    assert unexpected(browser) == []
+
+
+# Each chart on a charts pane by metric: its caption and its lines' point counts.
+_CHARTS = ("(sel => Object.fromEntries([...document.querySelectorAll(sel + ' figure.chart')]"
+           ".map(f => [f.dataset.metric, {caption: f.querySelector('figcaption').innerText"
+           ".replace(/\\s+/g, ' ').trim(), lines: [...f.querySelectorAll('polyline')].map(p =>"
+           " [p.getAttribute('class') || 'reading',"
+           " p.getAttribute('points').split(' ').length])}])))")
+
+
+def _click(b: Browser, table: str, entity: str) -> None:
+    b.eval(f"document.querySelector('#{table} tr[data-entity=\"{entity}\"]').click()")
+    b.wait_for(f"document.querySelector('#{table} tr.picked')?.dataset.entity === '{entity}'"
+               f" && [...document.querySelectorAll('#gpucharts h3')].map(h => h.innerText)"
+               f".join('|').includes('{entity} key metrics')", f"{entity}'s charts")
+
+
+def _points(service: Service, path: str) -> dict[str, int]:
+    return {s["metric"]: len(s["times"]) for s in service.get(path)["series"]}
+
+
+def test_clicking_a_supply_charts_its_risk_and_key_metrics(
+        service: Service, browser: Browser, shots: Path) -> None:
+    open_page(browser, service.url + "/#/node/n1",
+              "document.querySelectorAll('#psus tr.pick').length === 3", "n1's power supplies")
+    _click(browser, "psus", "n1:psuPSU0")
+    shown = browser.eval(_CHARTS + "('#gpucharts')")
+    risk = _points(service, "/v1/psus/n1:psuPSU0/risk")
+    metrics = _points(service, "/v1/psus/n1:psuPSU0/metrics")
+    # Risk and level, then output, temperature, health and state: the input voltage is in the
+    # table and not charted. Every line has the points the API gives.
+    assert set(shown) == {"risk", "level", "psu_output_w", "psu_temp_c", "psu_health",
+                          "psu_state"}
+    assert all(risk[m] >= 2 for m in ("risk", "level"))
+    assert {m: c["lines"] for m, c in shown.items()} == {
+        m: [["reading", {**risk, **metrics}[m]]] for m in shown}
+    # A state reads in words, as in the table beside it.
+    assert shown["psu_state"]["caption"].startswith("psu_state enum not delivering")
+    assert shown["psu_health"]["caption"].startswith("psu_health enum Critical")
+    assert shown["psu_output_w"]["caption"].startswith("psu_output_w W 0.00")
+    # The GPU that was picked before is no longer; the node's charts stay.
+    assert browser.eval("document.querySelectorAll('tr.picked').length") == 1
+    assert browser.eval("document.querySelectorAll('#nodecharts figure.chart').length") >= 1
+    browser.screenshot(shots / "node-n1-psu.png")
+    # A healthy supply has no risk rows (kept only while above zero): the pane says so once.
+    _click(browser, "psus", "n1:psuPSU1")
+    text = browser.eval("document.querySelector('#gpucharts').innerText")
+    assert "nothing stored in this range: a supply's risk is kept only while above zero" in text
+    assert browser.eval(_CHARTS + "('#gpucharts')")["psu_output_w"]["caption"].startswith(
+        "psu_output_w W 1200")
+    assert unexpected(browser) == []
+
+
+def test_clicking_a_fan_charts_its_speed_against_its_lower_critical_speed(
+        service: Service, browser: Browser, shots: Path) -> None:
+    open_page(browser, service.url + "/#/node/n2",
+              "document.querySelectorAll('#fans tr.pick').length === 4", "n2's fans")
+    _click(browser, "fans", "n2:fan3")
+    shown = browser.eval(_CHARTS + "('#gpucharts')")
+    metrics = _points(service, "/v1/fans/n2:fan3/metrics")
+    risk = _points(service, "/v1/fans/n2:fan3/risk")
+    # It reports RPM, not percent: no empty percent chart; its threshold is drawn on its speed.
+    assert set(shown) == {"risk", "level", "fan_rpm", "fan_health"}
+    assert shown["fan_rpm"]["lines"] == [["reading", metrics["fan_rpm"]],
+                                         ["ref", metrics["fan_rpm_lower_critical"]]]
+    assert metrics["fan_rpm"] >= 2 and risk["risk"] >= 2
+    assert shown["risk"]["lines"] == [["reading", risk["risk"]]]
+    assert "1000" in shown["fan_rpm"]["caption"]
+    assert "critical under 1800" in shown["fan_rpm"]["caption"]
+    assert shown["fan_health"]["caption"].startswith("fan_health enum OK")
+    browser.screenshot(shots / "node-n2-fan.png")
+    assert unexpected(browser) == []
+
+
+def test_the_nodes_own_sensors_chart_where_it_has_them(service: Service,
+                                                       browser: Browser) -> None:
+    open_page(browser, service.url + "/#/node/n1",
+              "document.querySelectorAll('#nodecharts .charts').length === 2", "n1's own charts")
+    shown = browser.eval(_CHARTS + "('#nodecharts')")
+    sensors = _points(service, "/v1/nodes/n1/metrics?metric=inlet_temp_c&metric=exhaust_temp_c"
+                      "&metric=psu_redundant&metric=fan_redundant")
+    assert all(sensors[m] >= 2 for m in sensors)
+    assert {m: c["lines"] for m, c in shown.items() if m != "risk"} == {
+        m: [["reading", n]] for m, n in sensors.items()}
+    assert shown["inlet_temp_c"]["caption"].startswith("inlet_temp_c degC 24.5")
+    assert shown["psu_redundant"]["caption"].startswith("psu_redundant bool lost")
+    assert shown["fan_redundant"]["caption"].startswith("fan_redundant bool redundant")
+    # A node without BMC readings asks for no sensor history: only its risk charts.
+    browser.requests.clear()
+    open_page(browser, service.url + "/#/node/n4",
+              "document.querySelectorAll('#nodecharts .charts').length === 1", "n4's charts")
+    browser.pump()
+    assert not [u for u in browser.requests if "/v1/nodes/n4/metrics" in u]
+    assert unexpected(browser) == []
+
+
+def test_a_store_without_history_says_so_for_a_supply_a_fan_and_the_node(
+        no_history: Service, browser: Browser) -> None:
+    open_page(browser, no_history.url + "/#/node/n2",
+              "document.querySelectorAll('#fans tr.pick').length === 4", "n2's fans")
+    _click(browser, "fans", "n2:fan3")
+    browser.wait_for("document.querySelectorAll('#nodecharts .charts').length === 2",
+                     "n2's own charts")
+    assert browser.eval("document.querySelectorAll('#view polyline').length") == 0
+    # The node's risk and own sensors, the fan's risk and key metrics: each says it once.
+    panes = browser.eval("[...document.querySelectorAll('#view .charts')].map(c =>"
+                         " c.querySelector('p.nothing')?.innerText ?? c.innerText)")
+    assert len(panes) == 4
+    assert all(p.startswith("nothing stored in this range") for p in panes), panes
+    # The readings still show in the tables: only their history is missing.
+    assert "1000 rpm" in browser.eval("document.querySelector('#fans').innerText")
+    _click(browser, "psus", "n2:psuPSU0")
+    assert "nothing stored in this range" in browser.eval(
+        "document.querySelector('#gpucharts').innerText")
     assert unexpected(browser) == []

@@ -13,7 +13,7 @@ const UNREADABLE = ["readable", "Unknown Error", "requires reset", "lost (off th
   "nvidia-smi timed out", "not found"];
 const MODES = ["M1_hbm", "M2_gpu_hard", "M3_nvlink", "M4_ib_link", "M5_thermal", "M6_sram",
   "M7_unobservable"];
-const state = { page: null, arg: null, timer: null, gpu: null, busy: false, again: false,
+const state = { page: null, arg: null, timer: null, pick: null, busy: false, again: false,
                 remediationOff: false, notifyOff: false, offCheckedAt: 0 };
 
 // ---- helpers ----------------------------------------------------------------------------------
@@ -226,30 +226,53 @@ async function groupsByAlert() {
 
 // ---- charts: inline SVG lines -----------------------------------------------------------------
 
-function sparkline(series, opts = {}) {
+// Per metric: the scale to draw it on and, for a state, its values in words.
+const SERIES_OPTS = {
+  risk: { min: 0, max: 1 }, level: { min: 0, max: 3 },
+  psu_health: { min: 0, max: 2, words: HEALTH }, fan_health: { min: 0, max: 2, words: HEALTH },
+  psu_state: { min: 0, max: 3, words: PSU_STATE },
+  psu_redundant: { min: 0, max: 1, words: ["lost", "redundant"] },
+  fan_redundant: { min: 0, max: 1, words: ["lost", "redundant"] },
+};
+// A series drawn dashed on another's chart rather than on its own, with its caption: a fan's
+// lower critical speed on its speed, so the gap between them reads at a glance.
+const DRAWN_ON = { fan_rpm_lower_critical: ["fan_rpm", "critical under"] };
+// Three digits, but a reading in the thousands (a fan's rpm) in full rather than as 9.00e+3.
+function fmtNum(v) {
+  const n = Number(v);
+  return Math.abs(n) >= 1000 ? String(Math.round(n)) : n.toPrecision(3);
+}
+
+// `ref`: a second series (a threshold) drawn dashed on the same axes.
+function sparkline(series, opts = {}, ref = null) {
   const w = 320, h = 80, pad = 4;
   const t = series.times, v = series.values;
-  if (!t.length) return `<div class="chart empty">no points in range</div>`;
-  const t0 = t[0], t1 = t[t.length - 1] || t0 + 1;
-  let lo = Math.min(...v), hi = Math.max(...v);
+  if (!t.length) return `<div class="chart empty">${esc(series.metric)}: no points in range</div>`;
+  const rt = ref ? ref.times : [], rv = ref ? ref.values : [];
+  const t0 = Math.min(t[0], ...rt), t1 = Math.max(t[t.length - 1], ...rt);
+  let lo = Math.min(...v, ...rv), hi = Math.max(...v, ...rv);
   if (opts.min !== undefined) lo = Math.min(lo, opts.min);
   if (opts.max !== undefined) hi = Math.max(hi, opts.max);
   if (hi === lo) { hi = lo + 1; }
   const x = s => pad + (w - 2 * pad) * ((s - t0) / ((t1 - t0) || 1));
   const y = s => h - pad - (h - 2 * pad) * ((s - lo) / (hi - lo));
-  const pts = t.map((s, i) => `${x(s).toFixed(1)},${y(v[i]).toFixed(1)}`).join(" ");
+  const line = (ts, vs) => ts.map((s, i) => `${x(s).toFixed(1)},${y(vs[i]).toFixed(1)}`).join(" ");
   const last = v[v.length - 1];
-  return `<figure class="chart"><figcaption>${esc(series.metric)}
-      <span class="unit">${esc(series.unit)}</span> <b>${esc(Number(last).toPrecision(3))}</b>
-      <span class="range">${esc(Number(lo).toPrecision(3))}–${esc(Number(hi).toPrecision(3))}</span>
+  const shown = opts.words && opts.words[last] !== undefined ? opts.words[last] : fmtNum(last);
+  return `<figure class="chart" data-metric="${esc(series.metric)}"><figcaption>${esc(series.metric)}
+      <span class="unit">${esc(series.unit)}</span> <b>${esc(shown)}</b>${rv.length
+        ? ` <span class="ref">${esc(DRAWN_ON[ref.metric][1])} ${esc(fmtNum(rv[rv.length - 1]))}</span>`
+        : ""}
+      <span class="range">${esc(fmtNum(lo))}–${esc(fmtNum(hi))}</span>
     </figcaption>
     <svg viewBox="0 0 ${w} ${h}" preserveAspectRatio="none" role="img"
-      aria-label="${esc(series.metric)} over time"><polyline points="${pts}"/></svg></figure>`;
+      aria-label="${esc(series.metric)} over time"><polyline points="${line(t, v)}"/>${rv.length
+        ? `<polyline class="ref" points="${line(rt, rv)}"/>` : ""}</svg></figure>`;
 }
 
 // The history endpoints answer 501 where the store keeps no such history (risk on SQLite
-// before it kept any): say so instead of drawing nothing.
-async function charts(path, title, opts, keep = () => true) {
+// before it kept any): say so instead of drawing nothing. An answer with no point at all says so once (`empty`: why, where known).
+async function charts(path, title, opts, keep = () => true, empty = "") {
   const res = await api(path);
   if (res.status === 501) {
     return `<div class="charts"><h3>${esc(title)}</h3><p class="muted">no history on this store</p></div>`;
@@ -257,11 +280,17 @@ async function charts(path, title, opts, keep = () => true) {
   if (!res.ok) {
     return `<div class="charts"><h3>${esc(title)}</h3><p class="err">${esc(problem(res))}</p></div>`;
   }
-  const figs = res.body.series.filter(keep).map(s => sparkline(s, s.metric === "risk" ? { min: 0, max: 1 }
-    : s.metric === "level" ? { min: 0, max: 3 } : opts)).join("");
+  const all = res.body.series;
+  const byName = Object.fromEntries(all.map(s => [s.metric, s]));
+  const drawn = all.filter(s => keep(s) && !DRAWN_ON[s.metric]);
+  const refOf = s => byName[Object.keys(DRAWN_ON).find(m => DRAWN_ON[m][0] === s.metric)] || null;
+  const figs = drawn.every(s => !s.times.length)
+    ? `<p class="muted nothing">nothing stored in this range${empty ? `: ${esc(empty)}` : ""}</p>`
+    : drawn.map(s => sparkline(s, SERIES_OPTS[s.metric] || opts, refOf(s))).join("");
   // The span is the service's clock: a replay's or the demo's data time, not this browser's.
   const span = `<span class="span">${esc(fmtTime(res.body.start))} – ${esc(fmtTime(res.body.end))}</span>`;
-  return `<div class="charts"><h3>${esc(title)} ${span}</h3>${figs || '<p class="muted">no series</p>'}</div>`;
+  return `<div class="charts"><h3>${esc(title)} ${span}</h3>${drawn.length ? figs
+    : '<p class="muted">no series</p>'}</div>`;
 }
 
 // ---- pages ------------------------------------------------------------------------------------
@@ -362,7 +391,7 @@ function entityTable(title, rows, selectable, extra = [], id = "", window = true
     <th>entity</th>${extra.map(([h]) => `<th>${esc(h)}</th>`).join("")}<th>risk</th>
     <th>level</th><th>reason</th>${window ? "<th>predicted window</th>" : ""}</tr></thead>
     <tbody>${rows.map(e => `<tr data-entity="${esc(e.entity)}" data-level="${e.level}"${selectable
-      ? ` class="pick${e.entity === state.gpu ? " picked" : ""}"` : ""}>
+      ? ` class="pick${e.entity === state.pick ? " picked" : ""}"` : ""}>
     <td>${esc(e.entity)}</td>${extra.map(([, f]) => f(e)).join("")}<td class="num">${fmtRisk(e.risk)}</td>
     <td>${levelBadge(e.level)}</td>
     <td class="reason">${e.silent ? `<span class="nodata">${esc(noDataSince(e.silent_since))}</span> ` : ""}${
@@ -473,8 +502,9 @@ function chassisHtml(n) {
     return `<h3>Power and cooling</h3><p class="muted">no BMC or host sensor readings for this
       node (docs/bmc.md says how to point gpuhealth at its BMC)</p>`;
   }
-  return entityTable("Power supplies", n.psus, false, PSU_COLUMNS, "psus", false) +
-    entityTable("Fans", n.fans, false, FAN_COLUMNS, "fans", false) + own;
+  const title = what => `${what} (click one for its charts)`;
+  return entityTable(title("Power supplies"), n.psus, true, PSU_COLUMNS, "psus", false) +
+    entityTable(title("Fans"), n.fans, true, FAN_COLUMNS, "fans", false) + own;
 }
 
 pages.node = {
@@ -488,9 +518,11 @@ pages.node = {
     const res = await api(`/v1/nodes/${encodeURIComponent(node)}`);
     if (!res.ok) return problem(res);
     const n = res.body;
-    if (!state.gpu || !n.gpus.some(g => g.entity === state.gpu)) {
+    let picked = pickedOf(n);
+    if (!picked) {
       const top = [...n.gpus].sort((a, b) => (b.level - a.level) || ((b.risk || 0) - (a.risk || 0)))[0];
-      state.gpu = top ? top.entity : null;
+      state.pick = top ? top.entity : null;
+      picked = pickedOf(n);
     }
     // The same risk and level as the node's row on the fleet grid (one computation, API-side).
     $("#nodehead").innerHTML = `<span>risk <b class="noderisk">${fmtRisk(n.risk)}</b></span> · ${levelBadge(n.level)} ·
@@ -513,30 +545,58 @@ pages.node = {
       `<p class="muted">${n.links.filter(l => !l.level && !l.risk).length} links at zero risk not listed</p>` +
       entityTable("InfiniBand ports", n.ports, false);
     $("#chassis").innerHTML = chassisHtml(n);
-    const [nodeHtml, gpuHtml] = await Promise.all([
+    // The node's own sensors' history: those it reports (a node without a BMC asks nothing).
+    const sensed = NODE_SERIES.filter(m => m in readingsOf(n.sensors));
+    const [nodeHtml, sensorHtml, pickHtml] = await Promise.all([
       // A node's level series is its own alert's (no data), as InfluxDB keeps it
       // (docs/influxdb.md), not its GPUs': beside their badge it would read as "all clear".
       charts(`/v1/nodes/${encodeURIComponent(node)}/risk`, `${node} risk`, undefined,
         s => s.metric === "risk"),
-      state.gpu ? gpuCharts(state.gpu) : Promise.resolve("")]);
-    $("#nodecharts").innerHTML = nodeHtml;
-    $("#gpucharts").innerHTML = gpuHtml;
+      sensed.length ? charts(`/v1/nodes/${encodeURIComponent(node)}/metrics?${sensed.map(m =>
+        `metric=${m}`).join("&")}`, `${node} own sensors`) : "",
+      picked ? entityCharts(...picked) : ""]);
+    $("#nodecharts").innerHTML = nodeHtml + sensorHtml;
+    $("#gpucharts").innerHTML = pickHtml;
     return null;
   },
   click(ev) {
     const row = ev.target.closest("tr.pick");
     if (!row) return false;
-    state.gpu = row.dataset.entity;
+    state.pick = row.dataset.entity;
     refresh();
     return true;
   },
 };
 
-async function gpuCharts(gpu) {
-  const q = KEY_METRICS.map(m => `metric=${m}`).join("&");
+// What a click on the node page charts: a GPU, a supply or a fan, each from its own history
+// endpoints. `reported`: ask only for the metrics the entity reports (a fan reads in RPM or in
+// percent; a threshold the BMC does not give is not charted); `empty`: why a risk series can
+// have no point (supplies and fans are kept only while at risk, as links and ports are).
+const PICKABLE = {
+  gpus: { path: "gpus", metrics: KEY_METRICS },
+  psus: { path: "psus", metrics: ["psu_output_w", "psu_temp_c", "psu_health", "psu_state"],
+    reported: true, empty: "a supply's risk is kept only while above zero" },
+  fans: { path: "fans", metrics: ["fan_rpm", "fan_pct", "fan_rpm_lower_critical", "fan_health"],
+    reported: true, empty: "a fan's risk is kept only while above zero" },
+};
+const NODE_SERIES = ["inlet_temp_c", "exhaust_temp_c", "psu_redundant", "fan_redundant"];
+// [kind, entity] of the picked entity on this node, or null.
+function pickedOf(n) {
+  for (const kind of Object.keys(PICKABLE)) {
+    const e = (n[kind] || []).find(x => x.entity === state.pick);
+    if (e) return [kind, e];
+  }
+  return null;
+}
+async function entityCharts(kind, e) {
+  const spec = PICKABLE[kind];
+  const r = readingsOf(e.readings);
+  const some = spec.metrics.filter(m => m in r);
+  const q = (spec.reported && some.length ? some : spec.metrics).map(m => `metric=${m}`).join("&");
+  const base = `/v1/${spec.path}/${encodeURIComponent(e.entity)}`;
   const [risk, metrics] = await Promise.all([
-    charts(`/v1/gpus/${encodeURIComponent(gpu)}/risk`, `${gpu} risk and level`),
-    charts(`/v1/gpus/${encodeURIComponent(gpu)}/metrics?${q}`, `${gpu} key metrics`)]);
+    charts(`${base}/risk`, `${e.entity} risk and level`, undefined, undefined, spec.empty),
+    charts(`${base}/metrics?${q}`, `${e.entity} key metrics`)]);
   return risk + metrics;
 }
 
