@@ -14,6 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from service.remediation.hooks.slurm import parse_node
 
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd")
 CLIENTS = ("scontrol", "squeue", "sbatch", "sinfo", "scancel")
@@ -197,3 +200,32 @@ def _need(name: str) -> str:
     if path is None:
         raise RuntimeError(f"{name} is not installed")
     return path
+
+
+# -- helpers for the tests that drive this cluster ---------------------------------------------
+
+WAIT_S = 20.0
+
+
+def node_field(cluster: SlurmCluster, name: str) -> str:
+    line = cluster.run("scontrol", "show", "node", "-o", cluster.node).stdout
+    info = parse_node(line)
+    return {"State": info.state, "Reason": info.reason}[name]
+
+
+def job_fields(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
+    line = cluster.run("scontrol", "show", "job", "-o", job_id).stdout
+    return dict(p.split("=", 1) for p in line.split() if "=" in p)
+
+
+def wait_for(what: str, cond: Any, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def submit(cluster: SlurmCluster, *flags: str) -> str:
+    out = cluster.run("sbatch", "--parsable", "-o", "/dev/null", *flags, "--wrap", "sleep 300")
+    return out.stdout.strip().split(";")[0]

@@ -3,12 +3,9 @@ real scontrol/squeue/sbatch, real drains and requeues."""
 
 from __future__ import annotations
 
-import getpass
 import shlex
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,51 +20,18 @@ from service.remediation.hooks.slurm import (
     parse_node,
 )
 from service.remediation.hooks.target import GuardedHook
-from tests.remediation.slurm_cluster import SlurmCluster
-
-WAIT_S = 20.0
+from tests.remediation.slurm_cluster import (
+    SlurmCluster,
+    job_fields,
+    node_field,
+    submit,
+    wait_for,
+)
 
 
 def request(node: str, summary: str = "XID 79: GPU fell off the bus") -> ActionRequest:
     return ActionRequest(action_id="act-1", node=node, alert_id=17, fingerprint="fp17",
                          summary=summary, requested_at=time.time())
-
-
-def node_field(cluster: SlurmCluster, name: str) -> str:
-    line = cluster.run("scontrol", "show", "node", "-o", cluster.node).stdout
-    info = parse_node(line)
-    return {"State": info.state, "Reason": info.reason}[name]
-
-
-def job_fields(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
-    line = cluster.run("scontrol", "show", "job", "-o", job_id).stdout
-    return dict(p.split("=", 1) for p in line.split() if "=" in p)
-
-
-def wait_for(what: str, cond: Any, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-def submit(cluster: SlurmCluster, *flags: str) -> str:
-    out = cluster.run("sbatch", "--parsable", "-o", "/dev/null", *flags, "--wrap", "sleep 300")
-    return out.stdout.strip().split(";")[0]
-
-
-@pytest.fixture
-def cluster(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
-    """The session cluster, and afterwards: no jobs, node resumed and idle."""
-    yield slurm_cluster
-    slurm_cluster.run("scancel", "--quiet", f"--user={getpass.getuser()}", check=False)
-    wait_for("jobs to end", lambda: not slurm_cluster.run(
-        "squeue", "-h", "-t", "R,CG,S,CF", check=False).stdout.strip())
-    if "DRAIN" in node_field(slurm_cluster, "State"):
-        slurm_cluster.run("scontrol", "update", f"NodeName={slurm_cluster.node}",
-                          "State=RESUME")
-    wait_for("node idle", lambda: node_field(slurm_cluster, "State") == "IDLE")
 
 
 @pytest.fixture
