@@ -128,6 +128,7 @@ SERVICE_LAYERS: tuple[tuple[str, ...], ...] = (
     ("service.stages",),  # the round's stages: ingest, windows, scoring, alert machine and store
     ("service.notify",),  # routing, silences, receivers, the outbox
     ("service.remediation",),  # acting on level-3 alerts
+    ("service.diagnostics",),  # active tests on a node and the return-to-service gate
     ("service.tick",),  # what one tick leaves behind and the protocols it is handed to
     ("service.grafana",),  # dashboards as code
     ("service.learning",),  # models and labels learned from the ticks
