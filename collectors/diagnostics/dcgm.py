@@ -61,6 +61,7 @@ _SECTION = re.compile(r"^[|+]-----\s+(\w+)\s+-+[+|]")
 _ENTITY = re.compile(r"^(GPU|CPU|NvSwitch|Switch)\s?(\d+):\s*(\w+)", re.I)
 _SUMMARY_3X = re.compile(r"^(Pass|Fail|Skip|Warn)\s+-\s+(All|GPUs?:\s*([\d,\s]+))", re.I)
 _RULE = re.compile(r"^\+-+\+-+\+$")
+_INFO = re.compile(r"^Info(?::|$)")
 _WARNING = re.compile(r"^Warning(?::\s*(GPU|CPU)\s?(\d+))?$", re.I)
 
 
@@ -247,11 +248,12 @@ def _from_text(text: str, exit_code: int | None, spec: SuiteSpec, gpu_model: str
             tests[-1].warnings.setdefault(gpu, []).append("")
             _set_last(tests[-1], gpu, chunks)
             continue
-        if name.startswith("Info") or name == "Error":
+        if _INFO.match(name) or name == "Error":  # not "Inforom", a deployment test
             chunks = None
             continue
         if name:
             tests.append(_Test(check_name(name), name, word=info))
+            _entity_row(tests[-1], info)  # 3.x starts a GPU list on the test's own row
             chunks = None
             continue
         # A row without a name: an entity's result, a 3.x GPU list, or a message going on.
