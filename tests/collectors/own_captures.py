@@ -42,3 +42,33 @@ RAS_SUMMARY = CAPTURES / "edac" / "ras-mc-ctl-summary.txt"  # ras-mc-ctl --summa
 
 def read(path: Path) -> str:
     return path.read_text(encoding="utf-8")
+
+# Active diagnostics (collectors/diagnostics/): each tool's output passing, failing, cut off
+# at its time limit and erroring, as a stand-in prints it on a node (tests/support/
+# diag_standin.py). Formats: NVIDIA/DCGM dcgmi/Diag.cpp, NVIDIA/nccl-tests src/common.cu and
+# src/util.cu, NVIDIA/nvbandwidth output.cpp, wilicc/gpu-burn gpu_burn-drv.cpp.
+DIAG = CAPTURES / "diagnostics"
+DCGM_R3_PASS = DIAG / "dcgm" / "diag-r3-pass-v4.json"  # dcgmi diag -r 3 -j, DCGM 4.2, 4x H100
+DCGM_R3_MEMORY_FAIL = DIAG / "dcgm" / "diag-r3-memory-fail-v4.json"  # GPU 2 memory Fail
+DCGM_R3_CUT = DIAG / "dcgm" / "diag-r3-cut-v4.json"  # the same, killed mid-document
+DCGM_R2_PCIE_FAIL_V3 = DIAG / "dcgm" / "diag-r2-pcie-fail-v3.json"  # DCGM 3.3 JSON shape
+DCGM_R2_PCIE_FAIL_TEXT = DIAG / "dcgm" / "diag-r2-pcie-fail-v4.txt"  # dcgmi diag -r 2 (table)
+DCGM_R3_MEMORY_FAIL_TEXT_V3 = DIAG / "dcgm" / "diag-r3-memory-fail-v3.txt"  # 3.x table
+DCGM_RUNTIME_ERROR = DIAG / "dcgm" / "diag-runtime-error-v4.json"  # {"runtime_error": ...}
+DCGM_HOSTENGINE_ERROR = DIAG / "dcgm" / "diag-hostengine-error.txt"  # no host engine
+NCCL_PASS = DIAG / "nccl" / "all-reduce-8xh100-pass.txt"  # all_reduce_perf -b 8 -e 8G -f 2 -g 8
+NCCL_SLOW = DIAG / "nccl" / "all-reduce-8xh100-slow.txt"  # 251 GB/s peak bus bandwidth
+NCCL_WRONG = DIAG / "nccl" / "all-reduce-8xh100-wrong-v2.13.txt"  # #wrong > 0, older format
+NCCL_KILLED = DIAG / "nccl" / "all-reduce-8xh100-killed.txt"  # stops after 256 MB
+NCCL_KILLED_WRONG = DIAG / "nccl" / "all-reduce-8xh100-killed-wrong.txt"  # cut, wrong at 64 MB
+NCCL_ERROR = DIAG / "nccl" / "all-reduce-nccl-error.txt"  # "Test NCCL failure"
+NCCL_MPI_ERROR = DIAG / "nccl" / "all-reduce-mpi-launch-error.txt"  # mpirun could not launch
+NVB_PASS = DIAG / "nvbandwidth" / "ce-8xh100-pass.txt"  # h2d, d2h, d2d read; 8x H100
+NVB_SLOW_LINK = DIAG / "nvbandwidth" / "ce-8xh100-slow-link.txt"  # GPU 2 <-> 5 at 118 GB/s
+NVB_KILLED = DIAG / "nvbandwidth" / "ce-8xh100-killed.txt"  # cut inside the d2d matrix
+NVB_WAIVED = DIAG / "nvbandwidth" / "ce-1xh100-waived.txt"  # one GPU: d2d "Waived: "
+NVB_CUDA_ERROR = DIAG / "nvbandwidth" / "cuda-no-device.txt"  # [CUDA_ERROR_NO_DEVICE]
+BURN_OK = DIAG / "gpu-burn" / "8xh100-ok.txt"  # gpu_burn 60, 8x OK
+BURN_FAULTY = DIAG / "gpu-burn" / "8xh100-faulty.txt"  # GPU 3 errors, FAULTY
+BURN_KILLED_ERRORS = DIAG / "gpu-burn" / "8xh100-killed-errors.txt"  # cut, GPU 5 errors
+BURN_INIT_ERROR = DIAG / "gpu-burn" / "init-error.txt"  # out of memory, no client alive
