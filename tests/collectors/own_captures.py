@@ -22,6 +22,11 @@ DMESG_ISO = CAPTURES / "kernel-log" / "dmesg-iso-xid.log"  # dmesg --time-format
 IPMI_SDR_DELL = CAPTURES / "ipmi" / "sdr-elist-dell.txt"  # ipmitool sdr elist, Dell names
 IPMI_SDR_SUPERMICRO = CAPTURES / "ipmi" / "sdr-elist-supermicro.txt"  # ipmitool sdr elist
 IPMI_SEL = CAPTURES / "ipmi" / "sel-elist-mixed.txt"  # ipmitool sel elist
+# freeipmi: ipmi-sensors --comma-separated-output --output-sensor-thresholds
+# --non-abbreviated-units; ipmi-sensors -v (entities); ipmi-sel -v --comma-separated-output
+FREEIPMI_SENSORS = CAPTURES / "ipmi" / "freeipmi-sensors-supermicro.csv"
+FREEIPMI_VERBOSE = CAPTURES / "ipmi" / "freeipmi-sensors-verbose.txt"
+FREEIPMI_SEL = CAPTURES / "ipmi" / "freeipmi-sel.csv"
 # Redfish resources (GET /redfish/v1/...), one odd shape each
 REDFISH_THERMAL = CAPTURES / "redfish" / "thermal-legacy-percent.json"  # Chassis/*/Thermal
 REDFISH_POWER = CAPTURES / "redfish" / "power-legacy-failed.json"  # Chassis/*/Power
