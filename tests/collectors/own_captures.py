@@ -37,6 +37,8 @@ SMI_BAD_CSV = CAPTURES / "nvidia-smi" / "query-gpu-bad-states.csv"
 SMI_ERR_TABLE = CAPTURES / "nvidia-smi" / "table-err.txt"
 SMI_NO_DEVICES = CAPTURES / "nvidia-smi" / "no-devices.txt"
 PCI_DEVICES = CAPTURES / "pcie" / "sys-bus-pci-devices"  # a /sys/bus/pci/devices tree
+LSPCI_NODE = CAPTURES / "pcie" / "lspci-vv-h100-node.txt"  # lspci -D -nn -vv (as root)
+LSPCI_NONROOT = CAPTURES / "pcie" / "lspci-vv-nonroot.txt"  # lspci -D -nn -vv (not root)
 # Host hardware errors: machine checks, EDAC CE/UE and NVSwitch SXids in one dmesg; EDAC sysfs
 # trees (/sys/devices/system/edac/mc copied: per-DIMM and legacy csrow views); rasdaemon.
 DMESG_HOST_ERRORS = CAPTURES / "kernel-log" / "dmesg-host-errors.log"  # dmesg (uptime stamps)
