@@ -305,31 +305,40 @@ def detected() -> list[str]:
 # ---- IPMI BMC (ipmitool) ------------------------------------------------------------------
 
 def _ipmi_parse(path: Path, host: str, ts_ns: int) -> Parsed:
-    """A captured `ipmitool sdr elist` (supplies, fans, inlet/exhaust, redundancy) or `ipmitool
-    sel elist` (every warning or critical entry becomes a `sel` event: a capture has no
-    earlier read to be new against)."""
+    """A captured `ipmitool sdr elist` or freeipmi `ipmi-sensors` CSV (supplies, fans,
+    inlet/exhaust, redundancy), or `ipmitool sel elist` or `ipmi-sel -v` CSV (every warning or
+    critical entry becomes a `sel` event: a capture has no earlier read to be new against)."""
     from collectors.ipmi import (
         looks_like_sdr_elist,
         looks_like_sel,
+        looks_like_sel_csv,
+        looks_like_sensors_csv,
         map_rows,
         parse_sdr_elist,
+        parse_sel_csv,
         parse_sel_elist,
+        parse_sensors_csv,
     )
 
     text = path.read_text(errors="replace")
     out = Parsed()
-    if looks_like_sdr_elist(text):
-        got = map_rows(parse_sdr_elist(text, out.rejected), host, ts_ns)
+    if looks_like_sdr_elist(text) or looks_like_sensors_csv(text):
+        listing = parse_sensors_csv(text, out.rejected) if looks_like_sensors_csv(text) \
+            else None
+        rows = listing.rows if listing else parse_sdr_elist(text, out.rejected)
+        got = map_rows(rows, host, ts_ns, listing.lower_critical if listing else None)
         out.points, out.notes = got.points, [str(r) for r in got.skipped]
-    elif looks_like_sel(text):
-        entries = parse_sel_elist(text, out.rejected)
+    elif looks_like_sel(text) or looks_like_sel_csv(text):
+        entries = (parse_sel_csv(text, out.rejected) if looks_like_sel_csv(text)
+                   else parse_sel_elist(text, out.rejected))
         out.points = [Point("sel", {"host": host}, {"code": e.severity}, ts_ns)
                       for e in entries if e.severity]
         out.notes = [f"{len(entries) - len(out.points)} SEL entr(ies) informational or "
                      "deasserted"]
     else:
         raise ValueError("neither `ipmitool sdr elist` rows (name | NNh | status | entity | "
-                         "reading) nor `ipmitool sel elist` records")
+                         "reading), `ipmitool sel elist` records, nor freeipmi `ipmi-sensors` "
+                         "/ `ipmi-sel -v` CSV with its header")
     return out
 
 
@@ -337,20 +346,27 @@ def _ipmi_build(host: str, cfg: Mapping[str, Any]) -> Collector:
     """Settings: `bmc` (absent: in band through /dev/ipmi0), `user`, `port`, `interface`
     (lanplus), `cipher`, and the password from `password_file` or the environment variable
     `password_env` (default IPMI_PASSWORD), never from the settings themselves; `timeout` (s,
-    per read, default 60), `thresholds_every`, `sel`, `binary`."""
+    per read, default 60), `thresholds_every`, `sel`, `binary`; `tool` (ipmitool, the default,
+    or freeipmi) and `workarounds` (freeipmi -W flags, comma-separated)."""
     from collectors.ipmi import IpmiCollector, Target
 
     settings = dict(cfg)
     if "password" in settings:
         raise ValueError("ipmi: put the BMC password in a file (password_file) or an "
                          "environment variable (password_env), not in the settings")
-    target_keys = ("bmc", "user", "port", "interface", "cipher", "password_env", "binary")
+    target_keys = ("bmc", "user", "port", "interface", "cipher", "password_env", "binary",
+                   "tool")
     target = {k: settings.pop(k) for k in target_keys if k in settings}
     for k in ("port", "cipher"):
         if k in target:
             target[k] = int(target[k])
     if "password_file" in settings:
         target["password_file"] = Path(settings.pop("password_file"))
+    if "workarounds" in settings:
+        flags = settings.pop("workarounds")
+        target["workarounds"] = tuple(
+            w.strip() for w in (flags.split(",") if isinstance(flags, str) else flags)
+            if w.strip())
     for k, conv in (("timeout", float), ("thresholds_every", int)):
         if k in settings:
             settings[k] = conv(settings[k])
@@ -407,20 +423,31 @@ register(Source("redfish", "BMC power supplies, fans, temperatures and event log
 # ---- PCIe link health (sysfs) ----------------------------------------------------------------
 
 def _pcie_parse(path: Path, host: str, ts_ns: int) -> Parsed:
-    """A copied PCI devices directory (/sys/bus/pci/devices): each NVIDIA GPU's link and AER."""
+    """A copied PCI devices directory (/sys/bus/pci/devices): each NVIDIA GPU's link and AER;
+    or a captured `lspci -D -nn -vv`: each NVIDIA GPU's link."""
     from collectors.pcie import PcieCollector
 
-    if not path.is_dir():
-        raise ValueError("not a directory: give a copy of /sys/bus/pci/devices")
-    points, rejected = PcieCollector(host=host, root=path).read(ts_ns)
+    if path.is_dir():
+        points, rejected = PcieCollector(host=host, root=path).read(ts_ns)
+        return Parsed(points, rejected)
+    text = path.read_text(errors="replace")
+    if "LnkSta:" not in text and "<access denied>" not in text:
+        raise ValueError("neither a copy of /sys/bus/pci/devices nor `lspci -D -nn -vv` output")
+
+    def captured(argv: object, timeout: float, env: object) -> tuple[int, str, str]:
+        return 0, text, ""
+
+    points, rejected = PcieCollector(host=host, source="lspci", runner=captured).read(ts_ns)
     return Parsed(points, rejected)
 
 
 def _pcie_build(host: str, cfg: Mapping[str, Any]) -> Collector:
     from collectors.pcie import PCI_ROOT, PcieCollector
 
-    settings = dict(cfg)
+    settings = dict(cfg)  # source: sysfs (default) or lspci; lspci: its path; timeout (s)
     settings["root"] = Path(settings.get("root", PCI_ROOT))
+    if "timeout" in settings:
+        settings["timeout"] = float(settings["timeout"])
     if "gpu_index" not in settings and shutil.which("nvidia-smi"):
         settings["gpu_index"] = gpu_bus_map()
         settings["refresh_index"] = gpu_bus_map
@@ -436,7 +463,8 @@ def _pcie_detect() -> bool:
         return False
 
 
-register(Source("pcie", "each GPU's PCIe link width, speed and AER counters from sysfs",
+register(Source("pcie", "each GPU's PCIe link width, speed and AER counters from sysfs (or the "
+                        "link from `lspci -vv` where sysfs is not readable)",
                 _pcie_parse, _pcie_detect, _pcie_build))
 
 

@@ -10,7 +10,8 @@ inlet), its reading's unit and discrete states, and its name. The heuristics, in
   on entity 10/19, `fan_redundant` when it names a fan or sits on entity 29/30;
 - a supply is entity 10, or a name like "PS1 ...", "PSU2 ...", "PWS-1 ...", "Power Supply 1":
   its discrete states give `psu_health` ("Failure detected" 2, "Predictive failure" 1) and
-  `psu_state` (input lost 3, no state asserted = not present 2, else 0), its Volts reading is
+  `psu_state` (input lost 3, "Power Supply Inactive" = standby by design 1, no state asserted
+  = not present 2, else 0), its Volts reading is
   `psu_input_v` when the name says input ("In", "Input", "Vin", "AC") or it reads mains
   (80 V or more), its Watts reading
   `psu_output_w` unless the name says input, its temperature `psu_temp_c`;
@@ -59,6 +60,8 @@ _PSU_HEALTH = {"failure detected": 2, "predictive failure": 1, "config error": 2
                "power supply ac lost": 2, "ac lost or out-of-range": 2,
                "ac out-of-range, but present": 1}
 _PSU_INPUT_LOST = ("power supply ac lost", "ac lost or out-of-range")
+# Offset 07h (IPMI 2.0 errata): outputs off because other supplies carry the load, by design.
+_PSU_STANDBY = "power supply inactive"
 
 _SUPPLY_NAME = re.compile(r"(?<![a-z])(?:psu|pws|ps|power\s*supply)[\s_-]*(\d+)", re.I)
 _SUPPLY_WORD = re.compile(r"(?<![a-z])(?:psu?|pws|power|pwr)(?![a-z])|power\s*supply", re.I)
@@ -188,11 +191,12 @@ def _supply_states(r: SdrRow, unit: _Unit) -> str | None:
     if not states:  # nothing asserted, not even "Presence detected"
         unit.fields["psu_state"] = 2
         return None
-    known = [s for s in states if s in _PSU_HEALTH or s == "presence detected"]
+    known = [s for s in states if s in _PSU_HEALTH or s in ("presence detected", _PSU_STANDBY)]
     if not known:
         return f"supply sensor with states this reader does not know: {', '.join(r.states)}"
     unit.worst(max((_PSU_HEALTH.get(s, 0) for s in states), default=0))
-    unit.fields["psu_state"] = 3 if any(s in _PSU_INPUT_LOST for s in states) else 0
+    unit.fields["psu_state"] = (3 if any(s in _PSU_INPUT_LOST for s in states)
+                                else 1 if _PSU_STANDBY in states else 0)
     return None
 
 

@@ -22,6 +22,11 @@ DMESG_ISO = CAPTURES / "kernel-log" / "dmesg-iso-xid.log"  # dmesg --time-format
 IPMI_SDR_DELL = CAPTURES / "ipmi" / "sdr-elist-dell.txt"  # ipmitool sdr elist, Dell names
 IPMI_SDR_SUPERMICRO = CAPTURES / "ipmi" / "sdr-elist-supermicro.txt"  # ipmitool sdr elist
 IPMI_SEL = CAPTURES / "ipmi" / "sel-elist-mixed.txt"  # ipmitool sel elist
+# freeipmi: ipmi-sensors --comma-separated-output --output-sensor-thresholds
+# --non-abbreviated-units; ipmi-sensors -v (entities); ipmi-sel -v --comma-separated-output
+FREEIPMI_SENSORS = CAPTURES / "ipmi" / "freeipmi-sensors-supermicro.csv"
+FREEIPMI_VERBOSE = CAPTURES / "ipmi" / "freeipmi-sensors-verbose.txt"
+FREEIPMI_SEL = CAPTURES / "ipmi" / "freeipmi-sel.csv"
 # Redfish resources (GET /redfish/v1/...), one odd shape each
 REDFISH_THERMAL = CAPTURES / "redfish" / "thermal-legacy-percent.json"  # Chassis/*/Thermal
 REDFISH_POWER = CAPTURES / "redfish" / "power-legacy-failed.json"  # Chassis/*/Power
@@ -32,6 +37,8 @@ SMI_BAD_CSV = CAPTURES / "nvidia-smi" / "query-gpu-bad-states.csv"
 SMI_ERR_TABLE = CAPTURES / "nvidia-smi" / "table-err.txt"
 SMI_NO_DEVICES = CAPTURES / "nvidia-smi" / "no-devices.txt"
 PCI_DEVICES = CAPTURES / "pcie" / "sys-bus-pci-devices"  # a /sys/bus/pci/devices tree
+LSPCI_NODE = CAPTURES / "pcie" / "lspci-vv-h100-node.txt"  # lspci -D -nn -vv (as root)
+LSPCI_NONROOT = CAPTURES / "pcie" / "lspci-vv-nonroot.txt"  # lspci -D -nn -vv (not root)
 # Host hardware errors: machine checks, EDAC CE/UE and NVSwitch SXids in one dmesg; EDAC sysfs
 # trees (/sys/devices/system/edac/mc copied: per-DIMM and legacy csrow views); rasdaemon.
 DMESG_HOST_ERRORS = CAPTURES / "kernel-log" / "dmesg-host-errors.log"  # dmesg (uptime stamps)

@@ -11,9 +11,15 @@ import pytest
 
 from collectors import registry
 from collectors.catalog import Scope
-from collectors.ipmi import IpmiCollector
+from collectors.ipmi import IpmiCollector, Target
 from service.commands.cli import main
-from tests.collectors.own_captures import IPMI_SDR_SUPERMICRO, IPMI_SEL
+from tests.collectors.own_captures import (
+    FREEIPMI_SEL,
+    FREEIPMI_SENSORS,
+    FREEIPMI_VERBOSE,
+    IPMI_SDR_SUPERMICRO,
+    IPMI_SEL,
+)
 
 
 def test_parse_an_sdr_capture(capsys: pytest.CaptureFixture[str]) -> None:
@@ -77,3 +83,54 @@ def test_collect_maps_onto_the_catalog() -> None:
                and "no metric here" not in r.reason and "no reading" not in r.reason
                and "not inlet or exhaust" not in r.reason]
     assert not refused, refused
+
+
+def test_parse_freeipmi_captures(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["parse", "ipmi", str(FREEIPMI_SENSORS), "--host", "n7"]) == 0
+    heads = [x.split(" ")[0] for x in capsys.readouterr().out.splitlines()]
+    assert heads[-1] == "node,host=n7" and "fan,fan=FAN1,host=n7" in heads
+    assert main(["parse", "ipmi", str(FREEIPMI_SEL), "--host", "n7"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 11  # the warning and critical entries
+
+
+def test_build_freeipmi_from_settings(tmp_path: Path) -> None:
+    c = registry.get("ipmi").build("n1", {"bmc": "bmc-n1.mgmt", "user": "monitor",
+                                          "tool": "freeipmi", "workarounds": "opensesspriv, "
+                                          "intel20", "password_env": "BMC_PW"})
+    assert isinstance(c, IpmiCollector)
+    assert (c.target.tool, c.target.workarounds) == ("freeipmi", ("opensesspriv", "intel20"))
+    with pytest.raises(ValueError, match="tool"):
+        registry.get("ipmi").build("n1", {"tool": "ipmiutil"})
+
+
+def test_freeipmi_config_file_is_private_and_removed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BMC_PW", "s3cret#pw")
+    seen: list[tuple[str, int, str]] = []
+    csv = FREEIPMI_SENSORS.read_text()
+
+    def runner(argv: Sequence[str], timeout: float,
+               env: Mapping[str, str] | None) -> tuple[int, str, str]:
+        conf = Path(argv[argv.index("--config-file") + 1])
+        seen.append((argv[0], conf.stat().st_mode & 0o777, conf.read_text()))
+        assert all("s3cret" not in a for a in argv)
+        if "-v" in argv:
+            return 0, FREEIPMI_VERBOSE.read_text(), ""
+        return (0, csv, "") if argv[0] == "ipmi-sensors" else (1, "", "s3cret#pw refused")
+
+    c = IpmiCollector(Target(bmc="bmc-7", user="monitor", tool="freeipmi", password_env="BMC_PW"),
+                      host="n1", runner=runner)
+    got = c.read()
+    assert got.reachable and c.lower_critical["FAN1"] == 500.0
+    assert [s[:2] for s in seen] == [("ipmi-sensors", 0o600), ("ipmi-sensors", 0o600),
+                                     ("ipmi-sel", 0o600)]
+    assert seen[0][2] == "password s3cret\\#pw\n"
+    assert c._workdir is not None and [p.name for p in c._workdir.iterdir()] == ["sdr-cache"]
+    sel_note = next(r.reason for r in got.rejected if r.reason.startswith("SEL not read"))
+    assert "s3cret" not in sel_note and "***" in sel_note  # redacted if a tool echoes it
+    workdir = c._workdir
+    c.close()
+    assert not workdir.exists()
+    monkeypatch.setenv("BMC_PW", "has space")
+    down = IpmiCollector(Target(bmc="bmc-7", user="monitor", tool="freeipmi",
+                                password_env="BMC_PW"), host="n1", runner=runner).read()
+    assert not down.reachable and "whitespace" in down.reason and "has space" not in down.reason
