@@ -580,6 +580,11 @@ _r(Metric("sel", "code", _E, Scope.NODE,
           redfish="Managers/<id>/LogServices/<id>/Entries/<id>: Severity (Warning 1, "
                   "Critical 2)",
           ipmi="ipmitool sel elist: a new record (its event's severity)"))
+_r(Metric("diag", "code", _E, Scope.NODE,
+          "An active diagnostic run on the node ended (gpuhealth's own runner, service/"
+          "diagnostics); the value is what failed: 0 passed, 1 memory, 2 PCIe, 3 P2P bandwidth, "
+          "4 stress, 5 data corruption, 6 software set-up, 7 other "
+          "(collectors/diagnostics/classes.py)"))
 _r(Metric("sxid", "code", _E, Scope.NODE,
           "An NVSwitch SXid error in the kernel log ('nvidia-nvswitchN: SXid (PCI:...): "
           "<code>, ...'); the value is the SXid number"))

@@ -17,6 +17,7 @@ import numpy as np
 from collectors.catalog import Scope
 from collectors.kernel_log.sxid_catalog import SXID_CATALOG, Category
 from models.detectors.chassis_trend import ChassisTrends
+from models.detectors.diagnostic import diag_findings
 from models.detectors.findings import F64, Finding, fired, sustained
 from models.detectors.view import FleetView, ScopeView, recent_sum
 from models.detectors.xid import FATAL_RESET_RISK
@@ -58,6 +59,9 @@ class ChassisRuleConfig:
     fan_readings: int = 2  # a fan under its threshold this many readings in a row
     ue_hold_s: float = 3600.0  # an uncorrectable host memory error holds its risk this long
     sxid_hold_s: float = 3600.0  # as an Xid (HardRuleConfig.xid_hold_s)
+    # A failed diagnostic holds until a later run passes, or this long (a week: the node is
+    # drained meanwhile, and a repair is followed by a gate run that clears it).
+    diag_hold_s: float = 7 * 86400.0
 
 
 class ChassisRules:
@@ -139,6 +143,7 @@ class ChassisRules:
                     f"uncorrectable host memory errors (EDAC) in the last "
                     f"{c.ue_hold_s / 60:g} min", hard=True),
             self._sxid(view, g, now),
+            *diag_findings(view, g, now, c.diag_hold_s),
         ]
 
     def _sxid(self, view: FleetView, g: ScopeView, now: float) -> Finding:

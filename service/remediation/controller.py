@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from service.remediation import guards
 from service.remediation.actions import (
@@ -30,6 +30,13 @@ from service.remediation.config import RemediationSettings
 from service.remediation.hooks.base import ActionRequest, Hook, HookResult, Step
 
 log = logging.getLogger(__name__)
+
+
+class ReleaseGate(Protocol):
+    def check(self, drain: Action, actor: str, now: float) -> str | None:
+        """None when the node `drain` holds may go back to work; else why not yet (its tests
+        started or still running, or they failed), having started them where due."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +77,8 @@ class RemediationController:
         # Whether this replica may start actions (the fleet's leader; service.cluster.roles).
         # One that may not records requests and approvals; the leader's step starts them.
         self.acting: Callable[[], bool] = lambda: True
+        # The return-to-service gate a release waits for (service.diagnostics); None: none.
+        self.gate: ReleaseGate | None = None
         # Whether this shard owns a node (service.cluster.ownership; the pipeline sets it):
         # a request for another shard's node is refused, whatever led to it.
         self.owns: Callable[[str], bool] = lambda node: True
@@ -179,13 +188,17 @@ class RemediationController:
                                       actor=actor), abort_requested=True, actor=actor)
             raise ActionConflict(f"{action_id} is {a.state}; nothing to abort")
 
-    def release(self, node: str, actor: str, now: float) -> Action:
-        """Resume a node we drained (hook.release), under release_mode."""
+    def release(self, node: str, actor: str, now: float, *, skip_gate: str = "") -> Action:
+        """Resume a node we drained (hook.release), under release_mode, once its return-to-
+        service gate passed (`gate`; none: at once). `skip_gate`: an operator's reason to
+        release it untested, audited."""
         with self._lock:
             drains = self._store.drains(node)
             if not drains:
                 raise ActionConflict(f"{node} is not drained by gpuhealth; not releasing")
             d, tries = drains[0], self._store.find(node=node, kind="release", limit=10_000)
+            if self.gate is not None:
+                self._gated(d, actor, now, skip_gate)
             # One release per drain at a time; a new one only after the last one ended badly.
             live = {*OPEN, ActionState.DRY_RUN}
             for t in tries:
@@ -203,6 +216,18 @@ class RemediationController:
                                                      "release_mode is off", actor=actor))
                 raise ActionConflict("remediation.release_mode is off")
             return self._admit(a, now)
+
+    def _gated(self, drain: Action, actor: str, now: float, skip_gate: str) -> None:
+        """Raise unless the drain's gate lets the node go (or an operator skips it)."""
+        assert self.gate is not None
+        if skip_gate.strip():
+            self._store.append_audit(self._audit(drain, "gate_skipped", now,
+                                                 skip_gate.strip()[:500], actor=actor))
+            return
+        why = self.gate.check(drain, actor, now)
+        if why is not None:
+            raise ActionConflict(f"{drain.node} stays drained until its return-to-service "
+                                 f"gate passes: {why}")
 
     def _get(self, action_id: str) -> Action:
         a = self._store.get(action_id)
@@ -390,4 +415,5 @@ class RemediationController:
                 "concurrency": {"running": running, "max": self._settings.max_concurrent}}
 
 
-__all__ = ["ActionConflict", "ActionNotFound", "MigrationRequest", "RemediationController"]
+__all__ = ["ActionConflict", "ActionNotFound", "MigrationRequest", "ReleaseGate",
+           "RemediationController"]

@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from collectors.catalog import Scope
+from collectors.diagnostics.classes import RULE_NAMES, FaultClass
 from collectors.frames import Entity
 from models.detectors.chassis import (
     LEVEL2_RISK,
@@ -210,12 +211,29 @@ def test_sxid_levels_follow_the_fabric_manager_guide() -> None:
     assert fired_at(run(f, "sxid", now=T0 + C.sxid_hold_s)) == []
 
 
+def test_a_failed_diagnostic_pages_naming_its_class_until_a_later_run_passes() -> None:
+    f = Chassis()
+    f.events = [Event(T0 - 600, "n0", "diag", float(FaultClass.MEMORY)),
+                Event(T0 - 300, "n1", "diag", float(FaultClass.SOFTWARE)),
+                Event(T0 - 200, "n0:gpu0", "xid", 79.0)]
+    assert fired_at(run(f, "diag_memory")) == [0] and run(f, "diag_memory").risk[0] == 1.0
+    assert warning(run(f, "diag_software").risk[1])  # the node's set-up, not its board
+    assert fired_at(run(f, "diag_p2p_bandwidth")) == []
+    # A later run that passed clears it; an older failure arriving late does not return.
+    f.events += [Event(T0 - 100, "n0", "diag", float(FaultClass.PASSED)),
+                 Event(T0 - 900, "n0", "diag", float(FaultClass.STRESS))]
+    assert fired_at(run(f, "diag_memory")) == [] and fired_at(run(f, "diag_stress")) == []
+    # Past its hold, a failure with no later run lapses.
+    assert fired_at(run(f, "diag_software", now=T0 - 300 + C.diag_hold_s + 1)) == []
+
+
 def test_a_healthy_chassis_is_quiet_everywhere() -> None:
     f = Chassis()
     found = ChassisRules().detect(f, T0)
     assert {x.rule for x in found} == {"psu_failed", "fan_failed", "inlet_temp_high",
                                        "psu_redundancy_lost", "host_memory_ue", "sxid",
-                                       "fan_slowing", "psu_running_hot"}
+                                       "fan_slowing", "psu_running_hot",
+                                       *RULE_NAMES.values()}
     assert all(not (x.risk > 0).any() for x in found)
 
 

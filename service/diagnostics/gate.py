@@ -1,0 +1,195 @@
+"""The return-to-service gate (issue 32): a node gpuhealth drained goes back to work only after
+the suites for its failure class pass on it. The remediation controller asks before every
+release (`ReleaseGate.check`); the first ask starts the suites on a worker thread, in order,
+through the site (never on a node with a job), each run stored with its result and audited
+against the drain; a pass releases the node through the controller (under its release_mode),
+a failure keeps it drained and reports it once, as a `diag` event whose rule names the failed
+check (models/detectors/diagnostic.py): a level-3 alert, and a failure label for learning.
+An error (the test could not run) keeps it drained and says why; asking again retries.
+
+Which suites: the drain's summary names the fault (an ECC error, an NVLink or a network link),
+mapped to a failure class of the gate settings; anything else gets `default`."""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+
+from collectors.diagnostics.classes import FaultClass, worst
+from collectors.diagnostics.parsers import parse
+from collectors.diagnostics.result import Status, SuiteResult, describe, failing
+from collectors.diagnostics.settings import SuiteSpec
+from collectors.frames import Batch
+from service.diagnostics.runs import Run, RunStore
+from service.diagnostics.settings import DiagnosticsServiceSettings
+from service.diagnostics.site import Purpose, Ran, Site
+from service.remediation.actions import Action, ActionConflict, AuditEntry
+
+log = logging.getLogger(__name__)
+GATE = "gate"  # the audit's actor for what the gate does on its own
+
+# Words of a drain's summary (the alert's top signal) -> the gate's failure class.
+_CLASSES = (
+    ("memory", re.compile(r"\b(dbe|sbe|ecc|hbm|remap|retired|row|xid (48|63|64|94|95))\b|"
+                          r"memory", re.I)),
+    ("nvlink", re.compile(r"nvlink|xid 74\b", re.I)),
+    ("network", re.compile(r"\bib_|infiniband|roce|gid|\bport\b|link down|nic", re.I)),
+)
+
+
+def failure_class(summary: str) -> str:
+    return next((name for name, pattern in _CLASSES if pattern.search(summary)), "default")
+
+
+class Diagnostics:
+    def __init__(self, settings: DiagnosticsServiceSettings, runs: RunStore, site: Site, *,
+                 audit: Callable[[AuditEntry], None], publish: Callable[[Batch], object],
+                 executor: Executor | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.settings, self.runs, self.site = settings, runs, site
+        self.audit, self.publish, self.clock = audit, publish, clock
+        # Releases the node after a pass (the controller's release; the wiring sets it).
+        self.release: Callable[[str, str, float], object] | None = None
+        self._executor = executor or ThreadPoolExecutor(
+            max_workers=settings.max_concurrent, thread_name_prefix="diagnostics")
+        self._busy: set[str] = set()  # nodes with a round in flight in this process
+        self._lock = threading.Lock()
+        for run in runs.running():  # a restart cut these off: an error, never a pass
+            runs.finish(run.id, SuiteResult(run.suite, Status.ERROR, (), {},
+                                            error="interrupted by a restart"), self.clock())
+
+    def suites_for(self, drain: Action) -> list[SuiteSpec]:
+        return self.settings.gate_for(failure_class(drain.summary))
+
+    # -- ReleaseGate ----------------------------------------------------------------------------
+
+    def check(self, drain: Action, actor: str, now: float) -> str | None:
+        suites = self.suites_for(drain)
+        runs = self.runs.for_drain(drain.id)
+        if any(r.status == "running" for r in runs) or drain.node in self._busy:
+            return f"its tests are running ({', '.join(s.name for s in suites)})"
+        if _passed(runs) >= {s.name for s in suites}:
+            return None
+        last = runs[-1] if runs else None
+        self.start(drain, suites, actor, now)
+        again = "" if last is None else f"; the last run ({last.suite}) ended {last.status}"
+        return (f"started {', '.join(s.name for s in suites)} on {drain.node} (failure class "
+                f"{failure_class(drain.summary)}){again}")
+
+    # -- running --------------------------------------------------------------------------------
+
+    def start(self, drain: Action, suites: list[SuiteSpec], actor: str, now: float) -> bool:
+        """Run the suites on the drain's node in the background; False if a round is in
+        flight there already."""
+        with self._lock:
+            if drain.node in self._busy:
+                return False
+            self._busy.add(drain.node)
+        self._note(drain, "gate_started", now, actor,
+                   f"{', '.join(s.name for s in suites)} for failure class "
+                   f"{failure_class(drain.summary)}")
+        self._executor.submit(self._round, drain, suites)
+        return True
+
+    def _round(self, drain: Action, suites: list[SuiteSpec]) -> None:
+        results: list[SuiteResult] = []
+        try:
+            for spec in suites:
+                run = self.run_suite(drain.node, spec, Purpose.GATE, drain.id)
+                assert run.result is not None
+                results.append(run.result)
+                if run.result.status is not Status.PASS:
+                    break  # the node stays drained: no need to test on
+        except Exception:  # a bug must not leave the node marked busy forever
+            log.exception("the gate round on %s failed", drain.node)
+            results.append(SuiteResult("", Status.ERROR, (), {}, error="the runner failed "
+                                       "(the service log has the traceback)"))
+        finally:
+            with self._lock:
+                self._busy.discard(drain.node)
+        self._conclude(drain, results)  # after: a pass's release asks the gate again
+
+    def run_suite(self, node: str, spec: SuiteSpec, purpose: Purpose, drain_id: str = "") -> Run:
+        """One suite on one node, stored and published."""
+        run = self.runs.start(node, spec.name, purpose, drain_id, self.site.name, self.clock())
+        ran = self.site.run(node, spec.argv(self.settings.gpus_per_node), spec.timeout_s,
+                            purpose)
+        result = self._result(spec, ran, node)
+        done = self.runs.finish(run.id, result, self.clock())
+        code = self._code(result)
+        if code is not None:
+            batch = Batch()
+            batch.events.add(node, self.clock(), "diag", float(code))
+            self.publish(batch)
+        return done
+
+    def _result(self, spec: SuiteSpec, ran: Ran, node: str) -> SuiteResult:
+        if ran.refused:
+            return SuiteResult(spec.name, Status.ERROR, (), {}, error=ran.refused)
+        text = ran.stdout + ("\n" + ran.stderr if ran.stderr else "")
+        return parse(text, ran.exit_code, spec, self._model(node))
+
+    def _model(self, node: str) -> str:
+        return next((m for pattern, m in self.settings.gpu_models.items()
+                     if fnmatch.fnmatchcase(node, pattern)), "")
+
+    @staticmethod
+    def _code(result: SuiteResult) -> FaultClass | None:
+        """The `diag` event's value: what failed, PASSED for a pass, none for an error (the
+        node was not tested; it says nothing about the hardware)."""
+        if result.status is Status.PASS:
+            return FaultClass.PASSED
+        if result.status is Status.FAIL:
+            return worst(result.checks)
+        return None
+
+    def _conclude(self, drain: Action, results: list[SuiteResult]) -> None:
+        now = self.clock()
+        last = results[-1] if results else None
+        if last is not None and all(r.status is Status.PASS for r in results):
+            self._note(drain, "gate_passed", now, GATE,
+                       ", ".join(f"{r.suite}: pass" for r in results))
+            if self.release is not None:
+                try:
+                    self.release(drain.node, GATE, now)
+                except ActionConflict as exc:
+                    self._note(drain, "gate_release_refused", now, GATE, str(exc))
+        elif last is not None and last.status is Status.FAIL:
+            bad = "; ".join(describe(c) for c in failing(last)[:5])
+            self._note(drain, "gate_failed", now, GATE,
+                       f"{last.suite} failed: {bad}; {drain.node} stays drained for repair")
+        else:
+            why = last.error if last is not None else "no suite ran"
+            self._note(drain, "gate_error", now, GATE,
+                       f"{last.suite if last else ''} could not run: {why}; {drain.node} stays "
+                       "drained (ask for its release again to retry)")
+
+    def _note(self, drain: Action, event: str, now: float, actor: str, result: str) -> None:
+        self.audit(AuditEntry(at=now, actor=actor, event=event, action_id=drain.id,
+                              node=drain.node, mode=drain.mode, result=result[:2000]))
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block until no round is in flight (tests, a clean shutdown); True if none is."""
+        deadline = time.monotonic() + timeout_s
+        while self._busy and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not self._busy
+
+    def close(self) -> None:
+        if isinstance(self._executor, ThreadPoolExecutor):
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _passed(runs: list[Run]) -> set[str]:
+    """The suites that passed since the drain's last failed or errored run."""
+    out: set[str] = set()
+    for r in reversed(runs):
+        if r.status != "pass":
+            break
+        out.add(r.suite)
+    return out
