@@ -72,9 +72,9 @@ class ModeRates(BaseModel):
     M12_gpu_unreadable: float = Field(
         default=round(rate_per_gpu_year(Mode.M12_GPU_UNREADABLE), 5), ge=0)
     M13_host_hw: float = Field(default=round(rate_per_gpu_year(Mode.M13_HOST_HW), 5), ge=0)
-    M14_p2p_bw: float = Field(default=round(rate_per_gpu_year(Mode.M14_P2P_BW), 5), ge=0)
-    M15_stress: float = Field(default=round(rate_per_gpu_year(Mode.M15_STRESS), 5), ge=0)
-    M16_sdc: float = Field(default=round(rate_per_gpu_year(Mode.M16_SDC), 5), ge=0)
+    M14_p2p_bw: float = Field(default=round(rate_per_gpu_year(Mode.M14_P2P_BW), 7), ge=0)
+    M15_stress: float = Field(default=round(rate_per_gpu_year(Mode.M15_STRESS), 7), ge=0)
+    M16_sdc: float = Field(default=round(rate_per_gpu_year(Mode.M16_SDC), 7), ge=0)
 
     def of(self, mode: Mode) -> float:
         return float(getattr(self, mode.value))
