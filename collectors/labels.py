@@ -35,6 +35,11 @@ class FailureMode(StrEnum):
     M11_NIC_SPEED = "M11_nic_speed"
     M12_GPU_UNREADABLE = "M12_gpu_unreadable"
     M13_HOST_HW = "M13_host_hw"
+    # Faults only an active test reveals (issue 32; models/simulator/latent.py): no telemetry
+    # shows them, a job or a diagnostic finds them.
+    M14_P2P_BW = "M14_p2p_bw"
+    M15_STRESS = "M15_stress"
+    M16_SDC = "M16_sdc"
 
 
 class LabelError(ValueError):

@@ -128,8 +128,46 @@ def _coverage(res: Mapping[str, Scores], dets: Sequence[str]) -> list[str]:
                 + [cell(get(res[d], "coverage", "observed_share"), 3) for d in dets])
     rows.append(["weighted by the share of failures seen", "1.000", ""]
                 + [cell(get(res[d], "coverage", "weighted_share"), 3) for d in dets])
+    if any(get(res[d], "coverage", "observed_share_diagnostics") is not None for d in dets):
+        rows.append(["**observed with diagnostics** (gates and sweeps find at least half of an "
+                     "active-only class's faults before a job does)", "1.000", ""]
+                    + [cell(get(res[d], "coverage", "observed_share_diagnostics"), 3)
+                       for d in dets])
     return table(["Fault class (public fault log)", "downtime share", "simulated mode",
                   *(f"{d}: seen" for d in dets)], rows)
+
+
+_TALLY = (("faults", 1), ("found_gate", 1), ("found_sweep", 1), ("hit", 1), ("latent", 1),
+          ("baseline_gpu_h", 0), ("saved_gpu_h", 0), ("saved_share", 3))
+_TALLY_HEAD = ["faults", "found by gate", "found by sweep", "hit by a job first",
+               "latent at the end", "GPU-h lost without diagnostics", "saved GPU-h",
+               "saved share"]
+
+
+def active_section(active: Scores) -> list[str]:
+    """The active-only faults (M14-M16) at the configured diagnostics policy, per mode, and the
+    totals over a few sweep rates (models/evaluation/active.py)."""
+    pol = active.get("policy") or {}
+    every = mean_of(pol.get("sweep_every_days"))
+    rate = f"every {every:g} days" if every is not None else "no sweeps"
+    gates = "gates on" if pol.get("gates") else "no gates"
+    modes = sorted(active.get("by_mode") or {}, key=mode_order)
+    rows = [[m, *(cell(get(active, "by_mode", m, k), n) for k, n in _TALLY)] for m in modes]
+    rows.append(["**all**", *(cell(get(active, "total", k), n) for k, n in _TALLY)])
+    out = [f"Configured policy: {gates}, sweeps {rate} (at most "
+           f"{cell(pol.get('sweep_max_share'))} of the fleet at once, "
+           f"{cell(pol.get('sweep_test_min'), 0)} min a test); per seed "
+           f"{cell(active.get('gates'), 1)} gate runs and {cell(active.get('sweeps'), 1)} "
+           f"sweep tests.", ""]
+    out += table(["Mode", *_TALLY_HEAD], rows)
+    rates = active.get("sweep_rates") or {}
+    out += table(["Policy (gates on unless off)", *_TALLY_HEAD[1:4], "saved GPU-h",
+                  "saved share", "sweep tests", "idle GPU-h under test"],
+                 [[k, *(cell(get(v, x), n) for x, n in (
+                     ("found_gate", 1), ("found_sweep", 1), ("hit", 1), ("saved_gpu_h", 0),
+                     ("saved_share", 3), ("sweeps", 1), ("sweep_gpu_h", 0)))]
+                  for k, v in rates.items()])
+    return out
 
 
 def _rows(dets: Sequence[str], fn: Callable[[str], list[str]]) -> list[list[str]]:
@@ -164,6 +202,9 @@ def render(result: Scores, plots: Mapping[str, str] | None = None, title: str = 
         lines += section("Share of the scenario's downtime in classes gpuhealth observes "
                          "(a class is observed when a rule fires on at least half of its "
                          "mode's failures)", _coverage(res, dets))
+    if result.get("active") is not None:
+        lines += section("Active-only faults: what gates and sweeps find before a job does",
+                         active_section(result["active"]))
     lines += section("False alarms per 1,000 node-days per level", table(
         ["Detector", "watch", "warning", "critical", "main watch-level causes"],
         _rows(dets, lambda d: [cell(get(res[d], "views", v, "fa_per_1000_node_days"))

@@ -28,16 +28,20 @@ class EvaluationInput:
     start: float | None = None  # None: from the data (traces)
     end: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # The active-only faults and what diagnostics save on them (models/evaluation/active.py):
+    # simulator sources only, since a trace has no latent faults or job schedule.
+    active: dict[str, Any] | None = None
 
 
 def simulator_source(config: SimConfig) -> EvaluationInput:
+    from models.evaluation.active import active_report
     from models.simulator.simulator import Simulator
 
     sim = Simulator(config)
     t = config.time
     return EvaluationInput(config.name, float(t.step_s), sim.labels, sim.run(), float(t.start_s),
                   float(t.end_s), {"nodes": config.fleet.nodes, "gpus": config.fleet.gpus,
-                                   "days": t.days, "seed": config.seed})
+                                   "days": t.days, "seed": config.seed}, active_report(sim))
 
 
 def trace_source(trace: Path, labels: Path | None = None,

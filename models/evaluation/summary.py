@@ -13,6 +13,7 @@ import numpy as np
 
 from models.evaluation import plots
 from models.evaluation.aggregate import combine
+from models.evaluation.coverage import with_diagnostics
 from models.evaluation.reliability import pooled as pooled_reliability
 from models.evaluation.report import get, render
 from models.evaluation.riskscore import Samples, pr_auc_table
@@ -46,7 +47,7 @@ def _fill(per_seed: Sequence[Scores], path: tuple[str, ...], empty: Any) -> None
 def summarize(scenario: str, seeds: Sequence[int], runs: Sequence[Scores]) -> Scores:
     """`runs` are service.commands.evaluate.evaluate_source outputs, one per seed, in seed order."""
     dets = list(runs[0]["scores"])
-    per_seed = {d: [r["scores"][d] for r in runs] for d in dets}
+    per_seed = {d: [_diagnosed(r, r["scores"][d]) for r in runs] for d in dets}
     for d in dets:
         _fill(per_seed[d], ("views", "*", "false_alarms_by_rule"), 0)
         _fill(per_seed[d], ("traps", "*"), {"n": 0, "alerted": 0, "share": None})
@@ -71,6 +72,7 @@ def summarize(scenario: str, seeds: Sequence[int], runs: Sequence[Scores]) -> Sc
         "scenario": scenario, "seeds": list(seeds), "detectors": dets,
         "exposure": combine([r["exposure"] for r in runs]),
         "truth": combine([r["truth"] for r in runs]),
+        "active": combine([r.get("active") for r in runs]),
         "results": results,
         "pooled_pr_auc": {d: pr_auc_table(pooled[d], modes) for d in dets},
         "figures": {
@@ -90,6 +92,16 @@ def summarize(scenario: str, seeds: Sequence[int], runs: Sequence[Scores]) -> Sc
                   "alerts": r["alerts"], "timing": r["timing"]}
                  for seed, r in zip(seeds, runs, strict=True)],
     }
+
+
+def _diagnosed(run: Scores, scores: Scores) -> Scores:
+    """A seed's scores with the coverage that counts what its diagnostics found."""
+    found = get(run, "active", "by_mode")
+    cov = scores.get("coverage")
+    if not isinstance(found, dict) or cov is None:
+        return scores
+    shares = {m: v.get("found_share") for m, v in found.items()}
+    return scores | {"coverage": with_diagnostics(cov, shares)}
 
 
 def write_outputs(result: Scores, out_dir: Path, title: str = "") -> dict[str, str]:

@@ -22,7 +22,9 @@ from models.simulator.writer import write_trace
 
 
 def _summary(cfg: SimConfig) -> str:
-    labels = Simulator(cfg).labels
+    sim = Simulator(cfg)
+    labels = sim.labels
+    latent = Counter(f.mode for f in sim.latent)
     fails = [x for x in labels if x["kind"] == "failure"]
     modes = Counter(Mode(x["mode"]) for x in fails)
     pre = Counter(Mode(x["mode"]) for x in fails if x["precursor_onset"] is not None)
@@ -32,6 +34,8 @@ def _summary(cfg: SimConfig) -> str:
            f"failures {len(fails)}, with precursor {sum(pre.values())}"]
     out += [f"  {m:18s} {modes[m]:6d}  with precursor {pre[m]:5d}"
             for m in sorted(modes, key=list(Mode).index)]
+    out += [f"  latent {m:16s} {latent[m]:6d}  (active-only: no sample shows it)"
+            for m in sorted(latent, key=list(Mode).index)]
     out += [f"  trap {t:22s} {n:6d}" for t, n in sorted(traps.items())]
     return "\n".join(out)
 

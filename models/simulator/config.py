@@ -12,11 +12,19 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from collectors.catalog import CATALOG, Scope
+from models.simulator.config_active import ActiveConfig
 from models.simulator.config_background import BenignConfig, SignalConfig, WorkloadConfig
 from models.simulator.config_chassis import ChassisConfig
 from models.simulator.config_shapes import Shapes
 from models.simulator.hardware import GENERATIONS, GenerationName, GenerationSpec
-from models.simulator.modes import NODE_WIDE, Mode, ModeFractions, ModeLeadTimes, ModeRates
+from models.simulator.modes import (
+    ACTIVE_ONLY,
+    NODE_WIDE,
+    Mode,
+    ModeFractions,
+    ModeLeadTimes,
+    ModeRates,
+)
 
 SECONDS_PER_YEAR = 8766 * 3600  # a GPU-year is 8,766 h (365.25 days)
 BASE_STEP_S = 5  # the service's sampling period; coarser steps are multiples of it
@@ -117,7 +125,7 @@ class FailureConfig(_Cfg):
         if self.generation_shift:
             rates.update({Mode(k): v for k, v in spec.rate_shift.items()})
         if self.total_per_gpu_year is not None:  # the GPU fleet's grade: M1-M7 only
-            gpu = [m for m in rates if m not in NODE_WIDE]
+            gpu = [m for m in rates if m not in NODE_WIDE and m not in ACTIVE_ONLY]
             scale = self.total_per_gpu_year / max(sum(rates[m] for m in gpu), 1e-12)
             rates.update({m: rates[m] * scale for m in gpu})
         return {m: r * self.rate_multiplier for m, r in rates.items()}
@@ -174,6 +182,7 @@ class SimConfig(_Cfg):
     workload: WorkloadConfig = WorkloadConfig()
     signals: SignalConfig = SignalConfig()
     chassis: ChassisConfig = ChassisConfig()
+    active: ActiveConfig = ActiveConfig()  # latent faults and the diagnostics policy (issue 32)
     scripted_failures: tuple[ScriptedFailure, ...] = ()
     scripted_benign: tuple[ScriptedBenign, ...] = ()
 

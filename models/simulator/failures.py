@@ -17,7 +17,7 @@ import numpy.typing as npt
 from collectors.catalog import Scope
 from models.simulator.config import SECONDS_PER_YEAR, ScriptedFailure, SimConfig
 from models.simulator.config_shapes import Growth
-from models.simulator.modes import LEMON_MODES, MODE_SCOPE, NODE_WIDE, Mode
+from models.simulator.modes import ACTIVE_ONLY, LEMON_MODES, MODE_SCOPE, NODE_WIDE, Mode
 from models.simulator.topology import Topology, rng_for
 
 F64 = npt.NDArray[np.float64]
@@ -65,14 +65,15 @@ def lemon_nodes(cfg: SimConfig) -> dict[int, float]:
 
 def sample_failures(cfg: SimConfig, topo: Topology) -> list[Failure]:
     """M1-M7, then the node-wide modes placed around them with a move stream of their own (so
-    the node-wide modes move none of the GPU modes' failures)."""
+    the node-wide modes move none of the GPU modes' failures). The active-only modes are latent
+    faults, not failures of the trace (latent.py)."""
     lemons = lemon_nodes(cfg)
     weights = np.ones(topo.nodes)
     for n, m in lemons.items():
         weights[n] = m
     busy: dict[int, list[Failure]] = {}
-    gpu = _place(_draw([m for m in Mode if m not in NODE_WIDE], cfg, topo, weights), cfg, topo,
-                 weights, STREAM_MOVE, busy)
+    gpu_modes = [m for m in Mode if m not in NODE_WIDE and m not in ACTIVE_ONLY]
+    gpu = _place(_draw(gpu_modes, cfg, topo, weights), cfg, topo, weights, STREAM_MOVE, busy)
     wide = _place(_draw(list(NODE_WIDE), cfg, topo, weights), cfg, topo, weights,
                   STREAM_MOVE + 1, busy)
     order = {m: i for i, m in enumerate(Mode)}

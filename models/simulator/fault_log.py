@@ -1,8 +1,9 @@
 """The fault classes of a public fault log of 400 eight-GPU servers over 349 days (SIGCOMM 2025;
 584 faults), with each class's share of the downtime that had a known cause (issue 31's table),
-and the simulated failure mode that stands for it (None: not simulated, e.g. what only an active
-test finds). The node-wide modes' rates (modes.py) and the evaluation's share of downtime in
-observed classes (models/evaluation/coverage.py) both read it."""
+and the simulated failure mode that stands for it (None: not simulated). The classes that only an
+active test finds map to the active-only modes M14-M16 (latent faults: models/simulator/latent.py).
+The modes' rates (modes.py) and the evaluation's share of downtime in observed classes
+(models/evaluation/coverage.py) both read it."""
 
 from __future__ import annotations
 
@@ -35,9 +36,9 @@ CLASSES: tuple[FaultClass, ...] = (
     FaultClass("GPU PCIe link width low", 7.6, M.M10_PCIE_WIDTH),
     FaultClass("NIC PCIe width low", 0.04, M.M11_NIC_SPEED),
     FaultClass("GPU temperature high", 7.0, M.M5_THERMAL),
-    FaultClass("GPU P2P bandwidth low", 6.6, None),
-    FaultClass("stress test failure", 5.6, None),
-    FaultClass("silent data corruption", 0.2, None),
+    FaultClass("GPU P2P bandwidth low", 6.6, M.M14_P2P_BW),
+    FaultClass("stress test failure", 5.6, M.M15_STRESS),
+    FaultClass("silent data corruption", 0.2, M.M16_SDC),
     FaultClass("fan speed critical", 6.3, M.M9_FAN),
     FaultClass("fan redundancy lost", 5.8, M.M9_FAN),
     FaultClass("GPU unknown error", 2.4, M.M12_GPU_UNREADABLE),

@@ -1,7 +1,7 @@
 """The failure modes and their per-mode parameters (docs/simulator.md, `failures`): M1-M7 grouped
 from the interruption causes of Llama 3 (arXiv 2407.21783, Table 5), M8-M13 the node-wide
 classes of a public fault log of 400 eight-GPU servers over 349 days (SIGCOMM 2025,
-fault_log.py)."""
+fault_log.py), M14-M16 that log's classes only an active test finds (latent faults, latent.py)."""
 
 from __future__ import annotations
 
@@ -34,18 +34,27 @@ MODE_SCOPE: dict[Mode, Scope] = {
     Mode.M11_NIC_SPEED: Scope.IB_PORT,
     Mode.M12_GPU_UNREADABLE: Scope.GPU,
     Mode.M13_HOST_HW: Scope.NODE,
+    # Design choices (docs/simulator.md, "Active-only modes"): low P2P bandwidth is a property of
+    # the node's GPU fabric (nvbandwidth reports a matrix of pairs, the repair is the baseboard or
+    # NVSwitch tray), a stress-test failure and silent data corruption name the GPU that failed.
+    Mode.M14_P2P_BW: Scope.NODE,
+    Mode.M15_STRESS: Scope.GPU,
+    Mode.M16_SDC: Scope.GPU,
 }
 # The node-wide modes (issue 31): planned after M1-M7 on streams of their own, so adding them
 # moves none of the GPU modes' draws.
 NODE_WIDE = (Mode.M8_PSU, Mode.M9_FAN, Mode.M10_PCIE_WIDTH, Mode.M11_NIC_SPEED,
              Mode.M12_GPU_UNREADABLE, Mode.M13_HOST_HW)
+# Faults no telemetry shows (issue 32): never failures of the trace, planned as latent faults
+# (latent.py) on streams of their own, so they move no other mode's draws and no sample.
+ACTIVE_ONLY = (Mode.M14_P2P_BW, Mode.M15_STRESS, Mode.M16_SDC)
 
 # Lemon nodes multiply these modes only ("3-5x higher M1-M3 rate": docs/simulator.md, `benign`).
 LEMON_MODES = (Mode.M1_HBM, Mode.M2_GPU_HARD, Mode.M3_NVLINK)
 
 class ModeRates(BaseModel):
     """Terminal events per GPU-year (M1-M7: Llama 3 Table 5 counts, docs/simulator.md; M4 is per
-    GPU-equivalent; M8-M13: the fault log's downtime shares, fault_log.py)."""
+    GPU-equivalent; M8-M16: the fault log's downtime shares, fault_log.py)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -63,6 +72,9 @@ class ModeRates(BaseModel):
     M12_gpu_unreadable: float = Field(
         default=round(rate_per_gpu_year(Mode.M12_GPU_UNREADABLE), 5), ge=0)
     M13_host_hw: float = Field(default=round(rate_per_gpu_year(Mode.M13_HOST_HW), 5), ge=0)
+    M14_p2p_bw: float = Field(default=round(rate_per_gpu_year(Mode.M14_P2P_BW), 7), ge=0)
+    M15_stress: float = Field(default=round(rate_per_gpu_year(Mode.M15_STRESS), 7), ge=0)
+    M16_sdc: float = Field(default=round(rate_per_gpu_year(Mode.M16_SDC), 7), ge=0)
 
     def of(self, mode: Mode) -> float:
         return float(getattr(self, mode.value))
@@ -95,6 +107,10 @@ class ModeFractions(BaseModel):
     M11_nic_speed: float = Field(default=0.4, ge=0, le=1)
     M12_gpu_unreadable: float = Field(default=0.0, ge=0, le=1)
     M13_host_hw: float = Field(default=0.0, ge=0, le=1)
+    # Active-only: no sign in any metric, by definition.
+    M14_p2p_bw: float = Field(default=0.0, ge=0, le=0)
+    M15_stress: float = Field(default=0.0, ge=0, le=0)
+    M16_sdc: float = Field(default=0.0, ge=0, le=0)
 
     def of(self, mode: Mode) -> float:
         return float(getattr(self, mode.value))
@@ -121,6 +137,9 @@ class ModeLeadTimes(BaseModel):
     M11_nic_speed: LeadTime = UniformLead(min_h=2, max_h=48)
     M12_gpu_unreadable: LeadTime = UniformLead(min_h=1, max_h=2)  # never drawn by default
     M13_host_hw: LeadTime = UniformLead(min_h=1, max_h=2)  # never drawn by default
+    M14_p2p_bw: LeadTime = UniformLead(min_h=1, max_h=2)  # never drawn (no precursor)
+    M15_stress: LeadTime = UniformLead(min_h=1, max_h=2)
+    M16_sdc: LeadTime = UniformLead(min_h=1, max_h=2)
 
     def of(self, mode: Mode) -> LeadTime:
         lead: LeadTime = getattr(self, mode.value)

@@ -2,6 +2,8 @@
 
     sim = Simulator(load_scenario("demo"))
     sim.labels          # failures, benign traps and repairs, known before any sample exists
+    sim.latent          # faults only a diagnostic finds (no sample shows them)
+    sim.diagnose()      # which of them the configured gates and sweeps find before a job does
     for batch in sim.run():
         ...             # collectors.frames.Batch: GPU, NVLINK and IB_PORT frames plus Xids
 """
@@ -13,9 +15,13 @@ from typing import Any
 
 from collectors.catalog import Scope
 from collectors.frames import Batch, EntityTable
-from models.simulator.config import SimConfig
+from models.simulator.config import SimConfig, Trap
+from models.simulator.config_active import ActiveConfig
+from models.simulator.diagnostics import Diagnosed, Schedule
 from models.simulator.failures import Failure
 from models.simulator.jobs import Jobs, schedule
+from models.simulator.latent import LatentFault, sample_latent
+from models.simulator.modes import ACTIVE_ONLY, Mode
 from models.simulator.plan import Plan
 from models.simulator.planner import build_plan, plan_failures
 from models.simulator.render import Renderer, chunk_steps
@@ -29,6 +35,8 @@ class Simulator:
         self._plan: Plan | None = None
         self._failures: list[Failure] | None = None
         self._jobs: Jobs | None = None
+        self._latent: list[LatentFault] | None = None
+        self._schedule: Schedule | None = None
 
     @property
     def tables(self) -> dict[Scope, EntityTable]:
@@ -60,6 +68,30 @@ class Simulator:
         if self._jobs is None:
             self._jobs = schedule(self.config, self.plan.down)
         return self._jobs
+
+    @property
+    def latent(self) -> list[LatentFault]:
+        """The active-only faults (M14-M16), time-sorted; they change no sample or label."""
+        if self._latent is None:
+            self._latent = sample_latent(self.config)
+        return self._latent
+
+    @property
+    def schedule(self) -> Schedule:
+        """The jobs, busy time and drains per node that the diagnostics work around."""
+        if self._schedule is None:
+            names = {n: i for i, n in enumerate(self.topology.node_names)}
+            drains = [(f.node, f.time, f.repair) for f in self.failures
+                      if f.mode is not Mode.M7_UNOBSERVABLE and f.mode not in ACTIVE_ONLY]
+            drains += [(names[x["node"]], float(x["start"]), float(x["end"]))
+                       for x in self.plan.labels
+                       if x.get("trap") == Trap.PLANNED_MAINTENANCE.value]
+            self._schedule = Schedule(self.config, self.jobs, self.plan.down, drains)
+        return self._schedule
+
+    def diagnose(self, policy: ActiveConfig | None = None) -> Diagnosed:
+        """Each latent fault's fate under `policy` (default: the configured one)."""
+        return self.schedule.diagnose(self.latent, policy or self.config.active)
 
     @property
     def steps_per_batch(self) -> int:

@@ -296,6 +296,7 @@ def evaluate_source(src: EvaluationInput, sets: Sequence[str], seed: int = 0,
         "leads_h": {name: s.leads_h for name, s in scored.items()},
         "alerts": {name: len(ev.data[name].alerts) for name in sets},
         "reliability": {name: r.to_dict() for name, r in ev.reliability.items()},
+        "active": src.active,  # latent faults and diagnostics (simulator sources only)
         "timing": {"rounds": ev.rounds, "rounds_before_start": skipped,
                    "wall_s": time.perf_counter() - started, "ingest_s": ev.ingest_s,
                    "tick_s": ev.tick_s,

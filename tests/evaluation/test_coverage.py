@@ -37,7 +37,8 @@ def test_a_class_counts_when_a_rule_fires_on_half_of_its_failures() -> None:
     assert cov["observed_share"] == pytest.approx(19.2 / total)  # fans under half: not observed
     assert cov["weighted_share"] == pytest.approx((19.2 * 0.5 + 12.1 / 3) / total)
     assert cov["classes"]["fan speed critical"]["observed"] == 0.0
-    assert cov["classes"]["GPU P2P bandwidth low"]["mode"] is None  # needs an active test
+    assert cov["classes"]["GPU P2P bandwidth low"]["mode"] == "M14_p2p_bw"  # an active test
+    assert cov["classes"]["GPU P2P bandwidth low"]["observed"] == 0.0  # finds it, no rule
     assert downtime_coverage({})["observed_share"] == 0.0
 
 
