@@ -70,6 +70,7 @@ GAUGES = {
     "pcie_link_width": (16.0, 0.0), "pcie_link_width_max": (16.0, 0.0),
     "pcie_link_gen": (5.0, 0.0), "pcie_link_gen_max": (5.0, 0.0),
     "nic_pcie_link_width": (16.0, 0.0), "nic_pcie_link_width_max": (16.0, 0.0),
+    "ib_gid_roce_v2": (2.0, 0.0),  # a RoCE port's usable GIDs: one address, IPv4 and IPv6
 }
 
 # Healthy error counters: a trickle of correctable ECC and symbol errors, nothing else.

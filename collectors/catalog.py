@@ -472,6 +472,26 @@ _ib("phys_state", "enum", "Physical port state: 1 Sleep, 2 Polling, 3 Disabled, 
     (0.0, 7.0))  # 0 is the IBA PortInfo's "no state change"
 # From 2.5 (1X SDR) to 800 (4X XDR) today; 0 on a port with no link.
 _ib("rate", "Gbit/s", "Link rate (e.g. 400 for 4X NDR)", "rate", _G, (0.0, 10_000.0))
+# What kind of port it is, so ports of one node can be compared with their like
+# (models/detectors/link_rate.py): Documentation/ABI/stable/sysfs-class-infiniband `link_layer`
+# ("InfiniBand" or "Ethernet"; the core prints "Unknown" for anything else) and the driver's
+# `hca_type`. mlx4/mlx5 print "MT" and the PCI device id in decimal (mlx5 hca_type_show:
+# "MT%d", pdev->device): MT4129 ConnectX-7, MT4125 ConnectX-6 Dx, MT41692 BlueField-3; where
+# hca_type has no such number the PCI device id is read from the HCA's function. ibstat prints
+# the same words and type (`Link layer:`, `CA type:`).
+_ib("link_layer", "enum", "Link layer: 1 InfiniBand, 2 Ethernet (RoCE), 0 Unknown (sysfs; "
+    "ibstat `Link layer:`)", "link_layer", _S, (0.0, 2.0))
+_ib("hca_model", "id", "The HCA's model: the number of its type (hca_type MT4129 -> 4129, the "
+    "PCI device id in decimal; ibstat `CA type:`)", "../../hca_type", _S, (0.0, 65535.0))
+# RoCE v2 GIDs a job can use (Ethernet ports only): the kernel adds a RoCE v1 and a RoCE v2 GID
+# for each IP address of the port's netdev (and its upper devices) besides the link-local
+# fe80:: pair that exists as soon as the netdev is up. NCCL picks a RoCE v2 GID that is neither
+# zero nor link-local (net_ib: validGid, NCCL_IB_ROCE_VERSION_NUM=2); with none it falls back to
+# index 0 and connections time out. Empty entries read all zeros in gids/<i> and EINVAL in
+# gid_attrs/types/<i> (drivers/infiniband/core/sysfs.c).
+_ib("gid_roce_v2", "gids", "RoCE v2 GIDs with a routable address (neither zero nor link-local) "
+    "in the port's GID table; Ethernet ports only", "gids/<i> + gid_attrs/types/<i>", _G,
+    (0.0, 4096.0))
 _r(Metric("ib_link_flaps", "events", _C, Scope.IB_PORT,
           "Times the port left ACTIVE or link_downed rose, counted by the collector across reads "
           "(gpud's flap scan); starts at 0 when the collector starts", resets=True))

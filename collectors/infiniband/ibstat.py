@@ -9,10 +9,13 @@ container without the host's sysfs) but the infiniband-diags tools run.
                     Rate: 400
                     Link layer: InfiniBand
 
-Per port it gives what sysfs gives in `state`, `phys_state` and `rate`, as words; they are turned
-into the same IBA numbers (state 1 DOWN .. 4 ACTIVE, physical state 1 Sleep .. 5 LinkUp), so the
-points are the sysfs collector's (collectors.infiniband.sysfs.to_point): `ib_state`, `ib_rate`.
-ibstat has no counters.
+Per port it gives what sysfs gives in `state`, `phys_state`, `rate` and `link_layer`, as words;
+they are turned into the same numbers (state 1 DOWN .. 4 ACTIVE, physical state 1 Sleep ..
+5 LinkUp, link layer 1 InfiniBand, 2 Ethernet), so the points are the sysfs collector's
+(collectors.infiniband.sysfs.to_point): `ib_state`, `ib_rate`, `ib_link_layer`. The device's
+`CA type:` is sysfs's hca_type (libibumad reads it there): "MT4129" goes on each of its ports as
+`ib_hca_model` 4129; a type with no MT number is no model and no error. ibstat has no counters
+and no GID table.
 
 ibstat stops with an `ibpanic:` (or `ibwarn:`) line when a device goes away under it; the ports
 read before it are kept, the message is a rejection, and a port cut short before its State line
@@ -26,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 
 from collectors.frames import Entity, Rejection
-from collectors.infiniband.sysfs import PortReading
+from collectors.infiniband.sysfs import LINK_LAYERS, MODEL_MAX, PortReading
 
 # IBA PortState and PortPhysicalState, as ibstat spells them (lower case, spaces dropped).
 STATES = {"down": 1, "initializing": 2, "init": 2, "armed": 3, "active": 4, "activedefer": 5}
@@ -38,6 +41,7 @@ _PORT = re.compile(r"^\s+Port (?P<port>\d{1,3}):\s*$")
 _KEY = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z ]*?):\s*(?P<value>.*?)\s*$")
 _PANIC = re.compile(r"^(?:ibpanic|ibwarn|ibstat):", re.I)
 _RATE = re.compile(r"^\d{1,6}(?:\.\d{1,3})?$")  # Gb/s: 2.5 (SDR 1X) to 1600 (XDR 8X)
+_CA_TYPE = re.compile(r"^MT(\d{1,5})$")  # the PCI device id, as mlx4/mlx5 print it
 
 
 @dataclass(slots=True)
@@ -51,6 +55,7 @@ def parse_ibstat(text: str, host: str = "") -> IbstatResult:
     """Every port of every CA in `ibstat` output. `host` names entities in rejections."""
     out = IbstatResult()
     ca: str | None = None
+    model: int | None = None  # the current CA's, from its `CA type:` line
     port: PortReading | None = None
     has_state = False
 
@@ -72,15 +77,19 @@ def parse_ibstat(text: str, host: str = "") -> IbstatResult:
             continue
         if m := _CA.match(line):
             close()
-            ca, port, has_state = m["name"], None, False
+            ca, model, port, has_state = m["name"], None, None, False
             out.cas += 1
             continue
         if ca is not None and (m := _PORT.match(line)):
             close()
-            port, has_state = PortReading(ca, int(m["port"])), False
+            port, has_state = PortReading(ca, int(m["port"]), hca_model=model), False
             continue
-        if port is None or (m := _KEY.match(line)) is None:
-            continue  # device lines (CA type, firmware, GUIDs) and anything unknown
+        if (m := _KEY.match(line)) is None:
+            continue
+        if port is None:  # device lines: the CA type; firmware, GUIDs and the rest are unused
+            if ca is not None and m["key"].lower() == "ca type":
+                model = _model(m["value"])
+            continue
         key, value = m["key"].lower(), m["value"]
         why = _read(port, key, value)
         has_state = has_state or key == "state"
@@ -109,7 +118,16 @@ def _read(port: PortReading, key: str, value: str) -> str | None:
         if not math.isfinite(rate):
             return f"rate {value[:40]!r} is out of range"
         port.rate_gbps = int(rate) if rate.is_integer() else rate
+    elif key == "link layer":
+        if word not in LINK_LAYERS:
+            return f"unknown link layer {value[:40]!r}"
+        port.link_layer = LINK_LAYERS[word]
     return None
+
+
+def _model(value: str) -> int | None:
+    m = _CA_TYPE.match(value.strip())
+    return int(m.group(1)) if m and int(m.group(1)) <= MODEL_MAX else None
 
 
 def _key(host: str, port: PortReading) -> str | None:

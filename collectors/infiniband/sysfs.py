@@ -10,10 +10,23 @@ its port, and the other ports, are kept.
 
 `<dev>/device` links to the HCA's PCI function; its link width against its maximum
 (collectors.pcie.sysfs) goes on every port of the device, as `nic_pcie_link_width(_max)`.
+
+What kind of port it is (Documentation/ABI/stable/sysfs-class-infiniband): `link_layer`
+("InfiniBand", "Ethernet", "Unknown") as `ib_link_layer` 1, 2, 0, and the device's `hca_type`
+as `ib_hca_model`, the number of "MT4129" (mlx4/mlx5 print the PCI device id so); a driver whose
+hca_type carries no such number gives the PCI device id of `<dev>/device/device` ("0x1021" is
+4129 too).
+
+On an Ethernet (RoCE) port the GID table is read too: `gids/<i>` (an IPv6 address, all zeros
+when the entry is empty) and, for the entries that hold a routable address, `gid_attrs/types/
+<i>` ("IB/RoCE v1" or "RoCE v2"; an empty entry answers EINVAL); `ib_gid_roce_v2` counts the
+RoCE v2 entries that are neither zero nor link-local fe80::/64, the ones NCCL can use. An
+iWARP device (`node_type` "4: RNIC") is Ethernet too but has no RoCE GIDs: its table is not read.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +47,15 @@ ACTIVE = 4  # IBA PortState: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE
 COUNTER_MAX = 2**63 - 1
 _MAX_DIGITS = 12  # of a state, physical state or rate in Gb/s
 _DEVICE = "../../device/"  # the catalog's spelling of the HCA's PCI function, from a port
+_HCA_TYPE = re.compile(r"^\s*MT([0-9]{1,5})\s*$")  # "MT4129": mlx4/mlx5, the PCI device id
+_PCI_ID = re.compile(r"^\s*0x([0-9a-fA-F]{1,4})\s*$")  # <dev>/device/device: "0x1021"
+MODEL_MAX = 0xFFFF  # a PCI device id is 16 bits
+# The kernel's words for a port's link layer (core/sysfs.c link_layer_show).
+LINK_LAYERS = {"infiniband": 1, "ethernet": 2, "unknown": 0}
+ETHERNET = 2
+_ROCE_V2 = "RoCE v2"  # gid_attrs/types/<i> of a RoCE v2 GID (core/cache.c gid_type_str)
+_LINK_LOCAL = ipaddress.IPv6Network("fe80::/64")
+_GIDS = "gids/<i> + gid_attrs/types/<i>"  # the catalog's spelling of the RoCE v2 GID count
 
 
 @dataclass(slots=True)
@@ -46,6 +68,9 @@ class PortReading:
     counters: dict[str, int] = field(default_factory=dict)
     hw_counters: dict[str, int] = field(default_factory=dict)
     pcie: PcieLink | None = None  # the HCA's PCI function (<dev>/device), shared by its ports
+    link_layer: int | None = None  # 1 InfiniBand, 2 Ethernet, 0 Unknown
+    hca_model: int | None = None  # 4129 for MT4129 (ConnectX-7): the PCI device id
+    gid_roce_v2: int | None = None  # usable RoCE v2 GIDs; Ethernet ports with a GID table only
 
     def value(self, sysfs: str) -> int | float | None:
         """The reading at a catalog `sysfs` path ("state", "rate", "counters/symbol_error",
@@ -63,6 +88,12 @@ class PortReading:
             return self.phys_state
         if sysfs == "rate":
             return self.rate_gbps
+        if sysfs == "link_layer":
+            return self.link_layer
+        if sysfs == "../../hca_type":
+            return self.hca_model
+        if sysfs == _GIDS:
+            return self.gid_roce_v2
         folder, _, name = sysfs.partition("/")
         if folder == "counters":
             return self.counters.get(name)
@@ -88,16 +119,19 @@ def read_ports(root: Path, host: str = "") -> tuple[list[PortReading], list[Reje
         if not ports_dir.is_dir():
             continue
         pcie = read_link(dev_dir / "device") if (dev_dir / "device").is_dir() else None
+        first = Entity.ib_port(host, dev_dir.name, 1).key if host else None
         if pcie is not None:
-            first = Entity.ib_port(host, dev_dir.name, 1).key if host else None
             rejected += [Rejection(f"{dev_dir.name}/device/{why}", None, first)
                          for why in pcie.refused]
+        model = _hca_model(dev_dir, rejected, first)
+        # node_type (ABI: CA, RNIC, ...): "4: RNIC" is iWARP, whose GID table has no RoCE types.
+        roce = not _text_or_empty(dev_dir / "node_type").startswith("4")
         for port_dir in sorted(ports_dir.iterdir(), key=lambda p: (len(p.name), p.name)):
             if not port_dir.name.isdigit():
                 continue
-            reading = PortReading(dev_dir.name, int(port_dir.name), pcie=pcie)
+            reading = PortReading(dev_dir.name, int(port_dir.name), pcie=pcie, hca_model=model)
             entity = Entity.ib_port(host, dev_dir.name, reading.port).key if host else None
-            _read_port(port_dir, reading, rejected, entity)
+            _read_port(port_dir, reading, rejected, entity, roce)
             ports.append(reading)
     return ports, rejected
 
@@ -124,7 +158,7 @@ def to_point(r: PortReading, host: str, ts_ns: int) -> Point:
 
 
 def _read_port(port_dir: Path, r: PortReading, rejected: list[Rejection],
-               entity: str | None) -> None:
+               entity: str | None, roce: bool = True) -> None:
     def refuse(path: Path, why: str) -> None:
         rel = path.relative_to(port_dir.parent.parent.parent)
         rejected.append(Rejection(f"{rel}: {why}", None, entity, path.name))
@@ -147,6 +181,14 @@ def _read_port(port_dir: Path, r: PortReading, rejected: list[Rejection],
             r.state = int(m.group(1))
         else:
             r.phys_state = int(m.group(1))
+    text = _read(port_dir / "link_layer", refuse)
+    if text is not None:
+        layer = LINK_LAYERS.get(text.strip().lower())
+        if layer is None:
+            refuse(port_dir / "link_layer", f"unknown link layer {text.strip()[:40]!r}")
+        r.link_layer = layer
+    if roce and r.link_layer == ETHERNET and (port_dir / "gids").is_dir():
+        r.gid_roce_v2 = _roce_v2_gids(port_dir, refuse)
     for folder in _COUNTER_DIRS:
         target = r.counters if folder == "counters" else r.hw_counters
         d = port_dir / folder
@@ -166,6 +208,61 @@ def _read_port(port_dir: Path, r: PortReading, rejected: list[Rejection],
                              "line protocol's integers end at)")
                 continue
             target[path.name] = v
+
+
+def _hca_model(dev_dir: Path, rejected: list[Rejection], entity: str | None) -> int | None:
+    """The number of the device's hca_type ("MT4129"), else its PCI device id; None when
+    neither is there (a device with no hca_type and no PCI function, e.g. a soft RoCE rxe)."""
+    def refuse(path: Path, why: str) -> None:
+        rejected.append(Rejection(f"{path.relative_to(dev_dir.parent)}: {why}", None, entity,
+                                  path.name))
+
+    text = _read(dev_dir / "hca_type", refuse)
+    if text is not None and (m := _HCA_TYPE.match(text)) and int(m.group(1)) <= MODEL_MAX:
+        return int(m.group(1))
+    # Other drivers print a name ("I40IW", cxgb4's driver name): not a model to compare by.
+    pci = dev_dir / "device" / "device"
+    text = _read(pci, refuse) if (dev_dir / "device").is_dir() else None
+    if text is None:
+        return None
+    if (m := _PCI_ID.match(text)) is None:
+        refuse(pci, f"cannot parse PCI device id {text.strip()[:40]!r}")
+        return None
+    return int(m.group(1), 16)
+
+
+def _roce_v2_gids(port_dir: Path, refuse: _Refuse) -> int:
+    """RoCE v2 entries of the port's GID table that hold a routable address. Only those entries'
+    types are read: a table has up to 256 entries, nearly all of them empty."""
+    count = 0
+    gids = port_dir / "gids"
+    for path in sorted(gids.iterdir(), key=lambda p: (len(p.name), p.name)):
+        if not path.name.isdigit():
+            continue
+        text = _read(path, refuse)
+        if text is None:
+            continue
+        try:
+            gid = ipaddress.IPv6Address(text.strip())
+        except ValueError:
+            refuse(path, f"cannot parse GID {text.strip()[:60]!r}")
+            continue
+        if gid.packed == bytes(16) or gid in _LINK_LOCAL:
+            continue
+        kind = port_dir / "gid_attrs" / "types" / path.name
+        try:  # EINVAL: the entry was emptied between the two reads
+            if kind.read_text(encoding="ascii", errors="replace").strip() == _ROCE_V2:
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+def _text_or_empty(path: Path) -> str:
+    try:
+        return path.read_text(encoding="ascii", errors="replace").strip()
+    except OSError:  # absent or unreadable: no claim either way
+        return ""
 
 
 def _short(digits: str) -> str:

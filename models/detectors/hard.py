@@ -13,6 +13,7 @@ from collectors.catalog import Scope
 from models.detectors.evidence import GPU_TEMP, HBM_ECC
 from models.detectors.findings import F64, Finding, fired, sustained
 from models.detectors.link_rate import LinkRateConfig, link_rate_low
+from models.detectors.roce_gid import RoceGidConfig, roce_gid_missing
 from models.detectors.view import FleetView, ScopeView, recent, recent_sum
 from models.detectors.xid import xid_risk
 
@@ -40,6 +41,8 @@ class HardRuleConfig:
     aer_burst_errors: float = 100.0  # ... reaching this many is a burst (a watch-level precursor)
     # A port up below the rate its link should run at (models/detectors/link_rate.py).
     link_rate: LinkRateConfig = field(default_factory=LinkRateConfig)
+    # A RoCE port up with no usable RoCE v2 GID (models/detectors/roce_gid.py).
+    roce_gid: RoceGidConfig = field(default_factory=RoceGidConfig)
 
 
 class HardRules:
@@ -68,6 +71,7 @@ class HardRules:
                                hard=True))
             out.append(self._nic_pcie_width(ib))
             out.append(link_rate_low(ib, self.c.link_rate))
+            out.append(roce_gid_missing(ib, self.c.roce_gid))
         return out
 
     def _memory(self, g: ScopeView) -> list[Finding]:

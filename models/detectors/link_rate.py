@@ -7,24 +7,34 @@ but every all-reduce waits for the slowest port: level 2, drain at the next job 
 The port's rate is the kernel's `ports/<n>/rate` ("400 Gb/sec (4X NDR)", Documentation/ABI/
 stable/sysfs-class-infiniband) or ibstat's `Rate:` line, both as `ib_rate` in Gb/s
 (collectors.infiniband); Telegraf's infiniband input sends no rate, so the rule is silent on
-Telegraf-only ports. What the port should run at comes from two places, the higher one wins:
+Telegraf-only ports. What the port should run at is the higher of the operator's setting and
+the rate its peers run at:
 
 - the operator's setting (`LinkRateConfig.expected_gbps` by device name, `default_gbps` for
   every port); none by default;
-- the rate most of its peers run at now: the same port (device name and port number) on the
-  nodes of the same make-up (the same set of HCA names). Identical servers name their HCAs
-  alike in PCI order (mlx5_0 .. mlx5_11, or the PCI-derived names of rdma's persistent naming),
-  so the same port on a peer is the same adapter model in the same slot, on the same fabric:
-  a 100 Gb/s Ethernet front-end port is never held to the 400 Gb/s of an InfiniBand compute
-  port beside it, and a whole node trained low is low against the other nodes.
+- the rate most of its peers run at now, the peers being the same port (device name and port
+  number) on the nodes of the same make-up (the same set of HCA names). Identical servers name
+  their HCAs alike in PCI order (mlx5_0 .. mlx5_11, or the PCI-derived names of rdma's
+  persistent naming), so the same port on a peer is the same adapter model in the same slot,
+  on the same fabric: a 100 Gb/s Ethernet front-end port is never held to the 400 Gb/s of an
+  InfiniBand compute port beside it, and a whole node trained low is low against the others;
+- where there are fewer than `min_peers` such ports up (a small fleet, a node of a make of its
+  own), the rate most of the port's siblings run at: the ports of its node with the same HCA
+  model and link layer (`ib_hca_model`, `ib_link_layer`: sysfs `hca_type` and `ports/<n>/
+  link_layer`, ibstat `CA type:` and `Link layer:`). A real H100 node (tests/detectors/
+  test_link_rate.py) runs 4 ConnectX-6 Dx (MT4125) Ethernet ports at 100 Gb/s beside 8
+  ConnectX-7 (MT4129) at 400: each model is its own class, so the 100s are never held to the
+  400s, while one ConnectX-7 at 200 beside seven at 400 is low. The like nodes judge first: a
+  rate the same slot runs at across the fleet is the design (a ConnectX-7 cabled at 200 for
+  storage beside compute ports at 400), and a slot the fleet is split on has no rate to hold
+  anyone to. Ports without the two readings (Telegraf, agents before them, the simulator) have
+  no siblings and are judged by their like nodes alone, as before.
 
-Ports on one node are not compared with each other: the collected readings carry neither the
-adapter model nor the link layer (sysfs `hca_type`, `ports/<n>/link_layer`), and a real H100
-node (tests/detectors/test_link_rate.py) runs 4 ConnectX-6 Dx Ethernet ports at 100 beside 8
-ConnectX-7 at 400. Only ports up count: logical state ACTIVE and, where reported, physical
-state LinkUp, with a rate above 0. A port that is down reads a stale or zero rate (ibstat shows
-40 on a down CX-6 Dx); `ib_port_down` covers it, and it neither fires here nor counts as a
-peer. The low rate must hold `hold_s` (a link retraining briefly is not a fault).
+Both need a strict majority of at least `min_peers` / `min_siblings` up ports. Only ports up
+count: logical state ACTIVE and, where reported, physical state LinkUp, with a rate above 0. A
+port that is down reads a stale or zero rate (ibstat shows 40 on a down CX-6 Dx);
+`ib_port_down` covers it, and it neither fires here nor counts as a peer. The low rate must hold
+`hold_s` (a link retraining briefly is not a fault).
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ from models.detectors.view import ScopeView
 ACTIVE = 4.0  # IBA PortState ACTIVE
 LINK_UP = 5.0  # IBA PortPhysicalState LinkUp
 RULE = "ib_rate_low"
+_LAYERS = {1: "InfiniBand", 2: "Ethernet"}  # ib_link_layer
 ACTION = "reseat or replace the cable/transceiver; check the switch port"
 I64 = npt.NDArray[np.int64]
 
@@ -59,6 +70,9 @@ class LinkRateConfig:
     # The peers' rate counts only when at least this many same ports are up and more than half
     # of them run at it (a fleet split between two rates has no rate to hold anyone to).
     min_peers: int = 3
+    # The same on one node, among the ports of the same HCA model and link layer, where the
+    # like nodes are fewer than `min_peers`.
+    min_siblings: int = 3
     risk: float = 0.7  # level 2: drain at the next job boundary
 
 
@@ -85,6 +99,18 @@ def peer_classes(entities: Sequence[Entity]) -> I64:
     classes: dict[tuple[int, str, str], int] = {}
     return np.array([classes.setdefault((shape_of[e.node], e.unit, e.sub), len(classes))
                      for e in entities], np.int64)
+
+
+def sibling_classes(entities: Sequence[Entity], model: F64, layer: F64) -> I64:
+    """[slot] a class id shared by the ports of one node with the same HCA model and link layer;
+    a port missing either reading is in a class of its own (it has no siblings)."""
+    classes: dict[tuple[str, float, float] | int, int] = {}
+    out = np.empty(len(entities), np.int64)
+    for i, e in enumerate(entities):
+        m, lay = float(model[i]), float(layer[i])
+        key = (e.node, m, lay) if math.isfinite(m) and math.isfinite(lay) else i
+        out[i] = classes.setdefault(key, len(classes))
+    return out
 
 
 def peer_rate(cls: I64, rate: F64, up: npt.NDArray[np.bool_], min_peers: int
@@ -128,8 +154,13 @@ def link_rate_low(ib: ScopeView, c: LinkRateConfig) -> Finding:
         up = (state == ACTIVE) & (np.isnan(phys) | (phys == LINK_UP)) & (rate > 0)
     now_rate, now_up = rate[:, -1], up[:, -1]
     peers, at, total = peer_rate(peer_classes(ib.entities), now_rate, now_up, c.min_peers)
+    model, layer = ib.latest("ib_hca_model"), ib.latest("ib_link_layer")
+    sib, sib_at, sib_total = peer_rate(sibling_classes(ib.entities, model, layer), now_rate,
+                                       now_up, c.min_siblings)
+    by_siblings = total < c.min_peers  # too few like nodes up to judge the port
+    fleet = np.where(by_siblings, sib, peers)
     conf = configured(ib.entities, c)
-    expected = np.fmax(conf, peers)
+    expected = np.fmax(conf, fleet)
     with np.errstate(invalid="ignore"):
         low = up & (rate < expected[:, None])
     seen = ~np.isnan(state)
@@ -138,8 +169,13 @@ def link_rate_low(ib: ScopeView, c: LinkRateConfig) -> Finding:
     details: dict[int, str] = {}
     for i in np.flatnonzero(risk > 0).tolist():
         e = ib.entities[i]
-        why = (f"the rate {at[i]} of the {total[i]} same ports up on like nodes run at"
-               if expected[i] == peers[i] else "the configured rate")
+        if expected[i] != fleet[i]:
+            why = "the configured rate"
+        elif by_siblings[i]:
+            why = (f"the rate {sib_at[i]} of the {sib_total[i]} {_kind(model[i], layer[i])} "
+                   "ports up on its node run at")
+        else:
+            why = f"the rate {at[i]} of the {total[i]} same ports up on like nodes run at"
         details[i] = (f"{e.unit} port {e.sub} is up at {_gbps(now_rate[i])} Gb/s, expected "
                       f"{_gbps(expected[i])} Gb/s ({why}) for {c.hold_s / 60:g} min: {ACTION}")
     return Finding(RULE, Scope.IB_PORT, risk, np.where(now_up, now_rate, np.nan), math.nan,
@@ -149,3 +185,8 @@ def link_rate_low(ib: ScopeView, c: LinkRateConfig) -> Finding:
 
 def _gbps(x: float) -> str:
     return f"{x:g}"
+
+
+def _kind(model: float, layer: float) -> str:
+    """"MT4129 Ethernet": the HCA type as hca_type and ibstat print it, and the link layer."""
+    return f"MT{int(model)} {_LAYERS.get(int(layer), 'unknown-layer')}"

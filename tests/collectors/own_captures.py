@@ -18,6 +18,7 @@ SMI_NVLINK = CAPTURES / "nvidia-smi" / "nvlink-status-h100x2.txt"  # nvidia-smi 
 DCGM_PAGE = CAPTURES / "dcgm-exporter" / "metrics-h100x2.txt"  # curl :9400/metrics
 IB_TTAR = CAPTURES / "infiniband" / "ib-sysfs-2hca.ttar"  # /sys/class/infiniband as ttar
 IB_TTAR_ROOT = Path("sys", "class", "infiniband")  # where the tree sits in the archive
+IB_ROCE_TTAR = CAPTURES / "infiniband" / "ib-sysfs-roce-gids.ttar"  # RoCE GID tables, iWARP
 DMESG_ISO = CAPTURES / "kernel-log" / "dmesg-iso-xid.log"  # dmesg --time-format iso
 IPMI_SDR_DELL = CAPTURES / "ipmi" / "sdr-elist-dell.txt"  # ipmitool sdr elist, Dell names
 IPMI_SDR_SUPERMICRO = CAPTURES / "ipmi" / "sdr-elist-supermicro.txt"  # ipmitool sdr elist

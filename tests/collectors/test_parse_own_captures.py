@@ -11,6 +11,7 @@ from service.commands.cli import main
 from tests.collectors.own_captures import (
     DCGM_PAGE,
     DMESG_ISO,
+    IB_ROCE_TTAR,
     IB_TTAR,
     SMI_NVLINK,
     SMI_TEXT,
@@ -28,6 +29,9 @@ from tests.collectors.own_captures import (
                                   "xid,gpu=0,host=n7,", "xid,gpu=1,host=n7,"]),
     ("infiniband", IB_TTAR, ["ib_port,device=mlx5_2,host=n7,port=1 ",
                              "ib_port,device=mlx5_3,host=n7,port=1 "]),
+    ("infiniband", IB_ROCE_TTAR, ["ib_port,device=cxgb4_0,host=n7,port=1 ",
+                                  "ib_port,device=mlx5_0,host=n7,port=1 ",
+                                  "ib_port,device=mlx5_1,host=n7,port=1 "]),
     ("kernel-log", DMESG_ISO, ["xid,", "xid,", "xid,"]),
 ], ids=lambda v: v.name if isinstance(v, Path) else None)
 def test_parse_prints_every_entity(source: str, capture: Path, want: list[str],

@@ -41,6 +41,7 @@ KEYS = {
     "gpu_unreadable": "gpu_unreadable", "pcie_width_low": "pcie_width_low",
     "pcie_aer_fatal": "pcie_aer_fatal", "pcie_aer_correctable_burst": "pcie_replay_rate",
     "nic_pcie_width_low": "nic_pcie_width_low", "ib_rate_low": "ib_rate_low",
+    "roce_gid_missing": "roce_gid_missing",
 }
 
 

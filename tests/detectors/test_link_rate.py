@@ -3,10 +3,13 @@ operator's setting say its link runs at, held for five minutes. It fires on one 
 on a whole node trained low, stays quiet on a fleet that all runs one lower rate, just under
 the hold time, and once the rate is back; a down port never fires, whatever rate it reads, and
 ports of different kinds on one node are never held to each other's rate (real ibstat captures
-of H100 nodes with Ethernet and InfiniBand HCAs side by side)."""
+of H100 nodes with Ethernet and InfiniBand HCAs side by side). Where the HCA model and link
+layer are read, a port is also held to its siblings on its own node (the same model and layer),
+which is what judges a node with too few like nodes: the real captures of one H100 node alone."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,17 +19,25 @@ import pytest
 
 from collectors.catalog import Scope
 from collectors.frames import Entity
-from collectors.infiniband import parse_ibstat
+from collectors.infiniband import parse_ibstat, read_ports
 from collectors.infiniband.sysfs import PortReading
 from collectors.labels import FailureMode
 from models.detectors.failure_modes import RULE_REPAIRS, mode_of
 from models.detectors.hard import HardRuleConfig, HardRules
-from models.detectors.link_rate import ACTION, RULE, LinkRateConfig, link_rate_low, peer_rate
+from models.detectors.link_rate import (
+    ACTION,
+    RULE,
+    LinkRateConfig,
+    link_rate_low,
+    peer_rate,
+    sibling_classes,
+)
 from tests.detectors.view import STEP_S, T0, FakeFleet, FakeScope, finding
 
 C = LinkRateConfig()
 HOLD = math.ceil(C.hold_s / STEP_S)  # raw steps of the hold window
 OTHER = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "other"
+SYSFS_H100 = OTHER.parent / "infiniband-sysfs" / "gpud-sys-class-infiniband-h100.0"
 
 
 def fleet(nodes: int = 3, ports: int = 8, rate: float = 400.0) -> FakeFleet:
@@ -202,18 +213,30 @@ def _need(name: str) -> str:
     return path.read_text()
 
 
-def from_ports(nodes: Sequence[tuple[str, Sequence[PortReading]]]) -> FakeScope:
-    """A scope whose ports held their parsed readings for the whole raw window."""
+def from_ports(nodes: Sequence[tuple[str, Sequence[PortReading]]], kinds: bool = True
+               ) -> FakeScope:
+    """A scope whose ports held their parsed readings for the whole raw window; without
+    `kinds`, as an agent that reads no HCA model or link layer sends them."""
     ents = [Entity.ib_port(n, p.device, p.port) for n, ports in nodes for p in ports]
     ib = FakeScope(Scope.IB_PORT, ents)
     i = 0
     for _, ports in nodes:
         for p in ports:
-            for metric, v in (("ib_state", p.state), ("ib_phys_state", p.phys_state),
-                              ("ib_rate", p.rate_gbps)):
-                ib.put(metric, i, [math.nan if v is None else float(v)] * ib.raw_length)
+            readings = [("ib_state", p.state), ("ib_phys_state", p.phys_state),
+                        ("ib_rate", p.rate_gbps)]
+            if kinds:
+                readings += [("ib_link_layer", p.link_layer), ("ib_hca_model", p.hca_model)]
+            for metric, v in readings:
+                x = math.nan if v is None else float(v)
+                ib.put(metric, i, [x] * ib.raw_length)
+                ib.set_latest(metric, x, i)
             i += 1
     return ib
+
+
+def at_rate(ports: Sequence[PortReading], device: str, rate: float) -> list[PortReading]:
+    """The ports with one of them renegotiated to `rate`."""
+    return [dataclasses.replace(p, rate_gbps=rate) if p.device == device else p for p in ports]
 
 
 def test_real_capture_ports_down_at_rate_40_never_fire() -> None:
@@ -240,3 +263,82 @@ def test_real_captures_one_port_renegotiated_to_half_rate_fires_alone() -> None:
                         200 if p.device == "mlx5_3" else p.rate_gbps) for p in ports]
     ib = from_ports([("h0", ports), ("h1", ports), ("h2", slow), ("h3", ports)])
     assert fired_at(ib) == ["h2:mlx5_3:1"]
+
+
+# ---- siblings on one node: the same HCA model and link layer -----------------------------------
+
+def test_one_h100_node_alone_holds_a_port_to_its_siblings_never_to_another_model() -> None:
+    """The all-active H100 capture alone (no like nodes): 8 ConnectX-7 (MT4129) at 400 and 4
+    ConnectX-6 Dx (MT4125) at 100, all Ethernet. The 100s are never held to the 400s; a
+    ConnectX-7 at 200 beside seven at 400 fires, and so does a ConnectX-6 Dx at 25 beside three
+    at 100. Without the two readings (an older agent) the node has nothing to compare with."""
+    ports = parse_ibstat(_need("gpud-ibstat.47.0.h100.all.active.0"), "h0").ports
+    assert sorted({(p.hca_model, p.link_layer, p.rate_gbps) for p in ports}) == [
+        (4125, 2, 100), (4129, 2, 400)]
+    assert not risk(from_ports([("h0", ports)])).any()
+    slow = at_rate(ports, "mlx5_3", 200)  # a ConnectX-7
+    got = link_rate_low(from_ports([("h0", slow)]), C)
+    assert fired_at(from_ports([("h0", slow)])) == ["h0:mlx5_3:1"]
+    i = next(i for i, p in enumerate(slow) if p.device == "mlx5_3")
+    assert ("mlx5_3 port 1 is up at 200 Gb/s, expected 400 Gb/s (the rate 7 of the 8 MT4129 "
+            "Ethernet ports up on its node run at)") in got.signal_of(i)
+    assert fired_at(from_ports([("h0", at_rate(ports, "mlx5_7", 25))])) == ["h0:mlx5_7:1"]
+    assert not risk(from_ports([("h0", slow)], kinds=False)).any()  # the old behaviour
+
+
+def test_same_model_other_link_layer_is_no_sibling() -> None:
+    """The A100 capture: nine MT4126, eight InfiniBand at 200 and mlx5_0 Ethernet. The
+    Ethernet port at 100 is alone of its kind; an InfiniBand port at 100 is low."""
+    ports = parse_ibstat(_need("gpud-ibstat.47.0.a100.all.active.0"), "a0").ports
+    assert {p.hca_model for p in ports} == {4126}
+    assert [p.device for p in ports if p.link_layer == 2] == ["mlx5_0"]
+    assert not risk(from_ports([("a0", at_rate(ports, "mlx5_0", 100))])).any()
+    assert fired_at(from_ports([("a0", at_rate(ports, "mlx5_4", 100))])) == ["a0:mlx5_4:1"]
+
+
+def test_the_real_sysfs_tree_of_one_node() -> None:
+    """gpud's H100 sysfs tree read by the collector: 8 ConnectX-7 InfiniBand at 400 and a
+    BlueField-3 (MT41692) Ethernet bond at 200, alone of its kind and never low."""
+    if not SYSFS_H100.is_dir():
+        pytest.skip(f"fixture not found at {SYSFS_H100} (the shared checkout is absent)")
+    ports, rejected = read_ports(SYSFS_H100)
+    assert not rejected
+    assert not risk(from_ports([("h0", ports)])).any()
+    assert not risk(from_ports([("h0", at_rate(ports, "mlx5_bond_0", 100))])).any()
+    assert fired_at(from_ports([("h0", at_rate(ports, "mlx5_6", 200))])) == ["h0:mlx5_6:1"]
+
+
+def test_like_nodes_judge_first_a_slot_the_fleet_runs_low_is_the_design() -> None:
+    """Three like nodes each run mlx5_0 (a ConnectX-7 like the rest) at 200 and mlx5_1..7 at
+    400: the fleet says 200 is what mlx5_0 runs at, so its siblings do not make it low. A
+    node of a make of its own (no like nodes) is judged by its siblings."""
+    f = fleet(nodes=3, ports=8)
+    f.ib.fill("ib_hca_model", 4129.0)
+    f.ib.fill("ib_link_layer", 1.0)
+    f.ib.set_latest("ib_hca_model", 4129.0)
+    f.ib.set_latest("ib_link_layer", 1.0)
+    for node in range(3):
+        f.ib.put("ib_rate", 8 * node, [200.0] * HOLD)
+    assert not risk(f.ib).any()
+    lone = from_ports([("x0", [PortReading(f"mlx5_{d}", 1, 4, 5, 200 if d == 0 else 400,
+                                           link_layer=1, hca_model=4129) for d in range(8)])])
+    assert fired_at(lone) == ["x0:mlx5_0:1"]
+
+
+def test_siblings_need_a_strict_majority_of_at_least_three() -> None:
+    def node(*rates: float) -> FakeScope:
+        return from_ports([("x0", [PortReading(f"mlx5_{d}", 1, 4, 5, r, link_layer=2,
+                                               hca_model=4125) for d, r in enumerate(rates)])])
+
+    assert not risk(node(100, 25)).any()  # two: no majority
+    assert not risk(node(100, 100, 25, 25)).any()  # split
+    assert fired_at(node(100, 100, 25)) == ["x0:mlx5_2:1"]
+    assert not risk(node(100, 100, 25), LinkRateConfig(min_siblings=4)).any()
+
+
+def test_sibling_classes_by_node_model_and_layer() -> None:
+    ents = [Entity.ib_port(n, f"mlx5_{d}", 1) for n in ("a", "b") for d in range(3)]
+    model = np.array([4129, 4129, 4125, 4129, 4129, math.nan])
+    layer = np.array([1, 2, 2, 1, 1, 2], np.float64)
+    cls = sibling_classes(ents, model, layer).tolist()
+    assert cls[3] == cls[4] and len(set(cls)) == 5  # b's two MT4129 IB ports; the rest alone

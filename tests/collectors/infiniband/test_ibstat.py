@@ -83,6 +83,9 @@ def test_every_ibstat_capture(path: Path) -> None:
     assert r.rejected == [] and r.cas == text.count("CA '")
     assert len(r.ports) == text.count("Port 1:") > 0
     assert all(p.state is not None and p.phys_state is not None and p.rate_gbps for p in r.ports)
+    # Every port of the real captures says what it is: a Mellanox model and IB or Ethernet.
+    assert all(p.hca_model in (4125, 4126, 4129, 41692) and p.link_layer in (1, 2)
+               for p in r.ports)
     points = [to_point(p, "n1", TS) for p in r.ports]
     assert SchemaMapper().to_batch(points).rejected == []
 
@@ -96,6 +99,10 @@ def test_h100_with_ports_down_and_disabled() -> None:
     active = [p for p in r.ports if p.state == 4]
     assert len(active) == 9 and {p.phys_state for p in active} == {5}
     assert {p.rate_gbps for p in active} == {100, 400}
+    # 8 ConnectX-7 InfiniBand ports at 400 and 4 ConnectX-6 Dx Ethernet ports, 1 up at 100.
+    kinds = sorted({(p.hca_model, p.link_layer, p.rate_gbps, p.state) for p in r.ports})
+    assert kinds == [(4125, 2, 40, 1), (4125, 2, 100, 4), (4129, 1, 400, 4)]
+    assert sum(p.hca_model == 4129 for p in r.ports) == 8
 
 
 def test_own_capture_states_and_the_ibpanic_cut() -> None:
@@ -109,11 +116,51 @@ def test_own_capture_states_and_the_ibpanic_cut() -> None:
         "mlx5_3 port 1 has no State line (ibstat output cut short?) (n1:mlx5_3:1)",
     ]
     points = [to_point(p, "n1", TS) for p in r.ports]
-    # The sysfs collector's fields for the same readings.
+    # The sysfs collector's fields for the same readings; mlx5_2's ports have no Link layer.
     sysfs_names = {m.name for m in CATALOG.columns(Scope.IB_PORT) if m.sysfs in
-                   ("state", "rate", "phys_state")}
-    assert all(set(p.fields) == sysfs_names for p in points)
-    assert points[1].fields == {"ib_state": 1, "ib_phys_state": 2, "ib_rate": 10}  # Polling
+                   ("state", "rate", "phys_state", "link_layer", "../../hca_type")}
+    assert all(set(p.fields) == sysfs_names for p in points[:2])
+    assert all(set(p.fields) == sysfs_names - {"ib_link_layer"} for p in points[2:])
+    assert points[1].fields == {"ib_state": 1, "ib_phys_state": 2, "ib_rate": 10,  # Polling
+                                "ib_link_layer": 1, "ib_hca_model": 4129}
+
+
+def test_ca_type_and_link_layer_say_what_kind_of_port_it_is() -> None:
+    """`CA type:` is sysfs's hca_type: "MT4125" is model 4125 on each of the CA's ports, a type
+    with no MT number (another vendor's name) is no model and no error; an unknown link layer
+    is refused on its own."""
+    text = """\
+CA 'mlx5_0'
+\tCA type: MT4125
+\tPort 1:
+\t\tState: Active
+\t\tPhysical state: LinkUp
+\t\tRate: 100
+\t\tLink layer: Ethernet
+\tPort 2:
+\t\tState: Active
+\t\tRate: 100
+\t\tLink layer: Ethernet
+CA 'irdma0'
+\tCA type: I40IW
+\tPort 1:
+\t\tState: Active
+\t\tRate: 100
+\t\tLink layer: Sideways
+CA 'mlx5_1'
+\tPort 1:
+\t\tState: Active
+\t\tLink layer: InfiniBand
+"""
+    r = parse_ibstat(text, "n1")
+    assert [(p.device, p.port, p.hca_model, p.link_layer) for p in r.ports] == [
+        ("mlx5_0", 1, 4125, 2), ("mlx5_0", 2, 4125, 2), ("irdma0", 1, None, None),
+        ("mlx5_1", 1, None, 1)]  # the CA type of mlx5_0 does not carry over
+    assert [(x.entity, x.metric, x.reason) for x in r.rejected] == [
+        ("n1:irdma0:1", "ibstat Link layer", "unknown link layer 'Sideways'")]
+    assert to_point(r.ports[0], "n1", TS).fields == {
+        "ib_state": 4, "ib_phys_state": 5, "ib_rate": 100, "ib_link_layer": 2,
+        "ib_hca_model": 4125}
 
 
 def test_unknown_words_are_refused_one_by_one() -> None:

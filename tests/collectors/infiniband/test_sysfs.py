@@ -36,6 +36,12 @@ def test_h100_tree() -> None:
     assert by_dev["mlx5_1"].fields["ib_port_rcv_data"] == 205128687774249
     # ib_ber is derived in the window store, never read here.
     assert "ib_ber" not in by_dev["mlx5_0"].fields
+    # 8 ConnectX-7 (hca_type MT4129) InfiniBand ports and a BlueField-3 (MT41692) Ethernet
+    # bond; the capture has no GID tables, so no GID count.
+    kinds = {dev: (p.fields["ib_hca_model"], p.fields["ib_link_layer"])
+             for dev, p in by_dev.items()}
+    assert kinds.pop("mlx5_bond_0") == (41692, 2) and set(kinds.values()) == {(4129, 1)}
+    assert not any("ib_gid_roce_v2" in p.fields for p in points)
 
 
 @needs_h100
@@ -72,6 +78,12 @@ def test_ttar_trees(tmp_path: Path) -> None:
     assert {f["ib_link_downed"] for f in got.values()} == {0}
     assert got["hfi1_0", "1"]["ib_port_rcv_data"] == 345091702026
     assert got["mlx5_0", "1"]["ib_port_xmit_data"] == 2880761508848
+    # Every port InfiniBand (Omni-Path's hfi1 too); models from hca_type MT4099 (ConnectX-3)
+    # and MT4118 (ConnectX-4 Lx); hfi1 has no hca_type and the tree no PCI device: no model.
+    assert {f["ib_link_layer"] for f in got.values()} == {1}
+    assert {k: f.get("ib_hca_model") for k, f in got.items()} == {
+        ("hfi1_0", "1"): None, ("mlx4_0", "1"): 4099, ("mlx4_0", "2"): 4099,
+        ("mlx5_0", "1"): 4118}
 
 
 @needs_h100
