@@ -17,6 +17,7 @@ from service.cluster.ownership import Ownership
 from service.cluster.replica import Replica, Turn
 from service.cluster.roles import Roles
 from service.cluster.shard_map import ShardMap
+from service.diagnostics.wiring import build_diagnostics
 from service.heap import HeapTrim
 from service.notify.sender import Sent
 from service.remediation.wiring import remediate
@@ -91,6 +92,10 @@ class Pipeline:
         self.members = members = parts.members
         self.ownership = Ownership(ShardMap.from_settings(self.settings.cluster),
                                    (lambda: members.map) if members is not None else None)
+        # The return-to-service gate (service.diagnostics), when on and something can drain.
+        self.diagnostics = (build_diagnostics(self.settings.diagnostics, self.db,
+                                              self.controller, self.ingest)
+                            if self.controller is not None else None)
         self.replica = Replica(
             parts.cluster, self.ownership,
             AlertRestore(self.alerts, self.store, self.machine, self.fleet, self.storm_report),
@@ -277,6 +282,8 @@ class Pipeline:
         self.replica.close()  # hands its leases over at once rather than by expiry
         if self.notification is not None:
             self.notification.close()
+        if self.diagnostics is not None:
+            self.diagnostics.close()
         if self.remediation is not None:
             self.remediation.close()
         self.alerts.close()

@@ -27,6 +27,7 @@ from models.detectors.dynamic import DynamicConfig
 from models.detectors.hard import HardRuleConfig
 from models.predictor.policy import PredictorConfig
 from service.cluster.settings import ClusterSettings
+from service.diagnostics.settings import DiagnosticsServiceSettings
 from service.errors import field_errors
 from service.history.influx.settings import InfluxSettings
 from service.learning.scoreboard import PromotionPolicy
@@ -270,6 +271,7 @@ class Settings(BaseSettings):
     api: ApiSettings = ApiSettings()
     learning: LearningSettings = LearningSettings()
     cluster: ClusterSettings = ClusterSettings()
+    diagnostics: DiagnosticsServiceSettings = DiagnosticsServiceSettings()
 
     @model_validator(mode="after")
     def _plugins(self) -> Settings:

@@ -39,6 +39,15 @@ RULE_MODES: dict[str, FailureMode] = {
     "psu_redundancy_lost": M.M8_PSU,
     "fan_failed": M.M9_FAN,
     "host_memory_ue": M.M13_HOST_HW,
+    # A failed active diagnostic (models.detectors.diagnostic) is ground truth that the node is
+    # bad (issue 32): the faults only such a test finds (the log's "GPU P2P bandwidth low",
+    # "stress test failure", "silent data corruption"), and memory or PCIe faults it confirms.
+    # A set-up failure (diag_software) or an unclassified check names no mode.
+    "diag_memory": M.M1_HBM,
+    "diag_pcie": M.M10_PCIE_WIDTH,
+    "diag_p2p_bandwidth": M.M14_P2P_BW,
+    "diag_stress": M.M15_STRESS,
+    "diag_data_corruption": M.M16_SDC,
 }
 # gpu_unreadable by its state (its finding's value): requires reset (2), lost (3) and no longer
 # listed (5) are the GPU gone (M2); an unknown error (1) or a hung nvidia-smi (4) is the log's

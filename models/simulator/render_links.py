@@ -97,6 +97,9 @@ class IbRenderer:
         buf3[self.COL["nic_pcie_link_width"]] = buf3[self.COL["nic_pcie_link_width_max"]] = 16.0
         apply_intervals(buf3[self.COL["nic_pcie_link_width"]],
                         self.sp.intervals.get("nic_pcie_link_width"), win)
+        # Not rendered: what kind of port it is and its RoCE GID count (issue 31).
+        for name in ("ib_link_layer", "ib_hca_model", "ib_gid_roce_v2"):
+            buf3[self.COL[name]] = np.nan
         fleet_limits(buf3, self.cfg.fleet, self.COL, self.stepped)
         row_nan(buf3, self.sp.intervals.get(ROW), win)
         b = self.cfg.benign

@@ -9,7 +9,7 @@ import bisect
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
@@ -187,8 +187,7 @@ def get_action(st: State, who: Reader, action_id: str) -> dict[str, Any]:
 
 
 _VERBS: dict[str, Callable[[RemediationController, str, str, float], Action]] = {
-    "approve": RemediationController.approve, "abort": RemediationController.abort,
-    "release": RemediationController.release}
+    "approve": RemediationController.approve, "abort": RemediationController.abort}
 
 
 def _act(st: Running, verb: str, target: str, actor: str) -> dict[str, Any]:
@@ -212,8 +211,15 @@ async def abort_action(st: State, action_id: str, idem: IdempotentOperate) -> Re
 
 @router.post("/v1/nodes/{node}/release", tags=["remediation"], responses=_MUTATING_UNKNOWN,
              summary="Resume a node we drained (never one drained by someone else)")
-async def release_node(st: State, node: str, idem: IdempotentOperate) -> Response:
-    return await idem.run(lambda: _act(st, "release", node, idem.principal.name))
+async def release_node(st: State, node: str, idem: IdempotentOperate,
+                       skip_gate: str = Query("", max_length=500,
+                                              description="release without the return-to-"
+                                              "service gate's tests; the reason, audited")
+                       ) -> Response:
+    def release() -> dict[str, Any]:
+        ctl = _controller(st)
+        return _action(ctl.release(node, idem.principal.name, st.clock(), skip_gate=skip_gate))
+    return await idem.run(release)
 
 
 @router.get("/v1/breaker", tags=["remediation"], summary="The blast-radius circuit breaker")

@@ -15,6 +15,7 @@ from collectors.base import Closes, Collector, Starts
 from service.api import (
     alerting,
     cluster,
+    diagnostics,
     fleet,
     history,
     models,
@@ -148,6 +149,7 @@ def create_app(
                                                      Depends(peers.history_at_owner)],
                        responses=problems.READ_ERRORS)
     app.include_router(alerting.router)
+    app.include_router(diagnostics.router)
     app.include_router(verdicts.router)
     app.include_router(runbooks.router)
     app.include_router(models.router)

@@ -22,12 +22,15 @@ from models.detectors.failure_modes import RULE_REPAIRS, mode_of
 from service.stages.alert_store import AlertStore
 from service.stages.fleet_alerts import MISSING
 from service.stages.label_store import LabelStore, NewLabel, StoredLabel
+from service.stages.scoring import SCOPES as SCORED_SCOPES
 from service.stages.windows import ScopeWindows
 from service.tick import TickResult
 
 log = logging.getLogger(__name__)
 
-SCOPES = (Scope.GPU, Scope.NVLINK, Scope.IB_PORT)
+# Every scored scope: the chassis rules (a failed supply or fan, a host memory error) and a
+# failed diagnostic label the node's own entities as the GPU rules label GPUs.
+SCOPES = SCORED_SCOPES
 CERTAIN = 0.999  # a hard rule at full certainty (the fusion's own bar for skipping the wait)
 # An episode ends once its evidence has been clear for this long, so a link that flaps down
 # and up, or a temperature dancing at the shutdown margin, is one failure and not a failure and

@@ -143,7 +143,10 @@ def test_demo_signals_show_each_failure(demo: tuple[Simulator, Grid]) -> None:
             sbe = grid.col(Scope.GPU, "ecc_sbe_aggregate")[:, g]
             onset = _at(sim, x["precursor_onset"])
             assert np.nanmax(sbe[onset:k]) > np.nanmin(sbe[:onset + 1])
-            assert grid.col(Scope.GPU, "remapped_rows_pending")[k + 1, g] == 1
+            # The first reading after the failure (telemetry loss may drop a sample or two;
+            # the random draws follow the render windows, which follow the catalog's width).
+            after = grid.col(Scope.GPU, "remapped_rows_pending")[k + 1:k + 6, g]
+            assert after[~np.isnan(after)][0] == 1
             assert (e.key, 48) in codes
         elif mode == "M2_gpu_hard":
             g = tables[Scope.GPU].index(e)

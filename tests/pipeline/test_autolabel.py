@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from collectors.diagnostics.classes import FaultClass
 from collectors.frames import EventFrame
 from service.assembly import Wiring
 from service.learning.autolabel import CLEAR_FOR_S
@@ -176,3 +177,28 @@ def test_a_gpu_swapped_under_the_same_name_repairs_its_open_failure(tmp_path: Pa
     assert got[1].time == T0 + (8 + REBASE_AFTER - 1) * STEP  # the reading that proved it
     assert got[1].alert_id == got[0].alert_id and not got[0].open  # the swap closed it
     assert _labels(tmp_path)[1][3] == "gpu_swapped"
+
+
+def test_a_failed_diagnostic_pages_naming_its_check_and_is_a_failure_label(
+        tmp_path: Path) -> None:
+    """A node with no passive signal fails its NCCL test (service/diagnostics publishes the
+    `diag` event): a level-3 alert whose signal names the P2P bandwidth check, and a failure
+    label with the active-only mode, which `train --from-influx` reads (issue 32)."""
+    pipe = _pipe(tmp_path)
+    r = Rounds(nodes=2, gpus=4)
+    try:
+        _run(pipe, r, 0, 6)
+        b = r.batch(T0 + 6 * STEP)
+        b.events = EventFrame(["n1"], [T0 + 6 * STEP], ["diag"],
+                              [float(FaultClass.P2P_BANDWIDTH)])
+        pipe.process(b, T0 + 6 * STEP)
+        _run(pipe, r, 7, 10)
+        firing = [a for a in pipe.alerts.find(state="firing", limit=100) if a.node == "n1"]
+        got = pipe.labels.find()
+    finally:
+        pipe.close()
+    [alert] = firing
+    assert alert.level == 3 and alert.entity == "n1"
+    assert "diag_p2p_bandwidth" in {s.get("rule") for s in alert.explanation}, alert.explanation
+    assert [(lb.kind, lb.entity, str(lb.mode), lb.source) for lb in got] == [
+        ("failure", "n1", "M14_p2p_bw", "rule:diag_p2p_bandwidth")]

@@ -1,0 +1,36 @@
+"""Builds the gate from the `diagnostics` settings and hangs it on the remediation controller:
+every release then waits for it, and a pass releases through the controller."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+
+from collectors.frames import Batch
+from service.diagnostics.gate import Diagnostics
+from service.diagnostics.local_site import LocalSite
+from service.diagnostics.runs import RunStore
+from service.diagnostics.settings import DiagnosticsServiceSettings
+from service.diagnostics.site import Site
+from service.diagnostics.slurm_site import SlurmSite
+from service.remediation.controller import RemediationController
+from service.storage.state_db import StateTarget
+
+
+def build_site(settings: DiagnosticsServiceSettings) -> Site:
+    if settings.site == "local":
+        return LocalSite(settings.local, socket.gethostname().split(".")[0])
+    return SlurmSite(settings.slurm)
+
+
+def build_diagnostics(settings: DiagnosticsServiceSettings, db: StateTarget,
+                      controller: RemediationController, publish: Callable[[Batch], object]
+                      ) -> Diagnostics | None:
+    """None while the gate is off."""
+    if not settings.enabled:
+        return None
+    diag = Diagnostics(settings, RunStore(db), build_site(settings),
+                       audit=controller.store.append_audit, publish=publish)
+    controller.gate = diag
+    diag.release = lambda node, actor, now: controller.release(node, actor, now)
+    return diag
