@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 
+from collectors.catalog import Scope
 from collectors.frames import Batch
 from models.detectors.findings import Signal
 from service.assembly import Parts, Wiring, build_parts
@@ -17,7 +18,7 @@ from service.cluster.ownership import Ownership
 from service.cluster.replica import Replica, Turn
 from service.cluster.roles import Roles
 from service.cluster.shard_map import ShardMap
-from service.diagnostics.wiring import build_diagnostics
+from service.diagnostics.wiring import build_diagnostics, build_sweeper
 from service.heap import HeapTrim
 from service.notify.sender import Sent
 from service.remediation.wiring import remediate
@@ -96,6 +97,9 @@ class Pipeline:
         self.diagnostics = (build_diagnostics(self.settings.diagnostics, self.db,
                                               self.controller, self.ingest)
                             if self.controller is not None else None)
+        self.sweeper = (build_sweeper(self.settings.diagnostics, self.diagnostics,
+                                      self.controller, self._node_names)
+                        if self.controller is not None else None)
         self.replica = Replica(
             parts.cluster, self.ownership,
             AlertRestore(self.alerts, self.store, self.machine, self.fleet, self.storm_report),
@@ -199,6 +203,8 @@ class Pipeline:
         phase.mark("notify")
         audit = (remediate(self.remediation, changed, now, turn.leading)
                  if self.remediation is not None else [])
+        if self.sweeper is not None and turn.leading:
+            self.sweeper.step(now)  # starts due sweeps on worker threads; cheap when not due
         phase.mark("remediate")
         duration = time.perf_counter() - t0
         self.stats.last_tick_s = duration
@@ -269,6 +275,10 @@ class Pipeline:
             if self.roles is not None and writing:
                 self.roles.step(result, self.scorer.view)
 
+    def _node_names(self) -> list[str]:
+        with self.lock:
+            return [e.key for e in self.store[Scope.NODE].entities]
+
     def _store_layout(self) -> tuple[int, ...]:
         """What changes when the store's arrays are reallocated or compacted."""
         return (self.store.generation, *(w.capacity for w in self.store.scopes.values()))
@@ -282,6 +292,8 @@ class Pipeline:
         self.replica.close()  # hands its leases over at once rather than by expiry
         if self.notification is not None:
             self.notification.close()
+        if self.sweeper is not None:
+            self.sweeper.close()
         if self.diagnostics is not None:
             self.diagnostics.close()
         if self.remediation is not None:

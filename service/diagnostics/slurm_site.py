@@ -30,6 +30,7 @@ from service.remediation.hooks.target import target_problem
 
 JOB_NAME = "gpuhealth-diag"
 RESERVATION_PREFIX = "gpuhealth_diag_"
+WAITING_FOR_CAPACITY = frozenset({"Resources", "Priority"})  # squeue(1) job reason codes
 
 
 class SlurmSiteConfig(BaseModel):
@@ -104,7 +105,8 @@ class SlurmSite:
                                "tests only nodes gpuhealth holds")
         if not drained and flags[0] != "IDLE":
             return Ran(refused=f"{node} is not idle ({state.detail}); not testing it")
-        busy = self._jobs(node, steps)
+        busy = self._jobs(node, steps) or (self.queued(steps) if purpose is Purpose.SWEEP
+                                           else "")
         if busy:
             return Ran(refused=busy, steps=tuple(steps))
         minutes = max(1, math.ceil(timeout_s / 60))
@@ -157,6 +159,24 @@ class SlurmSite:
         if jobs:
             ids = ", ".join(j.job_id for j in jobs[:5])
             return f"{node} has {len(jobs)} job(s) on it ({ids}); not testing it"
+        return ""
+
+    def pending_argv(self) -> list[str]:
+        out = [self.config.squeue, "-h", "--states=PENDING", "--format=%i|%r"]
+        return [*out, f"--partition={self.config.partition}"] if self.config.partition else out
+
+    def queued(self, steps: list[Step]) -> str:
+        """Why a sweep must wait: jobs queued for capacity (squeue's reason Resources or
+        Priority), which a sweep would take. A job held, or waiting for its begin time or a
+        dependency, waits for something else."""
+        listed = self._call(self.pending_argv(), steps)
+        if listed is None or listed.returncode != 0:
+            return "cannot list the queue; not sweeping"
+        waiting = [ln for ln in listed.stdout.splitlines()
+                   if ln.partition("|")[2].strip() in WAITING_FOR_CAPACITY]
+        if waiting:
+            return (f"{len(waiting)} job(s) wait in the queue; a sweep takes only idle "
+                    "capacity nobody waits for")
         return ""
 
     def _call(self, argv: list[str], steps: list[Step]) -> Completed | None:

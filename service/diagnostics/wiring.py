@@ -4,7 +4,7 @@ every release then waits for it, and a pass releases through the controller."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from collectors.frames import Batch
 from service.diagnostics.gate import Diagnostics
@@ -13,8 +13,21 @@ from service.diagnostics.runs import RunStore
 from service.diagnostics.settings import DiagnosticsServiceSettings
 from service.diagnostics.site import Site
 from service.diagnostics.slurm_site import SlurmSite
+from service.diagnostics.sweep import Sweeper
 from service.remediation.controller import RemediationController
 from service.storage.state_db import StateTarget
+
+
+def build_sweeper(settings: DiagnosticsServiceSettings, diag: Diagnostics | None,
+                  controller: RemediationController, nodes: Callable[[], Iterable[str]]
+                  ) -> Sweeper | None:
+    """None unless the gate and sweeps are on. Sweeps skip nodes gpuhealth holds drained and
+    nodes another shard owns."""
+    if diag is None or not settings.sweep.enabled:
+        return None
+    return Sweeper(settings.sweep, settings.suites[settings.sweep.suite], diag,
+                   nodes=lambda: [n for n in nodes() if controller.owns(n)],
+                   held=lambda node: bool(controller.store.drains(node)))
 
 
 def build_site(settings: DiagnosticsServiceSettings) -> Site:
