@@ -89,6 +89,8 @@ def create_app(
             if follow_membership(pipeline, clock) is None:
                 await run_in_threadpool(warm_start_from_settings, pipeline, clock())
             found = list(collectors(pipeline) if callable(collectors) else collectors)
+            if pipeline.diagnostics is not None:  # its runs and events at the service's time
+                pipeline.diagnostics.clock = clock
             metrics = ServiceMetrics(pipeline)
             svc = pipeline.settings.service
             scheduler = TickScheduler(pipeline, found, clock=clock, metrics=metrics,

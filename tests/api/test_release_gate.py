@@ -1,0 +1,92 @@
+"""The return-to-service gate through the real app: a node drained for an ECC fault is not
+released by `POST /v1/nodes/{node}/release` until its memory suite ran (here on the local site,
+with a stand-in `dcgmi` printing our own capture of DCGM's JSON); the failing run shows in
+`GET /v1/nodes/{node}/diagnostics` and raises a level-3 alert naming the failed check; an
+operator may release it untested with a reason (`skip_gate`), which the audit keeps."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.api.app import create_app
+from service.settings import Settings
+from tests.api.test_alerting_api import Svc
+from tests.support.fleet import T0, Fleet, FleetCollector, ManualClock
+
+REPO = Path(__file__).resolve().parents[2]
+STANDIN = REPO / "tests" / "support" / "diag_standin.py"
+FAILING = REPO / "tests" / "collectors" / "captures" / "diagnostics" / "dcgm" / \
+    "diag-r3-memory-fail-v4.json"
+
+
+@pytest.fixture
+def svc(settings: Settings, tmp_path: Path) -> Iterator[Svc]:
+    dcgmi = tmp_path / "dcgmi"
+    dcgmi.write_text(f'#!/bin/sh\nexec {sys.executable} {STANDIN} --standin {FAILING} '
+                     '--exit 226 -- "$@"\n')
+    dcgmi.chmod(0o755)
+    s = settings.model_copy(update={
+        "remediation": type(settings.remediation)(
+            mode="auto", release_mode="auto", hook="command",
+            hook_config={"drain": ["true"], "release": ["true"]}, breaker_max_fraction=1.0),
+        "diagnostics": type(settings.diagnostics).model_validate({
+            "enabled": True, "site": "local", "local": {"node": "n001", "busy_check": ["true"]},
+            "suites": {"dcgm_r3": {"command": [str(dcgmi), "diag", "-r", "3", "-j"],
+                                   "parser": "dcgm_diag", "timeout_s": 60}},
+            "gate": {"default": ["dcgm_r3"]}})})
+    fleet, clock = Fleet({"n001": 4, "n002": 4}), ManualClock(T0)
+    app = create_app(s, clock=clock, schedule=False, collectors=[FleetCollector(fleet, clock)])
+    with TestClient(app) as client:
+        auth = app.state.gpuhealth_auth
+        tokens = {scope: auth.tokens.create(scope, scope, clock())[1]
+                  for scope in ("read", "operate", "admin")}
+        svc = Svc(client, app.state.gpuhealth, fleet, clock, tokens)
+        svc.round()
+        fleet.set("n001:gpu2", "ecc_dbe_volatile", 1)
+        svc.round()
+        yield svc
+
+
+def _drained(svc: Svc) -> None:
+    ctl = svc.st.pipeline.controller
+    assert ctl is not None
+    deadline = time.monotonic() + 20
+    while not ctl.store.drains("n001"):
+        assert time.monotonic() < deadline, "n001 was never drained"
+        svc.round()
+        ctl.wait(5)
+
+
+@pytest.mark.slow
+def test_a_release_waits_for_the_gate_and_a_skip_is_audited(svc: Svc) -> None:
+    _drained(svc)
+    diag = svc.st.pipeline.diagnostics
+    assert diag is not None
+
+    held = svc.call("POST", "/v1/nodes/n001/release", status=409)
+    assert "stays drained until its return-to-service gate passes" in held["detail"]
+    assert "started dcgm_r3" in held["detail"]
+    assert diag.wait(60)
+    runs = svc.call("GET", "/v1/nodes/n001/diagnostics", "read")["runs"]
+    assert [(r["suite"], r["purpose"], r["status"]) for r in runs] == [
+        ("dcgm_r3", "gate", "fail")]
+    failed = [c for c in runs[0]["result"]["checks"] if c["status"] == "fail"]
+    assert [(c["name"], c["gpu"]) for c in failed] == [("memory", 2)]
+    svc.round()
+    alerts = svc.call("GET", "/v1/alerts?node=n001", "read")["alerts"]
+    node_alert = next(a for a in alerts if a["entity"] == "n001")
+    assert node_alert["level"] == 3
+    assert "diag_memory" in str(node_alert["explanation"])
+    svc.call("GET", "/v1/nodes/nowhere/diagnostics", "read", status=404)
+
+    done = svc.call("POST", "/v1/nodes/n001/release?skip_gate=DIMM%20and%20GPU%20replaced")
+    assert done["kind"] == "release"
+    audit = svc.st.pipeline.controller.store.audit(node="n001", limit=100)  # type: ignore
+    skipped = [e for e in audit if e.event == "gate_skipped"]
+    assert [(e.actor, e.result) for e in skipped] == [("operate", "DIMM and GPU replaced")]
