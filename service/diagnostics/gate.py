@@ -121,6 +121,9 @@ class Diagnostics:
                             purpose)
         result = self._result(spec, ran, node)
         done = self.runs.finish(run.id, result, self.clock())
+        if purpose is not Purpose.GATE:  # a gate's rounds are audited against their drain
+            self.audit(AuditEntry(at=self.clock(), actor=GATE, event=f"{purpose}_{result.status}",
+                                  node=node, result=_summary(result)[:2000]))
         code = self._code(result)
         if code is not None:
             batch = Batch()
@@ -160,9 +163,8 @@ class Diagnostics:
                 except ActionConflict as exc:
                     self._note(drain, "gate_release_refused", now, GATE, str(exc))
         elif last is not None and last.status is Status.FAIL:
-            bad = "; ".join(describe(c) for c in failing(last)[:5])
             self._note(drain, "gate_failed", now, GATE,
-                       f"{last.suite} failed: {bad}; {drain.node} stays drained for repair")
+                       f"{_summary(last)}; {drain.node} stays drained for repair")
         else:
             why = last.error if last is not None else "no suite ran"
             self._note(drain, "gate_error", now, GATE,
@@ -193,3 +195,12 @@ def _passed(runs: list[Run]) -> set[str]:
             break
         out.add(r.suite)
     return out
+
+
+def _summary(result: SuiteResult) -> str:
+    """One line: the suite and its verdict, with the failed checks or why it could not run."""
+    if result.status is Status.FAIL:
+        return f"{result.suite} failed: " + "; ".join(describe(c) for c in failing(result)[:5])
+    if result.status is Status.ERROR:
+        return f"{result.suite} could not run: {result.error}"
+    return f"{result.suite}: pass"

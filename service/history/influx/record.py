@@ -118,7 +118,9 @@ class TickRecorder:
         for e in audit:
             tags = {"cluster": self.cluster, "host": e.node or "", "entity": e.node or "",
                     "channel": "remediation", "receiver": e.mode or ""}
-            ok = e.event not in ("failed", "refused", "expired", "aborted")
+            ok = e.event not in ("failed", "refused", "expired", "aborted", "gate_failed",
+                                 "gate_error", "sweep_fail", "sweep_error", "manual_fail",
+                                 "manual_error")
             fields = (f"kind={_text(e.event)},ok={format_value(ok)},"
                       f"detail={_text(e.result or e.event)}")
             yield f"{head('action', tags)} {fields} {ns(e.at)}"
