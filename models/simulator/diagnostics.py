@@ -31,6 +31,7 @@ from models.simulator.config import SimConfig
 from models.simulator.config_active import ActiveConfig
 from models.simulator.jobs import Jobs
 from models.simulator.latent import LatentFault
+from models.simulator.plan import merge_intervals
 from models.simulator.topology import rng_for
 
 STREAM_SWEEP = 180
@@ -82,7 +83,7 @@ class Schedule:
             mine = sorted(self.jobs_on[node])
             self.jobs_on[node] = mine
             self.job_ends.append([e for _, e, _ in mine])
-            merged = _merge(sorted([(s, e) for s, e, _ in mine] + list(down[node])))
+            merged = merge_intervals(sorted([(s, e) for s, e, _ in mine] + list(down[node])))
             self.busy.append(([a for a, _ in merged], [b for _, b in merged]))
         self.gate_times: list[list[float]] = [[] for _ in range(n)]
         for node, _, t1 in drains:
@@ -194,13 +195,3 @@ class Schedule:
                        else Outcome(f, hit))
         gates = sum(len(g) for g in self.gate_times) if policy.gates else 0
         return Diagnosed(out, sweeps, gates)
-
-
-def _merge(ivs: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for a, z in ivs:
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], z))
-        else:
-            out.append((a, z))
-    return out

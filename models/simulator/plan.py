@@ -148,12 +148,13 @@ def finalize(b: PlanBuilder) -> Plan:
         xid_e=np.array([x[1] for x in xs], dtype=np.int64),
         xid_code=np.array([x[2] for x in xs], dtype=np.int64),
         skews=sorted(b.skews),
-        down=[_merge(sorted(d)) for d in down],
+        down=[merge_intervals(sorted(d)) for d in down],
         labels=labels,
     )
 
 
-def _merge(ivs: list[tuple[float, float]]) -> list[tuple[float, float]]:
+def merge_intervals(ivs: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted intervals with the overlapping ones joined."""
     out: list[tuple[float, float]] = []
     for a, z in ivs:
         if out and a <= out[-1][1]:

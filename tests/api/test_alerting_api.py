@@ -4,6 +4,7 @@ mutating route, acknowledgements, silences, actions awaiting approval, the break
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,11 +40,10 @@ class Svc:
         return r.json()
 
 
-@pytest.fixture
-def svc(settings: Settings) -> Iterator[Svc]:
-    s = settings.model_copy(update={"remediation": type(settings.remediation)(
-        mode="approve", hook="command", hook_config={"drain": ["true"], "release": ["true"]},
-        breaker_max_fraction=1.0)})
+@contextmanager
+def running(s: Settings) -> Iterator[Svc]:
+    """The app on a two-node fleet whose n001:gpu2 has a double-bit ECC error (a hard fault:
+    level 3, corroborated), with a token per scope and a revoked one."""
     fleet, clock = Fleet({"n001": 4, "n002": 4}), ManualClock(T0)
     app = create_app(s, clock=clock, schedule=False, collectors=[FleetCollector(fleet, clock)])
     with TestClient(app) as client:
@@ -55,8 +55,17 @@ def svc(settings: Settings) -> Iterator[Svc]:
         tokens["revoked"] = revoked
         svc = Svc(client, app.state.gpuhealth, fleet, clock, tokens)
         svc.round()
-        fleet.set("n001:gpu2", "ecc_dbe_volatile", 1)  # a hard fault: level 3, corroborated
+        fleet.set("n001:gpu2", "ecc_dbe_volatile", 1)
         svc.round()
+        yield svc
+
+
+@pytest.fixture
+def svc(settings: Settings) -> Iterator[Svc]:
+    s = settings.model_copy(update={"remediation": type(settings.remediation)(
+        mode="approve", hook="command", hook_config={"drain": ["true"], "release": ["true"]},
+        breaker_max_fraction=1.0)})
+    with running(s) as svc:
         yield svc
 
 

@@ -12,12 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-from service.api.app import create_app
 from service.settings import Settings
-from tests.api.test_alerting_api import Svc
-from tests.support.fleet import T0, Fleet, FleetCollector, ManualClock
+from tests.api.test_alerting_api import Svc, running
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "tests" / "support" / "diag_standin.py"
@@ -40,18 +37,8 @@ def svc(settings: Settings, tmp_path: Path) -> Iterator[Svc]:
             "suites": {"dcgm_r3": {"command": [str(dcgmi), "diag", "-r", "3", "-j"],
                                    "parser": "dcgm_diag", "timeout_s": 60}},
             "gate": {"default": ["dcgm_r3"]}})})
-    fleet, clock = Fleet({"n001": 4, "n002": 4}), ManualClock(T0)
-    app = create_app(s, clock=clock, schedule=False, collectors=[FleetCollector(fleet, clock)])
-    with TestClient(app) as client:
-        auth = app.state.gpuhealth_auth
-        tokens = {scope: auth.tokens.create(scope, scope, clock())[1]
-                  for scope in ("read", "operate", "admin")}
-        svc = Svc(client, app.state.gpuhealth, fleet, clock, tokens)
-        svc.round()
-        fleet.set("n001:gpu2", "ecc_dbe_volatile", 1)
-        svc.round()
+    with running(s) as svc:
         yield svc
-
 
 def _drained(svc: Svc) -> None:
     ctl = svc.st.pipeline.controller

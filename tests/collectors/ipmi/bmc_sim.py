@@ -17,6 +17,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from collectors.ipmi import Reading, Target
+from collectors.lineprotocol import Point
 from tests.loopback import Daemon
 from tests.notify.receivers.servers import LOOPBACK, free_port
 
@@ -241,3 +243,25 @@ def _until_prompt(s: socket.socket, timeout_s: float) -> bytes:
             raise ConnectionError(f"ipmi_sim console closed; got {buf[-200:]!r}")
         buf += chunk
     return buf
+
+
+# -- what both live tests (ipmitool and freeipmi) read back ------------------------------------
+
+ENV = "GPUHEALTH_TEST_BMC_PASSWORD"  # the password reaches the collector by this variable
+
+
+def target(sim: IpmiSim, **kw: object) -> Target:
+    """The collector's target for the simulator on loopback; `kw` overrides (tool, ...)."""
+    args: dict[str, object] = {"bmc": LOOPBACK, "user": USER, "port": sim.port, "cipher": 3,
+                               "password_env": ENV, **kw}
+    return Target(**args)  # type: ignore[arg-type]
+
+
+def by_sensor(got: Reading) -> dict[tuple[str, str], dict[str, object]]:
+    """(measurement, unit) -> fields of each reading point, SEL events left out."""
+    return {(p.measurement, p.tags.get(p.measurement, "")): dict(p.fields) for p in got.points
+            if p.measurement != "sel"}
+
+
+def sel_events(got: Reading) -> list[Point]:
+    return [p for p in got.points if p.measurement == "sel"]

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from collectors.ipmi import IpmiCollector, Reading, Target
-from collectors.lineprotocol import Point
+from collectors.ipmi import IpmiCollector, Target
 from tests.collectors.ipmi.bmc_sim import (
+    ENV,
     FAILURE,
     FAN1,
     IPMI_SIM,
@@ -28,10 +28,13 @@ from tests.collectors.ipmi.bmc_sim import (
     SDRCOMP,
     USER,
     IpmiSim,
+    by_sensor,
+    sel_events,
+)
+from tests.collectors.ipmi.bmc_sim import (
+    target as sim_target,
 )
 from tests.notify.receivers.servers import LOOPBACK
-
-ENV = "GPUHEALTH_TEST_BMC_PASSWORD"
 
 
 @pytest.fixture
@@ -44,76 +47,61 @@ def sim(tmp_path: Path) -> Iterator[IpmiSim]:
     bmc.stop()
 
 
-def _target(sim: IpmiSim, **kw: object) -> Target:
-    args: dict[str, object] = {"bmc": LOOPBACK, "user": USER, "port": sim.port, "cipher": 3,
-                               "password_env": ENV, **kw}
-    return Target(**args)  # type: ignore[arg-type]
-
-
-def _by(got: Reading) -> dict[tuple[str, str], dict[str, object]]:
-    return {(p.measurement, p.tags.get(p.measurement, "")): dict(p.fields) for p in got.points
-            if p.measurement != "sel"}
-
-
-def _events(got: Reading) -> list[Point]:
-    return [p for p in got.points if p.measurement == "sel"]
-
-
 def test_reads_the_bmc_and_sees_faults_appear(sim: IpmiSim,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV, PASSWORD)
-    c = IpmiCollector(_target(sim), host="gpu-node-7", timeout=30)
+    c = IpmiCollector(sim_target(sim), host="gpu-node-7", timeout=30)
     first = c.read()
     assert first.reachable and c.status.up, first.reason
-    by = _by(first)
+    by = by_sensor(first)
     assert by["psu", "1"] == {"psu_state": 0, "psu_health": 0}
     assert by["psu", "2"] == {"psu_state": 0, "psu_health": 0}
     assert by["fan", "1"] == {"fan_rpm": 5400.0, "fan_health": 0, "fan_rpm_lower_critical": 800.0}
     assert by["fan", "2"] == {"fan_rpm": 5200.0, "fan_health": 0, "fan_rpm_lower_critical": 800.0}
     assert by["node", ""] == {"inlet_temp_c": 24.0, "psu_redundant": 1, "bmc_reachable": 1}
-    assert _events(first) == []  # the log's history is not news
+    assert sel_events(first) == []  # the log's history is not news
     assert all(p.tags["host"] == "gpu-node-7" for p in first.points)
 
     sim.set_value(FAN1, 5)  # 500 RPM: below lower non-critical and lower critical
     sim.set_bit(PS1, FAILURE, 1)
     sim.set_only_bit(PS_REDUNDANCY, REDUNDANCY_LOST)
     second = c.read()
-    by = _by(second)
+    by = by_sensor(second)
     assert by["fan", "1"]["fan_rpm"] == 500.0 and by["fan", "1"]["fan_health"] == 2
     assert by["psu", "1"] == {"psu_state": 0, "psu_health": 2}
     assert by["psu", "2"]["psu_health"] == 0
     assert by["node", ""]["psu_redundant"] == 0
     # Lower non-critical (1), lower critical (2), failure detected (2), "Fully Redundant"
     # deasserted (no event), redundancy lost (2).
-    assert [p.fields["code"] for p in _events(second)] == [1, 2, 2, 2]
+    assert [p.fields["code"] for p in sel_events(second)] == [1, 2, 2, 2]
     assert any("Fully Redundant (deasserted)" in r.reason for r in second.rejected)
 
     third = c.read()  # nothing changed: `sel info` says so and the log is not listed again
-    assert _events(third) == [] and _by(third)["fan", "1"]["fan_health"] == 2
+    assert sel_events(third) == [] and by_sensor(third)["fan", "1"]["fan_health"] == 2
     sim.set_value(FAN1, 54)
     fourth = c.read()
-    assert _by(fourth)["fan", "1"] == {"fan_rpm": 5400.0, "fan_health": 0,
+    assert by_sensor(fourth)["fan", "1"] == {"fan_rpm": 5400.0, "fan_health": 0,
                                       "fan_rpm_lower_critical": 800.0}
-    assert _events(fourth) == []  # recoveries are deassertions, not events
+    assert sel_events(fourth) == []  # recoveries are deassertions, not events
 
 
 def test_password_from_a_file(sim: IpmiSim, tmp_path: Path) -> None:
     passfile = tmp_path / "bmc.pass"
     passfile.write_text(PASSWORD + "\n")
     passfile.chmod(0o600)
-    target = _target(sim, password_file=passfile)
+    target = sim_target(sim, password_file=passfile)
     assert PASSWORD not in " ".join(target.argv("sdr", "elist"))
     assert target.env() is None
     got = IpmiCollector(target, host="n1", timeout=30).read()
     assert got.reachable, got.reason
-    assert _by(got)["node", ""]["bmc_reachable"] == 1
+    assert by_sensor(got)["node", ""]["bmc_reachable"] == 1
 
 
 def test_a_wrong_password_is_unreachable_and_never_shown(
         sim: IpmiSim, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     wrong = "not-the-pw-93kd"
     monkeypatch.setenv(ENV, wrong)
-    target = _target(sim)
+    target = sim_target(sim)
     assert all(wrong not in a for a in target.argv("sdr", "elist"))
     c = IpmiCollector(target, host="n1", timeout=30)
     with caplog.at_level(logging.DEBUG):

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from collectors.ipmi import IpmiCollector, Reading, Target
-from collectors.lineprotocol import Point
+from collectors.ipmi import IpmiCollector, Target
 from collectors.process import run_process
 from tests.collectors.ipmi.bmc_sim import (
+    ENV,
     FAILURE,
     FAN1,
     IPMI_SIM,
@@ -31,12 +31,12 @@ from tests.collectors.ipmi.bmc_sim import (
     PS_REDUNDANCY,
     REDUNDANCY_LOST,
     SDRCOMP,
-    USER,
     IpmiSim,
+    by_sensor,
+    sel_events,
+    target,
 )
-from tests.notify.receivers.servers import LOOPBACK
 
-ENV = "GPUHEALTH_TEST_BMC_PASSWORD"
 FREEIPMI = shutil.which("ipmi-sensors") is not None and shutil.which("ipmi-sel") is not None
 NO_FREEIPMI = "freeipmi's ipmi-sensors and ipmi-sel are not installed (apt-get install " \
               "freeipmi-tools; .ci/run does)"
@@ -55,20 +55,7 @@ def sim(tmp_path: Path) -> Iterator[IpmiSim]:
 
 
 def _target(sim: IpmiSim, **kw: object) -> Target:
-    args: dict[str, object] = {"bmc": LOOPBACK, "user": USER, "port": sim.port, "cipher": 3,
-                               "password_env": ENV, "tool": "freeipmi",
-                               "workarounds": ("opensesspriv",), **kw}
-    return Target(**args)  # type: ignore[arg-type]
-
-
-def _by(got: Reading) -> dict[tuple[str, str], dict[str, object]]:
-    return {(p.measurement, p.tags.get(p.measurement, "")): dict(p.fields) for p in got.points
-            if p.measurement != "sel"}
-
-
-def _events(got: Reading) -> list[Point]:
-    return [p for p in got.points if p.measurement == "sel"]
-
+    return target(sim, **{"tool": "freeipmi", "workarounds": ("opensesspriv",), **kw})
 
 def test_freeipmi_reads_what_ipmitool_reads(sim: IpmiSim,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,12 +71,12 @@ def test_freeipmi_reads_what_ipmitool_reads(sim: IpmiSim,
                         timeout=30)
     first, ref_first = c.read(), ref.read()
     assert first.reachable and c.status.up, first.reason
-    by = _by(first)
+    by = by_sensor(first)
     assert by["psu", "1"] == {"psu_state": 0, "psu_health": 0}
     assert by["fan", "1"] == {"fan_rpm": 5400.0, "fan_health": 0, "fan_rpm_lower_critical": 800.0}
     assert by["node", ""] == {"inlet_temp_c": 24.0, "psu_redundant": 1, "bmc_reachable": 1}
-    assert by == _by(ref_first)
-    assert _events(first) == []
+    assert by == by_sensor(ref_first)
+    assert sel_events(first) == []
     assert [a[0] for a in argvs] == ["ipmi-sensors", "ipmi-sensors", "ipmi-sel", "ipmi-sel"]
     assert all(PASSWORD not in " ".join(a) for a in argvs)
     config = Path(argvs[0][argvs[0].index("--config-file") + 1])
@@ -99,20 +86,20 @@ def test_freeipmi_reads_what_ipmitool_reads(sim: IpmiSim,
     sim.set_bit(PS1, FAILURE, 1)
     sim.set_only_bit(PS_REDUNDANCY, REDUNDANCY_LOST)
     second, ref_second = c.read(), ref.read()
-    by = _by(second)
+    by = by_sensor(second)
     assert by["fan", "1"]["fan_rpm"] == 500.0 and by["fan", "1"]["fan_health"] == 2
     assert by["psu", "1"] == {"psu_state": 0, "psu_health": 2}
     assert by["node", ""]["psu_redundant"] == 0
-    assert by == _by(ref_second)
+    assert by == by_sensor(ref_second)
     # Lower non-critical (1), lower critical (2), failure detected (2), "Fully Redundant"
     # deasserted (no event), redundancy lost (2): as ipmitool reads the same log.
-    assert [p.fields["code"] for p in _events(second)] == [1, 2, 2, 2]
-    assert [p.fields for p in _events(second)] == [p.fields for p in _events(ref_second)]
+    assert [p.fields["code"] for p in sel_events(second)] == [1, 2, 2, 2]
+    assert [p.fields for p in sel_events(second)] == [p.fields for p in sel_events(ref_second)]
     assert any("Fully Redundant (deasserted)" in r.reason for r in second.rejected)
 
     n = len(argvs)
     third = c.read()  # nothing changed: `ipmi-sel --info` says so and the log is not listed
-    assert _events(third) == [] and [a[0] for a in argvs[n:]] == ["ipmi-sensors", "ipmi-sel"]
+    assert sel_events(third) == [] and [a[0] for a in argvs[n:]] == ["ipmi-sensors", "ipmi-sel"]
     c.close()
 
 
@@ -135,4 +122,4 @@ def test_password_file(sim: IpmiSim, tmp_path: Path) -> None:
     passfile.chmod(0o600)
     got = IpmiCollector(_target(sim, password_file=passfile), host="n1", timeout=30).read()
     assert got.reachable, got.reason
-    assert _by(got)["fan", "2"]["fan_rpm"] == 5200.0
+    assert by_sensor(got)["fan", "2"]["fan_rpm"] == 5200.0
