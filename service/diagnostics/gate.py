@@ -32,13 +32,17 @@ from service.remediation.actions import Action, ActionConflict, AuditEntry
 
 log = logging.getLogger(__name__)
 GATE = "gate"  # the audit's actor for what the gate does on its own
+# Past its suite's time limit by this much, a run still marked running has no runner left
+# (the Slurm site's srun waits up to start_within_s, at most an hour, before its clock starts).
+STALE_MARGIN_S = 3600.0 + 600.0
 
 # Words of a drain's summary (the alert's top signal) -> the gate's failure class.
+_W = r"(?<![a-z0-9])"  # a word start; rule names join words with "_"
 _CLASSES = (
-    ("memory", re.compile(r"\b(dbe|sbe|ecc|hbm|remap|retired|row|xid (48|63|64|94|95))\b|"
-                          r"memory", re.I)),
-    ("nvlink", re.compile(r"nvlink|xid 74\b", re.I)),
-    ("network", re.compile(r"\bib_|infiniband|roce|gid|\bport\b|link down|nic", re.I)),
+    ("memory", re.compile(_W + r"(dbe|sbe|ecc|hbm|remap|retired|row|memory|"
+                          r"xid (48|63|64|94|95)(?![0-9]))", re.I)),
+    ("nvlink", re.compile(_W + r"(nvlink|xid 74(?![0-9]))", re.I)),
+    ("network", re.compile(_W + r"(ib|infiniband|roce|gid|port|link down|nic)(?![a-z])", re.I)),
 )
 
 
@@ -59,9 +63,22 @@ class Diagnostics:
             max_workers=settings.max_concurrent, thread_name_prefix="diagnostics")
         self._busy: set[str] = set()  # nodes with a round in flight in this process
         self._lock = threading.Lock()
-        for run in runs.running():  # a restart cut these off: an error, never a pass
-            runs.finish(run.id, SuiteResult(run.suite, Status.ERROR, (), {},
-                                            error="interrupted by a restart"), self.clock())
+        self.expire(self.clock())
+
+    def expire(self, now: float) -> list[Run]:
+        """Runs still marked running past their suite's time limit (plus the wait to start
+        and a margin): their runner stopped (a restart, a replica lost) and nothing will
+        finish them. They end as errors, never passes. A run still within its time may be
+        another replica's, live on the shared state, and is left alone."""
+        out = []
+        for run in self.runs.running():
+            spec = self.settings.suites.get(run.suite)
+            limit = (spec.timeout_s if spec is not None else 0.0) + STALE_MARGIN_S
+            if now - run.started_at > limit:
+                out.append(self.runs.finish(run.id, SuiteResult(
+                    run.suite, Status.ERROR, (), {}, error="interrupted: no result by its "
+                    "time limit (its runner stopped: a restart, or a replica lost)"), now))
+        return out
 
     def suites_for(self, drain: Action) -> list[SuiteSpec]:
         return self.settings.gate_for(failure_class(drain.summary))
@@ -70,6 +87,7 @@ class Diagnostics:
 
     def check(self, drain: Action, actor: str, now: float) -> str | None:
         suites = self.suites_for(drain)
+        self.expire(now)
         runs = self.runs.for_drain(drain.id)
         if any(r.status == "running" for r in runs) or drain.node in self._busy:
             return f"its tests are running ({', '.join(s.name for s in suites)})"
