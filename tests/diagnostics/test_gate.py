@@ -59,7 +59,9 @@ def parts() -> tuple[Diagnostics, Table, list[AuditEntry], list[Batch], list[str
                    "nccl_again": {"command": ["again"], "parser": "nccl_tests",
                                   "timeout_s": 60}},
         "gate": {"nvlink": ["nccl", "nccl_again"], "default": ["nccl"]}})
-    site, audit, published, released = Table(), [], [], []
+    site, released = Table(), []
+    audit: list[AuditEntry] = []
+    published: list[Batch] = []
     diag = Diagnostics(settings, RunStore(":memory:"), site, audit=audit.append,
                        publish=published.append, executor=Inline(),  # type: ignore[arg-type]
                        clock=lambda: 1000.0)
