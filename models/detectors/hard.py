@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from collectors.catalog import Scope
+from collectors.kernel_log.xid_words import xid_words
 from models.detectors.evidence import GPU_TEMP, HBM_ECC
 from models.detectors.findings import F64, Finding, fired, sustained
 from models.detectors.link_rate import LinkRateConfig, link_rate_low
@@ -139,9 +140,12 @@ class HardRules:
             r = xid_risk(int(ev.value))
             if i is not None and r >= risk[i]:
                 risk[i], code[i] = r, ev.value
+        hold = f"{self.c.xid_hold_s / 60:g} min"
+        details = {i: f"{xid_words(int(code[i]))} (logged in the last {hold})"
+                   for i in np.flatnonzero(risk > 0).tolist()}
         return Finding("xid", Scope.GPU, risk, code, math.nan,
-                       f"Xid code logged in the last {self.c.xid_hold_s / 60:g} min",
-                       hard=True)
+                       f"Xid code logged in the last {hold}", hard=True,
+                       details=details or None)
 
     def _unreadable(self, g: ScopeView) -> Finding:
         """gpu_unreadable in 1..5 at the two latest readings (one failed read is a blip: a

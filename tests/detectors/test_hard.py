@@ -196,3 +196,7 @@ def test_xid_keeps_the_worst_code_and_ignores_other_events() -> None:
     got = finding(HardRules().detect(f, T0), "xid")
     assert got.risk.tolist() == [0.0, 0.0, CRITICAL_RISK, 0.0]
     assert got.value[2] == 48
+    # The signal says what the Xid means and what to do, from the catalog (operator words).
+    assert got.signal_of(2) == ("Xid 48 (Double Bit ECC Error): reboot the node; if it "
+                                "recurs, inspect the hardware (logged in the last 60 min)")
+    assert got.signal_of(0) == "Xid code logged in the last 60 min"
