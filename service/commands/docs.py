@@ -173,7 +173,12 @@ _PROMETHEUS = """\
 Besides the service's own health (ticks, ingest, collectors, notifications by `receiver` and
 `integration`, `gpuhealth_remediation_breaker_open`; with replicas
 `gpuhealth_cluster_role{role}`, 1 while this replica holds the `writer` or `leader` role, and
-with `cluster.membership: postgres` `gpuhealth_cluster_map_epoch`, the shard map in force),
+with `cluster.membership: postgres` `gpuhealth_cluster_map_epoch`, the shard map in force;
+with `diagnostics.enabled` `gpuhealth_diagnostic_runs_total{suite,purpose,status}`, the suites
+run (purpose gate, sweep or manual; status pass, fail or error: the test could not run),
+`gpuhealth_node_diagnostic_status{node}`, the last result per tested node (0 pass, 1 fail,
+2 error), and `gpuhealth_node_repeat_offender{node}`, 1 while a node that failed again soon
+after a release needs its hardware replaced, 0 for one that failed again but is not flagged),
 `/metrics` carries the newest scoring tick's risk and alert level of every entity, as gauges.
 Risk is 0 (healthy) to 1 (failing); the level is 0 none, 1 watch, 2 warning, 3 critical, the
 highest open alert of the entity (a GPU gone silent counts on the GPU, no data from a node on

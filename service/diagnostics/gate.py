@@ -25,6 +25,7 @@ from collectors.diagnostics.parsers import parse
 from collectors.diagnostics.result import Status, SuiteResult, describe, failing
 from collectors.diagnostics.settings import SuiteSpec
 from collectors.frames import Batch
+from service.diagnostics.offenders import Offenders
 from service.diagnostics.runs import Run, RunStore
 from service.diagnostics.settings import DiagnosticsServiceSettings
 from service.diagnostics.site import Purpose, Ran, Site
@@ -59,6 +60,9 @@ class Diagnostics:
         self.audit, self.publish, self.clock = audit, publish, clock
         # Releases the node after a pass (the controller's release; the wiring sets it).
         self.release: Callable[[str, str, float], object] | None = None
+        # Repeat offenders (service.diagnostics.offenders; the wiring sets it): a node that
+        # failed again soon after a release waits for new hardware, not another test round.
+        self.offenders: Offenders | None = None
         self._executor = executor or ThreadPoolExecutor(
             max_workers=settings.max_concurrent, thread_name_prefix="diagnostics")
         self._busy: set[str] = set()  # nodes with a round in flight in this process
@@ -86,6 +90,9 @@ class Diagnostics:
     # -- ReleaseGate ----------------------------------------------------------------------------
 
     def check(self, drain: Action, actor: str, now: float) -> str | None:
+        held = self.offenders.hold(drain, now) if self.offenders is not None else None
+        if held is not None:
+            return held
         suites = self.suites_for(drain)
         self.expire(now)
         runs = self.runs.for_drain(drain.id)

@@ -37,6 +37,7 @@ from prometheus_client.samples import Sample
 from collectors.base import CollectorStatus
 from collectors.catalog import Scope
 from collectors.ignored import OTHER, IgnoredNames
+from service.diagnostics.run_counts import STATUS_VALUE, RunCounts
 from service.pipeline import Pipeline
 from service.runtime.entity_metrics import EntityGauges
 from service.runtime.redact import redact
@@ -76,6 +77,7 @@ class PipelineCollector:
         self.statuses = statuses
         self.remote = remote
         self.last_scrape: Mapping[str, float] = {} if last_scrape is None else last_scrape
+        self.run_counts = RunCounts()  # diagnostic runs, counted on from scrape to scrape
 
     def describe(self) -> Iterable[Metric]:
         return []  # families depend on runtime state; skip the registry's describe-by-collect
@@ -90,6 +92,7 @@ class PipelineCollector:
         yield from self._entity_limits()
         yield self._roles()
         yield from self._map_epoch()
+        yield from self._diagnostics()
         yield _http_closed()
 
     def _roles(self) -> Metric:
@@ -109,6 +112,34 @@ class PipelineCollector:
             yield GaugeMetricFamily("gpuhealth_cluster_map_epoch", "Epoch of the shard map "
                                     "in force in this process (cluster.membership postgres)",
                                     value=float(members.epoch))
+
+    def _diagnostics(self) -> Iterable[Metric]:
+        """Active diagnostics (service.diagnostics), while they are on: runs by outcome, each
+        tested node's last result, and the repeat offenders."""
+        diag = self.pipeline.diagnostics
+        if diag is None:
+            return
+        self.run_counts.refresh(diag.runs)
+        runs = CounterMetricFamily(
+            "gpuhealth_diagnostic_runs", "Diagnostic suite runs finished, by suite, purpose "
+            "(gate, sweep, manual) and status (pass, fail, error: the test could not run)",
+            labels=["suite", "purpose", "status"])
+        for (suite, purpose, status), n in sorted(self.run_counts.totals.items()):
+            runs.add_metric([suite, purpose, status], n)
+        last = GaugeMetricFamily(
+            "gpuhealth_node_diagnostic_status", "The result of the node's last diagnostic "
+            "run: 0 pass, 1 fail, 2 error", labels=["node"])
+        for node, (_, status) in sorted(self.run_counts.last.items()):
+            last.add_metric([node], STATUS_VALUE.get(status, 2.0))
+        yield from (runs, last)
+        if diag.offenders is not None:
+            flagged = GaugeMetricFamily(
+                "gpuhealth_node_repeat_offender", "1 while the node needs its hardware "
+                "replaced (it failed again soon after a release; the gate holds it), 0 for a "
+                "node that came back and failed again but is not flagged", labels=["node"])
+            for rec in diag.offenders.fleet(diag.clock()):
+                flagged.add_metric([rec.node], 1.0 if rec.flagged else 0.0)
+            yield flagged
 
     def _stats(self) -> Iterable[Metric]:
         st = self.pipeline.stats

@@ -54,11 +54,14 @@ def serving(app: FastAPI) -> Iterator[str]:
 
 
 def unexpected(b: Browser) -> list[tuple[str, str, str]]:
-    """Errors but the one the console is built to meet: a history endpoint's 501 where the
-    store keeps no such history (the page says so instead of drawing)."""
+    """Errors but those the console is built to meet: a history endpoint's 501 where the
+    store keeps no such history, a node's diagnostics' 503 where they are off (the page says
+    so instead of drawing)."""
     return [e for e in b.errors
             if not (e[0] == "log:network" and "501" in e[1] and e[2].split("?")[0]
-                    .endswith(("/risk", "/metrics")))]
+                    .endswith(("/risk", "/metrics")))
+            and not (e[0] == "log:network" and "503" in e[1] and e[2].split("?")[0]
+                     .endswith("/diagnostics"))]
 
 
 def open_page(b: Browser, url: str, ready: str, what: str) -> None:

@@ -14,7 +14,8 @@ const UNREADABLE = ["readable", "Unknown Error", "requires reset", "lost (off th
 const MODES = ["M1_hbm", "M2_gpu_hard", "M3_nvlink", "M4_ib_link", "M5_thermal", "M6_sram",
   "M7_unobservable"];
 const state = { page: null, arg: null, timer: null, pick: null, busy: false, again: false,
-                remediationOff: false, notifyOff: false, offCheckedAt: 0 };
+                remediationOff: false, notifyOff: false, offCheckedAt: 0, diagOff: false,
+                diagCheckedAt: 0 };
 
 // ---- helpers ----------------------------------------------------------------------------------
 
@@ -347,6 +348,79 @@ pages.fleet = {
   },
 };
 
+// ---- a node's diagnostics: its active test runs and its repeat-offender record ----------------
+
+function fig(v) { return String(+Number(v).toPrecision(6)); }  // as measured, not rounded to 3
+function checkText(c) {
+  const where = c.gpu === null || c.gpu === undefined ? "" : ` on GPU ${c.gpu}`;
+  let figure = "";
+  if (c.figure !== null && c.figure !== undefined) {
+    figure = ` ${fig(c.figure)}${c.unit ? ` ${c.unit}` : ""}`;
+    if (c.expected !== null && c.expected !== undefined) figure += ` (expected ${fig(c.expected)})`;
+  }
+  return `${c.name}${where}:${figure}${c.detail ? ` ${c.detail}` : ""}`;
+}
+function runOutcome(r) {
+  const res = r.result;
+  if (r.status === "running" || !res) return `<span class="muted">running</span>`;
+  if (r.status === "pass") return `${res.checks.length} checks passed`;
+  if (r.status === "error") return `could not run: ${esc(res.error || "no reason given")}`;
+  const bad = res.checks.filter(c => c.status === "fail");
+  return `<ul class="checks">${bad.slice(0, 8).map(c => `<li>${esc(checkText(c))}</li>`).join("")}
+    ${bad.length > 8 ? `<li class="muted">and ${bad.length - 8} more</li>` : ""}</ul>`;
+}
+function offenderHtml(node, o) {
+  if (!o || (!o.flagged && !o.returns.length && !o.releases && !o.replaced)) return "";
+  const counts = `returns within ${o.soon_days} days of a release: <b>${o.returns_soon}</b>,
+    within ${o.window_days} days: <b>${o.returns_window}</b> · ${o.releases} release${
+    o.releases === 1 ? "" : "s"} counted${o.last_release_at ? `, the last ${esc(fmtTime(o.last_release_at))}` : ""}${
+    o.gpus.length ? ` · GPUs that failed again: ${o.gpus.map(g => `GPU ${g.gpu} (${g.returns_window}×)`).join(", ")}` : ""}${
+    o.replaced ? ` · hardware replaced ${esc(fmtTime(o.replaced.at))} by ${esc(o.replaced.by)}: ${esc(o.replaced.reason)}` : ""}`;
+  if (o.flagged) {
+    return `<div class="offender flagged" data-flagged="1"><b>Needs hardware replacement</b>
+      <p class="why">${esc(o.why)}</p><p>${counts}</p><p class="muted">The gate neither tests nor
+      releases ${esc(node)} until its hardware is replaced.</p>
+      <div class="controls"><label>What was replaced <input id="replreason" size="36"
+        placeholder="new GPU baseboard, RMA ticket"></label>
+        <button data-do="replaced" data-node="${esc(node)}">Hardware replaced</button></div></div>`;
+  }
+  return `<div class="offender${o.returns.length ? " repeater" : ""}" data-flagged="0">${
+    o.returns.length ? `<b>Came back and failed again</b> · ` : ""}${counts}</div>`;
+}
+async function diagnosticsPanel(node) {
+  const el = $("#diagnostics");
+  if (state.diagOff && Date.now() - state.diagCheckedAt < 60000) {
+    el.innerHTML = `<p class="muted">diagnostics are off in this service</p>`;
+    return;
+  }
+  const res = await api(`/v1/nodes/${encodeURIComponent(node)}/diagnostics?limit=50`);
+  state.diagOff = res.status === 503;
+  state.diagCheckedAt = Date.now();
+  // The reason being typed survives the 5-s refresh.
+  const typing = $("#replreason");
+  const kept = typing ? [typing.value, document.activeElement === typing] : null;
+  if (!res.ok) {
+    el.innerHTML = `<p class="muted">${res.status === 404 ? "never tested"
+      : state.diagOff ? "diagnostics are off in this service" : esc(problem(res))}</p>`;
+    return;
+  }
+  const d = res.body;
+  el.innerHTML = offenderHtml(node, d.offender) + (d.runs.length ? `<table class="list diagruns">
+    <thead><tr><th>started</th><th>suite</th><th>why</th><th>result</th><th>detail</th>
+    <th>site</th></tr></thead><tbody>${d.runs.map(r => `<tr data-run="${r.id}"
+      data-status="${esc(r.status)}"><td>${esc(fmtTime(r.started_at))}</td>
+      <td><b>${esc(r.suite)}</b></td><td>${esc(r.purpose)}${r.drain_id
+        ? `<div class="muted small">${esc(r.drain_id)}</div>` : ""}</td>
+      <td><span class="diag diag-${esc(r.status)}">${esc(r.status)}</span></td>
+      <td>${runOutcome(r)}</td><td>${esc(r.site)}</td></tr>`).join("")}</tbody></table>`
+    : `<p class="muted">no diagnostic run on ${esc(node)} yet</p>`);
+  const again = $("#replreason");
+  if (again && kept) {
+    again.value = kept[0];
+    if (kept[1]) again.focus();
+  }
+}
+
 function noDataSince(t) {
   return t ? `no data since ${fmtTime(t)}` : "no data";
 }
@@ -512,10 +586,13 @@ pages.node = {
     return `<section><h2>Node ${esc(node)}</h2><div id="nodehead" class="summary"></div>
       <div id="nodealerts"></div>
       <div class="chartrow"><div id="nodecharts"></div><div id="gpucharts"></div></div>
-      <div class="beside"><div id="entities"></div><div id="chassis"></div></div></section>`;
+      <div class="beside"><div id="entities"></div><div id="chassis"></div></div></section>
+      <section><h2>Diagnostics</h2><div id="flash" class="flash"></div>
+      <div id="diagnostics"></div></section>`;
   },
   async refresh(node) {
-    const res = await api(`/v1/nodes/${encodeURIComponent(node)}`);
+    const [res] = await Promise.all([api(`/v1/nodes/${encodeURIComponent(node)}`),
+      diagnosticsPanel(node)]);
     if (!res.ok) return problem(res);
     const n = res.body;
     let picked = pickedOf(n);
@@ -558,6 +635,16 @@ pages.node = {
     $("#nodecharts").innerHTML = nodeHtml + sensorHtml;
     $("#gpucharts").innerHTML = pickHtml;
     return null;
+  },
+  async act(btn) {
+    if (btn.dataset.do !== "replaced") return null;
+    const input = $("#replreason");
+    const reason = input ? input.value.trim() : "";
+    if (!reason) return [{ ok: false, status: 422, body: { detail: "say what was replaced" } }, ""];
+    const res = await api(`/v1/nodes/${encodeURIComponent(btn.dataset.node)}/replaced`,
+      { method: "POST", json: { reason } });
+    if (res.ok && input) input.value = "";
+    return [res, `${btn.dataset.node}: hardware replaced; its gate tests it again`];
   },
   click(ev) {
     const row = ev.target.closest("tr.pick");
