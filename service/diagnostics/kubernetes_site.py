@@ -96,7 +96,7 @@ class KubernetesSiteConfig(KubeConnection):
     """The cluster (kube_client.KubeConnection: host, kubeconfig, context, in_cluster,
     request_timeout_s) and the Job that runs a suite there."""
 
-    namespace: str = Field(default="gpuhealth", pattern=DNS_LABEL.pattern, max_length=63)
+    namespace: str = Field(default="gpuhealth", pattern=f"^{DNS_LABEL.pattern}$")
     image: str = Field(default="", pattern=r"^\S*$",
                        description="the image with the diagnostic tools; required")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
