@@ -49,7 +49,7 @@ def api() -> Iterator[FakeKubeApi]:
 def site_for(api: FakeKubeApi, **config: Any) -> KubernetesSite:
     return KubernetesSite(KubernetesSiteConfig.model_validate({
         "host": api.url, "image": "registry.example/gpu-diag:1.0", "poll_interval_s": 0.01,
-        "request_timeout_s": 5, **config}))
+        "request_timeout_s": 5, "start_within_s": 10, **config}))
 
 
 def cordon_by_us(api: FakeKubeApi, node: str = "gpu-1") -> None:
