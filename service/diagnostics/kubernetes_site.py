@@ -6,6 +6,8 @@ gpuhealth cordoned (our `cordon-by` label, as the hook's `inspect` decides `drai
 sweep only a schedulable node nobody holds, and any pod there other than DaemonSet pods,
 mirror (static) pods, finished pods and pods of the ignored namespaces (kube-system by
 default, which the hook does not evict either) means a user's workload: the run is refused.
+A sweep also waits while pods the scheduler cannot place want the GPUs it would take (as the
+Slurm site waits for jobs queued for capacity): a sweep only uses capacity nobody waits for.
 
 The Job (batch/v1): one pod, `backoffLimit: 0` (a failed test is a result, not something to
 retry), `activeDeadlineSeconds` = the suite's time limit, `ttlSecondsAfterFinished` as a
@@ -248,10 +250,30 @@ class KubernetesSite:
                 if p.metadata is not None and not self._not_work(p)]
         log.note(f"{len(pods)} pod(s), {len(busy)} of them work: {', '.join(busy) or 'none'}")
         if busy:
-            more = f" and {len(busy) - MAX_LISTED} more" if len(busy) > MAX_LISTED else ""
-            return False, (f"{node} has {len(busy)} pod(s) on it ("
-                           f"{', '.join(busy[:MAX_LISTED])}{more}); not testing it")
+            return False, f"{node} has {len(busy)} pod(s) on it ({_some(busy)}); not testing it"
+        if purpose is Purpose.SWEEP:
+            return False, self._queued(log)
         return ours or tainted, ""
+
+    def _queued(self, log: CallLog) -> str:
+        """Why a sweep must wait: pods the scheduler cannot place for want of what the test
+        would take (the GPU resource; with `gpus: 0`, anything), which it would delay."""
+        try:
+            pending = log.call("GET /api/v1/pods?fieldSelector=status.phase=Pending", partial(
+                self.core.list_pod_for_all_namespaces, field_selector="status.phase=Pending",
+                _request_timeout=self.config.request_timeout_s)).items
+        except API_ERRORS as exc:
+            return (f"cannot list the pods waiting to be scheduled: {error_text(exc)}; "
+                    "not sweeping")
+        resource = self.config.gpu_resource if self.config.gpus else ""
+        waiting = [f"{p.metadata.namespace}/{p.metadata.name}" for p in pending
+                   if p.metadata is not None and _unschedulable(p)
+                   and (not resource or _asks_for(p, resource))]
+        log.note(f"{len(pending)} pending, {len(waiting)} waiting for capacity")
+        if waiting:
+            return (f"{len(waiting)} pod(s) wait for {resource or 'capacity'} "
+                    f"({_some(waiting)}); a sweep takes only idle capacity nobody waits for")
+        return ""
 
     def _not_work(self, pod: k8s.V1Pod) -> bool:
         """A pod that is no one's workload: DaemonSet, mirror, finished, ignored namespace."""
@@ -404,6 +426,27 @@ def _ended(job: k8s.V1Job) -> _Ended | None:
         if cond.type in ("Complete", "Failed") and cond.status == "True":
             return _Ended(cond.type, cond.reason or "", cond.message or "")
     return None
+
+
+def _some(names: list[str]) -> str:
+    more = f" and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else ""
+    return ", ".join(names[:MAX_LISTED]) + more
+
+
+def _unschedulable(pod: k8s.V1Pod) -> bool:
+    conditions = pod.status.conditions if pod.status else None
+    return any(c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+               for c in conditions or [])
+
+
+def _asks_for(pod: k8s.V1Pod, resource: str) -> bool:
+    containers = list(pod.spec.containers or []) if pod.spec else []
+    for c in containers:
+        for amounts in (c.resources.requests, c.resources.limits) if c.resources else ():
+            value = (amounts or {}).get(resource)
+            if value is not None and str(value) not in ("0", ""):
+                return True
+    return False
 
 
 def _words(ended: _Ended) -> str:

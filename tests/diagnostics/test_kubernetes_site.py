@@ -219,10 +219,18 @@ def test_a_sweep_only_on_a_schedulable_node_and_without_our_tolerations(
     api.job_runs["idle"] = JobRun(log=PASS)
     site = site_for(api)
 
+    api.add_pod("team-a", "web", "")  # waits, but not for GPUs
+    api.add_pod("team-a", "trainer", "", gpus=8)  # waits for GPUs: a sweep would delay it
+
     held = site.run("held", ARGV, 600, Purpose.SWEEP)
+    queued = site.run("idle", ARGV, 600, Purpose.SWEEP)
+    del api.pods[("team-a", "trainer")]
     idle = site.run("idle", ARGV, 600, Purpose.SWEEP)
 
     assert "held is held by gpuhealth" in held.refused
+    assert refused(queued) == ("1 pod(s) wait for nvidia.com/gpu (team-a/trainer); a sweep "
+                               "takes only idle capacity nobody waits for")
+    assert queued.steps[-1].call == "GET /api/v1/pods?fieldSelector=status.phase=Pending"
     assert idle.exit_code == 0 and idle.stdout == PASS
     [post] = api.calls("POST", JOBS)
     pod = post.body["spec"]["template"]["spec"]

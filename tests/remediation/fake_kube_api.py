@@ -13,7 +13,7 @@ the calls the hook makes, with the real wire format:
 and the calls of the diagnostics site (service/diagnostics/kubernetes_site.py):
 
 * GET   /api/v1/pods and /api/v1/namespaces/{ns}/pods, with a fieldSelector on spec.nodeName
-  and/or a labelSelector of `key=value` terms
+  and/or status.phase and a labelSelector of `key=value` terms
 * POST  /apis/batch/v1/namespaces/{ns}/jobs: the Job is stored and its one pod made at once,
   on the node its template pins (nodeName, a nodeAffinity matchFields on metadata.name, or a
   nodeSelector on kubernetes.io/hostname); what the pod then does is scripted per node
@@ -156,7 +156,7 @@ class FakeKubeApi:
                 mirror: bool = False, phase: str = "Running", gpus: int = 0,
                 evictions: list[int] | None = None) -> None:
         """`evictions`: the status codes its eviction answers, in turn; the last repeats
-        (default: 201 at once)."""
+        (default: 201 at once). `node` "": not scheduled (Pending, Unschedulable)."""
         meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"uid-{name}",
                                 "resourceVersion": "1"}
         if owner_kind:
@@ -166,10 +166,16 @@ class FakeKubeApi:
         if mirror:
             meta["annotations"] = {"kubernetes.io/config.mirror": "abc123"}
         resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-               "spec": {"nodeName": node, "containers": [
-                   {"name": "main", "image": "busybox", "resources": resources}]},
-               "status": {"phase": phase}}
+        pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                               "spec": {"nodeName": node, "containers": [
+                                   {"name": "main", "image": "busybox",
+                                    "resources": resources}]},
+                               "status": {"phase": phase}}
+        if not node:
+            del pod["spec"]["nodeName"]
+            pod["status"] = {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}]}
         with self.lock:
             self.pods[(namespace, name)] = pod
             if evictions is not None:
@@ -311,14 +317,17 @@ class FakeKubeApi:
                 self.wfile.write(data)
 
             def _list_pods(self, namespace: str | None, query: dict[str, list[str]]) -> None:
-                selector = query.get("fieldSelector", [""])[0]
-                node = selector.removeprefix("spec.nodeName=") if selector else None
+                fields = dict(t.split("=", 1) for t in
+                              query.get("fieldSelector", [""])[0].split(",") if t)
                 terms = [t.split("=", 1) for t in query.get("labelSelector", [""])[0].split(",")
                          if t]
                 with api.lock:
                     items = [copy.deepcopy(p) for (ns, _), p in api.pods.items()
                              if (namespace is None or ns == namespace)
-                             and (node is None or p["spec"].get("nodeName") == node)
+                             and fields.get("spec.nodeName", p["spec"].get("nodeName", ""))
+                             == p["spec"].get("nodeName", "")
+                             and fields.get("status.phase", p["status"]["phase"])
+                             == p["status"]["phase"]
                              and all(p["metadata"].get("labels", {}).get(k) == v
                                      for k, v in terms)]
                 self._send(200, {"apiVersion": "v1", "kind": "PodList",
