@@ -10,6 +10,24 @@ the calls the hook makes, with the real wire format:
 * POST  /api/v1/namespaces/{ns}/pods/{name}/eviction  (answers from a per-pod script, e.g.
   429, 429, 201; an accepted eviction removes the pod)
 
+and the calls of the diagnostics site (service/diagnostics/kubernetes_site.py):
+
+* GET   /api/v1/pods and /api/v1/namespaces/{ns}/pods, with a fieldSelector on spec.nodeName
+  and/or status.phase and a labelSelector of `key=value` terms
+* POST  /apis/batch/v1/namespaces/{ns}/jobs: the Job is stored and its one pod made at once,
+  on the node its template pins (nodeName, a nodeAffinity matchFields on metadata.name, or a
+  nodeSelector on kubernetes.io/hostname); what the pod then does is scripted per node
+  (`job_runs`, a `JobRun`): after that many reads of the Job it completes, fails with the
+  scripted exit code, or passes its deadline (DeadlineExceeded), with the scripted log;
+  unscripted, the pod stays Pending
+* GET   /apis/batch/v1/namespaces/{ns}/jobs/{name}
+* DELETE /apis/batch/v1/namespaces/{ns}/jobs/{name}  (propagationPolicy Background or
+  Foreground deletes its pods too; none or Orphan leaves them, as the batch/v1 default does)
+* GET   /api/v1/namespaces/{ns}/pods/{name}/log  (text/plain; limitBytes honoured; a pod not
+  started yet answers 400 as the API server does)
+
+`answer_with` makes any route answer an error status instead (403, 500, ...).
+
 Every request is recorded (`requests`) with its time, so tests can check what was sent and
 how retries were spaced. It is not a Kubernetes: no admission, no PodDisruptionBudget logic,
 no watch."""
@@ -17,12 +35,13 @@ no watch."""
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -38,6 +57,21 @@ class Recorded:
     content_type: str
     body: Any
     at: float  # time.monotonic()
+
+
+@dataclass
+class JobRun:
+    """What a Job's pod does on one node in the FAKE: after `polls` reads of the Job it ends
+    with `exit_code` (0: Complete, else Failed/BackoffLimitExceeded), or past its deadline
+    when `deadline` (Failed/DeadlineExceeded, the pod killed); `log` is what it printed by
+    then. `waiting`: the pod never starts (a container waiting reason, e.g. ErrImagePull)."""
+
+    log: str = ""
+    exit_code: int = 0
+    polls: int = 1
+    deadline: bool = False
+    waiting: str = ""
+    reads: int = field(default=0, init=False)
 
 
 def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -69,7 +103,13 @@ class FakeKubeApi:
         # writer racing the hook between its read and its patch.
         self.after_node_read: dict[str, Callable[[dict[str, Any]], None]] = {}
         self.requests: list[Recorded] = []
+        self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.job_runs: dict[str, JobRun] = {}  # node -> how a Job pinned there runs
+        self.logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> its log
+        # (method, part of the path, status): that route answers the status instead.
+        self.answer_with: list[tuple[str, str, int]] = []
         self._version = 100
+        self._pod_ids = itertools.count(1)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever,
@@ -116,7 +156,7 @@ class FakeKubeApi:
                 mirror: bool = False, phase: str = "Running", gpus: int = 0,
                 evictions: list[int] | None = None) -> None:
         """`evictions`: the status codes its eviction answers, in turn; the last repeats
-        (default: 201 at once)."""
+        (default: 201 at once). `node` "": not scheduled (Pending, Unschedulable)."""
         meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"uid-{name}",
                                 "resourceVersion": "1"}
         if owner_kind:
@@ -126,10 +166,16 @@ class FakeKubeApi:
         if mirror:
             meta["annotations"] = {"kubernetes.io/config.mirror": "abc123"}
         resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-               "spec": {"nodeName": node, "containers": [
-                   {"name": "main", "image": "busybox", "resources": resources}]},
-               "status": {"phase": phase}}
+        pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                               "spec": {"nodeName": node, "containers": [
+                                   {"name": "main", "image": "busybox",
+                                    "resources": resources}]},
+                               "status": {"phase": phase}}
+        if not node:
+            del pod["spec"]["nodeName"]
+            pod["status"] = {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}]}
         with self.lock:
             self.pods[(namespace, name)] = pod
             if evictions is not None:
@@ -138,6 +184,88 @@ class FakeKubeApi:
     def calls(self, method: str, path_part: str = "") -> list[Recorded]:
         with self.lock:
             return [r for r in self.requests if r.method == method and path_part in r.path]
+
+    # -- Jobs ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def pinned_node(pod_spec: dict[str, Any]) -> str:
+        """The node a pod template pins, '' when none."""
+        if pod_spec.get("nodeName"):
+            return str(pod_spec["nodeName"])
+        required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+                    .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+        for term in required.get("nodeSelectorTerms") or []:
+            for req in term.get("matchFields") or []:
+                if req.get("key") == "metadata.name" and req.get("operator") == "In":
+                    return str(req["values"][0])
+        return str((pod_spec.get("nodeSelector") or {}).get("kubernetes.io/hostname", ""))
+
+    def _start_job(self, namespace: str, job: dict[str, Any]) -> None:
+        """Make the Job's pod, Pending or Running as scripted (under the lock)."""
+        name = job["metadata"]["name"]
+        template = job["spec"]["template"]
+        spec = copy.deepcopy(template["spec"])
+        node = self.pinned_node(spec)
+        spec["nodeName"] = node
+        pod_name = f"{name}-{next(self._pod_ids):05d}"
+        labels = {**(template.get("metadata") or {}).get("labels", {}),
+                  "job-name": name, "batch.kubernetes.io/job-name": name,
+                  "controller-uid": job["metadata"]["uid"]}
+        meta = {"name": pod_name, "namespace": namespace, "uid": f"uid-{pod_name}",
+                "resourceVersion": self._rv(), "labels": labels,
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                     "uid": job["metadata"]["uid"], "controller": True}]}
+        run = self.job_runs.get(node)
+        container = spec["containers"][0]
+        status: dict[str, Any] = {"phase": "Pending"}
+        if run is not None and not run.waiting:
+            status = {"phase": "Running", "containerStatuses": [self._container(
+                container, {"running": {"startedAt": "2025-01-01T00:00:00Z"}})]}
+        elif run is not None:
+            status["containerStatuses"] = [self._container(
+                container, {"waiting": {"reason": run.waiting,
+                                        "message": f"{run.waiting}: {container['image']}"}})]
+        self.pods[(namespace, pod_name)] = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                                            "spec": spec, "status": status}
+        job["status"] = {"active": 1, "startTime": "2025-01-01T00:00:00Z"}
+
+    @staticmethod
+    def _container(container: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+        return {"name": container["name"], "image": container["image"], "imageID": "",
+                "ready": "running" in state, "restartCount": 0, "state": state}
+
+    def _advance_job(self, namespace: str, job: dict[str, Any]) -> None:
+        """One more read of the Job: end it when its script says (under the lock)."""
+        pods = [(key, p) for key, p in self.pods.items() if key[0] == namespace and
+                p["metadata"]["labels"].get("job-name") == job["metadata"]["name"]]
+        if not pods or "conditions" in job["status"]:
+            return
+        key, pod = pods[0]
+        run = self.job_runs.get(pod["spec"]["nodeName"])
+        if run is None or run.waiting:
+            return
+        run.reads += 1
+        self.logs[key] = run.log if run.reads >= run.polls else run.log[:len(run.log) // 2]
+        if run.reads < run.polls:
+            return
+        container = pod["spec"]["containers"][0]
+        if run.deadline:
+            reason, message = "DeadlineExceeded", "Job was active longer than specified deadline"
+            code = 137
+        elif run.exit_code:
+            reason, message = "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+            code = run.exit_code
+        else:
+            reason, message, code = "", "", 0
+        done = {"type": "Complete" if code == 0 else "Failed", "status": "True",
+                "reason": reason, "message": message}
+        job["status"] = {"active": 0, "succeeded" if code == 0 else "failed": 1,
+                         "conditions": [done]}
+        pod["status"] = {"phase": "Succeeded" if code == 0 else "Failed",
+                         "containerStatuses": [self._container(container, {"terminated": {
+                             "exitCode": code, "reason": "Completed" if code == 0 else "Error"}})]}
+        if run.deadline:
+            pod["status"]["reason"] = "DeadlineExceeded"
 
     # -- serving ------------------------------------------------------------------------------
 
@@ -168,9 +296,107 @@ class FakeKubeApi:
                                                  time.monotonic()))
                 return parts.path, query, body
 
+            def _forced(self, path: str) -> bool:
+                """Answer with a scripted error status (`answer_with`), if one matches."""
+                with api.lock:
+                    code = next((c for method, part, c in api.answer_with
+                                 if method == self.command and part in path), None)
+                if code is None:
+                    return False
+                reason = {403: "Forbidden", 404: "NotFound", 409: "AlreadyExists",
+                          429: "TooManyRequests"}.get(code, "InternalError")
+                self._send(code, status_body(code, reason, f"scripted {code} for {path}"))
+                return True
+
+            def _send_text(self, code: int, text: str) -> None:
+                data = text.encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _list_pods(self, namespace: str | None, query: dict[str, list[str]]) -> None:
+                fields = dict(t.split("=", 1) for t in
+                              query.get("fieldSelector", [""])[0].split(",") if t)
+                terms = [t.split("=", 1) for t in query.get("labelSelector", [""])[0].split(",")
+                         if t]
+                with api.lock:
+                    items = [copy.deepcopy(p) for (ns, _), p in api.pods.items()
+                             if (namespace is None or ns == namespace)
+                             and fields.get("spec.nodeName", p["spec"].get("nodeName", ""))
+                             == p["spec"].get("nodeName", "")
+                             and fields.get("status.phase", p["status"]["phase"])
+                             == p["status"]["phase"]
+                             and all(p["metadata"].get("labels", {}).get(k) == v
+                                     for k, v in terms)]
+                self._send(200, {"apiVersion": "v1", "kind": "PodList",
+                                 "metadata": {"resourceVersion": "1"}, "items": items})
+
+            def _get_job(self, namespace: str, name: str) -> None:
+                with api.lock:
+                    job = api.jobs.get((namespace, name))
+                    if job is not None:
+                        api._advance_job(namespace, job)
+                        job = copy.deepcopy(job)
+                if job is None:
+                    self._send(404, status_body(404, "NotFound",
+                                                f'jobs.batch "{name}" not found'))
+                else:
+                    self._send(200, job)
+
+            def _get_log(self, namespace: str, pod: str, query: dict[str, list[str]]) -> None:
+                with api.lock:
+                    found = copy.deepcopy(api.pods.get((namespace, pod)))
+                    text = api.logs.get((namespace, pod), "")
+                if found is None:
+                    self._send(404, status_body(404, "NotFound", f'pods "{pod}" not found'))
+                    return
+                if found["status"]["phase"] == "Pending":
+                    container = found["spec"]["containers"][0]["name"]
+                    self._send(400, status_body(400, "BadRequest",
+                                                f'container "{container}" in pod "{pod}" is '
+                                                "waiting to start: ContainerCreating"))
+                    return
+                limit = query.get("limitBytes")
+                data = text.encode()
+                self._send_text(200, (data[:int(limit[0])] if limit else data).decode(
+                    errors="replace"))
+
+            def do_DELETE(self) -> None:
+                path, query, _ = self._record()
+                if self._forced(path):
+                    return
+                m = re.fullmatch(r"/apis/batch/v1/namespaces/([^/]+)/jobs/([^/]+)", path)
+                if m is None:
+                    self._send(404, status_body(404, "NotFound", f"no route {path}"))
+                    return
+                key = (m.group(1), m.group(2))
+                policy = query.get("propagationPolicy", ["Orphan"])[0]
+                with api.lock:
+                    job = api.jobs.pop(key, None)
+                    if job is not None and policy in ("Background", "Foreground"):
+                        for pod_key in [k for k, p in api.pods.items() if k[0] == key[0] and
+                                        p["metadata"]["labels"].get("job-name") == key[1]]:
+                            del api.pods[pod_key]
+                            api.logs.pop(pod_key, None)
+                if job is None:
+                    self._send(404, status_body(404, "NotFound", f'jobs.batch "{key[1]}" not '
+                                                "found"))
+                else:
+                    self._send(200, status_body(200, "", ""))
+
             def do_GET(self) -> None:
                 path, query, _ = self._record()
-                if m := re.fullmatch(r"/api/v1/nodes/([^/]+)", path):
+                if self._forced(path):
+                    return
+                if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods", path):
+                    self._list_pods(m.group(1), query)
+                elif m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log", path):
+                    self._get_log(m.group(1), m.group(2), query)
+                elif m := re.fullmatch(r"/apis/batch/v1/namespaces/([^/]+)/jobs/([^/]+)", path):
+                    self._get_job(m.group(1), m.group(2))
+                elif m := re.fullmatch(r"/api/v1/nodes/([^/]+)", path):
                     with api.lock:
                         node = copy.deepcopy(api.nodes.get(m.group(1)))
                         change = api.after_node_read.pop(m.group(1), None)
@@ -183,18 +409,14 @@ class FakeKubeApi:
                     else:
                         self._send(200, node)
                 elif path == "/api/v1/pods":
-                    selector = query.get("fieldSelector", [""])[0]
-                    want = selector.removeprefix("spec.nodeName=")
-                    with api.lock:
-                        items = [copy.deepcopy(p) for p in api.pods.values()
-                                 if p["spec"]["nodeName"] == want]
-                    self._send(200, {"apiVersion": "v1", "kind": "PodList",
-                                     "metadata": {"resourceVersion": "1"}, "items": items})
+                    self._list_pods(None, query)
                 else:
                     self._send(404, status_body(404, "NotFound", f"no route {path}"))
 
             def do_PATCH(self) -> None:
                 path, _, body = self._record()
+                if self._forced(path):
+                    return
                 m = re.fullmatch(r"/api/v1/nodes/([^/]+)", path)
                 if m is None or not isinstance(body, dict):
                     self._send(400, status_body(400, "BadRequest", "bad patch"))
@@ -220,8 +442,33 @@ class FakeKubeApi:
                             code, answer = 200, copy.deepcopy(node)
                 self._send(code, answer)
 
+            def _create_job(self, namespace: str, body: Any) -> None:
+                meta = (body or {}).get("metadata") or {}
+                if (body or {}).get("kind") != "Job" or not meta.get("name") or not (
+                        body.get("spec") or {}).get("template"):
+                    self._send(422, status_body(422, "Invalid", "not a Job"))
+                    return
+                key = (namespace, meta["name"])
+                with api.lock:
+                    if key in api.jobs:
+                        code, answer = 409, status_body(
+                            409, "AlreadyExists", f'jobs.batch "{key[1]}" already exists')
+                    else:
+                        job = copy.deepcopy(body)
+                        job["metadata"].update(namespace=namespace, uid=f"uid-job-{key[1]}",
+                                               resourceVersion=api._rv())
+                        api.jobs[key] = job
+                        api._start_job(namespace, job)
+                        code, answer = 201, copy.deepcopy(job)
+                self._send(code, answer)
+
             def do_POST(self) -> None:
                 path, _, body = self._record()
+                if self._forced(path):
+                    return
+                if m := re.fullmatch(r"/apis/batch/v1/namespaces/([^/]+)/jobs", path):
+                    self._create_job(m.group(1), body)
+                    return
                 m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction", path)
                 if m is None:
                     self._send(404, status_body(404, "NotFound", f"no route {path}"))

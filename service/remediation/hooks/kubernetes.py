@@ -10,24 +10,21 @@ before us (then release leaves it cordoned). Node taints are a list the API repl
 a patch, so every patch carries the resourceVersion it was computed from and is redone on a
 409 Conflict rather than dropping someone else's taint.
 
-The `kubernetes` client is only used inside this module."""
+The `kubernetes` client is only used inside this module and kube_client.py (the connection,
+error wording and call record it shares with the diagnostics site)."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import urllib3.exceptions
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field
 
 from service.remediation.hooks.base import (
     PROVENANCE,
@@ -35,6 +32,14 @@ from service.remediation.hooks.base import (
     HookResult,
     NodeState,
     Step,
+)
+from service.remediation.hooks.kube_client import (
+    MAX_DETAIL,
+    CallLog,
+    KubeConnection,
+    api_error,
+    make_api_client,
+    transient_status,
 )
 from service.remediation.hooks.slurm import drain_reason
 
@@ -50,74 +55,22 @@ ANNOTATION_WAS_CORDONED = f"{PROVENANCE}/was-unschedulable"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 GPU_RESOURCE = "nvidia.com/gpu"
 CONFLICT_RETRIES = 5
-MAX_DETAIL = 300
-
-T = TypeVar("T")
 
 
-class KubernetesConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class KubernetesConfig(KubeConnection):
+    """The cluster (kube_client.KubeConnection) and how to drain a node in it."""
 
-    kubeconfig: str | None = None  # path; None: $KUBECONFIG or ~/.kube/config
-    context: str | None = None
-    in_cluster: bool = False  # the pod's service account
-    host: str | None = None  # an explicit API URL, no credentials (tests, `kubectl proxy`)
     namespaces_excluded: list[str] = Field(default_factory=lambda: ["kube-system"])
     gpu_pods_only: bool = False  # evict only pods requesting nvidia.com/gpu
     eviction_timeout_s: float = Field(default=300.0, gt=0, le=3600)  # all pods together
     backoff_initial_s: float = Field(default=5.0, gt=0, le=300)  # after a 429, doubled
     backoff_max_s: float = Field(default=60.0, gt=0, le=600)
-    request_timeout_s: float = Field(default=15.0, gt=0, le=120)  # per API call
-
-    @model_validator(mode="after")
-    def _one_source(self) -> KubernetesConfig:
-        if self.host and (self.in_cluster or self.kubeconfig or self.context):
-            raise ValueError("host excludes in_cluster, kubeconfig and context")
-        if self.in_cluster and (self.kubeconfig or self.context):
-            raise ValueError("in_cluster excludes kubeconfig and context")
-        return self
-
-
-def make_api_client(config: KubernetesConfig) -> k8s.ApiClient:
-    """An ApiClient for the configured cluster; ValueError when its credentials cannot be
-    loaded (so a bad hook config fails at load time)."""
-    conf = k8s.Configuration()
-    if config.host:
-        conf.host = config.host
-        return k8s.ApiClient(conf)
-    try:
-        if config.in_cluster:
-            k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=conf)
-        else:
-            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=config.kubeconfig, context=config.context,
-                client_configuration=conf)
-    except (ConfigException, OSError) as exc:
-        where = "in-cluster service account" if config.in_cluster else (
-            f"kubeconfig {config.kubeconfig or '(default)'}")
-        raise ValueError(f"kubernetes hook: cannot load the {where}: {exc}") from None
-    return k8s.ApiClient(conf)
 
 
 def label_safe(text: str, limit: int = 63) -> str:
     """A valid label value: [A-Za-z0-9._-], at most 63, alphanumeric at both ends."""
     value = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:limit]
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
-
-
-def _api_error(exc: ApiException) -> str:
-    """The Status message the API server sent, else the HTTP reason."""
-    try:
-        message = json.loads(exc.body or "").get("message")
-    except (ValueError, AttributeError):
-        message = None
-    text = f"HTTP {exc.status}: {message or exc.reason or ''}".strip()
-    return text[:MAX_DETAIL]
-
-
-def _transient_status(status: int | None) -> bool:
-    return status is None or status == 429 or (status >= 500 and status != 500)
 
 
 @dataclass
@@ -136,31 +89,8 @@ class _Pending:
 
 
 @dataclass
-class _Run:
+class _Run(CallLog):
     """What one execute/release did so far."""
-
-    steps: list[Step] = field(default_factory=list)
-
-    def call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run one API call and record its Step; exceptions pass through, recorded."""
-        start = time.monotonic()
-        try:
-            result = fn()
-        except ApiException as exc:
-            self.steps.append(Step(call=what, ok=False, detail=_api_error(exc),
-                                   duration_s=time.monotonic() - start))
-            raise
-        except urllib3.exceptions.HTTPError as exc:
-            self.steps.append(Step(call=what, ok=False,
-                                   detail=f"network error: {type(exc).__name__}: {exc}"[
-                                       :MAX_DETAIL], duration_s=time.monotonic() - start))
-            raise
-        self.steps.append(Step(call=what, duration_s=time.monotonic() - start))
-        return result
-
-    def note(self, detail: str) -> None:
-        """Add what was learnt to the last call's Step."""
-        self.steps[-1] = replace(self.steps[-1], detail=detail[:MAX_DETAIL * 3])
 
     def result(self, ok: bool, detail: str, retry: bool = False,
                moved: list[str] | None = None, left: list[str] | None = None) -> HookResult:
@@ -202,8 +132,8 @@ class KubernetesHook:
         try:
             cordon = self._cordon(req, run)
         except ApiException as exc:
-            return run.result(False, f"cordon of {req.node} failed: {_api_error(exc)}",
-                              retry=_transient_status(exc.status))
+            return run.result(False, f"cordon of {req.node} failed: {api_error(exc)}",
+                              retry=transient_status(exc.status))
         except urllib3.exceptions.HTTPError as exc:
             return run.result(False, f"cordon of {req.node} failed: {exc}", retry=True)
         if cordon is not None:
@@ -216,7 +146,7 @@ class KubernetesHook:
                 _request_timeout=self.config.request_timeout_s)).items
         except ApiException as exc:
             return run.result(False, f"cordoned {req.node}, listing its pods failed: "
-                                     f"{_api_error(exc)}", retry=_transient_status(exc.status))
+                                     f"{api_error(exc)}", retry=transient_status(exc.status))
         except urllib3.exceptions.HTTPError as exc:
             return run.result(False, f"cordoned {req.node}, listing its pods failed: {exc}",
                               retry=True)
@@ -271,8 +201,8 @@ class KubernetesHook:
             except ApiException as exc:
                 if exc.status == 409:
                     continue
-                return run.result(False, f"release of {node} failed: {_api_error(exc)}",
-                                  retry=_transient_status(exc.status))
+                return run.result(False, f"release of {node} failed: {api_error(exc)}",
+                                  retry=transient_status(exc.status))
             except urllib3.exceptions.HTTPError as exc:
                 return run.result(False, f"release of {node} failed: {exc}", retry=True)
             how = "left cordoned (it was before us)" if keep_cordon else "uncordoned"
@@ -285,7 +215,7 @@ class KubernetesHook:
         try:
             current = self._read(node, run)
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
-            why = _api_error(exc) if isinstance(exc, ApiException) else str(exc)
+            why = api_error(exc) if isinstance(exc, ApiException) else str(exc)
             return NodeState(node=node, exists=True, drained_by_us=False,
                              detail=f"reading {node} failed: {why}", extra={"error": why})
         if current is None:
@@ -424,10 +354,10 @@ class KubernetesHook:
             run.call(what, lambda: self.api.create_namespaced_pod_eviction(
                 pod.name, pod.namespace, body, _request_timeout=self.config.request_timeout_s))
         except ApiException as exc:
-            pod.last = _api_error(exc)
+            pod.last = api_error(exc)
             if exc.status == 404:
                 return "moved"  # gone already
-            return "retry" if _transient_status(exc.status) else "failed"
+            return "retry" if transient_status(exc.status) else "failed"
         except urllib3.exceptions.HTTPError as exc:
             pod.last = f"network error: {exc}"[:MAX_DETAIL]
             return "retry"
