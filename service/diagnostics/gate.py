@@ -66,6 +66,7 @@ class Diagnostics:
         self._executor = executor or ThreadPoolExecutor(
             max_workers=settings.max_concurrent, thread_name_prefix="diagnostics")
         self._busy: set[str] = set()  # nodes with a round in flight in this process
+        self._rounds = 0  # rounds not yet concluded (their release or report included)
         self._lock = threading.Lock()
         self.expire(self.clock())
 
@@ -115,6 +116,7 @@ class Diagnostics:
             if drain.node in self._busy:
                 return False
             self._busy.add(drain.node)
+            self._rounds += 1
         self._note(drain, "gate_started", now, actor,
                    f"{', '.join(s.name for s in suites)} for failure class "
                    f"{failure_class(drain.summary)}")
@@ -137,7 +139,11 @@ class Diagnostics:
         finally:
             with self._lock:
                 self._busy.discard(drain.node)
-        self._conclude(drain, results)  # after: a pass's release asks the gate again
+        try:
+            self._conclude(drain, results)  # after: a pass's release asks the gate again
+        finally:
+            with self._lock:
+                self._rounds -= 1
 
     def run_suite(self, node: str, spec: SuiteSpec, purpose: Purpose, drain_id: str = "") -> Run:
         """One suite on one node, stored and published."""
@@ -203,9 +209,9 @@ class Diagnostics:
     def wait(self, timeout_s: float) -> bool:
         """Block until no round is in flight (tests, a clean shutdown); True if none is."""
         deadline = time.monotonic() + timeout_s
-        while self._busy and time.monotonic() < deadline:
+        while self._rounds and time.monotonic() < deadline:
             time.sleep(0.05)
-        return not self._busy
+        return not self._rounds
 
     def close(self) -> None:
         if isinstance(self._executor, ThreadPoolExecutor):

@@ -8,7 +8,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from collectors.diagnostics.settings import DiagnosticsSettings
+from service.diagnostics.kubernetes_site import KubernetesSiteConfig
 from service.diagnostics.local_site import LocalSiteConfig
+from service.diagnostics.offenders import OffenderSettings
 from service.diagnostics.slurm_site import SlurmSiteConfig
 
 
@@ -31,8 +33,9 @@ class DiagnosticsServiceSettings(DiagnosticsSettings):
     the tools on the nodes."""
 
     enabled: bool = False
-    site: Literal["slurm", "local"] = "slurm"
+    site: Literal["slurm", "kubernetes", "local"] = "slurm"
     slurm: SlurmSiteConfig = SlurmSiteConfig()
+    kubernetes: KubernetesSiteConfig = KubernetesSiteConfig()
     local: LocalSiteConfig = LocalSiteConfig()
     gpus_per_node: int = Field(default=8, ge=1, le=64)  # the suites' {gpus}
     # Node name pattern (fnmatch) -> GPU model, for the expected figures; none: the model the
@@ -40,6 +43,7 @@ class DiagnosticsServiceSettings(DiagnosticsSettings):
     gpu_models: dict[str, str] = Field(default_factory=dict)
     max_concurrent: int = Field(default=4, ge=1, le=256)  # nodes tested at once
     sweep: SweepSettings = SweepSettings()
+    offenders: OffenderSettings = OffenderSettings()  # when a node needs replacing instead
 
     @model_validator(mode="after")
     def _sweep_suite(self) -> DiagnosticsServiceSettings:

@@ -8,7 +8,9 @@ from collections.abc import Callable, Iterable
 
 from collectors.frames import Batch
 from service.diagnostics.gate import Diagnostics
+from service.diagnostics.kubernetes_site import KubernetesSite
 from service.diagnostics.local_site import LocalSite
+from service.diagnostics.offenders import Offenders
 from service.diagnostics.runs import RunStore
 from service.diagnostics.settings import DiagnosticsServiceSettings
 from service.diagnostics.site import Site
@@ -33,6 +35,9 @@ def build_sweeper(settings: DiagnosticsServiceSettings, diag: Diagnostics | None
 def build_site(settings: DiagnosticsServiceSettings) -> Site:
     if settings.site == "local":
         return LocalSite(settings.local, socket.gethostname().split(".")[0])
+    if settings.site == "kubernetes":
+        return KubernetesSite(settings.kubernetes.model_copy(
+            update={"gpus": settings.gpus_per_node}))
     return SlurmSite(settings.slurm)
 
 
@@ -44,6 +49,7 @@ def build_diagnostics(settings: DiagnosticsServiceSettings, db: StateTarget,
         return None
     diag = Diagnostics(settings, RunStore(db), build_site(settings),
                        audit=controller.store.append_audit, publish=publish)
+    diag.offenders = Offenders(settings.offenders, controller.store, diag.runs)
     controller.gate = diag
     diag.release = lambda node, actor, now: controller.release(node, actor, now)
     return diag

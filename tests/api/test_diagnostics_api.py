@@ -22,7 +22,7 @@ from service.api.app import create_app
 from service.api.state import Running
 from service.api.timefmt import rfc3339
 from service.diagnostics.gate import Diagnostics
-from service.diagnostics.offenders import DAY, Offenders, OffenderSettings
+from service.diagnostics.offenders import DAY
 from service.diagnostics.site import Purpose
 from service.remediation.actions import Action, ActionState, ActionStore, AuditEntry
 from service.settings import Settings
@@ -87,7 +87,8 @@ def svc(settings: Settings) -> Iterator[Svc]:
         "remediation": type(settings.remediation)(
             mode="approve", hook="command",
             hook_config={"drain": ["true"], "release": ["true"]}, breaker_max_fraction=1.0),
-        "diagnostics": type(settings.diagnostics)(enabled=True, site="local")})
+        "diagnostics": type(settings.diagnostics).model_validate(
+            {"enabled": True, "site": "local", "offenders": {"cache_s": 0}})})
     fleet, clock = Fleet({"n001": 4, "n002": 4, "n003": 4}), ManualClock(T0 + 30 * DAY)
     app = create_app(s, clock=clock, schedule=False, collectors=[FleetCollector(fleet, clock)])
     with TestClient(app) as client:
@@ -97,9 +98,7 @@ def svc(settings: Settings) -> Iterator[Svc]:
         st: Running = app.state.gpuhealth
         diag, ctl = st.pipeline.diagnostics, st.pipeline.controller
         assert diag is not None and ctl is not None
-        # What the wiring does, with the fleet's list read fresh and the service's clock.
-        diag.offenders = Offenders(OffenderSettings(cache_s=0), ctl.store, diag.runs)
-        diag.clock = clock
+        assert diag.offenders is not None and diag.clock is clock  # built by the wiring
         st.scheduler.collect_once("fleet")
         st.scheduler.score_once()
         yield Svc(client, st, clock, tokens, diag, ctl.store)

@@ -19,7 +19,7 @@ import pytest
 from collectors.diagnostics.result import Check, Status, SuiteResult, build
 from service.api.app import create_app
 from service.api.state import Running
-from service.diagnostics.offenders import DAY, Offenders, OffenderSettings
+from service.diagnostics.offenders import DAY
 from service.diagnostics.site import Purpose
 from service.remediation.actions import AuditEntry
 from service.settings import Settings, StorageSettings
@@ -58,7 +58,8 @@ def _history(st: Running) -> None:
 
 def _serve(data: Path, diagnostics: bool) -> Iterator[Service]:
     clock = ManualClock(NOW)
-    extra = {"diagnostics": {"enabled": True, "site": "local"}} if diagnostics else {}
+    extra = ({"diagnostics": {"enabled": True, "site": "local", "offenders": {"cache_s": 0}}}
+             if diagnostics else {})
     settings = Settings.model_validate({
         "storage": StorageSettings(data_dir=data),
         "remediation": {"mode": "approve", "hook": "command",
@@ -74,9 +75,7 @@ def _serve(data: Path, diagnostics: bool) -> Iterator[Service]:
         diag, ctl = st.pipeline.diagnostics, st.pipeline.controller
         if diagnostics:
             assert diag is not None and ctl is not None
-            # What the wiring does, with the fleet's list read fresh and the service's clock.
-            diag.offenders = Offenders(OffenderSettings(cache_s=0), ctl.store, diag.runs)
-            diag.clock = clock
+            assert diag.offenders is not None and diag.clock is clock  # built by the wiring
             _history(st)
         for _ in range(3):
             st.scheduler.collect_once("fleet")
@@ -113,8 +112,10 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _runs(b: Browser) -> list[dict[str, str]]:
-    return b.eval("[...document.querySelectorAll('#diagnostics tr[data-run]')].map(r => "
-                  "({status: r.dataset.status, text: r.innerText}))")
+    rows: list[dict[str, str]] = b.eval(
+        "[...document.querySelectorAll('#diagnostics tr[data-run]')].map(r => "
+        "({status: r.dataset.status, text: r.innerText}))")
+    return rows
 
 
 def test_the_node_page_lists_its_runs_and_the_offender_flag(
