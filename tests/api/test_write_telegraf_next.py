@@ -149,3 +149,24 @@ def test_a_scrape_named_only_by_the_exporters_pod_is_refused_and_counted(
     assert latest(client, "gpu-node-3:gpu2", "gpu_temp") == 62
     after = gauges(client)[("gpuhealth_samples_rejected_total", ())]
     assert after - before == 2
+
+
+def test_a_central_scraper_names_nodes_by_hostname_alone(settings: Settings,
+                                                          clock: ManualClock) -> None:
+    """`ingest.node_name_from: [Hostname]` reaches the write path: the scraper's own host is
+    no node, and a pod-named sample is refused rather than put on the scraper."""
+    s = settings.model_copy(update={"ingest": settings.ingest.model_copy(
+        update={"node_name_from": ["Hostname"]})})
+    ns = round(T0 * 1e9)
+    body = (f"prometheus,Hostname=gpu-node-7,gpu=0,host=scraper DCGM_FI_DEV_GPU_TEMP=55 {ns}\n"
+            f"prometheus,Hostname={POD},gpu=1,host=scraper DCGM_FI_DEV_GPU_TEMP=56 {ns}\n")
+    with TestClient(create_app(s, clock=clock, schedule=False)) as c:
+        r = c.post("/write", content=body)
+        assert r.status_code == 400 and [x["line"] for x in r.json()["rejections"]] == [2]
+        assert {e.key for e in _running(c).pipeline.store[Scope.GPU].entities} == {
+            "gpu-node-7:gpu0"}
+
+
+def test_the_setting_needs_a_label() -> None:
+    with pytest.raises(ValueError, match="node_name_from"):
+        Settings(ingest={"node_name_from": []})
