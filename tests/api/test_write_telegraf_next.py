@@ -169,4 +169,4 @@ def test_a_central_scraper_names_nodes_by_hostname_alone(settings: Settings,
 
 def test_the_setting_needs_a_label() -> None:
     with pytest.raises(ValueError, match="node_name_from"):
-        Settings(ingest={"node_name_from": []})
+        Settings.model_validate({"ingest": {"node_name_from": []}})
