@@ -336,10 +336,13 @@ _r(Metric("remapped_rows_failure", "bool", _S, Scope.GPU,
           telegraf=_TEL + "remapped_rows_failure", valid=_FLAG))
 
 # ---- GPU: bus, throttling, Xid ----------------------------------------------------------------
-# Telegraf's nvidia_smi input emits no throttle flag: `clocks_event_reason_*` are only XML
-# element names in its schema types, and schema v13 reports `clocks_event_reasons_counters_*`,
-# microseconds spent in each reason since the driver loaded, which are not these states
-# (docs/telegraf.md).
+# Telegraf's nvidia_smi input emits the clocks-event flags as 1/0 integer fields
+# `clocks_event_reason_<reason>` for nvidia-smi schemas v11 to v13 (influxdata/telegraf pull
+# request 19455: plugins/inputs/nvidia_smi/schema_v11, schema_v12 and schema_v13 parser.go, from
+# `clocks_throttle_reasons` or `clocks_event_reasons` alike, through common/setters.go
+# SetActiveIfUsed: "Active" 1, "Not Active" 0). Releases before it emit none. v13's
+# `clocks_event_reasons_counters_*` are microseconds spent in a reason since the driver loaded,
+# not whether it holds now: not these states (docs/telegraf.md).
 _r(Metric("pcie_replay", "replays", _C, Scope.GPU,
           "PCIe link-level replays (retries); cleared on driver reload", resets=True,
           dcgm="DCGM_FI_DEV_PCIE_REPLAY_COUNTER (202)",
@@ -350,19 +353,22 @@ _r(Metric("throttle_thermal", "bool", _S, Scope.GPU,
           dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (112) & 0x40",
           nvml="nvmlDeviceGetCurrentClocksEventReasons & nvmlClocksEventReasonHwThermalSlowdown",
           smi_xml="clocks_event_reasons/clocks_event_reason_hw_thermal_slowdown",
-          smi_query="clocks_throttle_reasons.hw_thermal_slowdown", valid=_FLAG))
+          smi_query="clocks_throttle_reasons.hw_thermal_slowdown",
+          telegraf=_TEL + "clocks_event_reason_hw_thermal_slowdown", valid=_FLAG))
 _r(Metric("throttle_power", "bool", _S, Scope.GPU,
           "SW power cap is holding clocks down",
           dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (112) & 0x4",
           nvml="nvmlDeviceGetCurrentClocksEventReasons & nvmlClocksEventReasonSwPowerCap",
           smi_xml="clocks_event_reasons/clocks_event_reason_sw_power_cap",
-          smi_query="clocks_throttle_reasons.sw_power_cap", valid=_FLAG))
+          smi_query="clocks_throttle_reasons.sw_power_cap",
+          telegraf=_TEL + "clocks_event_reason_sw_power_cap", valid=_FLAG))
 _r(Metric("throttle_hw_slowdown", "bool", _S, Scope.GPU,
           "HW slowdown is active (thermal, power brake or external signal)",
           dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (112) & 0x8",
           nvml="nvmlDeviceGetCurrentClocksEventReasons & nvmlClocksEventReasonHwSlowdown",
           smi_xml="clocks_event_reasons/clocks_event_reason_hw_slowdown",
-          smi_query="clocks_throttle_reasons.hw_slowdown", valid=_FLAG))
+          smi_query="clocks_throttle_reasons.hw_slowdown",
+          telegraf=_TEL + "clocks_event_reason_hw_slowdown", valid=_FLAG))
 _r(Metric("xid", "code", _E, Scope.GPU,
           "An Xid error reported by the driver; the value is the Xid code",
           dcgm="DCGM_FI_DEV_XID_ERRORS (230)",

@@ -9,6 +9,9 @@ Three schemas are understood, told apart by measurement name:
   each Metric.telegraf;
 - Telegraf `prometheus` scraping dcgm-exporter (collectors.telegraf_prom translates it).
 
+Which tag names the node, per source, is collectors.node_names: a Telegraf point whose only name
+is a known exporter's pod name is refused, never made a node.
+
 Node agents' `gpuhealth_collector` status points (collectors.collector_status) are not samples:
 the mapper keeps them aside for `take_reports`.
 
@@ -20,7 +23,7 @@ below.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from types import MappingProxyType
@@ -52,6 +55,7 @@ from collectors.lineprotocol import (
     precision_ns,
 )
 from collectors.lineprotocol_format import escape_key, format_number
+from collectors.node_names import DEFAULT_ORDER, pod_reason
 from collectors.schema_fastpath import FastPath
 from collectors.schema_frames import Cells, Chunk, assemble
 from collectors.telegraf_prom import translate
@@ -148,10 +152,14 @@ class SchemaMapper:
     `take_ignored`, a bounded tally (every name comes from the wire)."""
 
     def __init__(self, *, strict: bool = True, max_ignored_names: int = 1000,
-                 max_entities: int = MAX_ENTITIES) -> None:
+                 max_entities: int = MAX_ENTITIES,
+                 node_name_from: Sequence[str] = DEFAULT_ORDER) -> None:
         """`max_entities`: entities remembered (names come from the wire); past it every
-        table and layout is relearned from scratch, which costs one slower parse."""
+        table and layout is relearned from scratch, which costs one slower parse.
+        `node_name_from`: the labels that name a Telegraf-scraped dcgm-exporter sample's node,
+        first first (`ingest.node_name_from`)."""
         self.strict = strict
+        self.node_name_from = tuple(node_name_from)
         self.max_entities = max_entities
         self._ignored = IgnoredNames(max_ignored_names)
         self._last_xid: dict[tuple[str, str], int] = {}  # Telegraf-scraped DCGM Xid baselines
@@ -246,10 +254,10 @@ class SchemaMapper:
         taken whole into a frame."""
         reject = batch.rejected.append
         specs = _SPECS
-        def refuse(p: Point, reason: str, name: str) -> None:
+        def refuse(p: Point, reason: str, name: str | None) -> None:
             reject(_rejection(p, reason, None, name))
 
-        for p in translate(points, self._last_xid, refuse):
+        for p in translate(points, self._last_xid, refuse, self.node_name_from):
             spec = specs.get(p.measurement)
             if spec is None:
                 if p.measurement == collector_status.MEASUREMENT:
@@ -393,6 +401,11 @@ class SchemaMapper:
                     v = str(int(v))
             else:
                 why = name_problem(v, "value")
+                if why is None and name == "host" and spec.measurement in _TELEGRAF:
+                    # Telegraf's host is its own pod name where `[agent] hostname` is unset.
+                    pod = pod_reason(name, v)
+                    if pod is not None:
+                        raise _Bad(pod)
             if why is not None:
                 raise _Bad(f"tag {name!r}: {why}")
             parts.append(v)

@@ -6,23 +6,29 @@ one `prometheus` measurement (metric_version 2: `prometheus,gpu=0 DCGM_FI_DEV_GP
 Both become `gpu` / `nvlink` points here. DCGM_FI_DEV_XID_ERRORS holds the last Xid's code on
 every scrape, so it becomes an `xid` event only when it changes to a new non-zero code (the
 first value seen for a GPU is a baseline, as the dcgm-exporter collector's XidTracker does).
+
+The node is named by the first label of `order` (`ingest.node_name_from`; Telegraf's `host`,
+then dcgm-exporter's `Hostname`) whose value is not a known exporter's pod name
+(collectors.node_names); a point with only a pod name is refused with the reason, once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cache
 from typing import TYPE_CHECKING
 
 from collectors.catalog import Scope
 from collectors.lineprotocol import FieldValue, Point
+from collectors.node_names import DEFAULT_ORDER, pick
 
 if TYPE_CHECKING:
     from collectors.dcgm.fields import FieldMap
 
-Refuse = Callable[[Point, str, str], None]
+Refuse = Callable[[Point, str, str | None], None]
 _VALUE_FIELDS = ("gauge", "counter", "value", "untyped")
 _XID = "DCGM_FI_DEV_XID_ERRORS"
+_PREFIX = "DCGM_FI_"
 
 
 @cache
@@ -34,19 +40,13 @@ def _fields() -> FieldMap:
 
 
 def is_prometheus(p: Point) -> bool:
-    return p.measurement.startswith("DCGM_FI_") or p.measurement == "prometheus"
+    return p.measurement.startswith(_PREFIX) or p.measurement == "prometheus"
 
 
-def _host(tags: dict[str, str]) -> str | None:
-    # dcgm-exporter's own Hostname label names the GPU node; Telegraf's host tag names wherever
-    # Telegraf ran, which for a central scraper is not the GPU's node.
-    return tags.get("Hostname") or tags.get("hostname") or tags.get("host")
-
-
-def _one(name: str, value: FieldValue, p: Point, last_xid: dict[tuple[str, str], int],
+def _one(name: str, value: FieldValue, p: Point, host: str, last_xid: dict[tuple[str, str], int],
          refuse: Refuse | None) -> Iterator[Point]:
-    host, gpu = _host(p.tags), p.tags.get("gpu")
-    if host is None or gpu is None:
+    gpu = p.tags.get("gpu")
+    if gpu is None:
         return
     if isinstance(value, bool | str):
         # A Prometheus sample is a number: a boolean (`true` would read as 1, one DBE) or a
@@ -79,19 +79,30 @@ def _one(name: str, value: FieldValue, p: Point, last_xid: dict[tuple[str, str],
 
 
 def translate(points: Iterable[Point], last_xid: dict[tuple[str, str], int],
-              refuse: Refuse | None = None) -> Iterator[Point]:
+              refuse: Refuse | None = None,
+              order: Sequence[str] = DEFAULT_ORDER) -> Iterator[Point]:
     """Our-schema points for Telegraf prometheus points; every other point passes through.
     DCGM fields the catalog has no home for are dropped, as the dcgm-exporter collector does.
     `last_xid` is the caller's memory of each GPU's last Xid value between calls; `refuse`
-    hears of each value of a field we read that is not a number (point, reason, field)."""
+    hears of each value of a field we read that is not a number, and of each point whose only
+    node name is a pod name (point, reason, field); `order` is the labels that may name the
+    node, first first."""
     for p in points:
         if not is_prometheus(p):
             yield p
-        elif p.measurement == "prometheus":
+            continue
+        if p.measurement == "prometheus" and not any(k.startswith(_PREFIX) for k in p.fields):
+            continue  # another exporter's page: nothing of ours, whatever names it
+        host, why = pick(p.tags, order)
+        if host is None:
+            if why is not None and refuse is not None:
+                refuse(p, why, None)
+            continue
+        if p.measurement == "prometheus":
             for name, value in p.fields.items():
-                if name.startswith("DCGM_FI_"):
-                    yield from _one(name, value, p, last_xid, refuse)
+                if name.startswith(_PREFIX):
+                    yield from _one(name, value, p, host, last_xid, refuse)
         else:
             found = next((p.fields[f] for f in _VALUE_FIELDS if f in p.fields), None)
             if found is not None:
-                yield from _one(p.measurement, found, p, last_xid, refuse)
+                yield from _one(p.measurement, found, p, host, last_xid, refuse)

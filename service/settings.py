@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from collectors.node_names import DEFAULT_ORDER
 from models.detectors.chassis import ChassisRuleConfig
 from models.detectors.dynamic import DynamicConfig
 from models.detectors.hard import HardRuleConfig
@@ -169,6 +170,12 @@ class IngestSettings(BaseModel):
     # levels off; 20 ms merged five, whose ingest cost about 1.6x as much per request
     # (docs/design.md, "Agent ingest").
     coalesce_ms: float = Field(default=50.0, ge=0, le=1000)
+    # The labels that name the node of a dcgm-exporter sample Telegraf's prometheus input
+    # scraped, first first; a value that is a known exporter's pod name is passed over
+    # (collectors/node_names.py). A central Telegraf scraping many nodes' exporters puts
+    # `Hostname` first; its own `host` would make every GPU the scraper's.
+    node_name_from: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=lambda: list(DEFAULT_ORDER), min_length=1)
 
     def limits(self) -> EntityLimits:
         # With write tokens every writer is a known sender: its new entities are taken in

@@ -51,7 +51,8 @@ class XidTracker:
 class DcgmExporterCollector:
     """Scrapes `url` (e.g. http://node:9400/metrics) once per collect().
 
-    `host` names the node in the emitted entities; None takes dcgm-exporter's `Hostname` label.
+    `host` names the node in the emitted entities; None takes dcgm-exporter's `Hostname` label,
+    unless that is a pod name (collectors.node_names), whose samples are refused.
     `client` and `clock` are injectable so tests drive them; the default client is created here
     and owned by the collector (close() releases it)."""
 

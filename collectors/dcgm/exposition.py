@@ -10,6 +10,10 @@ Xid. It is passed on as an `xid` point carrying that last value; DcgmExporterCol
 value between scrapes and turns a change into an event. Used on its own, the parser's `xid`
 points are readings, not events.
 
+The node is the collector's `host` when set, else the sample's `Hostname` label unless that is a
+known exporter's pod name (collectors.node_names: under the GPU operator without NODE_NAME,
+dcgm-exporter's own pod): such samples are refused, one rejection per pod name and page.
+
 The page is read line by line (promtext): a bad line is refused with its line number and costs
 only its own sample, so a page cut in its last sample still gives every sample before it.
 """
@@ -26,6 +30,7 @@ from collectors.dcgm.fields import FIELDS, FieldMap
 from collectors.dcgm.promtext import read_samples
 from collectors.frames import Rejection
 from collectors.lineprotocol import FieldValue, Point
+from collectors.node_names import pod_reason
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +71,23 @@ def parse_exposition(
     st = stats if stats is not None else ParseStats()
     refused: list[Rejection] = []
     points: dict[_Key, Point] = {}
+    pods: dict[str, tuple[int, int]] = {}  # refusal reason -> first line, samples
     read = 0
     for sample in read_samples(text, refused):
         read += 1
         if not sample.name.startswith(_PREFIX):
             continue
         st.samples += 1
+        named = sample.labels.get("Hostname")
+        why = None if host is not None or not named else pod_reason("Hostname", named)
+        if why is not None:
+            first, n = pods.get(why, (sample.line, 0))
+            pods[why] = (first, n + 1)
+            st.skipped["named by a pod name, not a node"] += 1
+            continue
         _one(points, st, fields, sample.name, sample.labels, sample.value, host, ts_ns)
+    for why, (first, n) in pods.items():
+        refused.append(Rejection(f"{why} ({n} sample{'s' if n > 1 else ''} refused)", first))
     if refused and not read:
         raise ExpositionError(f"not Prometheus text exposition: {refused[0]}")
     if refused:

@@ -177,7 +177,7 @@ class ShardRoute:
                 data = got.data
             owners = Owners(lambda h: smap.owner(h).id, smap.local.id)
             if not arrow:
-                return split_lines(data, owners)
+                return split_lines(data, owners, tuple(st.settings.ingest.node_name_from))
             if self._arrow is None:
                 self._arrow = ArrowSplitter(st.settings.ingest.max_lines_per_request)
             return self._arrow.split(data, owners)

@@ -1,7 +1,8 @@
 """A write body split by the shard that owns each of its nodes (service.cluster.shard_map).
 
 Line protocol is split line by line on the node's tag, as the schema mapper reads it
-(`Hostname`, then `hostname`, then `host`: collectors.telegraf_prom and collectors.schema),
+(`ingest.node_name_from`, by default `host` then `Hostname`, an exporter's pod name never:
+collectors.node_names),
 and each part keeps its lines as they came: their timestamps in the request's precision,
 their order, their text; so a part is answered by its owner exactly as the whole would be
 for those lines. A line without a valid node name stays with this shard, whose parser
@@ -26,13 +27,13 @@ import numpy as np
 
 from collectors.collector_status import CollectorReport
 from collectors.frames import Batch, Entity
+from collectors.node_names import DEFAULT_ORDER, pick
 
 # The key of a line (measurement and tags): everything up to its first unescaped space.
 _HEAD = re.compile(rb"(?:[^ \\\n]|\\.)*")
-# A node tag in a key: the value ends at the next ',' or the key's end; a valid host name
-# holds no escapes, so a value with a backslash is never a node this map can place.
-_NODE_TAG = re.compile(rb"(?<!\\),(Hostname|hostname|host)=([^,\\]*)(?=,|$)")
-_TAG_ORDER = (b"Hostname", b"hostname", b"host")
+# A tag in a key: the value ends at the next ',' or the key's end; a valid host name holds no
+# escapes, so a value with a backslash is never a node this map can place.
+_TAG = re.compile(rb"(?<!\\),([^=,\\]+)=([^,\\]*)(?=,|$)")
 GZIP_LEVEL = 1  # forwarded parts: fast, the loopback or LAN hop is short
 
 
@@ -63,30 +64,28 @@ class Owners:
         return got
 
 
-def line_node(line: bytes) -> str | None:
-    """The node a line-protocol line names, or None (a comment, a blank line, no node tag)."""
+def line_node(line: bytes, order: tuple[str, ...] = DEFAULT_ORDER) -> str | None:
+    """The node a line-protocol line names by the labels of `order`, or None (a comment, a
+    blank line, no node tag, only an exporter's pod name)."""
     head = _HEAD.match(line)
     if head is None or not head.group() or line.startswith(b"#"):
         return None
-    tags: dict[bytes, bytes] = {m.group(1): m.group(2)
-                                for m in _NODE_TAG.finditer(head.group())}
-    for name in _TAG_ORDER:
-        if name in tags:
-            try:
-                return tags[name].decode("utf-8")
-            except UnicodeDecodeError:
-                return None
-    return None
+    try:
+        tags = {m.group(1).decode(): m.group(2).decode() for m in _TAG.finditer(head.group())}
+    except UnicodeDecodeError:
+        return None
+    return pick(tags, order)[0]
 
 
-def split_lines(data: bytes, owners: Owners) -> Parts:
-    """Line protocol by owner; a line naming no node stays local."""
+def split_lines(data: bytes, owners: Owners, order: tuple[str, ...] = DEFAULT_ORDER) -> Parts:
+    """Line protocol by owner (the node named by the labels of `order`); a line naming no node
+    stays local."""
     by: dict[str, list[bytes]] = {}
     parts = Parts()
     for line in data.split(b"\n"):
         if not line.strip():
             continue
-        node = line_node(line)
+        node = line_node(line, order)
         sid = owners.local if node is None else owners(node)
         by.setdefault(sid, []).append(line)
         if node is not None:

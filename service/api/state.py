@@ -47,6 +47,8 @@ class Running:
     remote: RemoteCollectors = field(init=False)
 
     def __post_init__(self) -> None:
+        for mapper in self.mappers.values():  # which label names a scraped sample's node
+            mapper.node_name_from = tuple(self.settings.ingest.node_name_from)
         self.remote = RemoteCollectors(
             STALE_AFTER_ROUNDS * self.settings.service.collect_interval_s)
         self.metrics.track_remote(self.remote_statuses)

@@ -321,7 +321,7 @@ def test_hostile_entity_names_are_refused_by_line_and_tag_and_the_rest_kept(
     lines = [f"{line} {NS}" for line, _, _ in HOSTILE]
     lines.insert(3, f"gpu,host=gpu-c01.cluster.local,gpu=0 gpu_temp=58 {NS}")
     lines.append(f"gpuhealth_collector,collector=nvml,host=--all up=1i {NS}")
-    lines.append(f"DCGM_FI_DEV_GPU_TEMP,Hostname=gpu[1-4],gpu=0,host=scraper gauge=41 {NS}")
+    lines.append(f"DCGM_FI_DEV_GPU_TEMP,Hostname=n1,gpu=0,host=gpu[1-4] gauge=41 {NS}")
     r = client.post("/write", content="\n".join(lines))
     assert r.status_code == 400
     err = r.json()
@@ -397,8 +397,11 @@ def test_the_catalog_maps_only_names_telegraf_emits(template: str, version: str)
     and what each version carries decides which rules Telegraf can feed (docs/telegraf.md)."""
     mapped = _catalog_telegraf("nvidia_smi")
     v13 = _fields(V13.format(**_SAMPLE, ts=NS))
-    assert set(mapped) <= v13 | {"retired_pages_multiple_single_bit",
-                                 "retired_pages_double_bit"}
+    # The next release's clocks-event flags (tests/api/test_write_telegraf_next.py).
+    flags = {f"clocks_event_reason_{r}" for r in ("hw_thermal_slowdown", "sw_power_cap",
+                                                   "hw_slowdown")}
+    assert set(mapped) <= v13 | flags | {"retired_pages_multiple_single_bit",
+                                         "retired_pages_double_bit"}
     fields = _fields(template.format(**_SAMPLE, ts=NS))
     got = {mapped[f] for f in fields if f in mapped}
     expected: dict[str, set[str]] = {
@@ -413,7 +416,8 @@ def test_the_catalog_maps_only_names_telegraf_emits(template: str, version: str)
                 "ecc_dbe_aggregate", "ecc_sram_correctable"},
     }
     assert got == expected[version]
-    assert not any(m.telegraf for m in CATALOG if m.name.startswith("throttle_"))
+    assert {m.name for m in CATALOG if m.telegraf in {"nvidia_smi." + f for f in flags}} == {
+        "throttle_thermal", "throttle_power", "throttle_hw_slowdown"}
 
 
 _SAMPLE: dict[str, Any] = {"gpu": 0, "sm": 1410, "power": 400.5, "remap": 0, "pending": "No",

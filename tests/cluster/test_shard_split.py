@@ -13,7 +13,12 @@ from service.cluster.shard_map import Shard, ShardMap
 @pytest.mark.parametrize("line,node", [
     (b"gpu,host=n1,gpu=0 gpu_temp=40 1", "n1"),
     (b"gpu,gpu=0,host=n1 gpu_temp=40", "n1"),
-    (b"nvidia_smi,index=0,host=relay,Hostname=n7 temp=1", "n7"),  # dcgm's own label first
+    (b"nvidia_smi,index=0,host=n7,Hostname=n8 temp=1", "n7"),  # Telegraf's host first
+    (b"DCGM_FI_DEV_GPU_TEMP,Hostname=n8,gpu=0 gauge=1", "n8"),  # then dcgm-exporter's
+    # an exporter's pod is no node: the line stays here, where the parser refuses it
+    (b"prometheus,Hostname=nvidia-dcgm-exporter-7x2kq,gpu=0 DCGM_FI_DEV_GPU_TEMP=1", None),
+    (b"prometheus,Hostname=nvidia-dcgm-exporter-7x2kq,gpu=0,host=n7 DCGM_FI_DEV_GPU_TEMP=1",
+     "n7"),
     (b"gpu,host=n1", "n1"),
     (b"gpu,xhost=n1,gpu=0 f=1", None),
     (b"gpu\\,host=n1,gpu=0 f=1", None),  # an escaped comma: part of the measurement

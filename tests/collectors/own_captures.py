@@ -16,6 +16,11 @@ SMI_TEXT = CAPTURES / "nvidia-smi" / "query-a100x2.txt"  # nvidia-smi -q, 2x A10
 SMI_XML = CAPTURES / "nvidia-smi" / "query-x-h100x2-v12.xml"  # nvidia-smi -q -x, DTD v12
 SMI_NVLINK = CAPTURES / "nvidia-smi" / "nvlink-status-h100x2.txt"  # nvidia-smi nvlink --status
 DCGM_PAGE = CAPTURES / "dcgm-exporter" / "metrics-h100x2.txt"  # curl :9400/metrics
+# One flush of Telegraf's next release (influxdata/telegraf pull requests 19407 and 19455) from a
+# GPU node: nvidia_smi in the schema v12 parser's shape with the clocks-event flags and HBM
+# temperatures, and its prometheus input (metric_version 2) scraping the GPU operator's
+# dcgm-exporter, whose Hostname is its pod name. InfluxDB line protocol as Telegraf writes it.
+TELEGRAF_NEXT_FLUSH = CAPTURES / "telegraf" / "flush-nvidia-smi-v12-next.lp"
 IB_TTAR = CAPTURES / "infiniband" / "ib-sysfs-2hca.ttar"  # /sys/class/infiniband as ttar
 IB_TTAR_ROOT = Path("sys", "class", "infiniband")  # where the tree sits in the archive
 IB_ROCE_TTAR = CAPTURES / "infiniband" / "ib-sysfs-roce-gids.ttar"  # RoCE GID tables, iWARP

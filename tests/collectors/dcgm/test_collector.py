@@ -1,5 +1,6 @@
 """DcgmExporterCollector against real HTTP servers on loopback: the real L4 page, a 500, a server
-that hangs past the timeout, a closed port, and a page that changes between scrapes."""
+that hangs past the timeout, a closed port, a page that changes between scrapes, and the node
+named by the page's Hostname unless that is the exporter's own pod name."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collectors.base import Collector
 from collectors.catalog import Scope
 from collectors.dcgm import DcgmExporterCollector
 from tests.collectors.dcgm.pages import L4, exposition, needs_pages
+from tests.collectors.own_captures import DCGM_PAGE, read
 
 Respond = Callable[[BaseHTTPRequestHandler], None]
 
@@ -137,3 +139,42 @@ def test_xid_event_only_when_the_last_xid_changes() -> None:
             events.append([(k, v) for k, v in zip(b.events.keys, b.events.values, strict=True)])
     # 13 is the baseline seen at start; 79 and 48 are new; a reset to 0 is no Xid.
     assert events == [[], [], [("n9:gpu3", 79.0)], [], [], [("n9:gpu3", 48.0)]]
+
+
+def test_the_node_is_the_pages_hostname_when_it_names_a_node() -> None:
+    """dcgm-exporter scraped directly with NODE_NAME set: its Hostname is the node."""
+    with serve(page(read(DCGM_PAGE))) as url:
+        c = DcgmExporterCollector(url, clock=lambda: 1_700_000_000_000_000_000)
+        batch = c.collect()
+        c.close()
+    assert c.status.up and not batch.rejected
+    gpu = batch.frames[Scope.GPU]
+    assert sorted({e.key for e in gpu.entities}) == ["gpu-node-b07:gpu0", "gpu-node-b07:gpu1"]
+
+
+def test_a_page_named_by_the_exporters_pod_is_refused_unless_the_collector_names_the_node(
+        ) -> None:
+    """Under the GPU operator without NODE_NAME, Hostname is the exporter's own pod: no node
+    of that name is made; one refusal per page says why. The collector's `host` option names
+    the node instead."""
+    body = read(DCGM_PAGE).replace('Hostname="gpu-node-b07"',
+                                   'Hostname="nvidia-dcgm-exporter-7x2kq"')
+    with serve(page(body)) as url:
+        c = DcgmExporterCollector(url)
+        batch = c.collect()
+        named = DcgmExporterCollector(url, host="gpu-node-b07")
+        kept = named.collect()
+        c.close()
+        named.close()
+    assert batch.frames == {} and batch.samples == 0
+    assert len(batch.rejected) == 1
+    why = batch.rejected[0]
+    assert why.reason.startswith("Hostname=nvidia-dcgm-exporter-7x2kq is a pod name of the "
+                                 "nvidia-dcgm-exporter DaemonSet, not a node name")
+    assert why.reason.endswith("(40 samples refused)")
+    assert why.line == next(i for i, line in enumerate(body.splitlines(), 1)
+                            if line.startswith("DCGM_FI"))
+    assert c.last_stats.skipped["named by a pod name, not a node"] == 40
+    assert not kept.rejected
+    assert sorted({e.key for e in kept.frames[Scope.GPU].entities}) == [
+        "gpu-node-b07:gpu0", "gpu-node-b07:gpu1"]
