@@ -22,11 +22,16 @@ from service.api.timefmt import stamp_fields
 from service.api.views import node_detail
 from service.diagnostics.gate import Diagnostics
 from service.diagnostics.offenders import Offenders, Record
-from service.errors import NotFound, ServiceUnavailable
+from service.errors import NotFound, ServiceUnavailable, Unprocessable
 
 router = APIRouter()
 _OFF = problem_responses(503, description="Diagnostics (or their repeat-offender record) are "
                          "off")
+
+
+class RunIn(BaseModel):
+    suite: str = Field(min_length=1, max_length=63, description="a suite of the diagnostics "
+                       "settings (diagnostics.suites)")
 
 
 class ReplacedIn(BaseModel):
@@ -124,3 +129,25 @@ async def node_replaced(st: State, node: str, body: ReplacedIn,
         return {**_record(rec, off), "was_flagged": was.flagged,
                 "was_why": was.why or None}
     return await idem.run(run)
+
+
+@router.post("/v1/nodes/{node}/diagnostics", tags=["remediation"], status_code=202,
+             responses=MUTATING_RESPONSES | _OFF
+             | problem_responses(404, description="Unknown node")
+             | problem_responses(409, description="A run is in flight on the node")
+             | problem_responses(422, description="Unknown suite"),
+             summary="Run a suite on a node now (in the background; never while a job runs "
+                     "there: the run then ends as an error saying so); audited")
+async def run_diagnostic(st: State, node: str, body: RunIn,
+                         idem: IdempotentOperate) -> Response:
+    def run() -> dict[str, Any]:
+        diag = _diagnostics(st)
+        if body.suite not in diag.settings.suites:
+            raise Unprocessable(f"unknown suite {body.suite!r} (known: "
+                                f"{', '.join(sorted(diag.settings.suites))})")
+        if node_detail(st.pipeline, node) is None and not diag.runs.for_node(node, 1):
+            raise NotFound(f"node {node!r} is not known: no sample and no run has named it")
+        # ActionConflict (a run in flight) answers 409 itself.
+        started = diag.start_manual(node, body.suite, idem.principal.name, st.clock())
+        return {"node": node, "suite": body.suite, "detail": started}
+    return await idem.run(run, status_code=202)

@@ -123,6 +123,31 @@ class Diagnostics:
         self._executor.submit(self._round, drain, suites)
         return True
 
+    def start_manual(self, node: str, suite: str, actor: str, now: float) -> str:
+        """An operator's run of one suite on a node, in the background (the site still
+        refuses a node with a job on it). Returns what started; KeyError for an unknown suite,
+        ActionConflict while the node has a run in flight here."""
+        spec = self.settings.suites[suite]
+        with self._lock:
+            if node in self._busy:
+                raise ActionConflict(f"{node} has a diagnostic run in flight; wait for it")
+            self._busy.add(node)
+            self._rounds += 1
+        self.audit(AuditEntry(at=now, actor=actor, event="manual_started", node=node,
+                              result=f"{suite} asked for by {actor}"))
+        self._executor.submit(self._manual, node, spec)
+        return f"started {suite} on {node} ({self.site.name})"
+
+    def _manual(self, node: str, spec: SuiteSpec) -> None:
+        try:
+            self.run_suite(node, spec, Purpose.MANUAL)
+        except Exception:
+            log.exception("the manual run of %s on %s failed", spec.name, node)
+        finally:
+            with self._lock:
+                self._busy.discard(node)
+                self._rounds -= 1
+
     def _round(self, drain: Action, suites: list[SuiteSpec]) -> None:
         results: list[SuiteResult] = []
         try:

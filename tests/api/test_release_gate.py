@@ -77,3 +77,26 @@ def test_a_release_waits_for_the_gate_and_a_skip_is_audited(svc: Svc) -> None:
     audit = svc.st.pipeline.controller.store.audit(node="n001", limit=100)  # type: ignore
     skipped = [e for e in audit if e.event == "gate_skipped"]
     assert [(e.actor, e.result) for e in skipped] == [("operate", "DIMM and GPU replaced")]
+
+
+@pytest.mark.slow
+def test_an_operator_runs_a_suite_by_hand(svc: Svc) -> None:
+    diag = svc.st.pipeline.diagnostics
+    assert diag is not None
+    svc.call("POST", "/v1/nodes/n001/diagnostics", "read", status=403, json={"suite": "dcgm_r3"})
+    svc.call("POST", "/v1/nodes/n001/diagnostics", status=422, json={"suite": "nope"})
+    svc.call("POST", "/v1/nodes/nowhere/diagnostics", status=404, json={"suite": "dcgm_r3"})
+    got = svc.call("POST", "/v1/nodes/n001/diagnostics", status=202, json={"suite": "dcgm_r3"})
+    assert got["detail"] == "started dcgm_r3 on n001 (local)"
+    assert diag.wait(60)
+    # n002 is not this local site's host: the run says so, as an error, never a pass.
+    svc.call("POST", "/v1/nodes/n002/diagnostics", status=202, json={"suite": "dcgm_r3"})
+    assert diag.wait(60)
+    runs = {n: svc.call("GET", f"/v1/nodes/{n}/diagnostics", "read")["runs"]
+            for n in ("n001", "n002")}
+    assert [(r["purpose"], r["status"]) for r in runs["n001"]] == [("manual", "fail")]
+    assert [(r["purpose"], r["status"]) for r in runs["n002"]] == [("manual", "error")]
+    assert "runs on n001 only" in runs["n002"][0]["result"]["error"]
+    audit = svc.st.pipeline.controller.store.audit(node="n001", limit=100)  # type: ignore
+    assert [(e.event, e.actor) for e in audit if e.event.startswith("manual_")] == [
+        ("manual_started", "operate"), ("manual_fail", "gate")]
