@@ -6,6 +6,12 @@ the calls the hook makes, with the real wire format:
 * PATCH /api/v1/nodes/{name}  (strategic-merge patch, simplified: maps merge, null deletes a
   key, lists are replaced whole, which is what the API does for node taints; a
   metadata.resourceVersion in the patch must match or the answer is 409 Conflict)
+* PATCH /api/v1/nodes/{name}/status  (only `status` is applied, as the status subresource
+  does; a strategic-merge patch merges `status.conditions` by `type`, its patchMergeKey, so
+  other conditions stay, while a merge-patch replaces the list whole, as RFC 7386 says)
+* POST  /api/v1/namespaces/{ns}/events  (core/v1 Event: kind, involvedObject kind and name,
+  reason and a name or generateName required; an object without a namespace must have its
+  Events in "default", the API's legacy Event validation; stored in `events`, named)
 * GET   /api/v1/pods?fieldSelector=spec.nodeName=<name>
 * POST  /api/v1/namespaces/{ns}/pods/{name}/eviction  (answers from a per-pod script, e.g.
   429, 429, 201; an accepted eviction removes the pod)
@@ -90,6 +96,42 @@ def merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
             target[key] = copy.deepcopy(value)
 
 
+def merge_status(target: dict[str, Any], patch: dict[str, Any], strategic: bool) -> None:
+    """A nodes/status patch: NodeStatus.conditions is a list merged by `type` under a
+    strategic-merge patch (patchStrategy=merge, patchMergeKey=type); anything else as merge."""
+    conditions = patch.get("conditions")
+    if not strategic or not isinstance(conditions, list):
+        merge(target, patch)
+        return
+    merge(target, {k: v for k, v in patch.items() if k != "conditions"})
+    current: list[dict[str, Any]] = target.setdefault("conditions", [])
+    for entry in conditions:
+        found = next((c for c in current if c.get("type") == entry.get("type")), None)
+        if found is None:
+            current.append(copy.deepcopy(entry))
+        else:
+            merge(found, entry)
+
+
+def event_problem(namespace: str, event: Any) -> str | None:
+    """Why the API would refuse to create this core/v1 Event, or None."""
+    if not isinstance(event, dict) or event.get("kind", "Event") != "Event":
+        return "not an Event"
+    meta = event.get("metadata") or {}
+    if not (meta.get("name") or meta.get("generateName")):
+        return "metadata.name: Required value: name or generateName is required"
+    if meta.get("namespace", namespace) != namespace:
+        return "the namespace of the provided object does not match the namespace sent"
+    involved = event.get("involvedObject") or {}
+    if not involved.get("kind") or not involved.get("name"):
+        return "involvedObject: Required value"
+    if not involved.get("namespace") and namespace != "default":
+        return "involvedObject.namespace: Invalid value: does not match event.namespace"
+    if not event.get("reason"):
+        return "reason: Required value"
+    return None
+
+
 class FakeKubeApi:
     """A FAKE API server (see the module docstring). Use as a context manager; `url` is the
     host to give the hook."""
@@ -103,6 +145,7 @@ class FakeKubeApi:
         # writer racing the hook between its read and its patch.
         self.after_node_read: dict[str, Callable[[dict[str, Any]], None]] = {}
         self.requests: list[Recorded] = []
+        self.events: list[dict[str, Any]] = []  # created Events, as stored
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.job_runs: dict[str, JobRun] = {}  # node -> how a Job pinned there runs
         self.logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> its log
@@ -138,7 +181,8 @@ class FakeKubeApi:
     def add_node(self, name: str, *, unschedulable: bool = False,
                  taints: list[dict[str, Any]] | None = None,
                  labels: dict[str, str] | None = None,
-                 annotations: dict[str, str] | None = None) -> None:
+                 annotations: dict[str, str] | None = None,
+                 conditions: list[dict[str, Any]] | None = None) -> None:
         spec: dict[str, Any] = {}
         if unschedulable:
             spec["unschedulable"] = True
@@ -151,6 +195,8 @@ class FakeKubeApi:
                              "labels": {"kubernetes.io/hostname": name, **(labels or {})},
                              "annotations": dict(annotations or {})},
                 "spec": spec, "status": {"phase": "Running"}}
+            if conditions:
+                self.nodes[name]["status"]["conditions"] = copy.deepcopy(conditions)
 
     def add_pod(self, namespace: str, name: str, node: str, *, owner_kind: str | None = None,
                 mirror: bool = False, phase: str = "Running", gpus: int = 0,
@@ -417,6 +463,9 @@ class FakeKubeApi:
                 path, _, body = self._record()
                 if self._forced(path):
                     return
+                if status := re.fullmatch(r"/api/v1/nodes/([^/]+)/status", path):
+                    self._patch_status(status.group(1), body)
+                    return
                 m = re.fullmatch(r"/api/v1/nodes/([^/]+)", path)
                 if m is None or not isinstance(body, dict):
                     self._send(400, status_body(400, "BadRequest", "bad patch"))
@@ -441,6 +490,47 @@ class FakeKubeApi:
                             node["metadata"]["resourceVersion"] = api._rv()
                             code, answer = 200, copy.deepcopy(node)
                 self._send(code, answer)
+
+            def _patch_status(self, name: str, body: Any) -> None:
+                ctype = self.headers.get("Content-Type", "")
+                if ctype not in ("application/strategic-merge-patch+json",
+                                 "application/merge-patch+json"):
+                    self._send(415, status_body(415, "UnsupportedMediaType", ctype))
+                    return
+                if not isinstance(body, dict) or not isinstance(body.get("status"), dict):
+                    self._send(400, status_body(400, "BadRequest", "bad patch"))
+                    return
+                with api.lock:
+                    node = api.nodes.get(name)
+                    if node is None:
+                        code, answer = 404, status_body(404, "NotFound",
+                                                        f'nodes "{name}" not found')
+                    else:
+                        want = (body.get("metadata") or {}).get("resourceVersion")
+                        if want is not None and want != node["metadata"]["resourceVersion"]:
+                            code, answer = 409, status_body(409, "Conflict",
+                                                            "the object has been modified")
+                        else:
+                            merge_status(node.setdefault("status", {}), body["status"],
+                                         ctype == "application/strategic-merge-patch+json")
+                            node["metadata"]["resourceVersion"] = api._rv()
+                            code, answer = 200, copy.deepcopy(node)
+                self._send(code, answer)
+
+            def _create_event(self, namespace: str, body: Any) -> None:
+                why = event_problem(namespace, body)
+                if why is not None:
+                    self._send(422, status_body(422, "Invalid", why))
+                    return
+                with api.lock:
+                    event = copy.deepcopy(body)
+                    meta = event.setdefault("metadata", {})
+                    number = len(api.events) + 1
+                    meta.setdefault("name", f"{meta.get('generateName', '')}{number:05x}")
+                    meta.update(namespace=namespace, uid=f"uid-event-{number}",
+                                resourceVersion=api._rv())
+                    api.events.append(event)
+                self._send(201, copy.deepcopy(event))
 
             def _create_job(self, namespace: str, body: Any) -> None:
                 meta = (body or {}).get("metadata") or {}
@@ -468,6 +558,9 @@ class FakeKubeApi:
                     return
                 if m := re.fullmatch(r"/apis/batch/v1/namespaces/([^/]+)/jobs", path):
                     self._create_job(m.group(1), body)
+                    return
+                if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/events", path):
+                    self._create_event(m.group(1), body)
                     return
                 m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction", path)
                 if m is None:

@@ -10,14 +10,32 @@ before us (then release leaves it cordoned). Node taints are a list the API repl
 a patch, so every patch carries the resourceVersion it was computed from and is redone on a
 409 Conflict rather than dropping someone else's taint.
 
+Why, where every tool looks: each drain sets the Node condition `GpuHealthRisk` (status True,
+reason `GpuFailureRisk`, the alert's summary as message) and each action writes a core/v1
+Event on the Node (Cordoned, PodsEvicted or EvictionIncomplete, Released), so `kubectl
+describe node`, node-problem-detector-aware tools and the cluster autoscaler see it. As
+node-problem-detector does (pkg/exporters/k8sexporter/problemclient/problem_client.go,
+SetConditions): a strategic-merge PATCH of `{"status": {"conditions": [...]}}` on the
+nodes/status subresource, which merges the list by `type` so the kubelet's and other
+detectors' conditions stay, with no resourceVersion (the kubelet writes status every few
+seconds; a merge by type needs no lock). A release sets the condition to False with reason
+`Released` rather than deleting it, as NPD's monitors flip a resolved condition back to
+False (pkg/custompluginmonitor/custom_plugin_monitor.go, generateStatus). Node Events follow
+the kubelet's and NPD's reference (involvedObject uid = the node name, namespace "default",
+which is where `kubectl describe node` finds them). Both are best effort: a refused write is
+a failed Step and a note in the result, never a failed drain (the cordon and the taint are
+what keep pods off the node).
+
 The `kubernetes` client is only used inside this module and kube_client.py (the connection,
 error wording and call record it shares with the diagnostics site)."""
 
 from __future__ import annotations
 
 import re
+import socket
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -34,10 +52,12 @@ from service.remediation.hooks.base import (
     Step,
 )
 from service.remediation.hooks.kube_client import (
+    API_ERRORS,
     MAX_DETAIL,
     CallLog,
     KubeConnection,
     api_error,
+    error_text,
     make_api_client,
     transient_status,
 )
@@ -55,6 +75,12 @@ ANNOTATION_WAS_CORDONED = f"{PROVENANCE}/was-unschedulable"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 GPU_RESOURCE = "nvidia.com/gpu"
 CONFLICT_RETRIES = 5
+CONDITION_TYPE = "GpuHealthRisk"
+CONDITION_REASON = "GpuFailureRisk"  # one stable reason; the message says which signal
+RELEASED_REASON = "Released"
+# A cluster-scoped object's Events live in "default" (the API's legacy Event validation).
+EVENT_NAMESPACE = "default"
+MAX_MESSAGE = 1024  # bytes: events.k8s.io's note limit, also used for the condition
 
 
 class KubernetesConfig(KubeConnection):
@@ -65,12 +91,28 @@ class KubernetesConfig(KubeConnection):
     eviction_timeout_s: float = Field(default=300.0, gt=0, le=3600)  # all pods together
     backoff_initial_s: float = Field(default=5.0, gt=0, le=300)  # after a 429, doubled
     backoff_max_s: float = Field(default=60.0, gt=0, le=600)
+    node_condition: bool = True  # set/clear the GpuHealthRisk condition (nodes/status patch)
+    events: bool = True  # write an Event on the Node per action (events create)
 
 
 def label_safe(text: str, limit: int = 63) -> str:
     """A valid label value: [A-Za-z0-9._-], at most 63, alphanumeric at both ends."""
     value = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:limit]
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+
+
+def bounded(text: str, limit: int = MAX_MESSAGE) -> str:
+    """One printable line of at most `limit` UTF-8 bytes (an ellipsis marks a cut)."""
+    line = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    if len(line.encode()) <= limit:
+        return line
+    cut = line.encode()[:limit - len("…".encode())].decode(errors="ignore")
+    return cut + "…"
+
+
+def rfc3339(at: float) -> str:
+    """A metav1.Time: RFC 3339 in UTC, whole seconds."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
 @dataclass
@@ -92,8 +134,14 @@ class _Pending:
 class _Run(CallLog):
     """What one execute/release did so far."""
 
+    node: k8s.V1Node | None = None  # as last read
+    patched: bool = False  # whether the cordon PATCH was sent (else it was ours already)
+    notes: list[str] = field(default_factory=list)  # best-effort writes that failed
+
     def result(self, ok: bool, detail: str, retry: bool = False,
                moved: list[str] | None = None, left: list[str] | None = None) -> HookResult:
+        if self.notes:
+            detail = f"{detail}; {'; '.join(self.notes)}"
         return HookResult(ok=ok, retry=retry, detail=detail, steps=tuple(self.steps),
                           moved=tuple(moved or ()), left=tuple(left or ()))
 
@@ -102,20 +150,32 @@ class KubernetesHook:
     name = "kubernetes"
 
     def __init__(self, config: KubernetesConfig, api_client: k8s.ApiClient | None = None,
-                 ) -> None:
+                 clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.api = k8s.CoreV1Api(api_client or make_api_client(config))
+        self.clock = clock
+        # Which gpuhealth wrote an Event (events' reportingInstance, at most 128).
+        self.instance = f"{PROVENANCE}-{socket.gethostname()}"[:128]
 
     # -- Hook ----------------------------------------------------------------------------------
 
     def plan(self, req: ActionRequest) -> list[Step]:
         node = req.node
+        events = f"POST /api/v1/namespaces/{EVENT_NAMESPACE}/events"
+        why: list[Step] = []
+        if self.config.node_condition:
+            why.append(Step(call=f"PATCH /api/v1/nodes/{node}/status",
+                            detail=f"condition {CONDITION_TYPE}=True reason {CONDITION_REASON} "
+                                   "(strategic merge by type: other conditions kept)"))
+        if self.config.events:
+            why.append(Step(call=events, detail=f"Warning Cordoned on Node {node}"))
         return [
             Step(call=f"GET /api/v1/nodes/{node}", detail="read taints and labels"),
             Step(call=f"PATCH /api/v1/nodes/{node}",
                  detail=f"spec.unschedulable=true, taint {TAINT_KEY}={TAINT_VALUE}:"
                         f"{TAINT_EFFECT}, labels {LABEL_BY}={PROVENANCE}, "
                         f"{LABEL_REASON}={self._reason_label(req)}, {LABEL_TIMESTAMP}"),
+            *why,
             Step(call=f"GET /api/v1/pods?fieldSelector=spec.nodeName={node}",
                  detail="skip DaemonSet, mirror and finished pods and namespaces "
                         f"{', '.join(self.config.namespaces_excluded) or '(none)'}"
@@ -125,6 +185,8 @@ class KubernetesHook:
                  detail=f"per pod; 429 retried with backoff from "
                         f"{self.config.backoff_initial_s:g} s for up to "
                         f"{self.config.eviction_timeout_s:g} s"),
+            *([Step(call=events, detail=f"PodsEvicted or EvictionIncomplete on Node {node}")]
+              if self.config.events else []),
         ]
 
     def execute(self, req: ActionRequest) -> HookResult:
@@ -138,6 +200,12 @@ class KubernetesHook:
             return run.result(False, f"cordon of {req.node} failed: {exc}", retry=True)
         if cordon is not None:
             return run.result(False, cordon)
+        because = bounded(f"alert {req.alert_id}: {req.summary}")
+        self._set_condition(req.node, run, True, CONDITION_REASON, because)
+        if run.patched:  # not again for a retried action that found the node ours already
+            self._event(req.node, run, "Warning", "Cordoned", "Cordon",
+                        f"cordoned and tainted {TAINT_KEY}={TAINT_VALUE}:{TAINT_EFFECT}; "
+                        f"{because}")
 
         path = f"GET /api/v1/pods?fieldSelector=spec.nodeName={req.node}"
         try:
@@ -165,8 +233,13 @@ class KubernetesHook:
 
         moved, left, retry = self._evict_all(todo, run)
         ok = not left
-        detail = (f"cordoned and tainted {req.node}; evicted {len(moved)} pod(s), "
-                  f"{len(left)} left, {len(skipped)} skipped")
+        counts = f"evicted {len(moved)} pod(s), {len(left)} left, {len(skipped)} skipped"
+        if left:
+            self._event(req.node, run, "Warning", "EvictionIncomplete", "Evict",
+                        f"{counts}; left: {'; '.join(left)}")
+        else:
+            self._event(req.node, run, "Normal", "PodsEvicted", "Evict", counts)
+        detail = f"cordoned and tainted {req.node}; {counts}"
         return run.result(ok, detail, retry=retry, moved=moved, left=left)
 
     def release(self, node: str) -> HookResult:
@@ -183,6 +256,8 @@ class KubernetesHook:
                     if spec.unschedulable:
                         return run.result(False, f"{node} is cordoned, but not by {PROVENANCE} "
                                                  f"(no {LABEL_BY} label); not uncordoning it")
+                    # Uncordoned by hand: still clear the risk our drain reported.
+                    self._clear_condition(node, run, "the node was no longer cordoned by us")
                     return run.result(True, f"{node} is not cordoned by {PROVENANCE}; "
                                             "nothing to release")
                 keep_cordon = annotations.get(ANNOTATION_WAS_CORDONED) == "true"
@@ -206,6 +281,7 @@ class KubernetesHook:
             except urllib3.exceptions.HTTPError as exc:
                 return run.result(False, f"release of {node} failed: {exc}", retry=True)
             how = "left cordoned (it was before us)" if keep_cordon else "uncordoned"
+            self._clear_condition(node, run, f"removed {TAINT_KEY} and {how}")
             return run.result(True, f"removed {TAINT_KEY} from {node} and {how}")
         return run.result(False, f"release of {node}: node kept changing (409 Conflict "
                                  f"{CONFLICT_RETRIES} times)", retry=True)
@@ -240,12 +316,13 @@ class KubernetesHook:
 
     def _read(self, node: str, run: _Run) -> k8s.V1Node | None:
         try:
-            return run.call(f"GET /api/v1/nodes/{node}", lambda: self.api.read_node(
+            run.node = run.call(f"GET /api/v1/nodes/{node}", lambda: self.api.read_node(
                 node, _request_timeout=self.config.request_timeout_s))
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
+        return run.node
 
     def _plain(self, model: Any) -> Any:
         """A client model as the JSON the API expects (camelCase, no nulls)."""
@@ -269,7 +346,7 @@ class KubernetesHook:
             if not has_taint:
                 new_taints.append({"key": TAINT_KEY, "value": TAINT_VALUE,
                                    "effect": TAINT_EFFECT})
-            now = time.time()
+            now = self.clock()
             patch_meta: dict[str, Any] = {"resourceVersion": meta.resource_version}
             if not ours:
                 patch_meta["labels"] = {LABEL_BY: PROVENANCE, LABEL_REASON: self._reason_label(req),
@@ -288,8 +365,65 @@ class KubernetesHook:
                 if exc.status == 409:  # someone changed the node since we read it
                     continue
                 raise
+            run.patched = True
             return None
         return f"node {req.node} kept changing (409 Conflict {CONFLICT_RETRIES} times)"
+
+    # -- condition and events (best effort) -----------------------------------------------------
+
+    def _set_condition(self, node: str, run: _Run, risk: bool, reason: str, message: str,
+                       ) -> None:
+        """Set our condition; its lastTransitionTime moves only when its status changes."""
+        if not self.config.node_condition:
+            return
+        status = "True" if risk else "False"
+        now = rfc3339(self.clock())
+        since = now
+        before = _condition(run.node)
+        if before is not None and before.status == status and before.last_transition_time:
+            since = rfc3339(before.last_transition_time.timestamp())
+        body = {"status": {"conditions": [{
+            "type": CONDITION_TYPE, "status": status, "reason": reason, "message": message,
+            "lastHeartbeatTime": now, "lastTransitionTime": since}]}}
+        try:
+            run.call(f"PATCH /api/v1/nodes/{node}/status", partial(
+                self.api.patch_node_status, node, body,
+                _content_type="application/strategic-merge-patch+json",
+                _request_timeout=self.config.request_timeout_s))
+        except API_ERRORS as exc:
+            run.notes.append(f"node condition {CONDITION_TYPE} not set: {error_text(exc)}")
+
+    def _clear_condition(self, node: str, run: _Run, how: str) -> None:
+        """Flip a True GpuHealthRisk to False/Released (never deleted, as NPD does) and say
+        so in an Event; nothing when there is none to clear."""
+        before = _condition(run.node)
+        if before is None or before.status == "False":
+            return
+        message = f"released by {PROVENANCE}: {how}"
+        self._set_condition(node, run, False, RELEASED_REASON, message)
+        self._event(node, run, "Normal", RELEASED_REASON, "Release", message)
+
+    def _event(self, node: str, run: _Run, type_: str, reason: str, action: str,
+               message: str) -> None:
+        """One core/v1 Event on the Node, referenced as the kubelet and NPD do."""
+        if not self.config.events:
+            return
+        now = rfc3339(self.clock())
+        body: dict[str, Any] = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{node}.", "namespace": EVENT_NAMESPACE},
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
+            "type": type_, "reason": reason, "action": action, "message": bounded(message),
+            "source": {"component": PROVENANCE},
+            "reportingComponent": PROVENANCE, "reportingInstance": self.instance,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+        try:
+            run.call(f"POST /api/v1/namespaces/{EVENT_NAMESPACE}/events", partial(
+                self.api.create_namespaced_event, EVENT_NAMESPACE,
+                k8s.CoreV1Event.model_validate(body),
+                _request_timeout=self.config.request_timeout_s))
+        except API_ERRORS as exc:
+            run.notes.append(f"event {reason} not written: {error_text(exc)}")
 
     # -- evict ---------------------------------------------------------------------------------
 
@@ -366,6 +500,12 @@ class KubernetesHook:
 
 def _parts(node: k8s.V1Node) -> tuple[k8s.V1ObjectMeta, k8s.V1NodeSpec]:
     return node.metadata or k8s.V1ObjectMeta(), node.spec or k8s.V1NodeSpec()
+
+
+def _condition(node: k8s.V1Node | None) -> k8s.V1NodeCondition | None:
+    """Our condition on the node as read, if any."""
+    conditions = (node.status.conditions if node is not None and node.status else None) or []
+    return next((c for c in conditions if c.type == CONDITION_TYPE), None)
 
 
 def _requests_gpu(pod: k8s.V1Pod) -> bool:
