@@ -34,6 +34,7 @@ from service.history.influx.settings import InfluxSettings
 from service.learning.scoreboard import PromotionPolicy
 from service.notify.config import NotifySettings
 from service.remediation.config import RemediationSettings
+from service.secret_files import SecretFileError, SecretFilesSource
 from service.stages.alert_machine import AlertPolicy
 from service.stages.windows import EntityLimits, WindowConfig
 
@@ -306,8 +307,9 @@ class Settings(BaseSettings):
         env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Environment wins over the file, which is passed as init values by load().
-        return env_settings, init_settings
+        # Environment wins over the file, which is passed as init values by load(); the
+        # GPUHEALTH_<PATH>_FILE variables read secret settings from files (service/secret_files.py).
+        return (SecretFilesSource(settings_cls, env_settings, init_settings),)
 
 
 class SettingsError(ValueError):
@@ -335,3 +337,5 @@ def load(path: str | Path | None = None, **overrides: Any) -> Settings:
         return Settings(**data)
     except ValidationError as exc:
         raise _explain(exc) from None
+    except SecretFileError as exc:  # a *_FILE variable: names it and the path, never the content
+        raise SettingsError(f"invalid settings:\n  {exc}") from None

@@ -134,6 +134,7 @@ SERVICE_LAYERS: tuple[tuple[str, ...], ...] = (
     ("service.learning",),  # models and labels learned from the ticks
     ("service.history",),  # sample and risk history: SQLite readers, InfluxDB
     ("service.cluster",),  # replicas and shards
+    ("service.secret_files",),  # secret settings read from files
     ("service.settings",),  # the settings tree, composed of its owners' sections
     ("service.assembly",),  # builds the parts
     ("service.pipeline",),  # calls the stages in order

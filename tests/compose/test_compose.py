@@ -95,9 +95,47 @@ def test_compose_accepts_the_file(profiles: list[str]) -> None:
 
 
 def test_images_are_pinned() -> None:
-    assert INFLUX["image"] == "influxdb:1.8"
-    assert re.fullmatch(r"grafana/grafana-oss:\d+\.\d+\.\d+", GRAFANA["image"])
+    assert INFLUX["image"].startswith("influxdb:1.8.")  # the 1.x API the stack speaks
+    assert re.match(r"grafana/grafana:\d+\.\d+\.\d+@", GRAFANA["image"])
     assert int(GRAFANA["image"].split(":")[1].split(".")[0]) >= 10
+
+
+def _secret_file(service: dict[str, Any], path: str) -> Path:
+    """The file Compose mounts at `path` (/run/secrets/<name>) in `service`: its default."""
+    name = path.removeprefix("/run/secrets/")
+    assert path.startswith("/run/secrets/") and name in service.get("secrets", []), (path, name)
+    return REPO / SPEC["secrets"][name]["file"]
+
+
+def _settings_env(service: dict[str, Any]) -> dict[str, str]:
+    """A service's environment, its /run/secrets paths pointing at the files Compose mounts."""
+    env = {k: str(v) for k, v in service["environment"].items()}
+    for k, v in env.items():
+        if k.endswith("_FILE") and v.startswith("/run/secrets/"):
+            env[k] = str(_secret_file(service, v))
+    return env
+
+
+def _secret(service: dict[str, Any], var: str) -> str:
+    return _secret_file(service, service["environment"][var]).read_text(encoding="utf-8").strip()
+
+
+def test_secrets_are_files_declared_and_mounted() -> None:
+    declared = SPEC["secrets"]
+    for name, secret in declared.items():
+        assert set(secret) == {"file"}, name  # Compose without Swarm: file secrets
+        assert (REPO / secret["file"]).is_file(), name
+    for name, service in SERVICES.items():
+        assert set(service.get("secrets", [])) <= set(declared), name
+        for k, v in service.get("environment", {}).items():
+            assert "/run/secrets/" not in str(v) or k.endswith("_FILE"), (name, k)
+            if k.endswith("_FILE") and str(v).startswith("/run/secrets/"):
+                _secret_file(service, str(v))  # mounted where the variable says
+        # No credential in the environment: the DSN and the tokens come from files.
+        env = service.get("environment", {})
+        for secret_var in ("GPUHEALTH_INGEST__TOKENS", "GPUHEALTH_STORAGE__POSTGRES__DSN",
+                           "POSTGRES_PASSWORD"):
+            assert secret_var not in env, (name, secret_var)
 
 
 def test_one_database_everywhere() -> None:
@@ -116,8 +154,12 @@ def test_service_and_grafana_reach_influxdb_where_it_listens() -> None:
 
 
 def test_the_agent_pushes_to_the_service_with_a_token_it_accepts() -> None:
-    tokens = json.loads(SVC["environment"]["GPUHEALTH_INGEST__TOKENS"])
-    assert AGENT["environment"]["GPUHEALTH_AGENT_TOKEN"] in tokens
+    tokens = _secret(SVC, "GPUHEALTH_INGEST__TOKENS_FILE").splitlines()
+    # The demo agent sends the first line of the same secret, mounted in its container too.
+    assert AGENT["secrets"] == ["ingest_tokens"] and "ingest_tokens" in SVC["secrets"]
+    assert 'GPUHEALTH_AGENT_TOKEN="$(head -n 1 /run/secrets/ingest_tokens)"' in \
+        " ".join(AGENT["command"])
+    assert tokens and tokens[0] == "gpuhealth-demo-token"
     url = urlsplit(_arg(_agent_args(), "--url"))
     assert url.hostname == "gpuhealth" and url.path == "/write"
     assert url.port == int(SVC["environment"]["GPUHEALTH_SERVICE__PORT"]) == _container_port(SVC)
@@ -141,8 +183,42 @@ def test_health_checks_match_the_ports() -> None:
     assert urlsplit(_health_url(INFLUX)).path == "/ping"
     assert urlsplit(_health_url(GRAFANA)).port == _container_port(GRAFANA) == 3000
     assert urlsplit(_health_url(GRAFANA)).path == "/api/health"
-    assert urlsplit(_health_url(SVC)).port == _container_port(SVC)
-    assert urlsplit(_health_url(SVC)).path == "/healthz"
+    for service in (SVC, *(SERVICES[n] for n in ("gpuhealth-a", "gpuhealth-b"))):
+        # Readiness gates what depends on the service (docker-compose.yml says why).
+        assert urlsplit(_health_url(service)).port == _container_port(SVC)
+        assert urlsplit(_health_url(service)).path == "/readyz"
+
+
+def test_the_readiness_check_fails_on_a_503(tmp_path: Path) -> None:
+    """The service's check is a Python one-liner: urlopen raises on /readyz's 503 (not ready),
+    so the check fails then and passes on a 200."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    status = [503]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status[0] if self.path == "/readyz" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cmd = SVC["healthcheck"]["test"]
+        assert cmd[:3] == ["CMD", "python", "-c"]
+        code = cmd[3].replace("localhost:8080", f"127.0.0.1:{server.server_address[1]}")
+        for want, expect_ok in ((503, False), (200, True)):
+            status[0] = want
+            res = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                 timeout=30, check=False)
+            assert (res.returncode == 0) is expect_ok, (want, res.stderr)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_startup_order_waits_for_health() -> None:
@@ -193,7 +269,7 @@ def test_the_dockerfile_builds_what_pyproject_installs() -> None:
     assert AGENT["build"] == build and AGENT["image"] == SVC["image"]
     dockerfile = REPO / build["context"] / build["dockerfile"]
     text = dockerfile.read_text(encoding="utf-8")
-    assert text.startswith("#") and "FROM python:3.11-slim" in text
+    assert text.startswith("#") and re.search(r"^FROM python:3\.11\.\d+-slim@", text, re.M)
     assert "-c constraints.txt" in text and "download.pytorch.org/whl/cpu" in text
     copied = set()
     for line in text.splitlines():
@@ -218,7 +294,7 @@ def test_the_service_environment_is_valid_settings(tmp_path: Path) -> None:
     if "influxdb" not in StorageSettings.model_fields:
         pytest.skip("storage.influxdb settings are not in service/settings.py yet")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUHEALTH_")}
-    env.update({k: str(v) for k, v in SVC["environment"].items()})
+    env.update(_settings_env(SVC))
     env["GPUHEALTH_STORAGE__DATA_DIR"] = str(tmp_path)
     code = ("import json; from service.settings import load; s = load(); "
             "print(json.dumps({'db': s.storage.influxdb.database, 'port': s.service.port, "
@@ -229,7 +305,7 @@ def test_the_service_environment_is_valid_settings(tmp_path: Path) -> None:
     got = json.loads(res.stdout)
     assert got["db"] == INFLUX["environment"]["INFLUXDB_DB"]
     assert got["port"] == _container_port(SVC)
-    assert AGENT["environment"]["GPUHEALTH_AGENT_TOKEN"] in got["tokens"]
+    assert got["tokens"] == ["gpuhealth-demo-token"]
 
 
 # ---- the node agent alone (issue 17) ------------------------------------------------------------
@@ -267,8 +343,10 @@ def test_the_node_agent_command_parses_and_spools_on_its_volume() -> None:
     (volume,) = NODE_AGENT["volumes"]
     name, mount = volume.split(":")
     assert name in SPEC["volumes"] and ns.spool.is_relative_to(mount)
-    assert NODE_AGENT["environment"]["GPUHEALTH_AGENT_TOKEN"] == \
-        AGENT["environment"]["GPUHEALTH_AGENT_TOKEN"]
+    # The node agent (on other machines) takes its token from GPUHEALTH_TOKEN: by default
+    # the one the service's demo secret holds.
+    assert NODE_AGENT["environment"]["GPUHEALTH_AGENT_TOKEN"] in \
+        _secret(SVC, "GPUHEALTH_INGEST__TOKENS_FILE").splitlines()
 
 
 def test_the_agent_image_installs_the_agent_set_pinned(tmp_path: Path) -> None:
@@ -305,7 +383,7 @@ def test_the_ha_profile_leaves_the_default_stack_unchanged() -> None:
 
 def test_postgres_is_checked_with_pg_isready_on_a_named_volume() -> None:
     pg = SERVICES["postgres"]
-    assert re.fullmatch(r"postgres:\d+", pg["image"])
+    assert re.match(r"postgres:\d+\.\d+@sha256:", pg["image"])
     test = pg["healthcheck"]["test"]
     assert test[:2] == ["CMD", "pg_isready"]
     assert _arg(test, "-U") == pg["environment"]["POSTGRES_USER"]
@@ -319,9 +397,10 @@ def test_the_replicas_share_postgres_and_influxdb_as_one_shard() -> None:
     pg = SERVICES["postgres"]["environment"]
     envs = [r["environment"] for r in REPLICAS]
     for env in envs:
-        dsn = urlsplit(env["GPUHEALTH_STORAGE__POSTGRES__DSN"])
+        dsn = urlsplit(_secret(REPLICAS[0], "GPUHEALTH_STORAGE__POSTGRES__DSN_FILE"))
         assert dsn.scheme == "postgresql" and dsn.hostname == "postgres" and dsn.port == 5432
-        assert (dsn.username, dsn.password) == (pg["POSTGRES_USER"], pg["POSTGRES_PASSWORD"])
+        password = _secret(SERVICES["postgres"], "POSTGRES_PASSWORD_FILE")
+        assert (dsn.username, dsn.password) == (pg["POSTGRES_USER"], password)
         assert dsn.path == "/" + pg["POSTGRES_DB"]
         assert env["GPUHEALTH_STORAGE__INFLUXDB__URL"] == \
             SVC["environment"]["GPUHEALTH_STORAGE__INFLUXDB__URL"]
@@ -341,7 +420,7 @@ def test_the_replicas_environment_is_valid_settings(tmp_path: Path) -> None:
     if "cluster" not in Settings.model_fields:
         pytest.skip("cluster settings are not in service/settings.py yet")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUHEALTH_")}
-    env.update({k: str(v) for k, v in REPLICAS[0]["environment"].items()})
+    env.update(_settings_env(REPLICAS[0]))
     env["GPUHEALTH_STORAGE__DATA_DIR"] = str(tmp_path)
     code = ("import json; from service.settings import load; s = load(); "
             "print(json.dumps({'dsn': s.storage.postgres.dsn.get_secret_value(), "
@@ -351,5 +430,5 @@ def test_the_replicas_environment_is_valid_settings(tmp_path: Path) -> None:
                          text=True, timeout=60, check=False)
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout)
-    assert got["dsn"] == REPLICAS[0]["environment"]["GPUHEALTH_STORAGE__POSTGRES__DSN"]
+    assert got["dsn"] == _secret(REPLICAS[0], "GPUHEALTH_STORAGE__POSTGRES__DSN_FILE")
     assert got["shard"] == "ha" and got["renew"] < got["ttl"] <= 30

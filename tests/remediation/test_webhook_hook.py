@@ -104,7 +104,7 @@ def test_drain_is_posted_signed(receiver: Receiver) -> None:
     assert got["body"] == {"op": "drain", "action_id": "act-3", "node": "gpu-2",
                            "alert_id": 11, "fingerprint": "fp11",
                            "summary": "ECC storm on gpu 5", "requested_at": 1_800_000_000.5}
-    assert got["headers"]["webhook-id"] == "act-3.drain"  # stable across retries
+    assert got["headers"]["webhook-id"] == "act-3-drain"  # stable across retries
     assert got["headers"]["content-type"] == "application/json"
     assert result.moved == ("job 12",) and result.left == ("job 13: pinned",)
     assert result.steps[0].call == f"POST {receiver.url}"

@@ -1,6 +1,7 @@
 """A generic webhook: Alertmanager's version-4 JSON, so tools written for Alertmanager accept
 it unchanged, plus our level, risk and explanation. Alertmanager cannot sign its webhooks;
-with a secret we sign in the Standard Webhooks scheme (service/notify/signing.py)."""
+with a secret we sign in the Standard Webhooks scheme (service/notify/signing.py: a `whsec_`
+secret is the spec's base64 key, any other is an older raw one)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ Headers = Annotated[dict[str, SecretStr], AfterValidator(_no_reserved)]
 
 class WebhookConfig(ReceiverConfig):
     url: AnyHttpUrl
-    secret: SecretStr | None = Field(default=None, min_length=16)
+    secret: signing.SigningSecret | None = None
     max_alerts: int = Field(default=0, ge=0)  # 0 = all
     headers: Headers = Field(default_factory=dict)
 
@@ -108,15 +109,15 @@ class WebhookReceiver:
         if config.secret is not None:
             secrets.append(config.secret.get_secret_value())
         self._http = HttpClient(config.timeout_s, secrets)
+        self._key = None if config.secret is None else signing.key(config.secret.get_secret_value())
 
     async def notify(self, msg: Message) -> Delivery:
         body = json_body(payload(msg, self.config.max_alerts))
         headers = {k: v.get_secret_value() for k, v in self.config.headers.items()}
         headers["content-type"] = "application/json"
         mid = message_id(msg)
-        if self.config.secret is not None:
-            headers |= signing.sign(self.config.secret.get_secret_value().encode(), mid,
-                                    time.time(), body)
+        if self._key is not None:
+            headers |= signing.sign(self._key, mid, time.time(), body)
         got = await self._http.post(str(self.config.url), content=body, headers=headers)
         if isinstance(got, Delivery):
             return got

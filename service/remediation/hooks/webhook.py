@@ -1,11 +1,13 @@
 """Webhook hook: hand the drain (or release) to another system by POSTing a JSON action
-request signed in the Standard Webhooks scheme (service/notify/signing.py).
+request signed in the Standard Webhooks scheme (service/notify/signing.py: a `whsec_` secret is
+the spec's base64 key, any other is an older raw one).
 
 Body: {"op": "drain" | "release", "action_id", "node", "alert_id", "fingerprint", "summary",
 "requested_at" (Unix seconds)}; a release knows only the node, so the alert fields are null.
-The `webhook-id` of a drain is "<action_id>.drain", the same on every retry, so the receiver
-can deduplicate. 2xx = done (a JSON answer may list "moved" and "left" strings, passed on);
-429, 5xx and network errors = retry later; any other answer = failed, no retry.
+The `webhook-id` of a drain is "<action_id>-drain" (no '.', as the spec asks), the same on
+every retry, so the receiver can deduplicate. 2xx = done (a JSON answer may list "moved" and
+"left" strings, passed on); 429, 5xx and network errors = retry later; any other answer =
+failed, no retry.
 
 The far end owns the node's state: `inspect` cannot see it and says so (exists=True,
 drained_by_us=False, extra {"unknown": True}); the controller must not infer anything from
@@ -20,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, SecretStr
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
 from service.notify import signing
 from service.remediation.hooks.base import ActionRequest, HookResult, NodeState, Step
@@ -33,7 +35,7 @@ class WebhookHookConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     url: AnyHttpUrl
-    secret: SecretStr = Field(min_length=16)
+    secret: signing.SigningSecret
     timeout_s: float = Field(default=10.0, gt=0, le=120)
 
 
@@ -46,6 +48,7 @@ class WebhookHook:
         parts = urlsplit(self.url)
         # Steps go to the audit log: the query string may carry a token, so it stays out.
         self._shown_url = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+        self._key = signing.key(config.secret.get_secret_value())
 
     def body(self, req: ActionRequest) -> dict[str, Any]:
         return {"op": "drain", "action_id": req.action_id, "node": req.node,
@@ -58,12 +61,12 @@ class WebhookHook:
                                                                    sort_keys=True))]
 
     def execute(self, req: ActionRequest) -> HookResult:
-        return self._post(self.body(req), f"{req.action_id}.drain", f"drain of {req.node}")
+        return self._post(self.body(req), f"{req.action_id}-drain", f"drain of {req.node}")
 
     def release(self, node: str) -> HookResult:
         body = {"op": "release", "action_id": None, "node": node, "alert_id": None,
                 "fingerprint": None, "summary": None, "requested_at": time.time()}
-        return self._post(body, f"release.{node}.{uuid.uuid4().hex}", f"release of {node}")
+        return self._post(body, f"release-{uuid.uuid4().hex}", f"release of {node}")
 
     def inspect(self, node: str) -> NodeState:
         return NodeState(node=node, exists=True, drained_by_us=False,
@@ -74,8 +77,7 @@ class WebhookHook:
     def _post(self, body: dict[str, Any], msg_id: str, what: str) -> HookResult:
         data = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
         headers = {"content-type": "application/json",
-                   **signing.sign(self.config.secret.get_secret_value().encode(), msg_id,
-                                  time.time(), data)}
+                   **signing.sign(self._key, msg_id, time.time(), data)}
         call = f"POST {self._shown_url}"
         start = time.monotonic()
         try:
