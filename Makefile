@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint bench docs dashboards serve clean
+.PHONY: demo test test-fast lint bench docs dashboards serve agent-binary clean
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -44,6 +44,11 @@ dashboards: $(STAMP)
 
 serve: $(STAMP)
 	$(VENV)/bin/gpuhealth serve
+
+# The node agent as one self-contained executable, dist/gpuhealth-agent (PyInstaller; no Python
+# needed on the node): `python -m bench.agent_binary` also prints its size and memory.
+agent-binary: $(STAMP)
+	$(PY) -m bench.agent_binary build
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

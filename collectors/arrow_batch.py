@@ -49,7 +49,7 @@ import functools
 import math
 import struct
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import pyarrow as pa
@@ -58,6 +58,7 @@ import pyarrow.ipc as ipc
 from collectors.byte_budget import ByteBudgetCache
 from collectors.catalog import CATALOG, Kind, Scope
 from collectors.collector_status import CollectorReport, read_report
+from collectors.compat import dataclass, zip_strict
 from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame, name_problem
 from collectors.lineprotocol import Point
 
@@ -288,7 +289,7 @@ class Decoder:
             batch.validate(full=True)
         except pa.ArrowException as exc:  # offsets out of bounds, non-UTF-8 text...
             raise ArrowPayloadError(f"the body is malformed: {exc}") from None
-        for f, col in zip(schema, lists, strict=True):
+        for f, col in zip_strict(schema, lists):
             if col.null_count:
                 raise ArrowPayloadError(f"column {f.name!r}: its list is null")
             offsets = np.frombuffer(col.buffers()[1], np.int32, 2, col.offset * 4)  # validated
@@ -481,7 +482,7 @@ def _events(table: pa.Table) -> EventFrame:
     keys = _strings(table, "entity", EVENTS)
     metrics = _strings(table, "metric", EVENTS)
     values = table.column("value").to_numpy()
-    for key, metric in set(zip(keys, metrics, strict=True)):
+    for key, metric in set(zip_strict(keys, metrics)):
         e = _entity(key, EVENTS)
         try:
             m = CATALOG[metric]

@@ -6,9 +6,9 @@ the reason in its `status`, so the service can export `collector_up` and keep go
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from collectors.compat import dataclass
 from collectors.frames import Batch
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from enum import StrEnum
 from types import MappingProxyType
+
+from collectors.compat import StrEnum, dataclass
 
 
 class Kind(StrEnum):

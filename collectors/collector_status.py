@@ -11,8 +11,8 @@ returned, `error` why it is down (empty while up).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from collectors.compat import dataclass
 from collectors.lineprotocol import FieldValue, Point
 from collectors.lineprotocol_format import format_line
 
@@ -57,7 +57,7 @@ def read_report(p: Point) -> CollectorReport | str:
     if type(up) is not int or up not in (0, 1):  # bool and 1u are not the integer 1i
         return f"up must be the integer 1 or 0 (1i or 0i), got {_text(up)}"
     seconds = p.fields.get("scrape_seconds", math.nan)
-    if isinstance(seconds, bool | str) or seconds < 0:
+    if isinstance(seconds, (bool, str)) or seconds < 0:
         return f"scrape_seconds must be a non-negative number, got {_text(seconds)}"
     samples = p.fields.get("samples", 0)
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import lru_cache
 from itertools import chain
 
@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import CATALOG, Scope
+from collectors.compat import dataclass
 
 F64 = npt.NDArray[np.float64]
 I32 = npt.NDArray[np.int32]

@@ -15,7 +15,8 @@ the cut, as InfluxDB keeps the good lines of a partial write; the cut is reporte
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+
+from collectors.compat import dataclass
 
 MAX_MEMBERS = 1000  # concatenated gzip members per body; senders use one
 MAX_RATIO = 100  # inflated bytes per compressed byte, past the floor below

@@ -11,12 +11,12 @@ import json
 import math
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal
 
 from collectors.catalog import Scope
+from collectors.compat import StrEnum, dataclass
 from collectors.frames import Entity
 
 
@@ -149,14 +149,14 @@ def _epoch(d: dict[str, Any], key: str, *, optional: bool = False) -> float | No
     v = d.get(key)
     if v is None and optional:
         return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise ValueError(f"{key!r} must be epoch seconds (a number), got {v!r}")
     return float(v)
 
 
 def load_labels(source: str | os.PathLike[str] | Iterable[str]) -> list[Label]:
     """Read JSON-lines labels; every bad line is reported at once in a LabelError."""
-    if isinstance(source, str | os.PathLike):
+    if isinstance(source, (str, os.PathLike)):
         name = Path(source).name
         with open(source, encoding="utf-8") as f:
             return _labels(f, name)

@@ -14,9 +14,10 @@ import math
 import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import NamedTuple, NoReturn
+from dataclasses import field
+from typing import NamedTuple, NoReturn, Union
 
+from collectors.compat import dataclass
 from collectors.frames import Rejection
 
 
@@ -26,7 +27,7 @@ class UInt(int):
     __slots__ = ()
 
 
-FieldValue = float | int | bool | str
+FieldValue = Union[float, int, bool, str]
 
 # InfluxDB 1.x's default max-body-size for /write; a trace reader parses in smaller chunks.
 DEFAULT_MAX_BYTES = 25_000_000
@@ -214,7 +215,7 @@ def _oversized(where: str, first: int, last: int, limit: str) -> Rejection:
 
 
 def _lines(data: str | bytes | Iterable[str] | Iterable[bytes]) -> Iterator[str | bytes]:
-    if isinstance(data, bytes | bytearray):
+    if isinstance(data, (bytes, bytearray)):
         raw = bytes(data)
         try:
             data = raw.decode()

@@ -16,8 +16,9 @@ at import, because the node agent's install has none (its sources take plain map
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from collectors.compat import dataclass
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError

@@ -11,11 +11,12 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from collectors.base import Collector
+from collectors.compat import dataclass
 from collectors.frames import Entity, Rejection
 from collectors.lineprotocol import Point
 from collectors.plugins import Registry

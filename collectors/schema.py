@@ -24,7 +24,7 @@ below.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from operator import itemgetter
 from types import MappingProxyType
 
@@ -34,6 +34,7 @@ from collectors import collector_status
 from collectors.catalog import CATALOG, FieldType, Kind, Metric, Scope
 from collectors.catalog import EVENT_FIELD as EVENT_FIELD  # re-exported for writers
 from collectors.collector_status import CollectorReport
+from collectors.compat import dataclass, zip_strict
 from collectors.frames import (
     Batch,
     Entity,
@@ -378,7 +379,7 @@ class SchemaMapper:
                 else:
                     self._ignored.add(p.measurement, name)
                 continue
-            if isinstance(v, bool | str) or not float(v).is_integer() or v < 0:
+            if isinstance(v, (bool, str)) or not float(v).is_integer() or v < 0:
                 reject(_rejection(p, f"{metric} code must be a non-negative integer, got {v!r}",
                                   entity.key, metric))
                 continue
@@ -447,7 +448,7 @@ class SchemaMapper:
 def _text_lines(data: str | bytes | Iterable[str] | Iterable[bytes],
                 max_bytes: int | None) -> list[str] | None:
     """The lines of a body given whole as valid UTF-8 within `max_bytes`; else None."""
-    if isinstance(data, bytes | bytearray):
+    if isinstance(data, (bytes, bytearray)):
         size = len(data)
         try:
             text = bytes(data).decode()
@@ -477,7 +478,7 @@ def _number(v: FieldValue, metric: Metric) -> float | str:
     """The reading a field value gives, or why it gives none. Booleans and words are readings
     of flags only (Metric.takes_bool): on a counter, gauge or enumerated state they are type
     errors, refused rather than read as 1 or 0."""
-    if isinstance(v, int | float) and not isinstance(v, bool):
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
         return float(v)
     if metric.takes_bool:
         if isinstance(v, bool):
@@ -502,8 +503,8 @@ def batch_to_lines(batch: Batch) -> Iterator[str]:
         names = [escape_key(m.name) + "=" for m in metrics]
         types = [m.field_type for m in metrics]
         heads: dict[int, str] = {}
-        for slot, ts, row in zip(frame.rows.tolist(), frame.ts.tolist(), frame.values.tolist(),
-                                 strict=True):
+        for slot, ts, row in zip_strict(frame.rows.tolist(), frame.ts.tolist(),
+                                        frame.values.tolist()):
             body = ",".join(
                 names[j] + text for j, v in enumerate(row)
                 if (text := format_number(types[j], v)) is not None  # NaN: not reported
@@ -516,7 +517,7 @@ def batch_to_lines(batch: Batch) -> Iterator[str]:
             t = _ns(ts)
             out.append((t, f"{head} {body} {t}"))
     ev = batch.events
-    for key, ts, metric, value in zip(ev.keys, ev.ts, ev.metrics, ev.values, strict=True):
+    for key, ts, metric, value in zip_strict(ev.keys, ev.ts, ev.metrics, ev.values):
         t = _ns(ts)
         out.append((t, f"{_head(metric, Entity.parse(key))} {EVENT_FIELD}={int(value)}i {t}"))
     out.sort(key=itemgetter(0))
@@ -530,5 +531,5 @@ def _ns(ts: float) -> int:
 
 def _head(measurement: str, e: Entity) -> str:
     tags = (e.node, e.unit, e.sub)
-    pairs = sorted(zip(_OWN_TAGS[e.scope], tags, strict=False))
+    pairs = sorted(zip(_OWN_TAGS[e.scope], tags))
     return measurement + "".join(f",{k}={escape_key(v)}" for k, v in pairs)

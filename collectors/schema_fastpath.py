@@ -17,7 +17,7 @@ them with their line number and reason as before.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from itertools import repeat
 from operator import itemgetter
 
@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import CATALOG, FieldType, Kind, Scope
+from collectors.compat import dataclass, zip_strict
 from collectors.ignored import IgnoredNames
 from collectors.lineprotocol import MAX_NUMBER_CHARS, FieldValue, UInt, timestamp_ns
 from collectors.schema_frames import I64, Chunk
@@ -73,7 +74,7 @@ class Template:
                            if self.whole[j] and self.kinds[j] == "f"]
         self.keep_rows = [r for r, j in enumerate(order) if self.cols[j] >= 0]
         self.keep_cols = np.asarray([self.cols[order[r]] for r in self.keep_rows], np.intp)
-        self.ignored = tuple(n for n, c in zip(self.names, self.cols, strict=True) if c < 0)
+        self.ignored = tuple(n for n, c in zip_strict(self.names, self.cols) if c < 0)
 
 
 class FastPath:

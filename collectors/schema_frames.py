@@ -4,10 +4,10 @@ frame per scope, exactly as the point-by-point path alone would have built it.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import numpy.typing as npt
+
+from collectors.compat import dataclass
 
 I64 = npt.NDArray[np.int64]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from collectors.catalog import Scope
 from collectors.lineprotocol import FieldValue, Point
@@ -25,7 +25,7 @@ from collectors.node_names import DEFAULT_ORDER, pick
 if TYPE_CHECKING:
     from collectors.dcgm.fields import FieldMap
 
-Refuse = Callable[[Point, str, str | None], None]
+Refuse = Callable[[Point, str, Optional[str]], None]
 _VALUE_FIELDS = ("gauge", "counter", "value", "untyped")
 _XID = "DCGM_FI_DEV_XID_ERRORS"
 _PREFIX = "DCGM_FI_"
@@ -48,7 +48,7 @@ def _one(name: str, value: FieldValue, p: Point, host: str, last_xid: dict[tuple
     gpu = p.tags.get("gpu")
     if gpu is None:
         return
-    if isinstance(value, bool | str):
+    if isinstance(value, (bool, str)):
         # A Prometheus sample is a number: a boolean (`true` would read as 1, one DBE) or a
         # string on a field we read is a sender's type error, refused and said, not dropped.
         if refuse is not None and (name == _XID or _fields().lookup(name) is not None):

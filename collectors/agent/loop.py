@@ -12,13 +12,13 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from collectors.agent.push import Pusher
 from collectors.agent.spool import Spool
 from collectors.agent.target import Target
 from collectors.base import Collector
 from collectors.collector_status import status_line
+from collectors.compat import dataclass
 from collectors.schema import batch_to_lines
 
 log = logging.getLogger(__name__)
@@ -113,12 +113,16 @@ class Agent:
                 self.stats.last_error = got.error
         return total
 
-    def run(self, stop: Callable[[], bool], rounds: int | None = None) -> AgentStats:
-        """Every interval: one round, then a flush; until `stop()` or `rounds` rounds."""
+    def run(self, stop: Callable[[], bool], rounds: int | None = None,
+            each_round: Callable[[], None] | None = None) -> AgentStats:
+        """Every interval: one round, then a flush, then `each_round()` (a progress line);
+        until `stop()` or `rounds` rounds."""
         next_at = self.clock()
         while not stop() and (rounds is None or self.stats.rounds < rounds):
             self.collect_round()
             self.flush()
+            if each_round is not None:
+                each_round()
             next_at += self.interval_s
             delay = next_at - self.clock()
             if delay > 0:

@@ -32,11 +32,12 @@ import logging
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from enum import Enum
 
 import httpx
+
+from collectors.compat import dataclass
 
 log = logging.getLogger(__name__)
 NODE_HEADER = "X-Gpuhealth-Node"  # service.api.shard_route.NODE_HEADER

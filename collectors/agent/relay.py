@@ -31,7 +31,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from collectors.agent.push import Pusher
@@ -57,6 +56,7 @@ from collectors.agent.relay_wire import (
 )
 from collectors.agent.spool import Spool
 from collectors.agent.target import Target
+from collectors.compat import dataclass
 from collectors.frames import Rejection
 from collectors.schema import SchemaMapper
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import gzip
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from collectors.agent.relay_roster import Roster
 from collectors.collector_status import CollectorReport, status_line
+from collectors.compat import dataclass, zip_strict
 from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame
 from collectors.schema import batch_to_lines
 
@@ -137,7 +138,7 @@ def only_nodes(push: Push, nodes: Collection[str]) -> Push:
         if rows.any():
             out.add(Frame(f.entities, f.rows[rows], f.ts[rows], f.values[rows]))
     ev, events = push.batch.events, EventFrame()
-    for key, ts, metric, value in zip(ev.keys, ev.ts, ev.metrics, ev.values, strict=True):
+    for key, ts, metric, value in zip_strict(ev.keys, ev.ts, ev.metrics, ev.values):
         if key.split(":", 1)[0] in keep:
             events.add(key, ts, metric, value)
     out.events = events

@@ -26,11 +26,11 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from collectors.agent.relay import Answer, Relay, too_big
 from collectors.agent.relay_wire import Refusal, bad_request
+from collectors.compat import dataclass
 
 log = logging.getLogger(__name__)
 _MAX_CHUNK_LINE = 1024

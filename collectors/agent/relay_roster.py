@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from collectors.catalog import Scope
+from collectors.compat import dataclass, zip_strict
 from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame, Rejection
 
 I32 = npt.NDArray[np.int32]
@@ -96,7 +96,7 @@ def bound_push(batch: Batch, limits: RosterLimits) -> list[Rejection]:
     if len(ev):
         seen: dict[str, bool] = {}
         kept = EventFrame()
-        for key, ts, metric, value in zip(ev.keys, ev.ts, ev.metrics, ev.values, strict=True):
+        for key, ts, metric, value in zip_strict(ev.keys, ev.ts, ev.metrics, ev.values):
             if key not in seen:
                 seen[key] = take(key)
             if seen[key]:

@@ -14,10 +14,11 @@ import base64
 import binascii
 import hmac
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 from urllib.parse import parse_qsl
 
+from collectors.compat import dataclass
 from collectors.frames import Rejection
 from collectors.gzip_body import GzipNotValid, GzipTooLarge, Inflated
 from collectors.gzip_body import inflate as _inflate

@@ -15,8 +15,9 @@ from __future__ import annotations
 import gzip
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
+
+from collectors.compat import dataclass
 
 
 @dataclass(slots=True)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from collectors.agent.push import Outcome, Pusher, PushResult
 from collectors.agent.spool import Spool
+from collectors.compat import dataclass
 
 log = logging.getLogger(__name__)
 

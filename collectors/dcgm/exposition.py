@@ -23,9 +23,11 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
+from typing import Optional
 
 from collectors.catalog import Kind, Scope
+from collectors.compat import dataclass
 from collectors.dcgm.fields import FIELDS, FieldMap
 from collectors.dcgm.promtext import read_samples
 from collectors.frames import Rejection
@@ -56,7 +58,7 @@ class ParseStats:
     skipped: Counter[str] = field(default_factory=Counter)  # known fields left out, by reason
 
 
-_Key = tuple[str, str, str, str | None, str | None]  # measurement, host, gpu, link, mig
+_Key = tuple[str, str, str, Optional[str], Optional[str]]  # measurement, host, gpu, link, mig
 
 
 def parse_exposition(

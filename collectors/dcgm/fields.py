@@ -12,9 +12,9 @@ The catalog spells a DCGM source in three shapes, and each becomes one kind of e
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from collectors.catalog import CATALOG, Catalog, Kind, Metric, Scope
+from collectors.compat import dataclass
 
 _LINK_SUFFIX = "_L<n>"
 _MASK = re.compile(r"&\s*(0x[0-9a-fA-F]+|[0-9]+)")

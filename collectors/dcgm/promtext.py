@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 
+from collectors.compat import dataclass
 from collectors.frames import Rejection
 
 MAX_LINE = 16_384

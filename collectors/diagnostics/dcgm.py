@@ -34,9 +34,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from collectors.compat import dataclass
 from collectors.diagnostics.output import bounded, exit_note, killed, unreadable
 from collectors.diagnostics.result import Check, Status, SuiteResult, build
 

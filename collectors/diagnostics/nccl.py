@@ -27,9 +27,9 @@ bandwidths are figures an operator may expect per GPU model. An output without i
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from collectors.compat import dataclass
 from collectors.diagnostics.output import bounded, exit_note, killed, unreadable
 from collectors.diagnostics.result import Check, Status, SuiteResult, build
 from collectors.diagnostics.verdict import judge

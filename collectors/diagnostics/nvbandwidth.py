@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
+from collectors.compat import dataclass
 from collectors.diagnostics.output import bounded, exit_note, killed, unreadable
 from collectors.diagnostics.result import Check, Status, SuiteResult, build
 from collectors.diagnostics.verdict import judge
@@ -97,7 +98,7 @@ def parse(text: str, exit_code: int | None, spec: SuiteSpec, gpu_model: str) -> 
             case.columns = line.split()
         elif case.columns and line:
             parts = line.split()
-            for col, value in zip(case.columns, parts[1:], strict=False):
+            for col, value in zip(case.columns, parts[1:]):
                 case.cells[(parts[0], col)] = _value(value)
     gpu_model = gpu_model or model
     if not cases and not versions:

@@ -7,9 +7,9 @@ minimum for (None: any check with a figure, as nvbandwidth's testcases)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from collectors.compat import dataclass
 from collectors.diagnostics import dcgm, gpu_burn, nccl, nvbandwidth
 from collectors.diagnostics.output import bounded
 from collectors.diagnostics.result import SuiteResult

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import field
 from typing import Any
+
+from collectors.compat import StrEnum, dataclass
 
 
 class Status(StrEnum):
@@ -133,7 +134,7 @@ def _number(d: Mapping[str, Any], key: str) -> float | None:
     v = d.get(key)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise ValueError(f"{key}: not a finite number")
     return float(v)
 

@@ -26,9 +26,10 @@ that node total for the round (a partial sum would look like a counter reset), w
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
+from collectors.compat import dataclass
 from collectors.frames import Rejection
 from collectors.lineprotocol import FieldValue, Point
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 
+from collectors.compat import dataclass
 from collectors.infiniband.sysfs import ACTIVE, PortReading
 
 log = logging.getLogger(__name__)

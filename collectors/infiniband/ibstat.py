@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from collectors.compat import dataclass
 from collectors.frames import Entity, Rejection
 from collectors.infiniband.sysfs import LINK_LAYERS, MODEL_MAX, PortReading
 

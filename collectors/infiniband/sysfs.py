@@ -29,10 +29,11 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from collectors.catalog import CATALOG, Metric, Scope
+from collectors.compat import dataclass
 from collectors.frames import Entity, Rejection
 from collectors.lineprotocol import FieldValue, Point
 from collectors.pcie.sysfs import PcieLink, read_link

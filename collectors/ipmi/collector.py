@@ -26,10 +26,12 @@ import tempfile
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
+from typing import Optional
 
 from collectors.base import CollectorStatus
+from collectors.compat import dataclass
 from collectors.frames import Batch, Rejection
 from collectors.ipmi.freeipmi_sel import parse_sel_csv
 from collectors.ipmi.freeipmi_sel import sel_mark as freeipmi_sel_mark
@@ -46,7 +48,7 @@ from collectors.schema import SchemaMapper
 log = logging.getLogger(__name__)
 
 # (argv, timeout s, child environment or None to inherit) -> (exit status, stdout, stderr)
-Runner = Callable[[Sequence[str], float, Mapping[str, str] | None], RunResult]
+Runner = Callable[[Sequence[str], float, Optional[Mapping[str, str]]], RunResult]
 
 
 @dataclass(slots=True)

@@ -42,7 +42,7 @@ def parse_sel_csv(text: str, rejected: list[Rejection] | None = None) -> list[Se
                                           line=n))
             continue
         parts = [c.strip() for c in line.split(",", len(header) - 1)]
-        c = dict(zip(header, parts, strict=False))
+        c = dict(zip(header, parts))
         asserted = _DIRECTION.get(c.get("Event Direction", ""))
         if len(parts) != len(header) or not c["ID"].isdigit() or asserted is None:
             if rejected is not None:

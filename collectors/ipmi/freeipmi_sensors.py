@@ -31,9 +31,10 @@ A record missing from that map is placed by its sensor type (Power Supply 10, Po
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import NamedTuple
 
+from collectors.compat import dataclass
 from collectors.frames import Rejection
 from collectors.ipmi.sdr import SdrRow
 
@@ -97,8 +98,8 @@ def parse_sensors_csv(text: str, rejected: list[Rejection] | None = None,
                 rejected.append(Rejection(f"not the ipmi-sensors CSV header: {raw[:80]!r}",
                                           line=n))
             continue
-        got = _row(dict(zip(header, (c.strip() for c in raw.split(",", len(header) - 1)),
-                            strict=False)), len(raw.split(",", len(header) - 1)) == len(header),
+        cells = raw.split(",", len(header) - 1)
+        got = _row(dict(zip(header, (c.strip() for c in cells))), len(cells) == len(header),
                    n, placements or {})
         if isinstance(got, str):
             if rejected is not None:

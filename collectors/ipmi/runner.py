@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
+from collectors.compat import dataclass
 from collectors.frames import name_problem
 
 INTERFACES = ("lanplus", "lan")

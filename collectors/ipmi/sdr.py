@@ -19,8 +19,8 @@ A row that is not of this shape is refused on its own with the reason; the rest 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from collectors.compat import dataclass
 from collectors.frames import Rejection
 
 # Status words: ok, then the threshold statuses of ipmi_sdr_get_thresh_status.

@@ -18,8 +18,8 @@ deassertions (the condition going away) are not events.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from collectors.compat import dataclass
 from collectors.frames import Rejection
 
 _CRITICAL = re.compile(

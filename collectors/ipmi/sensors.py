@@ -33,8 +33,9 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from collectors.compat import dataclass
 from collectors.frames import Rejection, name_problem
 from collectors.ipmi.sdr import HEALTH_OF_STATUS, SdrRow
 from collectors.lineprotocol import FieldValue, Point

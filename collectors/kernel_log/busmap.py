@@ -23,9 +23,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from enum import Enum
 
+from collectors.compat import dataclass
 from collectors.kernel_log.messages import normalize_bus_id
 
 log = logging.getLogger(__name__)

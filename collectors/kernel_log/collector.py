@@ -7,11 +7,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, tzinfo
+from datetime import tzinfo
 from pathlib import Path
 from typing import Any
 
 from collectors.base import CollectorStatus
+from collectors.compat import UTC
 from collectors.frames import Batch
 from collectors.kernel_log.busmap import BusMap, Fetch
 from collectors.kernel_log.coalesce import DEFAULT_WINDOW_S

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime, tzinfo
 
+from collectors.compat import dataclass
 from collectors.frames import Rejection
 from collectors.kernel_log.messages import MAX_CODE, normalize_bus_id
 from collectors.kernel_log.records import SXidRecord

@@ -32,8 +32,9 @@ notices, not errors.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from enum import Enum
+
+from collectors.compat import dataclass
 
 HW_ERR_TAG = "[Hardware Error]"
 

@@ -12,8 +12,7 @@ the two must not both write `edac_*_total` of one node (`edac=False` here).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from collectors.compat import dataclass
 from collectors.kernel_log.records import ParseResult
 from collectors.lineprotocol import FieldValue, Point
 

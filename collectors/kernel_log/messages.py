@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from collectors.compat import dataclass
 
 # GPUd matches `NVRM: Xid.*?: (\d+),`; we also pull out the device, pid and process name. The
 # device is "PCI:0000:19:00" on current drivers and a bare "0000:19:00" on old ones.

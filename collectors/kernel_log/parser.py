@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from datetime import UTC, tzinfo
+from datetime import tzinfo
 
+from collectors.compat import UTC
 from collectors.frames import Entity, Rejection
 from collectors.kernel_log.busmap import UNMAPPED_BASE, BusMap, How
 from collectors.kernel_log.coalesce import DEFAULT_WINDOW_S, Coalescer

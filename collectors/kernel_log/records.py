@@ -3,8 +3,9 @@ host hardware errors (machine checks, EDAC memory errors)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from collectors.compat import dataclass
 from collectors.frames import Rejection
 
 

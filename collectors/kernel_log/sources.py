@@ -103,7 +103,12 @@ class KmsgReader:
 
     def read(self) -> list[str]:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            except PermissionError as e:  # kernel.dmesg_restrict=1, or a container's default
+                raise PermissionError(e.errno, f"{e.strerror}: reading {self.path} needs "
+                                      f"CAP_SYSLOG (root, or the container's cap_add: see the "
+                                      f"node-agent service in docker-compose.yml)") from None
             os.lseek(self._fd, 0, os.SEEK_END)
         out: list[str] = []
         while True:

@@ -15,8 +15,7 @@ fatal to the fabric.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import StrEnum
+from collectors.compat import StrEnum, dataclass
 
 
 class Category(StrEnum):

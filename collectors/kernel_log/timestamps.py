@@ -13,8 +13,9 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import dataclass
-from datetime import UTC, datetime, tzinfo
+from datetime import datetime, tzinfo
+
+from collectors.compat import UTC, dataclass
 
 _DECODE = re.compile(r"^[a-z]+\s*:[a-z]+\s*: ")
 _KMSG = re.compile(r"^(?P<pri>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")

@@ -15,8 +15,7 @@ mirrors it); `gpud_action`, `fatal` and `escalates` are GPUd's classification
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import StrEnum
+from collectors.compat import StrEnum, dataclass
 
 
 class Severity(StrEnum):

@@ -21,9 +21,9 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from collectors.base import CollectorStatus
+from collectors.compat import dataclass
 from collectors.frames import Batch, Rejection
 from collectors.lineprotocol import Point
 from collectors.nvidia_smi import states

@@ -24,6 +24,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from collectors.catalog import CATALOG, Scope
+from collectors.compat import zip_strict
 from collectors.frames import Rejection
 from collectors.kernel_log.messages import normalize_bus_id
 from collectors.lineprotocol import FieldValue, Point
@@ -127,7 +128,7 @@ def _rows(text: str) -> list[list[str]]:
 def _difference(head: list[str], wanted: list[str]) -> str:
     if len(head) != len(wanted):
         return f"the header has {len(head)} fields, {len(wanted)} were asked for"
-    i = next(i for i, (a, b) in enumerate(zip(head, wanted, strict=True)) if a != b)
+    i = next(i for i, (a, b) in enumerate(zip_strict(head, wanted)) if a != b)
     return f"field {i + 1} is {head[i]!r} where {wanted[i]!r} was asked for"
 
 
@@ -143,8 +144,8 @@ def _points(rows: list[list[str]], wanted: list[str], host: str, ts_ns: int,
         if len(row) != len(wanted):
             raise SmiParseError(f"--query-gpu row {n + 1} has {len(row)} cells for "
                                 f"{len(wanted)} fields: {','.join(row)[:200]!r}")
-        gpu, core = n, [(cell, field in states.CORE_QUERY) for field, cell in zip(wanted, row,
-                                                                               strict=True)]
+        gpu, core = n, [(cell, field in states.CORE_QUERY) for field, cell in zip_strict(wanted,
+                                                                                      row)]
         if index_col is not None:
             idx = row[index_col].strip()
             if idx.isascii() and idx.isdigit() and len(idx) <= 6:
@@ -160,7 +161,7 @@ def _points(rows: list[list[str]], wanted: list[str], host: str, ts_ns: int,
                 bus_ids[gpu] = bus
         refuse = refuser(rejected, host, gpu)
         out: dict[str, FieldValue] = {}
-        for field, cell in zip(wanted, row, strict=True):
+        for field, cell in zip_strict(wanted, row):
             metric = QUERY_FIELDS.get(field)
             if metric is None or metric in out:
                 continue

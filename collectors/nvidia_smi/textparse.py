@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from collectors.compat import dataclass
 from collectors.frames import Rejection
 from collectors.lineprotocol import Point
 from collectors.nvidia_smi import states

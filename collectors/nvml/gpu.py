@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
+from collectors.compat import zip_strict
 from collectors.nvml.api import Handle, NvmlApi
 from collectors.nvml.reader import GpuLost, GpuReader
 
@@ -12,7 +13,7 @@ THROTTLE = ("throttle_thermal", "throttle_power", "throttle_hw_slowdown")
 REMAPPED = ("remapped_rows_correctable", "remapped_rows_uncorrectable",
             "remapped_rows_pending", "remapped_rows_failure")
 
-_Put = Callable[[str, float | None], None]
+_Put = Callable[[str, Optional[float]], None]
 
 
 def read_gpu(r: GpuReader, h: Handle) -> dict[str, float]:
@@ -56,9 +57,9 @@ def read_gpu(r: GpuReader, h: Handle) -> dict[str, float]:
                      fallback=n.nvmlDeviceGetCurrentClocksThrottleReasons)
     if reasons is not None:
         # The event-reason and throttle-reason masks share bit values (renamed in driver 535).
-        for name, bit in zip(THROTTLE, (n.nvmlClocksEventReasonHwThermalSlowdown,
+        for name, bit in zip_strict(THROTTLE, (n.nvmlClocksEventReasonHwThermalSlowdown,
                                         n.nvmlClocksEventReasonSwPowerCap,
-                                        n.nvmlClocksEventReasonHwSlowdown), strict=True):
+                                        n.nvmlClocksEventReasonHwSlowdown)):
             put(name, 1.0 if reasons & bit else 0.0)
     return out
 

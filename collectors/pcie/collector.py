@@ -22,6 +22,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Optional
 
 from collectors.base import CollectorStatus
 from collectors.frames import Batch, Entity, Rejection
@@ -39,7 +40,7 @@ NVIDIA = "0x10de"
 _GPU_CLASSES = ("0x0300", "0x0302")  # VGA compatible, 3D controller (PCI code and ID spec)
 SOURCES = ("sysfs", "lspci")
 LSPCI_ARGV = ("lspci", "-D", "-nn", "-vv")
-Runner = Callable[[Sequence[str], float, Mapping[str, str] | None], RunResult]
+Runner = Callable[[Sequence[str], float, Optional[Mapping[str, str]]], RunResult]
 
 
 def gpu_devices(root: Path) -> list[Path]:

@@ -28,8 +28,9 @@ GPUs are NVIDIA (10de) display-class functions (0300 VGA, 0302 3D controller); H
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from collectors.compat import dataclass
 from collectors.pcie.sysfs import PcieLink
 
 NVIDIA, MELLANOX = "10de", "15b3"

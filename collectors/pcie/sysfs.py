@@ -17,8 +17,10 @@ the device's other readings kept.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
+
+from collectors.compat import dataclass
 
 # GT/s per lane of each generation (PCI-SIG; 6.0 keeps 64 GT/s with PAM4, 7.0 128 GT/s).
 _GEN_OF_RATE = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from dataclasses import dataclass
+
+from collectors.compat import dataclass
 
 MAX_HEADER_LINE = 16_384
 MAX_HEADERS = 100

@@ -17,8 +17,9 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from collectors.compat import dataclass
 from collectors.frames import Rejection
 from collectors.lineprotocol import Point
 from collectors.redfish.client import Auth, RedfishClient, RedfishError, tls_context
@@ -136,10 +137,12 @@ class Poller:
             t0 = self.clock()
             ts = self.wall_ns()
             try:
-                async with asyncio.timeout(cfg.timeout_s):
-                    reading, skips = await st.reader.read(st.client.get, ts)
-            except (HttpError, RedfishError, TimeoutError, OSError) as exc:
-                why = str(exc) if not isinstance(exc, TimeoutError) else \
+                # wait_for, not asyncio.timeout (3.11): the agent runs on 3.9+. Before 3.11 it
+                # raises asyncio.TimeoutError, not the built-in.
+                reading, skips = await asyncio.wait_for(st.reader.read(st.client.get, ts),
+                                                        cfg.timeout_s)
+            except (HttpError, RedfishError, TimeoutError, asyncio.TimeoutError, OSError) as exc:
+                why = str(exc) if not isinstance(exc, (TimeoutError, asyncio.TimeoutError)) else \
                     f"{st.bmc.authority}: no complete answer within {cfg.timeout_s:g} s"
                 self._failed(st, why, t0, ts)
                 return

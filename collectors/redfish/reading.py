@@ -4,8 +4,9 @@ schema: measurement `psu` (tags host, psu), `fan` (host, fan), `node` (host) and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from collectors.compat import dataclass
 from collectors.lineprotocol import FieldValue, Point
 
 

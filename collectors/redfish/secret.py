@@ -16,9 +16,11 @@ import logging
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, NoReturn
+
+from collectors.compat import dataclass
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from collectors.compat import dataclass
 from collectors.frames import name_problem
 
 MAX_BMCS = 100_000

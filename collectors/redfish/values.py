@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from collectors.compat import dataclass
 from collectors.frames import Rejection, name_problem
 
 HEALTH = {"OK": 0, "Warning": 1, "Critical": 2}
@@ -53,7 +54,7 @@ def number(value: Any) -> float | str | None:
         return None
     if isinstance(value, bool):
         return f"{value!r} is not a number"
-    if isinstance(value, int | float):
+    if isinstance(value, (int, float)):
         f = float(value)
     elif isinstance(value, str):
         try:
@@ -101,7 +102,7 @@ def member_id(member: Mapping[str, Any], index: int) -> str:
     characters outside it replaced by '_'; its position when it has neither."""
     for key in ("MemberId", "Id"):
         raw = member.get(key)
-        if isinstance(raw, str | int) and not isinstance(raw, bool):
+        if isinstance(raw, (str, int)) and not isinstance(raw, bool):
             text = _BAD_ID.sub("_", str(raw)).strip("._-")[:MAX_ID]
             if text and name_problem(text) is None:
                 return text

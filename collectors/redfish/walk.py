@@ -16,9 +16,10 @@ refused credentials fail the whole read (the poller reports the BMC unreachable)
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import field
+from typing import Any, Literal, Optional
 
+from collectors.compat import dataclass
 from collectors.redfish.client import RedfishError, safe_path
 from collectors.redfish.power import read_legacy_power, read_subsystem_supply, redundant
 from collectors.redfish.reading import Reading
@@ -31,7 +32,7 @@ from collectors.redfish.thermal import (
 )
 from collectors.redfish.values import Skips, member_id, members, obj
 
-Fetch = Callable[[str, str | None], Awaitable[tuple[Any, str | None]]]  # (path, etag)
+Fetch = Callable[[str, Optional[str]], Awaitable[tuple[Any, Optional[str]]]]  # (path, etag)
 Model = Literal["auto", "subsystem", "legacy"]
 ROOT = "/redfish/v1"
 MAX_MEMBERS = 64  # of one collection (chassis, supplies, fans, log services)

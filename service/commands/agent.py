@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from collectors import registry
 from collectors.agent.loop import Agent
 from collectors.agent.push import Pusher
+from collectors.agent.report import Progress, failed_lines, found_lines, survey
 from collectors.agent.spool import Spool
 from collectors.base import Collector
 from collectors.lineprotocol_format import format_points
@@ -56,6 +57,9 @@ def _configure_agent(p: argparse.ArgumentParser) -> None:
     r.add_argument("--rebase-now", action="store_true",
                    help="shift the trace's timestamps so it plays as if happening now (needs "
                         "--speed 1: the service scores at the wall clock's time)")
+    r.add_argument("--progress-s", type=float, default=10.0, metavar="SECONDS",
+                   help="how often a replay prints its progress on stderr (rounds, lines, "
+                        "segments sent, spool left, rate); default 10")
     r.add_argument("--backfill-s", type=float, default=0.0, metavar="SECONDS",
                    help="with --rebase-now: the trace starts this long ago; that part is "
                         "pushed at once as history, the rest in real time")
@@ -114,10 +118,18 @@ def _replay(args: argparse.Namespace) -> ReplaySource:
     return ReplaySource(reader, speed=args.speed, start_at=start)
 
 
+def _say(lines: list[str]) -> None:
+    for line in lines:
+        print(f"gpuhealth agent: {line}", file=sys.stderr)
+
+
 def _collectors(args: argparse.Namespace) -> list[Collector]:
     if args.replay is not None:
         return [_replay(args)]
-    names = args.source or registry.detected()
+    names = args.source
+    if not names:  # each source found, and each skipped with why (collectors.agent.report)
+        names, skipped = survey()
+        _say(found_lines(names, skipped))
     if not names:
         raise UsageError(f"no source found on this host; name one with --source "
                          f"({', '.join(sorted(registry.SOURCES))})")
@@ -155,13 +167,11 @@ def _spool(args: argparse.Namespace, n: int = 1) -> Spool:
 
 
 def _sources_down(collectors: list[Collector]) -> int:
-    """After `--once`: say which sources could not be read and why (stderr); 1 when none
-    could, so a check such as `agent --once --stdout` fails on a node whose sources are all
-    gone, 0 when at least one was read."""
+    """After `--once`: say which sources were read and which failed and why (stderr); 1 when
+    none could, so a check such as `agent --once --stdout` fails on a node whose sources are
+    all gone, 0 when at least one was read."""
     down = [c for c in collectors if not c.status.up]
-    for c in down:
-        print(f"gpuhealth agent: source {c.name} is down: {c.status.reason or 'no reason given'}",
-              file=sys.stderr)
+    _say(failed_lines(collectors))
     if down and len(down) == len(collectors):
         print(f"gpuhealth agent: no source produced data ({len(down)} down)", file=sys.stderr)
         return 1
@@ -225,6 +235,10 @@ def _run_agent(args: argparse.Namespace) -> int:
     if getattr(args, "agent_mode", None) == "relay":
         return _run_relay(args)
     _check(args)
+    # Spools first: a bad --spool is refused before the sources are surveyed and listed.
+    spool = _spool(args)
+    more = [] if args.stdout else [(_spool(args, n), u)
+                                   for n, u in enumerate(args.url[1:], start=2)]
     collectors = _collectors(args)
     replaying = args.replay is not None
     # A replay paces itself (ReplaySource sleeps until each round is due) and ends; --once
@@ -235,7 +249,7 @@ def _run_agent(args: argparse.Namespace) -> int:
         return replaying and all(c.status.exhausted for c in collectors)
 
     if args.stdout:
-        agent = Agent(collectors, _spool(args), None, interval_s=interval, host=args.host)
+        agent = Agent(collectors, spool, None, interval_s=interval, host=args.host)
         while True:
             for line in agent.lines():
                 print(line)
@@ -245,20 +259,23 @@ def _run_agent(args: argparse.Namespace) -> int:
             if exhausted():
                 return 0
             time.sleep(interval)
-    first, *others = args.url
-    agent = Agent(collectors, _spool(args), Pusher(first, token=args.token),
+    agent = Agent(collectors, spool, Pusher(args.url[0], token=args.token),
                   interval_s=interval, host=args.host,
-                  also=[(_spool(args, n), Pusher(u, token=args.token))
-                        for n, u in enumerate(others, start=2)])
+                  also=[(sp, Pusher(u, token=args.token)) for sp, u in more])
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    # A replay or backfill runs for minutes: a line every --progress-s says how far it is.
+    progress = Progress(agent, sys.stderr, every_s=args.progress_s) if replaying else None
     with contextlib.suppress(KeyboardInterrupt):
-        agent.run(lambda: bool(stopping) or exhausted(), rounds=1 if args.once else None)
+        agent.run(lambda: bool(stopping) or exhausted(), rounds=1 if args.once else None,
+                  each_round=progress)
         # A finished replay still owes the target what is spooled; a live agent keeps it.
         while exhausted() and not stopping and any(t.spool.oldest() is not None
                                                     for t in agent.targets):
             if not agent.flush():
                 time.sleep(1.0)
+            if progress is not None:
+                progress()
     s = agent.stats
     spooled = sum(t.spool.stats.segments for t in agent.targets)
     print(f"agent: {s.rounds} rounds, {s.lines} lines, {s.segments_sent} segments sent, "

@@ -16,11 +16,11 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from collectors.compat import UTC, dataclass
 from service.commands.usage import (
     OWN_PACKAGES,
     UsageError,
@@ -60,6 +60,21 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
         ("demo", ("demo",)), ("simulate", ("simulate",)), ("evaluate", ("evaluate",)),
         ("agent", ("agent", "parse")), ("train", ("train",)), ("export", ("export",)),
         ("tokens", ("token",)), ("route", ("route-test",)), ("models", ("model", "labels")))}
+
+
+# The commands a node runs, on Python 3.9+ (pyproject's requires-python); every other one is the
+# server's and needs 3.11 (issue 33): below it, main refuses them before importing anything.
+AGENT_COMMANDS = frozenset({"agent", "parse"})
+SERVER_PYTHON = (3, 11)
+
+
+def python_too_old(command: str) -> str | None:
+    """Why `command` cannot run on this interpreter, or None."""
+    if command in AGENT_COMMANDS or sys.version_info >= SERVER_PYTHON:
+        return None
+    here = ".".join(map(str, sys.version_info[:3]))
+    return (f"needs Python 3.11 or newer (this is Python {here}); on this Python only "
+            f"`gpuhealth agent` and `gpuhealth parse` run (the node agent)")
 
 
 def register(name: str, configure: Configure, run: Run, help: str = "") -> None:
@@ -281,7 +296,9 @@ def package_version() -> str:
     try:
         return metadata.version("gpuhealth")
     except metadata.PackageNotFoundError:
-        import tomllib
+        if sys.version_info < (3, 11):  # no tomllib: an agent's Python, from a checkout
+            return "unknown"
+        import tomllib  # novermin (3.11+: the line above)
 
         try:
             with open(Path(__file__).resolve().parents[2] / "pyproject.toml", "rb") as f:
@@ -329,6 +346,12 @@ def _load_commands(module: str) -> None:
     names = COMMAND_MODULES[module]
     if all(n in COMMANDS for n in names):
         return
+    old = [n for n in names if python_too_old(n)]
+    if old:  # the server's modules need 3.11 to import: listed, refused when run
+        for name in old:
+            register(name, _takes_anything, _unavailable_here(name),
+                     "(not available: needs Python 3.11 or newer)")
+        return
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as exc:
@@ -348,6 +371,12 @@ def _takes_anything(p: argparse.ArgumentParser) -> None:
 def _unavailable(module: str) -> Run:
     def run(args: argparse.Namespace) -> int:
         raise UsageError(missing_dependency(module))
+    return run
+
+
+def _unavailable_here(name: str) -> Run:
+    def run(args: argparse.Namespace) -> int:
+        raise UsageError(python_too_old(name) or "")
     return run
 
 
@@ -402,6 +431,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     configure_logging(args.log_level)
     name = f"gpuhealth {args.command}"
+    too_old = python_too_old(args.command)
+    if too_old:  # serve and replay live here; the others were never imported
+        print(f"{name}: {too_old}", file=sys.stderr)
+        return 2
     try:
         return COMMANDS[args.command].run(args)
     except (UsageError, ValueError, GpuhealthError) as e:

@@ -43,7 +43,7 @@ def redact(text: str) -> str:
 def _arg(value: object) -> object:
     """An argument, redacted if its text held a secret; untouched otherwise, so that `%d` and
     formatters that read the arguments (uvicorn's access log) still work."""
-    if isinstance(value, int | float | bool) or value is None:
+    if isinstance(value, (int, float, bool)) or value is None:
         return value
     text = str(value)
     clean = redact(text)
