@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from service.notify.cause import short_cause
 from service.notify.labels import alert_labels
 from service.notify.message import AlertRef, Status
 from service.stages.alert_store import Alert
@@ -19,14 +20,15 @@ def summary_of(a: Alert) -> str:
     """One line: a node or fleet alert's own (service.stages.fleet_alerts.derived_summary:
     "FleetStorm: 5 of 16 nodes at level >= 2 within 10 min: n01 (xid 79), ...; 2 hard
     faults: ...", "NodeNoData: n3 silent for 1 min 5 s, last seen ..."), else the entity's
-    top signal and risk."""
+    cause in a few characters (service.notify.cause), then its top signal and risk."""
     own = derived_summary(a.name, a.explanation, a.risk)
     if own is not None:
         return own
     top = a.explanation[0] if a.explanation else None
     why = (f"{top.get('rule')}: {top.get('signal')} = {top.get('value'):.4g}"
            if top and isinstance(top.get("value"), int | float) else "no signal")
-    return f"{a.entity} on {a.node}: risk {a.risk:.2f} ({why})"
+    cause = short_cause(a.entity, top)
+    return f"{cause + ': ' if cause else ''}{a.entity} on {a.node}: risk {a.risk:.2f} ({why})"
 
 
 def predicted_window_of(a: Alert) -> str:

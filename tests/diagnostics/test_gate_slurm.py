@@ -72,7 +72,7 @@ def test_a_release_waits_for_the_gate_and_a_failing_gate_keeps_the_node(
                                         "dbe: uncorrectable ECC error in HBM", now), now)
     assert controller.wait(20)
     controller.step(time.time())
-    assert node_field(cluster, "Reason").startswith("gpuhealth:7:"), [
+    assert node_field(cluster, "Reason").startswith("gpuhealth dbe #7: "), [
         (e.event, e.result) for e in controller.store.audit(node=node, limit=100)]
 
     # The operator asks for the release: the memory suite starts instead, and fails.
@@ -85,7 +85,7 @@ def test_a_release_waits_for_the_gate_and_a_failing_gate_keeps_the_node(
     assert run.status == "fail" and run.result is not None
     assert "memory" in {c.name for c in run.result.checks if c.status.value == "fail"}
     assert "DRAIN" in node_field(cluster, "State")
-    assert node_field(cluster, "Reason").startswith("gpuhealth:7:")
+    assert node_field(cluster, "Reason").startswith("gpuhealth dbe #7: ")
     [batch] = published
     assert (batch.events.keys, batch.events.metrics, batch.events.values) == (
         [node], ["diag"], [float(FaultClass.MEMORY)])

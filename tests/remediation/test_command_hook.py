@@ -57,7 +57,7 @@ def test_placeholders_fill_single_arguments_without_a_shell(tmp_path: Path) -> N
     assert result.ok and not result.retry, result.detail
     assert recorded(out) == [
         "--node=gpu-7",
-        "gpuhealth:5:XID 79: it's \"gone\" $(touch pwned); rm -rf {node}",  # one argument
+        "gpuhealth XID 79 #5: it's \"gone\" $(touch pwned); rm -rf {node}",  # one argument
         "act-9", "alert=5", "{unknown}"]
     assert not (tmp_path / "pwned").exists()
     [step] = result.steps

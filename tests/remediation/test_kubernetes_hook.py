@@ -73,7 +73,7 @@ def test_cordon_taint_and_provenance_in_one_conditional_patch(api: FakeKubeApi) 
     assert labels[LABEL_REASON] == "alert-42-XID-79-GPU-fell-off-the-bus-gpu-3"
     assert labels["gpuhealth/cordon-timestamp"]
     notes = api.nodes["gpu-1"]["metadata"]["annotations"]
-    assert notes["gpuhealth/cordon-reason"] == "gpuhealth:42:XID 79: GPU fell off the bus (gpu 3)"
+    assert notes["gpuhealth/cordon-reason"] == "gpuhealth XID 79 #42: GPU fell off the bus (gpu 3)"
     assert notes["gpuhealth/action-id"] == "act-7"
     state = hook_for(api).inspect("gpu-1")
     assert state.exists and state.drained_by_us and not state.drained_by_other

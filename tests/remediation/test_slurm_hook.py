@@ -57,7 +57,7 @@ def test_execute_drains_requeues_eligible_and_reports_the_rest(
     assert not result.retry
     assert "DRAIN" in node_field(cluster, "State")
     assert node_field(cluster, "Reason") == drain_reason(req)
-    assert drain_reason(req) == "gpuhealth:17:XID 79: GPU fell off the bus"
+    assert drain_reason(req) == "gpuhealth XID 79 #17: GPU fell off the bus"
     assert result.moved == (movable,)
     [left] = result.left
     assert left.startswith(f"job {pinned}: not requeueable")
@@ -123,7 +123,7 @@ def test_plan_is_the_exact_argv_and_changes_nothing(
     assert plan[0].call == shlex.join(["scontrol", "show", "node", "-o", cluster.node])
     assert plan[1].call == shlex.join(
         ["scontrol", "update", f"NodeName={cluster.node}", "State=DRAIN",
-         "Reason=gpuhealth:17:XID 79: GPU fell off the bus"])
+         "Reason=gpuhealth XID 79 #17: GPU fell off the bus"])
     assert plan[2].call == shlex.join(
         ["squeue", "-h", f"--nodelist={cluster.node}", "-t",
          "CONFIGURING,RUNNING,STOPPED,SUSPENDED", "-O", "JobID:|,State:|,Requeue:|,BatchFlag:|"])
@@ -174,3 +174,18 @@ def test_parse_node_keeps_odd_reasons() -> None:
     assert info.state == "IDLE+DRAIN" and info.drained and info.ours
     assert info.reason == "gpuhealth:3:say \"hi\" a=b [x@y] it's"
     assert parse_node("NodeName=n1 State=IDLE Reason=(null)").reason == ""
+
+
+def test_a_drain_reason_starts_with_its_cause() -> None:
+    """`sinfo -R` shows 20 characters of a reason: the cause is in them; ours is told by the
+    provenance word, in this release's form and the older `gpuhealth:<id>:` one."""
+    req = request("n1", "DBE gpu3: n1:gpu3 on n1: risk 1.00 (dbe: uncorrectable ECC = 1)")
+    reason = drain_reason(req)
+    assert reason[:20] == "gpuhealth DBE gpu3 #"
+    assert reason == "gpuhealth DBE gpu3 #17: n1:gpu3 on n1: risk 1.00 (dbe: uncorrectable ECC = 1)"
+    no_cause = drain_reason(request("n1", "n1:gpu3 on n1: risk 0.40 (no signal)"))
+    assert no_cause == "gpuhealth #17: n1:gpu3 on n1: risk 0.40 (no signal)"
+    for ours in (reason, no_cause, "gpuhealth:3:XID 79"):
+        assert parse_node(f"NodeName=n1 State=IDLE+DRAIN Reason={ours} [root@2026-12-07T10:00:00]"
+                          ).ours, ours
+    assert not parse_node("NodeName=n1 State=IDLE+DRAIN Reason=gpuhealthy fans [a@b]").ours

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.notify.cause import MAX_CAUSE
 from service.remediation.hooks.base import (
     PROVENANCE,
     ActionRequest,
@@ -29,7 +30,8 @@ from service.remediation.hooks.runner import (
     one_line,
 )
 
-REASON_PREFIX = f"{PROVENANCE}:"
+REASON_PREFIX = PROVENANCE  # then a space; releases before 2026-12 wrote "gpuhealth:<id>:"
+OURS = (f"{PROVENANCE} ", f"{PROVENANCE}:")
 MAX_REASON = 200
 # The states `scontrol requeue Incomplete` acts on (scontrol(1)); pending jobs are not on the
 # node yet and completing ones are leaving anyway.
@@ -71,14 +73,21 @@ class NodeInfo:
 
     @property
     def ours(self) -> bool:
-        return self.reason.startswith(REASON_PREFIX)
+        return self.reason.startswith(OURS)
 
 
 def drain_reason(req: ActionRequest) -> str:
-    """`gpuhealth:<alert_id>:<summary>` on one line (control characters would break the
-    one-line `scontrol show node -o` output we parse back), bounded."""
+    """`gpuhealth <cause> #<alert_id>: <the rest of the summary>`, the cause first (`sinfo -R`
+    shows 20 characters: `gpuhealth DBE gpu3 #1`); a summary without a short cause in
+    front (service.notify.cause) reads `gpuhealth #<alert_id>: <summary>`. On one line
+    (control characters would break the one-line `scontrol show node -o` output we parse
+    back), bounded."""
     summary = " ".join("".join(c if c.isprintable() else " " for c in req.summary).split())
-    reason = f"{REASON_PREFIX}{req.alert_id}:{summary}"
+    cause, sep, rest = summary.partition(": ")
+    if sep and 0 < len(cause) <= MAX_CAUSE and ":" not in cause:
+        reason = f"{REASON_PREFIX} {cause} #{req.alert_id}: {rest}"
+    else:
+        reason = f"{REASON_PREFIX} #{req.alert_id}: {summary}"
     return reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 1] + "…"
 
 
