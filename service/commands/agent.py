@@ -35,8 +35,10 @@ def _configure_agent(p: argparse.ArgumentParser) -> None:
                         "http://HOST:8086/write?db=gpuhealth or /api/v2/write?...; repeat it "
                         "to send every round to each (an HA pair's two replicas), each with "
                         "a spool of its own (--spool, then --spool-2, ...)")
-    p.add_argument("--token", default=os.environ.get("GPUHEALTH_AGENT_TOKEN"),
-                   help="write token (Authorization: Token ...); default $GPUHEALTH_AGENT_TOKEN")
+    p.add_argument("--token", default=None,
+                   help="write token (Authorization: Token ...); default $GPUHEALTH_AGENT_TOKEN, "
+                        "or the file $GPUHEALTH_AGENT_TOKEN_FILE names (a token on the command "
+                        "line shows in ps: prefer the file)")
     p.add_argument("--source", action="append", default=[], type=source_name,
                    help=f"source to run (repeatable; default: every one this host has). "
                         f"Known: {', '.join(sorted(registry.SOURCES))}")
@@ -72,8 +74,9 @@ def _configure_agent(p: argparse.ArgumentParser) -> None:
 def _configure_relay(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", required=True,
                    help="the service's write endpoint: http://SERVICE:8080/write")
-    p.add_argument("--service-token", default=os.environ.get("GPUHEALTH_AGENT_TOKEN"),
-                   help="write token for the service; default $GPUHEALTH_AGENT_TOKEN")
+    p.add_argument("--service-token", default=None,
+                   help="write token for the service; default $GPUHEALTH_AGENT_TOKEN or the "
+                        "file $GPUHEALTH_AGENT_TOKEN_FILE names")
     p.add_argument("--token", action="append",
                    default=[t for t in os.environ.get("GPUHEALTH_RELAY_TOKENS", "").split(",")
                             if t.strip()],
@@ -181,6 +184,32 @@ def _sources_down(collectors: list[Collector]) -> int:
     return 0
 
 
+MAX_SECRET_BYTES = 64 * 1024
+TOKEN_ENV = "GPUHEALTH_AGENT_TOKEN"
+
+
+def env_secret(name: str) -> str | None:
+    """$NAME, or the content of the file $NAME_FILE names (a compose or Kubernetes secret),
+    its trailing newline stripped; None when neither is set. Both set is refused, and a file
+    that cannot be read is named, never its content."""
+    value, path = os.environ.get(name), os.environ.get(f"{name}_FILE")
+    if value and path:
+        raise UsageError(f"${name} and ${name}_FILE are both set: give one")
+    if not path:
+        return value or None
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_SECRET_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"${name}_FILE: cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_SECRET_BYTES:
+        raise UsageError(f"${name}_FILE: {path} is over {MAX_SECRET_BYTES} bytes")
+    text = data.decode("utf-8", errors="replace").strip()
+    if not text:
+        raise UsageError(f"${name}_FILE: {path} is empty")
+    return text
+
+
 def _run_relay(args: argparse.Namespace) -> int:
     from collectors.agent.relay import SPOOL_SUFFIX, Limits, Relay
     from collectors.agent.relay_http import RelayServer
@@ -190,6 +219,8 @@ def _run_relay(args: argparse.Namespace) -> int:
     except ImportError:
         raise UsageError("the relay needs pyarrow: pip install 'gpuhealth[agent,agent-arrow]'"
                          ) from None
+    if args.service_token is None:
+        args.service_token = env_secret(TOKEN_ENV)
     url = urlsplit(args.url)
     if url.scheme not in ("http", "https") or not url.netloc:
         raise UsageError(f"--url {args.url!r}: give an http:// or https:// URL, e.g. "
@@ -234,6 +265,8 @@ def _run_relay(args: argparse.Namespace) -> int:
 def _run_agent(args: argparse.Namespace) -> int:
     if getattr(args, "agent_mode", None) == "relay":
         return _run_relay(args)
+    if args.token is None:
+        args.token = env_secret(TOKEN_ENV)
     _check(args)
     # Spools first: a bad --spool is refused before the sources are surveyed and listed.
     spool = _spool(args)
