@@ -9,6 +9,7 @@ from typing import Any
 from service.notify.cause import short_cause
 from service.notify.labels import alert_labels
 from service.notify.message import AlertRef, Status
+from service.notify.values import value_text
 from service.stages.alert_store import Alert
 from service.stages.fleet_alerts import derived_summary
 
@@ -25,7 +26,8 @@ def summary_of(a: Alert) -> str:
     if own is not None:
         return own
     top = a.explanation[0] if a.explanation else None
-    why = (f"{top.get('rule')}: {top.get('signal')} = {top.get('value'):.4g}"
+    why = (f"{top.get('rule')}: {top.get('signal')} = "
+           f"{value_text(str(top.get('rule') or ''), top.get('value'))}"
            if top and isinstance(top.get("value"), int | float) else "no signal")
     cause = short_cause(a.entity, top)
     return f"{cause + ': ' if cause else ''}{a.entity} on {a.node}: risk {a.risk:.2f} ({why})"

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from service.notify.message import LEVEL_SEVERITY, AlertRef, Message
+from service.notify.values import value_text
 
 MAX_SIGNALS = 10  # per alert; the strongest come first, the tail adds little
 
@@ -28,10 +29,11 @@ def signal_text(sig: Mapping[str, Any]) -> str:
     """One explanation line, from Signal.as_dict; tolerant of missing or extra keys."""
     if "signal" not in sig:
         return ", ".join(f"{k}={v}" for k, v in sig.items())
-    rule = f"{sig['rule']}: " if sig.get("rule") else ""
-    text = f"{rule}{sig['signal']} = {_num(sig.get('value'))}"
-    if "threshold" in sig:
-        text += f" (threshold {_num(sig.get('threshold'))})"
+    name = str(sig.get("rule") or "")
+    rule = f"{name}: " if name else ""
+    text = f"{rule}{sig['signal']} = {value_text(name, sig.get('value'))}"
+    if "threshold" in sig and value_text(name, sig.get("threshold")) != "n/a":
+        text += f" (threshold {value_text(name, sig.get('threshold'))})"
     if "risk" in sig:
         text += f", risk {_num(sig.get('risk'))}"
     if sig.get("hard"):
