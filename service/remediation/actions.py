@@ -132,6 +132,7 @@ CREATE TABLE IF NOT EXISTS audit (
     steps TEXT NOT NULL, result TEXT NOT NULL, duration_s REAL
 );
 CREATE INDEX IF NOT EXISTS audit_action ON audit (action_id, event);
+CREATE INDEX IF NOT EXISTS audit_node_event ON audit (node, event, at);
 """
 # The audit's guard in each dialect's own words (trigger bodies hold `;`, so neither goes
 # through the portable DDL translation).

@@ -8,7 +8,9 @@ EXISTS`, the current shape), so a fresh file needs no migration. A migration cha
 older release left behind (a column, an index, rows) or adds a table that readers rely on before
 any store has written. Changing a store's CREATE statement therefore needs a migration here that
 does the same to an existing file; tests/storage/test_schema_versions.py fails until it exists
-(an upgraded file must end with the same layout as a fresh one).
+(an upgraded file must end with the same layout as a fresh one). A change to a shared-state
+store's table is written once in service.storage.state_changes and listed here with
+`Migration.of`: PostgreSQL runs the same change (service.storage.pg_schema).
 
 Version 0 is the release before versions (every table as its stores created it).
 """
@@ -24,6 +26,8 @@ import numpy as np
 
 from collectors.catalog import Scope
 from service.errors import GpuhealthError
+from service.storage.sql import SqliteDatabase
+from service.storage.state_changes import StateChange
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +37,12 @@ class Migration:
     version: int  # the file's user_version once this has run
     summary: str
     apply: Callable[[sqlite3.Connection], None]  # runs inside the caller's transaction
+    change: StateChange | None = None  # a shared-state change PostgreSQL runs too
+
+    @classmethod
+    def of(cls, version: int, change: StateChange) -> Migration:
+        """A shared-state store's change, at this file's `version`."""
+        return cls(version, change.summary, lambda db: change.apply(SqliteDatabase(db)), change)
 
 
 class SchemaError(GpuhealthError):

@@ -150,6 +150,13 @@ def pg_ddl(ddl: str) -> list[str]:
     return [s.strip() for s in ddl.split(";") if s.strip()]
 
 
+def statements(ddl: str, dialect: Dialect) -> list[str]:
+    """Portable `;`-separated DDL as the dialect's statements, one per item, comments gone."""
+    if dialect == "postgres":
+        return pg_ddl(ddl)
+    return [s.strip() for s in _DDL_RULES[0][0].sub("", ddl).split(";") if s.strip()]
+
+
 def pg_sql(sql: str) -> str:
     """`?` placeholders as psycopg's `%s` (a literal `%` doubled), outside quoted text."""
     out: list[str] = []

@@ -2,8 +2,9 @@
 
 A store is given a target: a path (or ":memory:") is the service's SQLite file, opened as
 before (schema versions and migrations in service.storage.schema); a `postgresql://` URL is the
-database replicas and shards share (`storage.postgres.dsn`). The store's SQL is the same on
-both (service.storage.sql)."""
+database replicas and shards share (`storage.postgres.dsn`), brought to this release's layout
+when opened (service.storage.pg_schema). The store's SQL is the same on both
+(service.storage.sql), and so is a change to its tables (service.storage.state_changes)."""
 
 from __future__ import annotations
 
@@ -12,25 +13,24 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from service.storage.postgres_db import SCHEMA_TABLE, PostgresDatabase, is_postgres
-from service.storage.schema import SchemaTooNew
+from service.storage.pg_schema import STATE_VERSION, migrate_state
+from service.storage.postgres_db import PostgresDatabase, is_postgres
 from service.storage.sql import Database, SqliteDatabase
 from service.storage.sqlite_db import open_db
 
-# The shared state's layout on PostgreSQL. It starts at the SQLite file's current shape (no
-# release wrote an older one there); a change to a store's tables raises this, with the step.
-STATE_VERSION = 1
+__all__ = ["STATE_VERSION", "StateStore", "StateTarget", "open_state"]
 
 StateTarget = str | Path
 
 
 def open_state(target: StateTarget, schema: str = "", *,
                connect_timeout_s: float = 5.0) -> Database:
-    """The database behind `target`, its tables created when missing (`schema`: SQLite DDL)."""
+    """The database behind `target` at this release's layout (a newer one is refused), its
+    tables created when missing (`schema`: SQLite DDL)."""
     if is_postgres(target):
         db: Database = PostgresDatabase(str(target), connect_timeout_s=connect_timeout_s)
         try:
-            _check_version(db)
+            migrate_state(db)
             if schema:
                 db.script(schema)
         except BaseException:
@@ -38,21 +38,6 @@ def open_state(target: StateTarget, schema: str = "", *,
             raise
         return db
     return SqliteDatabase(open_db(target, schema))
-
-
-def _check_version(db: Database) -> None:
-    """Stamp a fresh database; refuse one a newer release laid out (its tables may mean what
-    this code cannot know)."""
-    with db.transaction():
-        db.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} (version BIGINT NOT NULL)")
-        row = db.execute(f"SELECT max(version) FROM {SCHEMA_TABLE}").fetchone()
-        found = row[0] if row else None
-        if found is None:
-            db.execute(f"INSERT INTO {SCHEMA_TABLE} (version) VALUES (?)", (STATE_VERSION,))
-        elif int(found) > STATE_VERSION:
-            raise SchemaTooNew(
-                f"the shared state database is at layout {found}, newer than this release's "
-                f"{STATE_VERSION}: upgrade gpuhealth on this replica, or point it elsewhere")
 
 
 class StateStore:

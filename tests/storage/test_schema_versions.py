@@ -26,6 +26,7 @@ from service.storage.schema import (
     version_of,
 )
 from service.storage.sqlite_db import open_db
+from tests.storage.state_stores import open_every_state_store
 
 DUMP = Path(__file__).with_name("previous_release.sql")
 
@@ -45,6 +46,7 @@ def open_everything(data_dir: Path) -> Path:
     IdempotencyStore(s.storage.sqlite_path).close()
     db = open_db(s.storage.sqlite_path, replay_progress._SCHEMA)
     db.close()
+    open_every_state_store(s.storage.sqlite_path)  # and those the pipeline leaves closed
     return s.storage.sqlite_path
 
 
