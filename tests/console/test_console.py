@@ -7,6 +7,7 @@ else to the test's temporary directory."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -270,6 +271,9 @@ def test_the_script_pages_through_cursors_and_shows_rfc3339_times(
     assert alert["started_at"].endswith("Z")  # RFC 3339 on the wire ...
     shown = browser.eval(f"fmtTime({alert['started_at']!r})")
     assert shown == alert["started_at"][:19].replace("T", " ") + "Z"  # ... and on the page
+    # One time format on the page: the "updated" stamp too (it once read a local 12-hour clock).
+    updated = browser.eval("document.querySelector('#updated').textContent")
+    assert re.fullmatch(r"updated \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ", updated), updated
     assert _unexpected(browser) == []
 
 

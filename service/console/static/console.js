@@ -135,7 +135,7 @@ function setStatus(ok, msg) {
   const el = $("#status");
   el.textContent = msg;
   el.className = ok ? "status ok" : "status err";
-  if (ok) $("#updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+  if (ok) $("#updated").textContent = `updated ${fmtTime(Date.now() / 1000)}`;  // one format: UTC
 }
 
 // ---- delivery: what each receiver did with an alert, and what Alertmanager says -------------
