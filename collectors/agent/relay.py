@@ -58,6 +58,7 @@ from collectors.agent.spool import Spool
 from collectors.agent.target import Target
 from collectors.compat import dataclass
 from collectors.frames import Rejection
+from collectors.node_names import DEFAULT_ORDER
 from collectors.schema import SchemaMapper
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,8 @@ class Relay:
                  backoff_s: tuple[float, float] = (1.0, 60.0),
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time,
-                 roster: RosterLimits | None = None) -> None:
+                 roster: RosterLimits | None = None,
+                 node_name_from: Sequence[str] = DEFAULT_ORDER) -> None:
         self.spool, self.pusher = spool, pusher
         self.tokens = [t.encode() for t in tokens if t]
         self.limits, self.flush_s = limits, flush_s
@@ -111,7 +113,9 @@ class Relay:
                              send=lambda body: pusher.push_as(lambda: body, _as_lines(body)),
                              narrow=_narrowed)
         self.stats = RelayStats()
-        self._mappers = {False: SchemaMapper(strict=False), True: SchemaMapper(strict=True)}
+        # Parsed as the service would, with the site's node-name order (ingest.node_name_from).
+        self._mappers = {strict: SchemaMapper(strict=strict, node_name_from=node_name_from)
+                         for strict in (False, True)}
         self._decoder: Any = None  # collectors.arrow_batch.Decoder, made when needed
         self._parse_lock = threading.Lock()
         self._pending: list[Push] = []

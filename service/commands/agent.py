@@ -84,6 +84,10 @@ def _configure_relay(p: argparse.ArgumentParser) -> None:
                         "$GPUHEALTH_RELAY_TOKENS, comma-separated; none: any push is taken")
     p.add_argument("--listen", default="0.0.0.0", help="listen address (default all)")
     p.add_argument("--port", type=int, default=8186, help="listen port (default 8186)")
+    p.add_argument("--node-name-from", default="host,Hostname", metavar="LABELS",
+                   help="which labels name a Telegraf-scraped dcgm-exporter sample's node, "
+                        "first first (the service's ingest.node_name_from; default "
+                        "host,Hostname)")
     p.add_argument("--insecure", action="store_true",
                    help="listen beyond loopback with no --token")
     p.add_argument("--flush-ms", type=float, default=5000.0,
@@ -221,6 +225,9 @@ def _run_relay(args: argparse.Namespace) -> int:
                          ) from None
     if args.service_token is None:
         args.service_token = env_secret(TOKEN_ENV)
+    order = tuple(x.strip() for x in args.node_name_from.split(",") if x.strip())
+    if not order:
+        raise UsageError("--node-name-from: give at least one label, e.g. host,Hostname")
     url = urlsplit(args.url)
     if url.scheme not in ("http", "https") or not url.netloc:
         raise UsageError(f"--url {args.url!r}: give an http:// or https:// URL, e.g. "
@@ -238,7 +245,8 @@ def _run_relay(args: argparse.Namespace) -> int:
         raise UsageError(f"--spool {args.spool}: not a directory")
     spool = Spool(args.spool, args.spool_mb << 20, suffix=SPOOL_SUFFIX)
     relay = Relay(spool, Pusher(args.url, token=args.service_token), tokens=args.token,
-                  limits=Limits(args.max_body_bytes, args.max_lines), flush_s=args.flush_ms / 1e3)
+                  limits=Limits(args.max_body_bytes, args.max_lines), flush_s=args.flush_ms / 1e3,
+                  node_name_from=order)
     try:
         server = RelayServer(relay, args.listen, args.port)
     except OSError as exc:

@@ -271,3 +271,21 @@ def test_pushes_without_the_relays_token_are_refused(tmp_path: Path, service: Se
                     AGENT_TOKEN, content=body)
     assert ok.status_code == 204
     assert relay.stats.refused == 3 and relay.stats.pushes == 1
+
+
+def test_the_relay_names_nodes_in_the_sites_order(tmp_path: Path) -> None:
+    """A central Telegraf scraping many nodes' exporters tags them all with its own `host`:
+    such a site names nodes by `Hostname` first (ingest.node_name_from), and a relay in front
+    of the service must parse with the same order (`--node-name-from`)."""
+    line = (b"prometheus,Hostname=gpu-node-7,gpu=0,host=scraper-1,UUID=GPU-1 "
+            b"DCGM_FI_DEV_PCIE_REPLAY_COUNTER=3 1699999200000000000\n")
+    names = {}
+    for order in (("host", "Hostname"), ("Hostname", "host")):
+        spool = Spool(tmp_path / "-".join(order), 1 << 20, suffix=SPOOL_SUFFIX)
+        relay = Relay(spool, Pusher("http://127.0.0.1:9/write"), wall=lambda: T0,
+                      node_name_from=order)
+        answer = relay.answer("/write", "", {}, line)
+        assert answer.status == 204, answer
+        [push] = relay._pending
+        names[order] = {e.node for f in push.batch.frames.values() for e in f.entities}
+    assert names == {("host", "Hostname"): {"scraper-1"}, ("Hostname", "host"): {"gpu-node-7"}}
