@@ -3,14 +3,17 @@ few steps of driving the page in Chromium."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import uvicorn
 from fastapi import FastAPI
 
@@ -72,3 +75,21 @@ def open_page(b: Browser, url: str, ready: str, what: str) -> None:
 def set_token(b: Browser, token: str) -> None:
     b.eval(f"(() => {{ const t = document.querySelector('#token'); t.value = {token!r};"
            " t.dispatchEvent(new Event('change')); })()")
+
+
+def screenshot_dir(factory: pytest.TempPathFactory, name: str) -> Path:
+    """Where a module's screenshots go: $GPUHEALTH_CONSOLE_SCREENSHOTS/<name> when set (to keep
+    them, e.g. for docs/screenshots), else a temporary directory."""
+    kept = os.environ.get("GPUHEALTH_CONSOLE_SCREENSHOTS")
+    where = (Path(kept) if kept else factory.mktemp("console-screenshots")) / name
+    where.mkdir(parents=True, exist_ok=True)
+    return where
+
+
+def browsing(factory: pytest.TempPathFactory, **size: int) -> Iterator[Browser]:
+    """A headless Chromium for a module's tests, closed after them."""
+    b = Browser(factory.mktemp("chromium"), **size)
+    try:
+        yield b
+    finally:
+        b.close()

@@ -16,7 +16,6 @@ node-n1-psu.png."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from service.api.app import create_app
 from service.api.state import Running
 from service.settings import Settings, StorageSettings
 from tests.console.cdp import CHROMIUM, Browser
-from tests.console.serve import Service, open_page, serving, unexpected
+from tests.console.serve import Service, browsing, open_page, screenshot_dir, serving, unexpected
 from tests.support.fleet import STEP, T0, ManualClock
 
 pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
@@ -108,19 +107,12 @@ def no_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
-    b = Browser(tmp_path_factory.mktemp("chromium"))
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from browsing(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    kept = os.environ.get("GPUHEALTH_CONSOLE_SCREENSHOTS")
-    where = (Path(kept) if kept else tmp_path_factory.mktemp("console-screenshots")) / "chassis"
-    where.mkdir(parents=True, exist_ok=True)
-    return where
+    return screenshot_dir(tmp_path_factory, "chassis")
 
 
 def _rows(b: Browser, table: str) -> dict[str, dict[str, str]]:

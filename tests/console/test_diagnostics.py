@@ -10,7 +10,6 @@ $GPUHEALTH_CONSOLE_SCREENSHOTS (under diagnostics/)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +23,15 @@ from service.diagnostics.site import Purpose
 from service.remediation.actions import AuditEntry
 from service.settings import Settings, StorageSettings
 from tests.console.cdp import CHROMIUM, Browser
-from tests.console.serve import Service, open_page, serving, set_token, unexpected
+from tests.console.serve import (
+    Service,
+    browsing,
+    open_page,
+    screenshot_dir,
+    serving,
+    set_token,
+    unexpected,
+)
 from tests.support.fleet import STEP, T0, Fleet, FleetCollector, ManualClock
 
 pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
@@ -96,19 +103,12 @@ def off(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
-    b = Browser(tmp_path_factory.mktemp("chromium"))
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from browsing(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    kept = os.environ.get("GPUHEALTH_CONSOLE_SCREENSHOTS")
-    where = (Path(kept) if kept else tmp_path_factory.mktemp("shots")) / "diagnostics"
-    where.mkdir(parents=True, exist_ok=True)
-    return where
+    return screenshot_dir(tmp_path_factory, "diagnostics")
 
 
 def _runs(b: Browser) -> list[dict[str, str]]:

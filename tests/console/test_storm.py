@@ -12,7 +12,6 @@ risk per node on the fleet and node pages. Screenshots go to $GPUHEALTH_CONSOLE_
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,16 @@ import pytest
 from service.api.app import create_app
 from service.settings import Settings, StorageSettings
 from tests.console.cdp import CHROMIUM, Browser
-from tests.console.serve import Service, free_port, open_page, serving, set_token, unexpected
+from tests.console.serve import (
+    Service,
+    browsing,
+    free_port,
+    open_page,
+    screenshot_dir,
+    serving,
+    set_token,
+    unexpected,
+)
 from tests.notify.alertmanager_server import ALERTMANAGER, AlertmanagerServer
 from tests.notify.receivers.servers import HttpRecorder
 from tests.support.fleet import STEP, T0, Fleet, ManualClock
@@ -111,19 +119,12 @@ def storm(alertmanager: AlertmanagerServer,
 
 @pytest.fixture(scope="module")
 def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    kept = os.environ.get("GPUHEALTH_CONSOLE_SCREENSHOTS")
-    where = (Path(kept) if kept else tmp_path_factory.mktemp("console-screenshots")) / "storm"
-    where.mkdir(parents=True, exist_ok=True)
-    return where
+    return screenshot_dir(tmp_path_factory, "storm")
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
-    b = Browser(tmp_path_factory.mktemp("chromium"), width=1600, height=1000)
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from browsing(tmp_path_factory, width=1600, height=1000)
 
 
 def _alerts(svc: Service) -> dict[str, dict[str, Any]]:
