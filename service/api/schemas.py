@@ -17,6 +17,10 @@ class SignalOut(BaseModel):
     threshold: float | None
     risk: float
     hard: bool
+    # The value and threshold in words: a state by its name (`DOWN`), a measure with its unit
+    # (`3 errors`, `92 °C`), an Xid by its number (service.notify.values).
+    value_text: str = ""
+    threshold_text: str = ""
 
 
 class TopSignal(BaseModel):

@@ -36,6 +36,7 @@ from service.api.schemas import (
 )
 from service.notify.labels import alert_labels
 from service.notify.status import DeliveryIndex
+from service.notify.values import value_text
 from service.pipeline import Pipeline
 from service.stages.alert_store import Alert
 from service.stages.scoring import SCOPES, RiskState
@@ -59,8 +60,14 @@ def _num(x: object) -> float | None:
 
 
 def _signal(s: Signal) -> SignalOut:
-    return SignalOut(rule=s.rule, signal=s.signal, value=_num(s.value),
-                     threshold=_num(s.threshold), risk=s.risk, hard=s.hard)
+    return _signal_out(s.rule, s.signal, _num(s.value), _num(s.threshold), s.risk, s.hard)
+
+
+def _signal_out(rule: str, signal: str, value: float | None, threshold: float | None,
+                risk: float, hard: bool) -> SignalOut:
+    return SignalOut(rule=rule, signal=signal, value=value, threshold=threshold, risk=risk,
+                     hard=hard, value_text=value_text(rule, value),
+                     threshold_text="" if threshold is None else value_text(rule, threshold))
 
 
 def alerts_out(p: Pipeline, alerts: Iterable[Alert]) -> list[AlertOut]:
@@ -73,9 +80,9 @@ def alert_out(p: Pipeline, a: Alert, deliveries: DeliveryIndex | None = None) ->
     """The alert with its labels (as receivers get them), what happened to it at each
     receiver it routes to (`deliveries`: an index built for the request, else one is built)
     and, where an alertmanager receiver read it back, what each Alertmanager says of it."""
-    expl = [SignalOut(rule=str(d.get("rule", "")), signal=str(d.get("signal", "")),
-                      value=_num(d.get("value")), threshold=_num(d.get("threshold")),
-                      risk=_num(d.get("risk")) or 0.0, hard=bool(d.get("hard", False)))
+    expl = [_signal_out(str(d.get("rule", "")), str(d.get("signal", "")), _num(d.get("value")),
+                        _num(d.get("threshold")), _num(d.get("risk")) or 0.0,
+                        bool(d.get("hard", False)))
             for d in a.explanation]
     upstream = p.notification.upstream(a.fingerprint) if p.notification is not None else []
     if deliveries is None and p.notification is not None:

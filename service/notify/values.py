@@ -27,6 +27,8 @@ _UNITS = {
     "pcie_aer_correctable_burst": "errors", "host_memory_ue": "errors", "fan_failed": "rpm",
     "ib_rate_low": "Gb/s", "psu_failed": "supplies delivering", "roce_gid_missing": "GIDs",
 }
+_ONE = {"errors": "error", "pages": "page", "replays": "replay", "lanes": "lane",
+        "GIDs": "GID", "supplies delivering": "supply delivering"}
 _CODES = {"xid": "Xid {}", "sxid": "SXid {}"}
 
 
@@ -42,4 +44,7 @@ def value_text(rule: str, value: Any) -> str:
     if rule in _CODES and whole:
         return _CODES[rule].format(int(value))
     number = f"{value:.4g}"
-    return f"{number} {_UNITS[rule]}" if rule in _UNITS else number
+    if rule not in _UNITS:
+        return number
+    unit = _UNITS[rule]
+    return f"{number} {_ONE.get(unit, unit) if value == 1 else unit}"

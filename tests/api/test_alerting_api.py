@@ -215,3 +215,11 @@ def test_alerts_carry_labels_alertname_and_a_stable_fingerprint(svc: Svc) -> Non
     assert alert["alertmanager"] == []  # no alertmanager receiver configured
     one = svc.call("GET", f"/v1/alerts/{alert['id']}", None)
     assert (one["fingerprint"], one["labels"]) == (alert["fingerprint"], alert["labels"])
+
+
+def test_signals_carry_their_values_in_words(svc: Svc) -> None:
+    alerts = svc.call("GET", "/v1/alerts?node=n001", "read")["alerts"]
+    [dbe] = [s for a in alerts for s in a["explanation"] if s["rule"] == "dbe"]
+    assert (dbe["value"], dbe["value_text"], dbe["threshold_text"]) == (1.0, "1 error", "1 error")
+    gpu = svc.call("GET", "/v1/gpus/n001:gpu2", "read")
+    assert {s["rule"]: s["value_text"] for s in gpu["explanation"]}["dbe"] == "1 error"

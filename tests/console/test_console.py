@@ -230,6 +230,19 @@ def test_a_verdict_through_the_page(service: Service, browser: Browser) -> None:
     assert _unexpected(browser) == []
 
 
+def test_an_alert_page_gives_values_in_words(service: Service, browser: Browser) -> None:
+    alert = next(a for a in service.get("/v1/alerts?state=firing")["alerts"]
+                 if a["entity"] == "n001:gpu2")
+    _open(browser, service.url + f"/#/alert/{alert['id']}",
+          "document.querySelector('table.why tbody tr')", "the alert's signals")
+    cells = browser.eval("[...document.querySelectorAll('table.why tbody tr')].map(r => "
+                         "[...r.cells].slice(0, 4).map(c => c.innerText))")
+    want = [[s["rule"], s["signal"], s["value_text"] or "–", s["threshold_text"] or "–"]
+            for s in alert["explanation"]]
+    assert cells == want and any(v.endswith(("error", "errors")) for _, _, v, _ in want)
+    assert _unexpected(browser) == []
+
+
 def test_approve_and_abort_through_the_page(service: Service, browser: Browser,
                                             shots: Path) -> None:
     _open(browser, service.url + "/#/actions",

@@ -40,10 +40,15 @@ function levelBadge(level, quiet) {
         ${LEVEL_NAMES[l] || ""} · ${esc(quiet)}</span>`
     : `<span class="lvl lvl-${l}" data-level="${l}">${l} ${LEVEL_NAMES[l] || ""}</span>`;
 }
+// A signal's value in words where the API gives them (a state's name, a unit, an Xid).
+function valueText(text, v) {
+  if (text) return text;
+  return v === null || v === undefined ? "" : Number(v).toPrecision(3);
+}
 function reason(sig) {
   if (!sig) return "";
-  const v = sig.value === null || sig.value === undefined ? "" : ` = ${Number(sig.value).toPrecision(3)}`;
-  return `<b>${esc(sig.rule)}</b>: ${esc(sig.signal)}${esc(v)}`;
+  const v = valueText(sig.value_text, sig.value);
+  return `<b>${esc(sig.rule)}</b>: ${esc(sig.signal)}${v ? " = " + esc(v) : ""}`;
 }
 function nodeLink(node) {
   return `<a href="#/node/${encodeURIComponent(node)}">${esc(node)}</a>`;
@@ -828,8 +833,8 @@ pages.alert = {
       <h3>Why</h3>${ex.length ? `<table class="list why"><thead><tr><th>rule</th><th>signal</th>
         <th>value</th><th>threshold</th><th>risk</th><th></th></tr></thead><tbody>${ex.map(e => `<tr
         class="${e.hard ? "hardrow" : ""}"><td><b>${esc(e.rule)}</b></td><td>${esc(e.signal)}</td>
-        <td class="num">${e.value === null ? "–" : esc(Number(e.value).toPrecision(3))}</td>
-        <td class="num">${e.threshold === null ? "–" : esc(Number(e.threshold).toPrecision(3))}</td>
+        <td class="num">${esc(valueText(e.value_text, e.value) || "–")}</td>
+        <td class="num">${esc(valueText(e.threshold_text, e.threshold) || "–")}</td>
         <td class="num">${fmtRisk(e.risk)}</td><td>${e.hard ? "hard fault" : ""}</td></tr>`).join("")}
         </tbody></table>` : `<p class="reason">${alertReason(a) || '<span class="muted">no signals</span>'}</p>`}
       <h3>Delivery</h3>${ds.length ? `<table class="list deliveries"><thead><tr><th>receiver</th>
