@@ -230,7 +230,11 @@ _CHARTS = ("(sel => Object.fromEntries([...document.querySelectorAll(sel + ' fig
 
 
 def _click(b: Browser, table: str, entity: str) -> None:
-    b.eval(f"document.querySelector('#{table} tr[data-entity=\"{entity}\"]').click()")
+    # The page redraws its tables on each refresh: wait for the row, then click it in the same
+    # turn (a loaded machine once caught the table between two draws).
+    row = f"document.querySelector('#{table} tr[data-entity=\"{entity}\"]')"
+    b.wait_for(f"!!{row}", f"{entity}'s row")
+    b.eval(f"{row}?.click()")
     b.wait_for(f"document.querySelector('#{table} tr.picked')?.dataset.entity === '{entity}'"
                f" && [...document.querySelectorAll('#gpucharts h3')].map(h => h.innerText)"
                f".join('|').includes('{entity} key metrics')", f"{entity}'s charts")

@@ -68,7 +68,7 @@ def test_a_hard_fault_drains_its_node_through_the_hook_within_the_tick(tmp_path:
                 assert ctl.wait(10)
                 # The tick that saw the fault asked, and the hook ran before the next one.
                 calls = log.read_text().splitlines()
-                assert len(calls) == 1 and calls[0].startswith("drain n1 gpuhealth:")
+                assert len(calls) == 1 and calls[0].startswith("drain n1 gpuhealth DBE gpu2 #")
         actions = ctl.store.find(node="n1")
         assert [a.state.value for a in actions] == ["succeeded"]
         assert len(log.read_text().splitlines()) == 1  # never twice for one episode
