@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from collectors.catalog import CATALOG, Scope
 from collectors.compat import dataclass
+from collectors.identity import GpuIdentity
 
 F64 = npt.NDArray[np.float64]
 I32 = npt.NDArray[np.int32]
@@ -288,6 +289,9 @@ class Batch:
     frames: dict[Scope, Frame] = field(default_factory=dict)
     events: EventFrame = field(default_factory=EventFrame)
     rejected: list[Rejection] = field(default_factory=list)
+    # What the sources said of each GPU's identity, by GPU entity key (collectors.identity):
+    # an attribute, not a sample, so not counted in `samples`.
+    identity: dict[str, GpuIdentity] = field(default_factory=dict)
 
     @property
     def samples(self) -> int:

@@ -13,7 +13,9 @@ Which tag names the node, per source, is collectors.node_names: a Telegraf point
 is a known exporter's pod name is refused, never made a node.
 
 Node agents' `gpuhealth_collector` status points (collectors.collector_status) are not samples:
-the mapper keeps them aside for `take_reports`.
+the mapper keeps them aside for `take_reports`. Neither are GPU identities (collectors.identity):
+our `gpu_info` points, and the `uuid`/`name` tags and `driver_version`/`serial`/`vbios_version`
+fields of Telegraf's `nvidia_smi`, land in `Batch.identity`.
 
 Bad values are rejected field by field, so one bad field never costs the rest of its line.
 `parse` sends the lines whose layout it has met before through collectors.schema_fastpath,
@@ -30,7 +32,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from collectors import collector_status
+from collectors import collector_status, identity
 from collectors.catalog import CATALOG, FieldType, Kind, Metric, Scope
 from collectors.catalog import EVENT_FIELD as EVENT_FIELD  # re-exported for writers
 from collectors.collector_status import CollectorReport
@@ -55,7 +57,7 @@ from collectors.lineprotocol import (
     parse_numbered,
     precision_ns,
 )
-from collectors.lineprotocol_format import escape_key, format_number
+from collectors.lineprotocol_format import escape_key, format_line, format_number
 from collectors.node_names import DEFAULT_ORDER, pod_reason
 from collectors.schema_fastpath import FastPath
 from collectors.schema_frames import Cells, Chunk, assemble
@@ -261,7 +263,9 @@ class SchemaMapper:
         for p in translate(points, self._last_xid, refuse, self.node_name_from):
             spec = specs.get(p.measurement)
             if spec is None:
-                if p.measurement == collector_status.MEASUREMENT:
+                if p.measurement == identity.MEASUREMENT:
+                    self._identity(p, batch, reject)
+                elif p.measurement == collector_status.MEASUREMENT:
                     self._report(p, reject)
                 elif self.strict:
                     reject(_rejection(p, f"unknown measurement {p.measurement!r} (known: "
@@ -283,6 +287,8 @@ class SchemaMapper:
             if spec.event is not None:
                 self._event(batch, spec.event, known[0], ts_ns, p, reject)
                 continue
+            if spec.measurement == "nvidia_smi":
+                p = _telegraf_identity(p, known[0], ts_ns, batch, reject)
             rows = acc.get(spec.scope)
             if rows is None:
                 rows = acc[spec.scope] = _Rows()
@@ -311,6 +317,28 @@ class SchemaMapper:
                               extra[0] if len(extra) == 1 else None))
         elif extra:
             self._ignored.add_fields(p.measurement, extra)
+
+    def _identity(self, p: Point, batch: Batch, reject: _Reject) -> None:
+        """A `gpu_info` point: the GPU's identity, each bad value refused on its own."""
+        host, gpu = p.tags.get("host", ""), p.tags.get("gpu", "")
+        why = (name_problem(host, "host") or index_problem(gpu, "gpu")
+               or (None if p.ts_ns is not None else "missing timestamp"))
+        if why is not None:
+            reject(_rejection(p, f"{identity.MEASUREMENT}: {why}"))
+            return
+        assert p.ts_ns is not None
+        key = Entity.gpu(host, int(gpu)).key
+        got, problems, unknown = identity.from_fields(p.fields, p.ts_ns / 1e9)
+        for why in problems:
+            reject(_rejection(p, f"{identity.MEASUREMENT}: {why}", key, why.partition(":")[0]))
+        if unknown and self.strict:
+            reject(_rejection(p, f"unknown field{'s' if len(unknown) > 1 else ''} for "
+                                 f"measurement {identity.MEASUREMENT!r}: {', '.join(unknown)} "
+                                 f"(known: {', '.join(identity.FIELDS)})", key))
+        elif unknown:
+            self._ignored.add_fields(p.measurement, unknown)
+        if got:
+            identity.merge_into(batch.identity, {key: got})
 
     def _fields(self, rows: _Rows, spec: MeasurementSpec, known: tuple[Entity, int], ts_ns: int,
                 p: Point, reject: _Reject) -> bool:
@@ -445,6 +473,32 @@ class SchemaMapper:
         return Frame(table, slots[order], ts[order], values[order])
 
 
+# Telegraf's nvidia_smi: the identity its tags and string fields carry (telegraf-facts.md).
+_TELEGRAF_TAGS = {"uuid": "uuid", "name": "model", "pci_bus_id": "pci_bus_id"}
+_TELEGRAF_FIELDS = {"driver_version": "driver", "serial": "serial", "vbios_version": "vbios"}
+
+
+def _telegraf_identity(p: Point, gpu: Entity, ts_ns: int, batch: Batch, reject: _Reject
+                       ) -> Point:
+    """Take a Telegraf nvidia_smi point's identity into the batch; the point without the
+    identity fields, which are then not counted as ignored."""
+    raw: dict[str, object] = {ours: p.tags[t] for t, ours in _TELEGRAF_TAGS.items()
+                              if t in p.tags}
+    taken = [f for f in _TELEGRAF_FIELDS if f in p.fields]
+    raw.update((_TELEGRAF_FIELDS[f], p.fields[f]) for f in taken)
+    if raw:
+        got, problems = identity.clean(raw, ts_ns / 1e9)
+        for why in problems:
+            reject(_rejection(p, why, gpu.key, why.partition(":")[0]))
+        if got:
+            identity.merge_into(batch.identity, {gpu.key: got})
+    if not taken:
+        return p
+    return Point(p.measurement, p.tags, {k: v for k, v in p.fields.items()
+                                         if k not in _TELEGRAF_FIELDS}, p.ts_ns, p.line,
+                 p.source)
+
+
 def _text_lines(data: str | bytes | Iterable[str] | Iterable[bytes],
                 max_bytes: int | None) -> list[str] | None:
     """The lines of a body given whole as valid UTF-8 within `max_bytes`; else None."""
@@ -520,6 +574,11 @@ def batch_to_lines(batch: Batch) -> Iterator[str]:
     for key, ts, metric, value in zip_strict(ev.keys, ev.ts, ev.metrics, ev.values):
         t = _ns(ts)
         out.append((t, f"{_head(metric, Entity.parse(key))} {EVENT_FIELD}={int(value)}i {t}"))
+    for key, ident in batch.identity.items():
+        e = Entity.parse(key)
+        t = _ns(ident.at)
+        out.append((t, format_line(identity.MEASUREMENT, {"host": e.node, "gpu": e.unit},
+                                   dict(ident.as_dict()), t)))
     out.sort(key=itemgetter(0))
     return (line for _, line in out)
 

@@ -7,6 +7,9 @@ Both become `gpu` / `nvlink` points here. DCGM_FI_DEV_XID_ERRORS holds the last 
 every scrape, so it becomes an `xid` event only when it changes to a new non-zero code (the
 first value seen for a GPU is a baseline, as the dcgm-exporter collector's XidTracker does).
 
+Each GPU's identity in the exporter's labels (`UUID`, `modelName`, `pci_bus_id`,
+`DCGM_FI_DRIVER_VERSION`, ...) becomes one `gpu_info` point per GPU and call.
+
 The node is named by the first label of `order` (`ingest.node_name_from`; Telegraf's `host`,
 then dcgm-exporter's `Hostname`) whose value is not a known exporter's pod name
 (collectors.node_names); a point with only a pod name is refused with the reason, once.
@@ -18,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Optional
 
+from collectors import identity
 from collectors.catalog import Scope
 from collectors.lineprotocol import FieldValue, Point
 from collectors.node_names import DEFAULT_ORDER, pick
@@ -87,6 +91,7 @@ def translate(points: Iterable[Point], last_xid: dict[tuple[str, str], int],
     hears of each value of a field we read that is not a number, and of each point whose only
     node name is a pod name (point, reason, field); `order` is the labels that may name the
     node, first first."""
+    said: set[tuple[str, str]] = set()  # GPUs whose identity this call has passed on
     for p in points:
         if not is_prometheus(p):
             yield p
@@ -98,6 +103,13 @@ def translate(points: Iterable[Point], last_xid: dict[tuple[str, str], int],
             if why is not None and refuse is not None:
                 refuse(p, why, None)
             continue
+        gpu = p.tags.get("gpu")
+        if gpu is not None and (host, gpu) not in said:
+            said.add((host, gpu))
+            raw = identity.dcgm_fields(p.tags)
+            if raw:
+                yield Point(identity.MEASUREMENT, {"host": host, "gpu": gpu}, dict(raw), p.ts_ns,
+                            p.line, p.source)
         if p.measurement == "prometheus":
             for name, value in p.fields.items():
                 if name.startswith(_PREFIX):
