@@ -34,6 +34,7 @@ from service.settings import Settings
 from service.stages.alert_machine import AlertMachine
 from service.stages.alert_store import AlertStore
 from service.stages.fleet_alerts import FleetAlerts
+from service.stages.gpu_identity import GpuIdentities
 from service.stages.ingest import EventLog, Ingestor
 from service.stages.label_store import LabelStore
 from service.stages.scoring import Scorer
@@ -99,6 +100,7 @@ class Parts:
     labels: LabelStore
     verdicts: VerdictStore
     fleet_count: FleetCount
+    identities: GpuIdentities  # which board sits in each GPU slot (service.stages.gpu_identity)
     notification: Notification | None = None
     remediation: Remediation | None = None
     controller: RemediationController | None = None  # the one behind `remediation`, if ours
@@ -151,7 +153,7 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
         fleet=FleetAlerts(s.notify.storm, grace_s=max(s.alerts.stale_after_s,
                                                       3 * s.window.step_s)),
         alerts=alerts, labels=labels, verdicts=VerdictStore(db, alerts, labels),
-        fleet_count=FleetCount(s.remediation.fleet_size))
+        fleet_count=FleetCount(s.remediation.fleet_size), identities=GpuIdentities(db))
     parts.owns_store = w.shared is None
     if is_postgres(db):  # shared with other replicas: the roles come from leases
         c = s.cluster
@@ -167,7 +169,7 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
         # The storm and the breaker's fraction are judged over the whole fleet by the leader.
         parts.census = Census(db, c.shard_id or "default", max_age_s=c.lease_ttl_s * 4)
     parts.model = _model_of(detectors)
-    parts.notification = _notification(s, w, alerts, db)
+    parts.notification = _notification(s, w, alerts, db, parts.identities)
     parts.remediation, parts.controller = _remediation(s, w, alerts, db, parts.fleet_count.size)
     if w.sample_history and s.storage.write_samples:
         parts.sinks.append(SQLiteSink(s.storage.sqlite_path,
@@ -210,7 +212,8 @@ def _model_of(detectors: Sequence[Detector]) -> ModelSlot | None:
     return found
 
 
-def _notification(s: Settings, w: Wiring, alerts: AlertStore, db: str) -> Notification | None:
+def _notification(s: Settings, w: Wiring, alerts: AlertStore, db: str,
+                  identities: GpuIdentities) -> Notification | None:
     if w.notifiers is not None and not list(w.notifiers):
         return None
     given = None if w.notifiers is None else {n.name: n for n in w.notifiers}
@@ -219,7 +222,8 @@ def _notification(s: Settings, w: Wiring, alerts: AlertStore, db: str) -> Notifi
 
         given["record"] = RecordReceiver(db)
     return build_notification(s.notify, alerts, db, cluster=s.storage.influxdb.cluster,
-                              receivers=given, background=w.notify_background)
+                              receivers=given, background=w.notify_background,
+                              boards=identities.at)
 
 
 def _remediation(s: Settings, w: Wiring, alerts: AlertStore, db: str,

@@ -55,7 +55,9 @@ class Pipeline:
         self.labels = parts.labels
         self.verdicts = parts.verdicts
         self.labeller = parts.labeller
-        self._swapped: dict[str, float] = {}  # entity -> when a counter proved a new device
+        self._swapped: dict[str, float] = {}  # entity -> when it proved a new device
+        self._boards_why: dict[str, str] = {}  # of those, a board's: how its identity changed
+        self.identities = parts.identities
         self.registry = parts.registry
         self.roles = parts.roles
         self.notification = parts.notification
@@ -130,7 +132,13 @@ class Pipeline:
         t0 = time.perf_counter()
         with self.lock:
             batch, foreign = self.ownership.keep_owned(batch)
+            changes = self.identities.observe(batch.identity, now) if batch.identity else []
             res = self.ingestor.ingest(batch, now, from_wire=from_wire, detail_limit=detail_limit)
+            # The sinks store an identity once per change, not each time a source says it.
+            res.clean.identity = {c.entity: c.identity for c in changes}
+            swaps = [c for c in changes if c.kind == "swapped"]
+            res.swapped.update((c.entity, now) for c in swaps)
+            self._boards_why.update((c.entity, c.why) for c in swaps)
             for f in foreign:  # another shard's node: refused by entity, naming its owner
                 res.refuse(f.n, f.reason, f.entity, f.metric)
             if not from_wire:  # history the service replays itself vouches for its nodes
@@ -138,7 +146,7 @@ class Pipeline:
             for sink in self.sinks:
                 sink.write(res)
             self.stats.add(res)
-            if res.swapped:  # a new device under an old name: the labeller's repair
+            if res.swapped:  # a new board under an old name: the labeller's repair
                 self._swapped.update(res.swapped)
             self.nodes.note_behind(res.clean, now)
             self.stats.last_ingest_s = time.perf_counter() - t0
@@ -271,7 +279,8 @@ class Pipeline:
         with self.lock:  # both read the window store, which an ingest may be changing
             if self.labeller is not None and writing:
                 swapped, self._swapped = self._swapped, {}
-                self.labeller.observe(result, swapped)
+                boards, self._boards_why = self._boards_why, {}
+                self.labeller.observe(result, swapped, boards)
             if self.roles is not None and writing:
                 self.roles.step(result, self.scorer.view)
 
@@ -300,6 +309,7 @@ class Pipeline:
             self.remediation.close()
         self.alerts.close()
         self.labels.close()
+        self.identities.close()
         self.verdicts.close()
         if self.registry is not None:
             self.registry.close()

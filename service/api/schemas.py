@@ -70,6 +70,29 @@ class MetricOut(BaseModel):
     ts: Timestamp | None  # when it was sampled
 
 
+class BoardOut(BaseModel):
+    """One board's time in a GPU slot (service.stages.gpu_identity)."""
+
+    uuid: str | None = None
+    serial: str | None = Field(default=None, description="the board's serial, for an RMA")
+    pci_bus_id: str | None = None
+    model: str | None = None
+    vbios: str | None = None
+    driver: str | None = None
+    since: Timestamp = Field(description="when this service first saw the board in the slot")
+    until: Timestamp | None = Field(default=None, description="when it saw it replaced")
+    why: str = Field(default="", description="new, swapped (serial a -> b) or renumbered")
+
+
+class IdentityOut(BoardOut):
+    """The board in the GPU slot now, and the boards before it."""
+
+    changed: Timestamp = Field(description="when an attribute last changed")
+    previous: list[BoardOut] = Field(default_factory=list,
+                                     description="the boards that sat in the slot before, "
+                                                 "newest first")
+
+
 class EntityOut(BaseModel):
     entity: str
     scope: str
@@ -82,6 +105,8 @@ class EntityOut(BaseModel):
     readings: list[MetricOut] = Field(default_factory=list, description=(
         "On a node's page: the newest readings shown beside the entity (a supply's and a "
         "fan's every metric, a GPU's PCIe link and readability); empty elsewhere"))
+    identity: IdentityOut | None = Field(default=None, description=(
+        "A GPU's board (UUID, serial, bus id, model, VBIOS, driver) where a source said it"))
 
 
 class AlertmanagerOut(BaseModel):
@@ -228,6 +253,9 @@ class GpuDetail(BaseModel):
     # The model's predicted window, or where it has none a growth rule's (its probability is
     # then the rule's risk): the same as the GPU's entry in /v1/nodes/{node}.
     window: WindowOut | None = None
+    identity: IdentityOut | None = Field(default=None, description=(
+        "The board in the slot (UUID, serial, bus id, model, VBIOS, driver) and the boards "
+        "before it; null until a source says it"))
 
 
 class CollectorOut(BaseModel):

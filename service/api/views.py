@@ -15,6 +15,7 @@ from models.detectors.findings import Signal
 from models.detectors.fusion import ScopeRisk
 from models.detectors.growth import window_of
 from models.predictor.window import PredictedWindow, predicted_window
+from service.api.identity_out import identity_out
 from service.api.node_state import NodeState
 from service.api.paging import Page
 from service.api.schemas import (
@@ -89,7 +90,8 @@ def alert_out(p: Pipeline, a: Alert, deliveries: DeliveryIndex | None = None) ->
         deliveries = p.notification.deliveries()
     sent = deliveries.of(a) if deliveries is not None else []
     return AlertOut(id=a.id, alertname=a.name, fingerprint=a.fingerprint,
-                    labels=alert_labels(a, p.settings.storage.influxdb.cluster),
+                    labels=alert_labels(a, p.settings.storage.influxdb.cluster,
+                                        board=p.identities.at(a.entity, a.started_at)),
                     entity=a.entity, scope=str(a.scope), node=a.node, level=a.level,
                     peak_level=a.peak_level, state=a.state, risk=a.risk,
                     started_at=a.started_at, updated_at=a.updated_at,
@@ -236,6 +238,8 @@ def node_detail(p: Pipeline, node: str) -> NodeDetail | None:
             if scope in BESIDE:
                 for out, i in zip(lists[scope], map(int, slots), strict=True):
                     out.readings = _readings(p, scope, i, BESIDE[scope])
+        for out in lists[Scope.GPU]:
+            out.identity = identity_out(p.identities, out.entity)
         own = lists[Scope.NODE][0] if lists[Scope.NODE] else None
         sensors = _latest(p, Scope.NODE, node)
         silent, since = now.node_silent(node)
@@ -277,7 +281,7 @@ def gpu_detail(p: Pipeline, key: str) -> GpuDetail | str:
     return GpuDetail(gpu=e.key, node=e.node, risk=me.risk, level=me.level, metrics=metrics,
                      explanation=me.explanation, links=links,
                      alerts=alerts_out(p, mine), prediction=prediction,
-                     window=me.window)
+                     window=me.window, identity=identity_out(p.identities, e.key))
 
 
 def _prediction(p: Pipeline, scope: Scope, slot: int) -> PredictionOut | None:

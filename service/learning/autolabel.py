@@ -12,6 +12,7 @@ warm-started does not call everything repaired."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -52,9 +53,11 @@ class AutoLabeller:
         self._clear_since: dict[Key, float] = {}
         self.added = 0  # labels written since start (/metrics)
 
-    def observe(self, tick: TickResult, swapped: dict[str, float] | None = None) -> None:
-        """`swapped`: entities whose persistent counters proved a new device since the last
-        tick (service.stages.ingest), with when."""
+    def observe(self, tick: TickResult, swapped: dict[str, float] | None = None,
+                boards: Mapping[str, str] | None = None) -> None:
+        """`swapped`: entities proved a new device since the last tick, with when: their
+        persistent counters restarted lower (service.stages.ingest) or their board's serial or
+        UUID changed (service.stages.gpu_identity; `boards` says how, for those)."""
         now = tick.at
         alert_of = {a.entity: a.id for _, a in tick.changed if a.state == "firing"}
         pending: dict[Key, NewLabel] = {}
@@ -103,7 +106,7 @@ class AutoLabeller:
         new = list(pending.values())
         close: list[StoredLabel] = []
         for entity, at in (swapped or {}).items():
-            new += self._swap(entity, at, close)
+            new += self._swap(entity, at, close, (boards or {}).get(entity))
         for key, lb in self._open.items():
             if lb in close:
                 continue
@@ -138,18 +141,24 @@ class AutoLabeller:
             log.info("label %s %s %s (%s)", lb.kind, lb.entity, lb.mode or lb.action, lb.source)
         self.added += len(stored)
 
-    def _swap(self, entity: str, at: float, close: list[StoredLabel]) -> list[NewLabel]:
+    def _swap(self, entity: str, at: float, close: list[StoredLabel],
+              board: str | None = None) -> list[NewLabel]:
         """A device replaced under the same name: the repair of its open failures (closed
-        now), or a repair of its own when none was open."""
+        now; a GPU's include its NVLink links'), or a repair of its own when none was open.
+        `board`: how its identity changed (service.stages.gpu_identity), when that told."""
         e = Entity.parse(entity)
         action = "gpu_swapped" if e.scope is Scope.GPU else "device_replaced"
-        mine = [lb for lb in self._open.values() if lb.entity == entity]
+        links = entity + ":" if e.scope is Scope.GPU else None
+        mine = [lb for lb in self._open.values() if lb.entity == entity or (
+            links is not None and lb.entity.startswith(links))]
         close += mine
-        detail = "persistent counters restarted lower: a new device under this name"
+        source = "identity" if board else "counters"
+        detail = (f"another board in the slot: {board}" if board else
+                  "persistent counters restarted lower: a new device under this name")
         if not mine:
-            return [NewLabel("repair", at, e.node, entity, e.scope, "counters", action=action,
+            return [NewLabel("repair", at, e.node, entity, e.scope, source, action=action,
                              detail=detail)]
-        return [NewLabel("repair", at, lb.node, entity, lb.scope, "counters", mode=lb.mode,
+        return [NewLabel("repair", at, lb.node, lb.entity, lb.scope, source, mode=lb.mode,
                          action=action, alert_id=lb.alert_id, detail=detail) for lb in mine]
 
     def _alert(self, entity: str, alert_of: dict[str, int]) -> int | None:

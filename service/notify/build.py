@@ -9,6 +9,7 @@ from pathlib import Path
 
 from service.notify.config import NotifySettings
 from service.notify.dispatcher import Dispatcher
+from service.notify.labels import BoardOf, no_board
 from service.notify.message import Notifier, ReadsBack, Refreshes, UpstreamStatus
 from service.notify.notification_log import NotificationLog
 from service.notify.record import RecordReceiver
@@ -76,9 +77,10 @@ def build_receivers(settings: NotifySettings, db: str | Path) -> dict[str, Notif
 def build_notification(settings: NotifySettings, alerts: AlertStore, db: str | Path, *,
                        cluster: str = "default",
                        receivers: Mapping[str, Notifier] | None = None,
-                       background: bool = True) -> Notification:
+                       background: bool = True, boards: BoardOf = no_board) -> Notification:
     """`receivers` replaces the configured ones (tests, benchmarks); `background=False` sends
-    inline, inside flush, which timeline tests rely on."""
+    inline, inside flush, which timeline tests rely on; `boards`: the GPU board an alert is
+    about (service.stages.gpu_identity.GpuIdentities.at)."""
     rcv = dict(receivers) if receivers is not None else build_receivers(settings, db)
     notification_log = NotificationLog(db)
     silences = SilenceStore(db, max_s=settings.silence_max_s,
@@ -86,7 +88,7 @@ def build_notification(settings: NotifySettings, alerts: AlertStore, db: str | P
     resolved = {r.name: r.send_resolved for r in settings.receivers}
     refresh = {name: r.refresh_interval_s for name, r in rcv.items() if isinstance(r, Refreshes)}
     dispatcher = Dispatcher(settings, alerts, notification_log, silences, cluster=cluster,
-                            send_resolved=resolved, refresh=refresh)
+                            send_resolved=resolved, refresh=refresh, boards=boards)
     sender = Sender(rcv, dispatcher, retry_initial_s=settings.retry_initial_s,
                     retry_max_s=settings.retry_max_s, timeout_s=settings.send_timeout_s,
                     background=background)

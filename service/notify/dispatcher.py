@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from service.notify.config import InhibitRule, NotifySettings
+from service.notify.labels import BoardOf, no_board
 from service.notify.matchers import Matcher, match_all, parse_all
 from service.notify.message import AlertRef, Delivery, Message
 from service.notify.notification_log import Entry, NotificationLog, Told, needs_update, news
@@ -115,8 +116,11 @@ class Dispatcher:
     def __init__(self, settings: NotifySettings, alerts: AlertStore,
                  notification_log: NotificationLog, silences: SilenceStore, *,
                  cluster: str = "default", send_resolved: Mapping[str, bool] | None = None,
-                 refresh: Mapping[str, float] | None = None) -> None:
+                 refresh: Mapping[str, float] | None = None,
+                 boards: BoardOf = no_board) -> None:
+        """`boards`: the GPU board an alert is about (its entity's at its start)."""
         self.settings = settings
+        self.boards = boards
         self.route = Route.build(settings.route)
         self.alerts = alerts
         self.notification_log = notification_log
@@ -218,15 +222,17 @@ class Dispatcher:
         """An alert's labels, reference and routes, reused while its record is unchanged:
         with thousands firing, rebuilding them every changed tick was the flush's cost."""
         links = self.verdict_links
+        board = self.boards(a.entity, a.started_at)
         version = (a.updated_at, a.level, a.acked_at, a.flapping, a.stale,
-                   links.expiry(now) if links else 0)
+                   links.expiry(now) if links else 0, board)
         hit = self._cache.get(a.id)
         if hit is not None and hit.version == version:
             return hit
-        lab = labels_of(a, self.cluster)
+        lab = labels_of(a, self.cluster, board=board)
         routes = tuple((r, *r.group_key(lab)) for r in self.routes_for(lab))
         return _Routed(a.id, version, lab, ref_of(a, self.cluster, self.settings.external_url,
-                                                  verdict_url=self._verdict_url(a.id, now)),
+                                                  verdict_url=self._verdict_url(a.id, now),
+                                                  board=board),
                        routes)
 
     def _verdict_url(self, alert_id: int, now: float, receiver: str = "receiver") -> str:
@@ -284,7 +290,8 @@ class Dispatcher:
                 continue
             resolved_refs.append(ref_of(a, self.cluster, self.settings.external_url,
                                         status="resolved", level=was.level,
-                                        verdict_url=self._verdict_url(a.id, now)))
+                                        verdict_url=self._verdict_url(a.id, now),
+                                        board=self.boards(a.entity, a.started_at)))
         resolved = {r.fingerprint for r in resolved_refs}
         send_resolved = self.send_resolved.get(receiver, True)
         all_acked = bool(g.alerts) and all(

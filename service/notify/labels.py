@@ -9,14 +9,21 @@ while level, severity and the top signal (which change during an episode) stay o
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from collectors.identity import GpuIdentity
 from service.notify.message import LEVEL_SEVERITY
 
+# A GPU alert's board, with dcgm-exporter's label names where it has them (UUID, modelName,
+# pci_bus_id): the board that sat in the slot when the alert started (an RMA names the board
+# that failed, not its replacement).
+BOARD_LABELS = {"uuid": "UUID", "serial": "serial", "model": "modelName",
+                "pci_bus_id": "pci_bus_id"}
 # Labels that change while one episode lasts without making it another alert: receivers that
-# key alerts by their whole label set (Alertmanager) get these as annotations instead.
-VOLATILE = frozenset({"signal", "flapping", "stale"})
+# key alerts by their whole label set (Alertmanager) get these as annotations instead. A
+# board's labels are among them: its identity may be said a minute after the alert opened.
+VOLATILE = frozenset({"signal", "flapping", "stale", *BOARD_LABELS.values()})
 
 
 class Labelled(Protocol):
@@ -61,10 +68,26 @@ def entity_parts(node: str, entity: str, scope: str) -> dict[str, str]:
     return {}
 
 
-def alert_labels(a: Labelled, cluster: str, level: int | None = None) -> dict[str, str]:
+BoardOf = Callable[[str, float], "GpuIdentity | None"]  # (entity, when) -> its GPU's board
+
+
+def no_board(entity: str, at: float) -> GpuIdentity | None:
+    return None
+
+
+def board_labels(board: GpuIdentity | None) -> dict[str, str]:
+    """A GPU board's labels (BOARD_LABELS), those its sources said."""
+    if board is None:
+        return {}
+    return {label: v for attr, label in BOARD_LABELS.items() if (v := getattr(board, attr))}
+
+
+def alert_labels(a: Labelled, cluster: str, level: int | None = None,
+                 board: GpuIdentity | None = None) -> dict[str, str]:
     """What identifies and classifies an alert, at its level (or `level`, for a route that
     saw it at another one): alertname, cluster, node, entity (and its parts), scope, level,
-    severity, plus the volatile `signal` (top rule), `flapping` and `stale`."""
+    severity, plus the volatile `signal` (top rule), `flapping`, `stale` and, for a GPU's or
+    NVLink link's alert, its board (`board`: UUID, serial, modelName, pci_bus_id)."""
     lv = a.level if level is None else level
     scope = str(a.scope)
     out = {"alertname": a.name, "cluster": cluster, "node": a.node, "entity": a.entity,
@@ -76,4 +99,5 @@ def alert_labels(a: Labelled, cluster: str, level: int | None = None) -> dict[st
         out["flapping"] = "true"
     if a.stale:
         out["stale"] = "true"
+    out.update(board_labels(board))
     return out

@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from collectors.identity import GpuIdentity
 from service.notify.cause import short_cause
 from service.notify.labels import alert_labels
 from service.notify.message import AlertRef, Status
@@ -64,10 +65,22 @@ def console_url(external_url: str, alert_id: int) -> str:
     return f"{external_url.rstrip('/')}/#/alert/{alert_id}"
 
 
+def board_text(board: GpuIdentity) -> str:
+    """A board in one line, for a message: "NVIDIA A100-SXM4-80GB serial 1650522003820,
+    UUID GPU-5135..., bus 00000000:01:00.0, VBIOS 92.00.36.00.02, driver 535.54.03"."""
+    parts = [f"{name} {v}" for name, attr in (("serial", "serial"), ("UUID", "uuid"),
+                                              ("bus", "pci_bus_id"), ("VBIOS", "vbios"),
+                                              ("driver", "driver"))
+             if (v := getattr(board, attr))]
+    return " ".join(x for x in (board.model, ", ".join(parts)) if x)
+
+
 def ref_of(a: Alert, cluster: str, external_url: str, *, status: Status | None = None,
-           level: int | None = None, verdict_url: str = "") -> AlertRef:
+           level: int | None = None, verdict_url: str = "",
+           board: GpuIdentity | None = None) -> AlertRef:
     """`status`/`level` override the record's: an alert that fell below a route's level is
-    resolved for that route's receivers while it still fires for others."""
+    resolved for that route's receivers while it still fires for others. `board`: the GPU
+    board the alert is about (service.stages.gpu_identity), named in labels and `board`."""
     st: Status = status or ("firing" if a.state == "firing" else "resolved")
     lv = level if level is not None else (a.level if a.state == "firing" else a.peak_level)
     ann = {"summary": summary_of(a),
@@ -77,6 +90,8 @@ def ref_of(a: Alert, cluster: str, external_url: str, *, status: Status | None =
     window = predicted_window_of(a)
     if window:
         ann["predicted_window"] = window
+    if board:
+        ann["board"] = board_text(board)
     if verdict_url:  # a signed link: was it a failure, a false alarm, maintenance?
         ann["verdict_url"] = verdict_url
     if a.acked_by:
@@ -84,7 +99,7 @@ def ref_of(a: Alert, cluster: str, external_url: str, *, status: Status | None =
     ends = a.resolved_at if st == "resolved" else None
     if st == "resolved" and ends is None:
         ends = a.updated_at
-    return AlertRef(a.fingerprint, a.id, labels_of(a, cluster, lv), ann, st, lv, a.risk,
+    return AlertRef(a.fingerprint, a.id, labels_of(a, cluster, lv, board), ann, st, lv, a.risk,
                     a.started_at, ends, tuple(a.explanation),
                     f"{external_url.rstrip('/')}/v1/alerts/{a.id}",
                     revision_of(a.explanation), console_url(external_url, a.id))

@@ -54,7 +54,8 @@ class DeliveryIndex:
         routes = self.routed.get(a.id) if a.state == "firing" else None
         if routes is None:
             level = a.level if a.state == "firing" else a.peak_level
-            labels = labels_of(a, self.dispatcher.cluster, level)
+            labels = labels_of(a, self.dispatcher.cluster, level,
+                               self.dispatcher.boards(a.entity, a.started_at))
             routes = tuple((r, *r.group_key(labels)) for r in self.dispatcher.routes_for(labels))
         out: dict[str, DeliveryStatus] = {}
         for route, key, _ in routes:

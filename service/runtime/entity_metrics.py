@@ -9,16 +9,19 @@ entities: a GPU swapped out, a port gone or a node forgotten is simply not in th
 so Prometheus marks its series stale instead of keeping a last value forever.
 
 Labels are the entity's names as the store keys them (node, GPU index, HCA and port number,
-the supply's or fan's id as its BMC names it):
-no UUID, serial or model, which the store does not keep and which would add a series per swap
-without telling an operator which slot to pull. Folding links keeps NVLink to two series per
-GPU instead of 2 x 18 on an H100.
+the supply's or fan's id as its BMC names it), never a UUID or serial, which would start a new
+risk series on every swap. The board in each GPU slot is its own series instead,
+`gpuhealth_gpu_info` (value 1), with dcgm-exporter's label names (`UUID`, `modelName`,
+`pci_bus_id`) beside ours (`serial`, `vbios`, `driver`), so one
+`* on(node, gpu) group_left(UUID, modelName) gpuhealth_gpu_info` names the board of any GPU
+series, and `on(UUID)` joins dcgm-exporter's series to ours. Folding links keeps NVLink to two
+series per GPU instead of 2 x 18 on an H100.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +30,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from collectors.catalog import Scope
 from collectors.frames import Entity
+from collectors.identity import GpuIdentity
 from service.stages.scoring import SCOPES
 from service.tick import TickResult
 
@@ -71,6 +75,11 @@ NODE_RISK = EntityGauge("gpuhealth_node_risk", f"The node's {_RISK}, from its GP
 NODE_LEVEL = EntityGauge("gpuhealth_node_alert_level", "The highest open alert level (0 to 3) "
                          "on the node: its entities' and its own (its sensors, no data)",
                          ("node",), "node")
+GPU_INFO = EntityGauge(
+    "gpuhealth_gpu_info", "The board in the GPU slot (value 1): dcgm-exporter's UUID, "
+    "modelName and pci_bus_id labels, and its serial, VBIOS and driver; a label is empty "
+    "where no source said it", ("node", "gpu", "UUID", "modelName", "pci_bus_id", "serial",
+                                "vbios", "driver"), "GPU whose identity a source said")
 GAUGES = (GPU_RISK, GPU_LEVEL, NVLINK_RISK, NVLINK_LEVEL, PORT_RISK, PORT_LEVEL, PSU_RISK,
           PSU_LEVEL, FAN_RISK, FAN_LEVEL, NODE_RISK, NODE_LEVEL)
 # The chassis scopes: one risk and one level series per entity, labelled (node, its id).
@@ -109,10 +118,19 @@ def _levels(levels: npt.NDArray[np.int8] | None, n: int) -> list[int]:
     return listed
 
 
-class EntityGauges:
-    """A prometheus_client collector and a tick observer."""
+Identity = Callable[[str], GpuIdentity | None]
 
-    def __init__(self) -> None:
+
+def _no_identity(gpu: str) -> GpuIdentity | None:
+    return None
+
+
+class EntityGauges:
+    """A prometheus_client collector and a tick observer. `identity`: the board in a GPU slot
+    now (service.stages.gpu_identity), for gpuhealth_gpu_info."""
+
+    def __init__(self, identity: Identity = _no_identity) -> None:
+        self.identity = identity
         self._tick: _Tick | None = None
         self._built: tuple[_Tick, list[Metric]] | None = None
         self._lock = threading.Lock()  # one build per tick however many scrape at once
@@ -130,7 +148,7 @@ class EntityGauges:
             return []
         with self._lock:
             if self._built is None or self._built[0] is not tick:
-                self._built = (tick, _build(tick))
+                self._built = (tick, _build(tick, self.identity))
             return list(self._built[1])
 
 
@@ -144,11 +162,11 @@ def _scope(tick: _Tick, scope: Scope) -> tuple[Sequence[Entity], list[float], li
     return tick.entities[scope][:n], _risk(r), _levels(tick.result.levels.get(scope), n)
 
 
-def _build(tick: _Tick) -> list[Metric]:
+def _build(tick: _Tick, identity: Identity = _no_identity) -> list[Metric]:
     risk = tick.result.risk
     derived = tick.result.derived
     node_level = dict.fromkeys(risk.node_names, 0)
-    fams = {g.name: _family(g) for g in GAUGES}
+    fams = {g.name: _family(g) for g in (*GAUGES, GPU_INFO)}
 
     ents, r, lv = _scope(tick, Scope.GPU)
     for e, x, level in zip(ents, r, lv, strict=True):
@@ -156,6 +174,11 @@ def _build(tick: _Tick) -> list[Metric]:
         fams[GPU_RISK.name].add_metric([e.node, e.unit], x)
         fams[GPU_LEVEL.name].add_metric([e.node, e.unit], level)
         node_level[e.node] = max(node_level.get(e.node, 0), level)
+        board = identity(e.key)
+        if board:
+            fams[GPU_INFO.name].add_metric([e.node, e.unit, board.uuid, board.model,
+                                            board.pci_bus_id, board.serial, board.vbios,
+                                            board.driver], 1)
 
     # Worst link per GPU: highest level, then highest risk, then lowest index (so a healthy
     # GPU's series keeps one name whatever order its links arrived in).

@@ -399,7 +399,8 @@ class ServiceMetrics:
         self._pipeline = PipelineCollector(pipeline, statuses,
                                            last_scrape=self.scrape_seconds.last)
         self.registry.register(self._pipeline)
-        self.entities = EntityGauges()  # sees each tick's result; builds on scrape
+        # Sees each tick's result; builds on scrape.
+        self.entities = EntityGauges(pipeline.identities.current)
         pipeline.observers.append(self.entities)
         self.registry.register(self.entities)
         self.ignored = IgnoredFields()

@@ -211,7 +211,10 @@ def test_a_whole_telegraf_flush_is_accepted_stored_and_the_rest_counted(
     counts = ignored(client)
     assert counts[("cpu", "usage_idle")] == 2
     assert counts[("mem", "used_percent")] == 2
-    assert counts[("nvidia_smi", "driver_version")] == 4
+    assert ("nvidia_smi", "driver_version") not in counts  # the GPU's identity, kept:
+    board = st.pipeline.identities.current(b1)
+    assert board is not None
+    assert (board.uuid, board.driver) == ("GPU-7c0d2f41-88b2-4a61-b0e4-91d3a101", "580.65.06")
     assert counts[("nvidia_smi", "clocks_event_reasons_counters_hw_therm_slowdown")] == 2
     assert counts[("nvidia_smi_mig", "memory_fb_used")] == 2
     assert counts[("nvidia_smi_process", "pid")] == 1

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.catalog import Scope
 from service.api.app import create_app
-from service.runtime.entity_metrics import GAUGES, series_count
+from service.runtime.entity_metrics import GAUGES, GPU_INFO, series_count
 from service.settings import Settings, StorageSettings
 from tests.support.fleet import STEP, T0, Fleet, FleetCollector, ManualClock
 
@@ -126,7 +126,7 @@ def test_series_count_is_what_the_docs_state(svc: Svc) -> None:
 def test_scrapes_between_ticks_reuse_one_build(svc: Svc) -> None:
     _break(svc)
     first = list(svc.st.metrics.entities.collect())
-    assert [m.name for m in first] == [g.name for g in GAUGES]
+    assert [m.name for m in first] == [g.name for g in GAUGES] + [GPU_INFO.name]
     assert all(a is b for a, b in zip(first, svc.st.metrics.entities.collect(), strict=True))
     svc.round()
     assert all(a is not b for a, b in zip(first, svc.st.metrics.entities.collect(),

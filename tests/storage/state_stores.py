@@ -24,6 +24,7 @@ from service.remediation.breaker import CircuitBreaker
 from service.remediation.config import RemediationSettings
 from service.runtime import replay_progress
 from service.stages.alert_store import AlertStore
+from service.stages.gpu_identity import GpuIdentities
 from service.stages.label_store import LabelStore
 from service.storage.state_db import StateStore, StateTarget
 
@@ -32,7 +33,8 @@ REPO = Path(__file__).resolve().parents[2]
 # ReplayProgress needs a trace to open; its table is what it creates, so its schema stands in.
 OPENED = ("AlertStore", "LabelStore", "TokenStore", "IdempotencyStore", "KeyStore",
           "ActionStore", "NotificationLog", "RecordReceiver", "SilenceStore", "Members",
-          "Census", "Lease", "RunStore", "ModelRegistry", "VerdictStore", "ReplayProgress")
+          "Census", "Lease", "RunStore", "ModelRegistry", "VerdictStore", "ReplayProgress",
+          "GpuIdentities")
 
 
 def open_every_state_store(target: StateTarget) -> None:
@@ -46,7 +48,7 @@ def open_every_state_store(target: StateTarget) -> None:
         IdempotencyStore(target), KeyStore(target), NotificationLog(target),
         RecordReceiver(target), SilenceStore(target), Members(target), Census(target, "s0"),
         Lease(target, "layout", "r0"), RunStore(target), ModelRegistry(target),
-        StateStore(target, replay_progress._SCHEMA)]
+        StateStore(target, replay_progress._SCHEMA), GpuIdentities(target)]
     for store in stores:
         store.close()
 

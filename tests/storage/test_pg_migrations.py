@@ -111,7 +111,9 @@ def test_the_previous_release_is_upgraded_with_its_rows(postgres_server: Any) ->
     assert rows(old, "SELECT version FROM gpuhealth_schema") == [(STATE_VERSION,)]
     after = contents(old)
     del before["gpuhealth_schema"], after["gpuhealth_schema"]
-    assert after == before  # every row kept, none added (the stores' seed rows were there)
+    # Every row kept, none added (the stores' seed rows were there); a store newer than the
+    # dump creates its table empty.
+    assert {t: r for t, r in after.items() if r or t in before} == before
     fresh = postgres_server.fresh_schema()
     open_every_state_store(fresh)
     assert rows(fresh, "SELECT version FROM gpuhealth_schema") == [(STATE_VERSION,)]

@@ -1,6 +1,8 @@
 """Line protocol of what the service stores in InfluxDB (docs/influxdb.md): samples, derived
-rates and events, each point tagged with the cluster. NVLink rows are written when they move
-(service.history.influx.sparse), with each GPU's point saying which links reported. Field
+rates and events, each point tagged with the cluster, and each GPU's identity (`gpu_info`:
+string fields uuid, serial, pci_bus_id, model, vbios, driver) when it changes. NVLink rows are
+written when they move (service.history.influx.sparse), with each GPU's point saying which
+links reported. Field
 types are the catalog's (collectors.lineprotocol_format.format_number: counters and states
 integers, gauges floats) and every rate a float, so InfluxDB never refuses a type change,
 whichever source the sample came from."""
@@ -9,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from collectors import identity
 from collectors.catalog import CATALOG, FieldType, Scope
 from collectors.catalog import EVENT_FIELD as EVENT_FIELD  # re-exported for writers
 from collectors.frames import Batch, Entity, Frame
-from collectors.lineprotocol_format import escape_key, format_number
+from collectors.lineprotocol_format import escape_key, format_line, format_number
 from collectors.schema import ENTITY_TAGS as ENTITY_TAGS  # the tags naming an entity, per scope
 from service.history.influx.sparse import MASK_FIELD, LinkGate, masks
 from service.stages.ingest import Derived
@@ -118,3 +121,9 @@ class LineWriter:
         for key, ts, metric, value in zip(ev.keys, ev.ts, ev.metrics, ev.values, strict=True):
             e = Entity.parse(key)
             yield f"{self._head(metric, e)} {EVENT_FIELD}={int(value)}i {ns(ts)}"
+        for key, ident in batch.identity.items():  # only changes reach here (the pipeline)
+            said = ident.as_dict()
+            if said:
+                yield format_line(identity.MEASUREMENT, {"cluster": self.cluster,
+                                                         **entity_tags(Entity.parse(key))},
+                                  dict(said), ns(ident.at))
