@@ -190,6 +190,28 @@ tick. Labels are the store's names only (no UUID or serial, which would start a 
 every swap). Example recording and alerting rules, with `promtool` unit tests:
 `dashboards/prometheus/`. """
 
+_BOARDS = """### The board of a GPU
+
+`gpuhealth_gpu_info` (value 1, one series per GPU whose identity a source said: NVML,
+nvidia-smi, dcgm-exporter or Telegraf) names the board in each GPU slot with dcgm-exporter's
+label names, `UUID`, `modelName` and `pci_bus_id`, beside `serial`, `vbios` and `driver` (a
+label is empty where no source said it). A swap replaces the series; the risk series keep
+their names. The joins (tested on a real Prometheus, `tests/runtime/test_prometheus_join.py`):
+
+```promql
+# each GPU's risk with its board
+gpuhealth_gpu_risk * on(node, gpu) group_left(UUID, modelName, serial) gpuhealth_gpu_info
+
+# dcgm-exporter's series on gpuhealth's node names (under the GPU operator its Hostname is
+# the exporter's pod name), joined by the board's UUID
+DCGM_FI_DEV_PCIE_REPLAY_COUNTER * on(UUID) group_left(node, serial) gpuhealth_gpu_info
+```
+
+No `label_replace` of `Hostname` is needed. The same board is on `/v1/gpus/{gpu}` (`identity`,
+with the boards that sat in the slot before), on each GPU or NVLink alert (labels `UUID`,
+`serial`, `modelName`, `pci_bus_id`; Alertmanager gets them as annotations, as a board may be
+said after its alert opened) and in InfluxDB (`gpu_info`, written when it changes)."""
+
 
 def _prometheus_section() -> str:
     rows = [(f"`{g.name}`", ", ".join(f"`{lb}`" for lb in g.labels), f"one per {g.per}", g.help)
@@ -217,7 +239,7 @@ def _prometheus_section() -> str:
             "agent a few per collector (`gpuhealth_collector_up{host}` and its kin). The "
             "families are built on the first scrape after a tick and reused until "
             "the next, so scraping more often costs only the rendering; drop them with "
-            "`metric_relabel_configs` if a Prometheus cannot take them.")
+            "`metric_relabel_configs` if a Prometheus cannot take them.\n\n" + _BOARDS)
 
 
 def render_metrics_md(catalog: Catalog = CATALOG) -> str:
