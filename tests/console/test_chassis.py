@@ -52,6 +52,10 @@ def gpu_lines(node: str, t: float) -> list[str]:
         out.append(f"gpu,host={node},gpu={g} gpu_temp=55,ecc_dbe_volatile=0i,"
                    f"pcie_link_width={width}i,pcie_link_width_max=16i,pcie_link_gen=5i,"
                    f"pcie_link_gen_max=5i,gpu_unreadable={unreadable}i {_ns(t)}")
+        if node == "n1" and g < 3:  # gpu3 cannot be read: no identity either
+            out.append(f'gpu_info,host={node},gpu={g} uuid="GPU-513536b6-7d19-9063-b049-'
+                       f'1e69664bb29{g}",serial="165052200382{g}",model="NVIDIA H100 80GB '
+                       f'HBM3",pci_bus_id="0000:1{g}:00.0",driver="550.90.07" {_ns(t)}')
     return out
 
 
@@ -168,6 +172,16 @@ def test_the_gpus_pcie_link_and_readability_show(service: Service, browser: Brow
     assert cells["n1:gpu1"] == ["x8 / x16 · gen 5 / 5", True, "readable"]
     assert cells["n1:gpu0"] == ["x16 / x16 · gen 5 / 5", False, "readable"]
     assert cells["n1:gpu3"][2] == "Unknown Error"
+    # Each GPU's board under its name: its serial, the model, UUID, bus id and driver on hover.
+    boards = browser.eval(
+        "Object.fromEntries([...document.querySelectorAll('#gpus tr[data-entity]')].map(r =>"
+        " { const c = r.querySelector('.board'); return [r.dataset.entity,"
+        " c ? [c.innerText.trim(), c.title] : null]; }))")
+    assert boards["n1:gpu1"][0] == "serial 1650522003821"
+    assert boards["n1:gpu1"][1].split("\n") == [
+        "NVIDIA H100 80GB HBM3", "UUID GPU-513536b6-7d19-9063-b049-1e69664bb291", "bus 00000000:11:00.0",
+        "driver 550.90.07"]
+    assert boards["n1:gpu3"] is None  # no source said its identity
     assert unexpected(browser) == []
 
 

@@ -463,15 +463,16 @@ function port(p, silent) {
 }
 
 // `extra`: more columns, [heading, entity => cell html] each, after the entity's name;
-// `window`: whether to show the predicted window (no model predicts a supply or a fan).
-function entityTable(title, rows, selectable, extra = [], id = "", window = true) {
+// `window`: whether to show the predicted window (no model predicts a supply or a fan);
+// `sub`: a line under the entity's name (a GPU's board).
+function entityTable(title, rows, selectable, extra = [], id = "", window = true, sub = null) {
   if (!rows.length) return `<h3>${esc(title)}</h3><p class="muted">none</p>`;
   return `<h3>${esc(title)}</h3><table class="list"${id ? ` id="${id}"` : ""}><thead><tr>
     <th>entity</th>${extra.map(([h]) => `<th>${esc(h)}</th>`).join("")}<th>risk</th>
     <th>level</th><th>reason</th>${window ? "<th>predicted window</th>" : ""}</tr></thead>
     <tbody>${rows.map(e => `<tr data-entity="${esc(e.entity)}" data-level="${e.level}"${selectable
       ? ` class="pick${e.entity === state.pick ? " picked" : ""}"` : ""}>
-    <td>${esc(e.entity)}</td>${extra.map(([, f]) => f(e)).join("")}<td class="num">${fmtRisk(e.risk)}</td>
+    <td>${esc(e.entity)}${sub ? sub(e) : ""}</td>${extra.map(([, f]) => f(e)).join("")}<td class="num">${fmtRisk(e.risk)}</td>
     <td>${levelBadge(e.level)}</td>
     <td class="reason">${e.silent ? `<span class="nodata">${esc(noDataSince(e.silent_since))}</span> ` : ""}${
       reason(e.explanation[0])}</td>${window ? `<td>${esc(e.window ? e.window.text : "–")}</td>` : ""}
@@ -515,6 +516,20 @@ function readableCell(e) {
   const v = readingsOf(e.readings).gpu_unreadable;
   return `<td class="readable${v ? " bad" : ""}" data-unreadable="${esc(v ?? "")}">${esc(
     word(UNREADABLE, v))}</td>`;
+}
+// The board in a GPU slot (issue 33): its serial (what an RMA asks for), the model, UUID, bus
+// id, VBIOS and driver on hover; a slot whose board was swapped says when.
+function boardLine(e) {
+  const b = e.identity;
+  if (!b) return "";
+  const more = [["", b.model], ["UUID", b.uuid], ["bus", b.pci_bus_id], ["VBIOS", b.vbios],
+    ["driver", b.driver]].filter(([, v]) => v).map(([k, v]) => k ? `${k} ${v}` : v);
+  const before = (b.previous || []).map(p => `before ${fmtTime(p.until)}: ${p.serial || p.uuid || "?"}`);
+  const swapped = b.previous && b.previous.length ? ` <span class="warn small">swapped ${
+    esc(fmtTime(b.since))}</span>` : "";
+  return `<div class="board muted small" data-serial="${esc(b.serial || "")}"
+    data-uuid="${esc(b.uuid || "")}" title="${esc([...more, ...before].join("\n"))}">${esc(
+    b.serial ? `serial ${b.serial}` : (b.uuid || "").slice(0, 12))}${swapped}</div>`;
 }
 function healthCell(v) {
   return `<td class="health${v ? (v >= 2 ? " bad" : " warn") : ""}">${esc(word(HEALTH, v))}</td>`;
@@ -622,7 +637,7 @@ pages.node = {
       <td class="num">${fmtRisk(a.risk)}</td><td>${alertReason(a)}</td>${deliveryCell(a, groups)}</tr>`)
       .join("")}</tbody></table>` : "";
     $("#entities").innerHTML = entityTable("GPUs (click one for its charts)", n.gpus, true,
-      [["PCIe link", pcieCell], ["state", readableCell]], "gpus") +
+      [["PCIe link", pcieCell], ["state", readableCell]], "gpus", true, boardLine) +
       entityTable("NVLink links", n.links.filter(l => l.level || l.risk), false) +
       `<p class="muted">${n.links.filter(l => !l.level && !l.risk).length} links at zero risk not listed</p>` +
       entityTable("InfiniBand ports", n.ports, false);
