@@ -133,6 +133,9 @@ class Pipeline:
         with self.lock:
             batch, foreign = self.ownership.keep_owned(batch)
             changes = self.identities.observe(batch.identity, now) if batch.identity else []
+            for c in changes:
+                if c.kind == "swapped":  # before its readings: they are a new board's
+                    self.ingestor.new_device(c.entity)
             res = self.ingestor.ingest(batch, now, from_wire=from_wire, detail_limit=detail_limit)
             # The sinks store an identity once per change, not each time a source says it.
             res.clean.identity = {c.entity: c.identity for c in changes}

@@ -88,6 +88,12 @@ class CounterState:
         self._ts[slots] = np.where(present, ts[:, None], before.ts)
         self._k[slots] = ks
 
+    def forget_values(self, slots: Slots) -> None:
+        """Another device now answers in these slots (a GPU's board swapped, as its identity
+        said): its counters start from their next reading, neither a drop nor an increase."""
+        self._val[slots] = np.nan
+        self._streak[slots] = 0
+
     # ---- sizing, with the window store -------------------------------------------------------
     def _arrays(self) -> tuple[tuple[npt.NDArray[np.generic], float], ...]:
         return ((self._val, np.nan), (self._ts, np.nan), (self._k, -1), (self._streak, 0))

@@ -137,6 +137,21 @@ class Ingestor:
         self.max_future_s = max_future_s
         self.max_samples = max_samples
 
+    def new_device(self, gpu: str) -> None:
+        """A GPU slot holds another board (service.stages.gpu_identity): its counters and its
+        links' start again from their next reading instead of reading as a drop that the
+        counter rule would take three readings to prove."""
+        e = Entity.parse(gpu)
+        gw = self.store[Scope.GPU]
+        slot = gw.slot(e)
+        if slot is None:
+            return
+        gw.counters.forget_values(np.array([slot], np.intp))
+        lw = self.store[Scope.NVLINK]
+        links = np.flatnonzero(lw.gpu_of[: len(lw)] == slot)
+        if len(links):
+            lw.counters.forget_values(links)
+
     def ingest(self, batch: Batch, now: float, *, from_wire: bool = False,
                detail_limit: int = MAX_DETAILED_REJECTIONS) -> IngestResult:
         """`from_wire`: a request from a sender (the write API), whose new entities are

@@ -130,7 +130,7 @@ def test_telegraf_infiniband() -> None:
 def test_unknown_fields_are_rejected_and_the_rest_of_the_line_kept() -> None:
     text = (f"gpu,host=n1,gpu=0 gpu_temp=40,gpu_tmp=41 {T0 * NS}\n"
             f'nvidia_smi,host=n1,index=1 temperature_gpu=50i,fan_speed=30i,cuda_version="12.2",'
-            f'serial="123" {T0 * NS}")
+            f'serial="123" {T0 * NS}')
     batch = SchemaMapper().parse(text)
     assert [str(r) for r in batch.rejected] == [
         "line 1: unknown field for measurement 'gpu': gpu_tmp (n1:gpu0, gpu_tmp)",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from collectors.diagnostics.classes import FaultClass
 from collectors.frames import EventFrame
+from collectors.identity import GpuIdentity
 from service.assembly import Wiring
 from service.learning.autolabel import CLEAR_FOR_S
 from service.pipeline import Pipeline, build_pipeline
@@ -177,6 +178,44 @@ def test_a_gpu_swapped_under_the_same_name_repairs_its_open_failure(tmp_path: Pa
     assert got[1].time == T0 + (8 + REBASE_AFTER - 1) * STEP  # the reading that proved it
     assert got[1].alert_id == got[0].alert_id and not got[0].open  # the swap closed it
     assert _labels(tmp_path)[1][3] == "gpu_swapped"
+
+
+def test_a_swap_its_identity_tells_repairs_at_once_and_its_counters_start_fresh(
+        tmp_path: Path) -> None:
+    """The same swap, said by the board's serial (service.stages.gpu_identity): the repair
+    comes with the first round of the new board, not REBASE_AFTER readings later, and the new
+    board's lower lifetime counters are its first readings, not drops held out of the window
+    nor a second repair."""
+    pipe = _pipe(tmp_path)
+    r = Rounds(nodes=1, gpus=2)
+
+    def run(k0: int, k1: int, serial: str) -> list[int]:
+        drops = []
+        for k in range(k0, k1):
+            b = r.batch(T0 + k * STEP)
+            b.identity = {"n0:gpu0": GpuIdentity(serial=serial, at=T0 + k * STEP)}
+            drops.append(pipe.ingest(b, T0 + k * STEP).counter_drops)
+            pipe.tick(T0 + k * STEP)
+        return drops
+
+    try:
+        r.set("n0:gpu0", "ecc_sbe_aggregate", 5000)
+        run(0, 4, "1650522003820")
+        r.set("n0:gpu0", "retired_pages_sbe", 64)
+        run(4, 8, "1650522003820")
+        r.set("n0:gpu0", "retired_pages_sbe", 0)
+        r.set("n0:gpu0", "ecc_sbe_aggregate", 3)
+        drops = run(8, 8 + REBASE_AFTER + 2, "1650522009999")
+        got = pipe.labels.find()
+    finally:
+        pipe.close()
+    assert drops == [0] * (REBASE_AFTER + 2)
+    assert [(lb.kind, str(lb.mode), lb.action, lb.source) for lb in got] == [
+        ("failure", "M1_hbm", None, "rule:retired_pages_limit"),
+        ("repair", "M1_hbm", "gpu_swapped", "identity")]
+    assert got[1].time == T0 + 8 * STEP  # the round the new board said its serial
+    assert got[1].detail == "another board in the slot: serial 1650522003820 -> 1650522009999"
+    assert got[1].alert_id == got[0].alert_id and not got[0].open
 
 
 def test_a_failed_diagnostic_pages_naming_its_check_and_is_a_failure_label(
