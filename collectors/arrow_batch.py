@@ -9,10 +9,10 @@ nothing home-made; what is ours is what the stream holds and what its columns me
 - a body is ONE IPC stream, schema metadata `gpuhealth.format` = "3" (FORMAT_VERSION),
   holding one record batch of one row (none, or no row, for an empty body). Each column is
   one kind: named after it (a scope `gpu`, `nvlink`, `ib_port`, `node`, `psu`, `fan`, or
-  `events`, `collectors`, `identity`; each at most once), of type list<struct<...>> whose one list holds that
-  kind's rows, the struct's fields being the kind's columns below. One stream is scanned,
-  opened and validated once per body. Formats 1 and 2 (a stream per kind, before any
-  release) are refused whole, as any other `gpuhealth.format` is;
+  `events`, `collectors`, `identity`; each at most once), of type list<struct<...>> whose
+  one list holds that kind's rows, the struct's fields being the kind's columns below. One
+  stream is scanned, opened and validated once per body. Formats 1 and 2 (a stream per kind,
+  before any release) are refused whole, as any other `gpuhealth.format` is;
 - a scope's rows: `entity` (dictionary<int32, utf8>: entity keys as Entity.key
   spells them), `ts` (float64 epoch seconds) and `values`, a fixed_size_list<float64>[k] whose
   k items are the metrics named, in order, by the column's field metadata `gpuhealth.metrics`
