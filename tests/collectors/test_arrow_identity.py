@@ -162,3 +162,15 @@ def test_identity_rows_count_against_the_row_limit_and_the_new_entity_budget() -
     with pytest.raises(OverBudget):  # decoded off the event loop instead
         Decoder().decode(body, max_new=9)
     assert len(Decoder().decode(body, max_new=10).batch.identity) == 10
+
+
+def test_a_reader_from_before_the_kind_refuses_the_body_whole_never_misreads_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Why the format stays "3": an older reader refuses a body with identities whole
+    (`arrow-payload-refused`), and our agent and relay then send it as line protocol."""
+    import collectors.arrow_batch as ab
+
+    monkeypatch.setattr(ab, "KINDS", ab.KINDS - {IDENTITY})
+    with pytest.raises(ArrowPayloadError, match="the columns must be kinds of"):
+        Decoder().decode(encode(_batch(n1_gpu0=A100)))
+    assert len(Decoder().decode(encode(_batch())).batch.frames[Scope.GPU]) == 1
