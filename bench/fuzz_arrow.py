@@ -219,6 +219,26 @@ def valid(rng: random.Random, tag: str) -> bytes:
     return encode(SchemaMapper().parse(text))
 
 
+def identities(rng: random.Random, tag: str) -> bytes:
+    """GPU identity rows (the `identity` kind): up to 100,000 of fresh GPUs, values 4 KB long
+    or holding quotes and newlines, a node's or a link's key, `at` not finite."""
+    from collectors.identity import FIELDS
+
+    how = rng.choice(["flood", "values", "key", "at"])
+    n = rng.choice([1, 100] if how == "values" else [1, 10_000, 100_000])  # a few MB at most
+    keys = [f"{tag}i{i // 8}:gpu{i % 8}" for i in range(n)]
+    if how == "key":
+        keys[rng.randrange(n)] = rng.choice([f"{tag}n", f"{tag}n:gpu0:nvlink1", "-x:gpu0"])
+    value = {"flood": "GPU-0000", "values": rng.choice(["a" * 4096, 'x"\n,=y', "\u0000"])}
+    cols: dict[str, pa.Array] = {
+        "entity": pa.array(keys, pa.string()),
+        "at": pa.array([float("nan") if how == "at" else time.time()] * n, pa.float64())}
+    for f in FIELDS:
+        cols[f] = pa.array([value.get(how, "")] * n, pa.string())
+    rows = pa.StructArray.from_arrays(list(cols.values()), names=list(cols))
+    return _format3({"identity": rows})
+
+
 def _messages(body: bytes) -> Iterator[tuple[int, int, int]]:
     """(position, metadata position, header type) of each IPC message of one stream."""
     pos = 0
@@ -247,6 +267,7 @@ _MAKERS: dict[str, Callable[[random.Random, str], bytes]] = {
     "arrow-claimed-length": claimed_length,
     "arrow-truncated": truncated,
     "arrow-garbage": garbage,
+    "arrow-identity": identities,
     "arrow-valid": valid,
 }
 KINDS: tuple[str, ...] = tuple(_MAKERS)

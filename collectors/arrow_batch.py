@@ -8,11 +8,11 @@ nothing home-made; what is ours is what the stream holds and what its columns me
 
 - a body is ONE IPC stream, schema metadata `gpuhealth.format` = "3" (FORMAT_VERSION),
   holding one record batch of one row (none, or no row, for an empty body). Each column is
-  one kind: named after it (a scope `gpu`, `nvlink`, `ib_port`, `node`, `psu`, `fan`, or `events`,
-  `collectors`; each at most once), of type list<struct<...>> whose one list holds that
-  kind's rows, the struct's fields being the kind's columns below. One stream is scanned,
-  opened and validated once per body. Formats 1 and 2 (a stream per kind, before any
-  release) are refused whole, as any other `gpuhealth.format` is;
+  one kind: named after it (a scope `gpu`, `nvlink`, `ib_port`, `node`, `psu`, `fan`, or
+  `events`, `collectors`, `identity`; each at most once), of type list<struct<...>> whose
+  one list holds that kind's rows, the struct's fields being the kind's columns below. One
+  stream is scanned, opened and validated once per body. Formats 1 and 2 (a stream per kind,
+  before any release) are refused whole, as any other `gpuhealth.format` is;
 - a scope's rows: `entity` (dictionary<int32, utf8>: entity keys as Entity.key
   spells them), `ts` (float64 epoch seconds) and `values`, a fixed_size_list<float64>[k] whose
   k items are the metrics named, in order, by the column's field metadata `gpuhealth.metrics`
@@ -24,7 +24,23 @@ nothing home-made; what is ours is what the stream holds and what its columns me
 - `events`: `entity` (utf8 or dictionary), `ts` float64, `metric` (an event metric of the
   entity's scope), `value` float64;
 - `collectors`: node agents' collector status (collectors.collector_status): `host`,
-  `collector`, `error` (utf8), `up` (bool), `scrape_seconds` (float64), `samples` (int64), `ts`.
+  `collector`, `error` (utf8), `up` (bool), `scrape_seconds` (float64), `samples` (int64), `ts`;
+- `identity` (optional: only a batch with identities writes it): what the sources said of each
+  GPU's identity (collectors.identity): `entity` (utf8 or dictionary: a GPU's entity key),
+  `at` (float64: the sender's round time), and one utf8 column per identity.FIELDS (`uuid`,
+  `serial`, `pci_bus_id`, `model`, `vbios`, `driver`; "" or null = not said). A key given
+  twice is joined field by field, newer on top (identity.merge_into). Each value passes
+  identity.clean: one it refuses is named in the batch's rejections (entity, field) and the
+  rest of the body, that GPU's other values included, is kept; a key that is not a GPU's, a
+  column missing or of another type, or a `at` not finite refuses the body whole, as for the
+  other kinds.
+
+The format stays "3" with `identity`: no reader of an older format-3 body misreads it. A
+reader from before the kind refuses a body holding it whole (its columns must be kinds it
+knows), answering `arrow-payload-refused`, and our agent and relay (collectors.agent.push)
+then send that segment again as line protocol, whose `gpu_info` lines such a service reads or
+names; a body without identities, every body of an agent whose GPUs' identities were already
+sent, is the same bytes as before. Bodies without the kind decode as always.
 
 Decoding is strict and refuses the whole body (ArrowPayloadError, naming the problem) before
 anything is handed on: this format is only ever written by our agent, which can resend the
@@ -48,18 +64,27 @@ from __future__ import annotations
 import functools
 import math
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from collectors import identity
 from collectors.byte_budget import ByteBudgetCache
 from collectors.catalog import CATALOG, Kind, Scope
 from collectors.collector_status import CollectorReport, read_report
 from collectors.compat import dataclass, zip_strict
-from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame, name_problem
+from collectors.frames import (
+    Batch,
+    Entity,
+    EntityTable,
+    EventFrame,
+    Frame,
+    Rejection,
+    name_problem,
+)
 from collectors.lineprotocol import Point
 
 MEDIA_TYPE = "application/vnd.apache.arrow.stream"
@@ -69,7 +94,8 @@ META_METRICS = b"gpuhealth.metrics"
 VALUES = "values"
 EVENTS = "events"
 COLLECTORS = "collectors"
-KINDS = frozenset([s.value for s in Scope] + [EVENTS, COLLECTORS])
+IDENTITY = "identity"
+KINDS = frozenset([s.value for s in Scope] + [EVENTS, COLLECTORS, IDENTITY])
 MAX_BATCHES = 64  # record batches in a body's stream; an agent writes one
 MAX_DICTIONARIES = 64  # dictionary messages in it; an agent writes one per dictionary
 # A message's flatbuffer metadata (schema: fields, their types and metadata; a batch: its
@@ -93,6 +119,8 @@ _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 _REPORT_TYPES = {"host": pa.string(), "collector": pa.string(), "error": pa.string(),
                  "up": pa.bool_(), "scrape_seconds": pa.float64(), "samples": pa.int64(),
                  "ts": pa.float64()}
+_IDENTITY_TYPES: dict[str, pa.DataType | None] = {
+    "entity": None, "at": pa.float64(), **{f: pa.string() for f in identity.FIELDS}}
 
 
 class ArrowPayloadError(ValueError):
@@ -112,19 +140,26 @@ class Decoded:
     keys: int = 0  # entity dictionary keys the body listed
     parsed: int = 0  # of them, turned into entities by this decode (not found cached)
     max_new: int | None = None  # Decoder.decode's budget for `parsed`
+    # The identity values refused (and named in batch.rejected), as sent, by GPU key and
+    # field: a body split by shard (service.api.shard_split) hands them on to their owner,
+    # which names them in its own answer.
+    refused_identity: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 # ---- writing ----------------------------------------------------------------------------------
 
-def encode(batch: Batch, reports: Sequence[CollectorReport] = (), whole: bool = False) -> bytes:
-    """The batch's frames, events and collector reports as one format-3 body: one IPC stream,
-    one record batch of one row, a list<struct> column per kind (parse rejections are not
-    data: a caller with rejections sends line protocol, whose lines the service names).
-    A frame's `entity` dictionary holds the entities its rows name, or with `whole` its
-    entity table as it is (a relay's, shared by its bodies: collectors.agent.relay_roster)."""
+def encode(batch: Batch, reports: Sequence[CollectorReport] = (), whole: bool = False,
+           raw_identity: Mapping[str, Mapping[str, str]] | None = None) -> bytes:
+    """The batch's frames, events, identities and collector reports as one format-3 body: one
+    IPC stream, one record batch of one row, a list<struct> column per kind (parse rejections
+    are not data: a caller with rejections sends line protocol, whose lines the service
+    names). A frame's `entity` dictionary holds the entities its rows name, or with `whole`
+    its entity table as it is (a relay's, shared by its bodies:
+    collectors.agent.relay_roster). `raw_identity`: values a decode refused, written as
+    they came (Decoded.refused_identity), so the body's reader refuses and names them."""
     fields: list[pa.Field] = []
     arrays: list[pa.Array] = []
-    for kind, table, metrics in _kinds(batch, reports, whole):
+    for kind, table, metrics in _kinds(batch, reports, whole, raw_identity or {}):
         rows = pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns],
                                           fields=list(table.schema))
         fields.append(pa.field(kind, pa.list_(rows.type), nullable=False,
@@ -137,7 +172,8 @@ def encode(batch: Batch, reports: Sequence[CollectorReport] = (), whole: bool = 
     return bytes(out.getvalue())
 
 
-def _kinds(batch: Batch, reports: Sequence[CollectorReport], whole: bool = False
+def _kinds(batch: Batch, reports: Sequence[CollectorReport], whole: bool = False,
+           raw_identity: Mapping[str, Mapping[str, str]] | None = None
            ) -> Iterator[tuple[str, pa.Table, bytes | None]]:
     """Each kind the batch holds: its name, its columns, its metric names (scopes only)."""
     for scope, frame in batch.frames.items():
@@ -154,6 +190,22 @@ def _kinds(batch: Batch, reports: Sequence[CollectorReport], whole: bool = False
         yield COLLECTORS, pa.table(
             {name: pa.array([getattr(r, name) for r in reports], t)
              for name, t in _REPORT_TYPES.items()}), None
+    if batch.identity or raw_identity:
+        yield IDENTITY, _identity_table(batch.identity, raw_identity or {}), None
+
+
+def _identity_table(idents: Mapping[str, identity.GpuIdentity],
+                    raw: Mapping[str, Mapping[str, str]]) -> pa.Table:
+    """One row per GPU: its identity, then (refused values to hand on) a row per key of
+    `raw` holding those values as they came; a reader joins a key's rows."""
+    keys = list(idents) + list(raw)
+    cols: dict[str, pa.Array] = {
+        "entity": pa.array(keys, pa.string()),
+        "at": pa.array([i.at for i in idents.values()] + [0.0] * len(raw), pa.float64())}
+    for name in identity.FIELDS:
+        cols[name] = pa.array([getattr(i, name) for i in idents.values()]
+                              + [r.get(name, "") for r in raw.values()], pa.string())
+    return pa.table(cols)
 
 
 def _frame_table(frame: Frame, whole: bool = False) -> tuple[pa.Table, bytes]:
@@ -307,6 +359,8 @@ class Decoder:
             out.batch.events = _events(pa.Table.from_batches([batch]))
         elif kind == COLLECTORS:
             out.reports = _reports(pa.Table.from_batches([batch]))
+        elif kind == IDENTITY:
+            _identities(pa.Table.from_batches([batch]), out, self.limits.max_key_length)
         else:
             frame = self._frame(Scope(kind), names, meta, batch, out)
             if len(frame):
@@ -464,14 +518,14 @@ def _metric_columns(scope: Scope, raw: bytes | None) -> list[int]:
     return cols
 
 
-def _finite_ts(table: pa.Table | pa.RecordBatch, where: str) -> np.ndarray:
-    col = table.column("ts")
+def _finite_ts(table: pa.Table | pa.RecordBatch, where: str, name: str = "ts") -> np.ndarray:
+    col = table.column(name)
     if col.type != _F64 or col.null_count:
-        raise ArrowPayloadError(f"stream {where!r}: 'ts' must be float64 without nulls, "
+        raise ArrowPayloadError(f"stream {where!r}: {name!r} must be float64 without nulls, "
                                 f"got {col.type}" + (" with nulls" if col.null_count else ""))
     ts = np.asarray(col.to_numpy(), np.float64)
     if not np.isfinite(ts).all():
-        raise ArrowPayloadError(f"stream {where!r}: 'ts' holds a value that is not finite")
+        raise ArrowPayloadError(f"stream {where!r}: {name!r} holds a value that is not finite")
     return ts
 
 
@@ -492,6 +546,52 @@ def _events(table: pa.Table) -> EventFrame:
             raise ArrowPayloadError(f"stream 'events': {metric[:80]!r} is not an event metric "
                                     f"of {e.scope.value} entities")
     return EventFrame(keys, ts.tolist(), metrics, values.tolist())
+
+
+def _identities(table: pa.Table, out: Decoded, max_key_length: int) -> None:
+    """The `identity` rows into out.batch.identity; a value identity.clean refuses is named
+    in out.batch.rejected (and kept as sent in out.refused_identity), its GPU's others kept.
+    Each row costs Python work (a key check, a clean), so rows count against `max_new` as
+    new entities do: a body of many identities is decoded off the event loop."""
+    _expect(table, IDENTITY, _IDENTITY_TYPES)
+    n = table.num_rows
+    if out.max_new is not None and out.parsed + n > out.max_new:
+        raise OverBudget(f"more than {out.max_new} new entities and identities")
+    at = _finite_ts(table, IDENTITY, "at")
+    keys = _strings(table, "entity", IDENTITY)
+    longest = max(map(len, keys), default=0)
+    if longest > max_key_length:  # characters: at most as many as bytes
+        raise ArrowPayloadError(f"stream {IDENTITY!r}: an entity key of {longest} "
+                                f"characters (at most {max_key_length})")
+    values = {f: table.column(f).to_pylist() for f in identity.FIELDS}
+    got: dict[str, identity.GpuIdentity] = {}
+    for i, key in enumerate(keys):
+        why = _gpu_key_problem(key)
+        if why is not None:
+            raise ArrowPayloadError(f"stream {IDENTITY!r}: {why}")
+        raw = {f: v for f in identity.FIELDS if (v := values[f][i])}
+        ident, problems = identity.clean(raw, float(at[i]))
+        for problem in problems:
+            name = problem.partition(":")[0]
+            out.batch.rejected.append(Rejection(f"identity {problem}", entity=key,
+                                                metric=name))
+            if isinstance(raw.get(name), str):
+                out.refused_identity.setdefault(key, {})[name] = str(raw[name])
+        if ident:
+            identity.merge_into(got, {key: ident})
+    identity.merge_into(out.batch.identity, got)
+
+
+@functools.lru_cache(maxsize=16_384)  # GPU keys met again each few minutes (<= 10 MB)
+def _gpu_key_problem(key: str) -> str | None:
+    """Why `key` is not a GPU's entity key ('n1:gpu3'), or None."""
+    try:
+        e = Entity.parse(key)
+    except ValueError as exc:  # its message quotes the key: not all of a long one
+        return str(exc)[:300]
+    if e.scope is not Scope.GPU:
+        return f"{key[:80]!r} is a {e.scope.value} key, not a GPU's"
+    return None
 
 
 def _reports(table: pa.Table) -> list[CollectorReport]:

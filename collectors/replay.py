@@ -11,6 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 from collectors.base import CollectorStatus
 from collectors.frames import Batch, EventFrame, Frame
@@ -97,10 +98,12 @@ class ReplaySource:
 
 
 def shifted(batch: Batch, shift_s: float) -> Batch:
-    """The batch with every timestamp moved by `shift_s` seconds."""
+    """The batch with every timestamp moved by `shift_s` seconds (a GPU identity's time too:
+    it is the round's)."""
     frames = {scope: Frame(f.entities, f.rows, f.ts + shift_s, f.values)
               for scope, f in batch.frames.items()}
     ev = batch.events
     events = EventFrame(list(ev.keys), [t + shift_s for t in ev.ts], list(ev.metrics),
                         list(ev.values))
-    return Batch(frames, events, list(batch.rejected))
+    idents = {k: replace(v, at=v.at + shift_s) for k, v in batch.identity.items()}
+    return Batch(frames, events, list(batch.rejected), idents)

@@ -4,6 +4,11 @@ and push the spool oldest first, backing off while the target is unreachable.
 Each round also reports every collector as one `gpuhealth_collector` point (up, scrape
 duration, samples, last error; collectors.collector_status), so the service exports node
 agents' collectors as it does its own, and an InfluxDB target stores them like any point.
+
+What the round's sources say of each GPU's identity (UUID, serial, ...: collectors.identity)
+is joined over the sources and goes as `gpu_info` points when it is new or changed, else at
+most every `identity_every_s` (collectors.agent.identity_gate), decided before the round is
+spooled.
 """
 
 from __future__ import annotations
@@ -12,13 +17,17 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
+from collectors import identity
+from collectors.agent.identity_gate import IDENTITY_EVERY_S, IdentityGate
 from collectors.agent.push import Pusher
 from collectors.agent.spool import Spool
 from collectors.agent.target import Target
 from collectors.base import Collector
 from collectors.collector_status import status_line
 from collectors.compat import dataclass
+from collectors.frames import Batch
 from collectors.schema import batch_to_lines
 
 log = logging.getLogger(__name__)
@@ -42,10 +51,12 @@ class Agent:
                  sleep: Callable[[float], None] = time.sleep, host: str | None = None,
                  timer: Callable[[], float] = time.perf_counter,
                  wall_ns: Callable[[], int] = time.time_ns,
-                 also: Sequence[tuple[Spool, Pusher]] = ()) -> None:
+                 also: Sequence[tuple[Spool, Pusher]] = (),
+                 identity_every_s: float = IDENTITY_EVERY_S) -> None:
         """`host` tags the status points (default: the first collector's `host`, else this
         machine's name); `timer` times each collect(); `wall_ns` stamps the status points;
-        `also`: more targets, each with a spool of its own (an HA pair's other replica)."""
+        `also`: more targets, each with a spool of its own (an HA pair's other replica);
+        `identity_every_s`: an unchanged GPU identity goes again after this long (`clock`)."""
         self.collectors = list(collectors)
         self.host = host or _host_of(self.collectors)
         self.timer, self.wall_ns = timer, wall_ns
@@ -59,18 +70,24 @@ class Agent:
                 # A sharded service sends this node's pushes to the shard that owns it.
                 t.pusher.set_host(self.host)
         self.interval_s = interval_s
+        self.identities = IdentityGate(identity_every_s, clock)
         self.stats = AgentStats()
         self._refused_whole = 0  # segments targets refused whole (413), over all targets
 
     def lines(self) -> list[str]:
         """One round from every collector, as line protocol, each followed by its status
-        point; a source that is down adds only the status, which says why."""
+        point; a source that is down adds only the status, which says why. Then the GPU
+        identities the gate lets through (joined over the sources)."""
         out: list[str] = []
+        said: dict[str, identity.GpuIdentity] = {}
         ts_ns = self.wall_ns()
         for c in self.collectors:
             t0 = self.timer()
             try:
                 batch = c.collect()
+                if batch.identity:
+                    identity.merge_into(said, batch.identity)
+                    batch = replace(batch, identity={})
                 lines = list(batch_to_lines(batch))
                 up, reason, samples = c.status.up, c.status.reason, batch.samples
             except Exception as exc:  # a collector bug: the other sources' round still goes
@@ -83,6 +100,8 @@ class Agent:
             out.extend(lines)
             out.append(status_line(self.host, c.name, up, seconds, samples,
                                    reason or "down, no reason given", ts_ns))
+        if said:
+            out.extend(batch_to_lines(Batch(identity=self.identities.take(said))))
         return out
 
     def collect_round(self) -> int:

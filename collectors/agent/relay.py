@@ -163,7 +163,9 @@ class Relay:
                    else None)
             if arrow:
                 push = self._arrow(got.data if got else body, got.cut if got else None)
-                rejections: list[Rejection] = []
+                # identity values the decoder refused, the body's other rows kept
+                rejections: list[Rejection] = push.batch.rejected
+                push.batch.rejected = []
                 cut = False
             else:
                 push, rejections, cut = self._lines(got.data if got else body,

@@ -5,7 +5,10 @@ in arrival order: a push that names an entity of an earlier body (the same node 
 resend, or two rounds held while the service was away) goes in a later one, so every body
 holds at most one push per node, as the service's coalescer (service.api.coalesce) joins
 requests, and bodies are sent in order. Each push's samples are kept as they
-came: entity, timestamp and every value, only re-indexed into the joined entity table.
+came: entity, timestamp and every value, only re-indexed into the joined entity table. The
+GPU identities pushes carry (collectors.identity) are joined field by field, newer on top
+(by the sender's round time, so a late resend does not undo a newer identity): they order
+nothing and are few (an agent sends a GPU's every few minutes).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import field
 
 import numpy as np
 
+from collectors import identity
 from collectors.agent.relay_roster import Roster
 from collectors.collector_status import CollectorReport, status_line
 from collectors.compat import dataclass, zip_strict
@@ -34,7 +38,9 @@ class Push:
 
     @property
     def rows(self) -> int:
-        return sum(len(f) for f in self.batch.frames.values()) + len(self.batch.events)
+        """Rows as the service's decoder counts them (identities are rows of theirs)."""
+        b = self.batch
+        return sum(len(f) for f in b.frames.values()) + len(b.events) + len(b.identity)
 
     def keys(self) -> set[str]:
         out = {f.entities[i].key for f in self.batch.frames.values()
@@ -118,16 +124,18 @@ def _on_roster(pushes: Sequence[Push], roster: Roster) -> Push:
 
 
 def _with_events(out: Batch, pushes: Sequence[Push]) -> Push:
+    """`out` with the pushes' events, identities and reports."""
     events = EventFrame()
     for p in pushes:
         events.extend(p.batch.events)
+        identity.merge_into(out.identity, p.batch.identity)
     out.events = events
     return Push(out, [r for p in pushes for r in p.reports])
 
 
 def only_nodes(push: Push, nodes: Collection[str]) -> Push:
-    """The samples and events of `nodes` only (what a service that kept the rest still
-    lacks); each frame keeps its table, so the service meets a table it knows. Collector
+    """The samples, events and identities of `nodes` only (what a service that kept the rest
+    still lacks); each frame keeps its table, so the service meets a table it knows. Collector
     reports are left out: the service recorded them with the first send."""
     keep = set(nodes)
     out = Batch()
@@ -142,6 +150,8 @@ def only_nodes(push: Push, nodes: Collection[str]) -> Push:
         if key.split(":", 1)[0] in keep:
             events.add(key, ts, metric, value)
     out.events = events
+    out.identity = {k: v for k, v in push.batch.identity.items()
+                    if k.split(":", 1)[0] in keep}
     return Push(out, [])
 
 

@@ -54,7 +54,7 @@ class RosterLimits:
 
 
 def bound_push(batch: Batch, limits: RosterLimits) -> list[Rejection]:
-    """Refuse (in place) the rows and events naming more than one push may: nodes past
+    """Refuse (in place) the rows, events and identities naming more than one push may: nodes past
     `nodes_per_push`, names of a node past `names_per_node`, names past `names_per_push`.
     The rejections, the first LISTED by name."""
     per_node: dict[str, int] = {}
@@ -83,15 +83,20 @@ def bound_push(batch: Batch, limits: RosterLimits) -> list[Rejection]:
             refused.append(Rejection(f"name refused: {why}", entity=key))
         return False
 
+    gpus: set[str] = set()  # GPU keys taken: their identities are no further names
     for scope, f in list(batch.frames.items()):
         used = np.unique(f.rows).tolist()
         ents = f.entities.entities
         ok = np.ones(len(ents), bool)
         for i in used:
             ok[i] = take(ents[i])
+            if ok[i] and scope is Scope.GPU:
+                gpus.add(ents[i].key)
         if not ok.all():
             keep = ok[f.rows]
             batch.frames[scope] = Frame(f.entities, f.rows[keep], f.ts[keep], f.values[keep])
+    if batch.identity:  # a GPU named by its identity alone is a name like any other
+        batch.identity = {k: v for k, v in batch.identity.items() if k in gpus or take(k)}
     ev = batch.events
     if len(ev):
         seen: dict[str, bool] = {}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from collectors import identity
 from collectors.catalog import Scope
 from collectors.frames import Batch, EventFrame, Frame, concat
 
@@ -48,6 +49,11 @@ def split(batch: Batch, step_s: float) -> list[Round]:
     ev = batch.events
     ev_k = _steps(np.asarray(ev.ts, dtype=np.float64), step_s) if len(ev) else np.zeros(0, int)
     ks.append(np.unique(ev_k))
+    # A GPU's identity goes with the round of its time (a round of its own when no sample
+    # shares it: an identity sent alone is still delivered).
+    id_keys = list(batch.identity)
+    id_k = _steps(np.asarray([batch.identity[k].at for k in id_keys], np.float64), step_s)
+    ks.append(np.unique(id_k))
     all_k = np.unique(np.concatenate(ks)) if ks else np.zeros(0, np.int64)
     out = [Round(int(k), -np.inf, Batch()) for k in all_k]
     pos = {int(k): i for i, k in enumerate(all_k)}
@@ -61,6 +67,11 @@ def split(batch: Batch, step_s: float) -> list[Round]:
         r = out[pos[int(ev_k[i])]]
         r.batch.events.add(ev.keys[i], ev.ts[i], ev.metrics[i], ev.values[i])
         r.now = max(r.now, float(ev.ts[i]))
+    for key, k in zip(id_keys, id_k.tolist(), strict=True):
+        r = out[pos[k]]
+        r.batch.identity[key] = batch.identity[key]
+        if not len(r.batch.events) and not r.batch.frames:
+            r.now = max(r.now, batch.identity[key].at)
     if out and batch.rejected:
         out[0].batch.rejected.extend(batch.rejected)
     return out
@@ -77,8 +88,10 @@ def _join(a: Round, b: Round) -> Round | None:
     events = EventFrame()
     events.extend(a.batch.events)
     events.extend(b.batch.events)
+    idents = dict(a.batch.identity)
+    identity.merge_into(idents, b.batch.identity)
     return Round(a.step, max(a.now, b.now),
-                 Batch(frames, events, a.batch.rejected + b.batch.rejected))
+                 Batch(frames, events, a.batch.rejected + b.batch.rejected, idents))
 
 
 class Rounder:

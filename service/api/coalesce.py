@@ -24,6 +24,9 @@ Order and limits, as for requests ingested one by one:
   answer lists the first 200 as always. Only the wording of what is past those 200 differs
   (a count of how many more, never the per-site summary of one large call); the counts are
   exact.
+- GPU identities (Batch.identity) are joined field by field, newer on top by the sender's
+  round time (collectors.identity.merge_into), so they order nothing: a request that carries
+  only identities joins any group.
 - A sender that goes away while it waits changes nothing: its batch was parsed and is
   ingested once with the others (as a request already in its worker thread is today).
 """
@@ -41,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 from anyio.to_thread import run_sync
 
+from collectors import identity
 from collectors.catalog import CATALOG, Kind, Scope
 from collectors.frames import Batch, Entity, EntityTable, EventFrame, Frame, JoinedTable
 from collectors.table_cache import TableCache, entity_budget
@@ -257,7 +261,7 @@ class Merged:
 
 
 def merge(batches: Sequence[Batch]) -> Merged:
-    """One Batch of several requests' frames, events and parse rejections (the parse
+    """One Batch of several requests' frames, events, identities and parse rejections (the parse
     rejections first in the result's list, as ingest lists them; the sinks and the service's
     counters see them as before, each request keeps its own). Requests parsed by one mapper
     share its entity table, which is kept (the window store and the sinks resolve a table once
@@ -286,6 +290,8 @@ def merge(batches: Sequence[Batch]) -> Merged:
     events = EventFrame()
     for b in batches:
         events.extend(b.events)
+        if b.identity:  # a GPU's, field by field, newer on top (a resend undoes nothing)
+            identity.merge_into(out.identity, b.identity)
     out.events = events
     out.rejected = [r for b in batches for r in b.rejected]
     return Merged(out, owner, [len(b.events) for b in batches])

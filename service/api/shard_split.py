@@ -8,9 +8,11 @@ their order, their text; so a part is answered by its owner exactly as the whole
 for those lines. A line without a valid node name stays with this shard, whose parser
 refuses it by line number as always.
 
-An Arrow body (our agent's, collectors.arrow_batch) is decoded and its frames, events and
-collector reports are split by node, each part encoded as Arrow again (format 3, the one
-format: the shards of one service run one version).
+An Arrow body (our agent's, collectors.arrow_batch) is decoded and its frames, events, GPU
+identities and collector reports are split by node, each part encoded as Arrow again (format
+3, the one format: the shards of one service run one version). An identity value the decode
+refused goes to its node's owner as it came, which refuses it again and names it in its
+answer.
 
 Foreign parts come back gzip-compressed, ready to forward; this shard's part is left plain.
 """
@@ -138,18 +140,28 @@ class ArrowSplitter:
             node = _event_node(key)
             sid = owners.local if node is None else owners(node)
             part(sid).events.add(key, ts, metric, value)
+        for key, ident in decoded.batch.identity.items():  # keys the decoder checked
+            node = key.split(":", 1)[0]
+            sid = owners(node)
+            part(sid).identity[key] = ident
+            parts.nodes.setdefault(sid, set()).add(node)
+        raw: dict[str, dict[str, dict[str, str]]] = {}  # by shard: refused identity values
+        for key, values in decoded.refused_identity.items():
+            node = key.split(":", 1)[0]
+            sid = owners(node)
+            raw.setdefault(sid, {})[key] = values
+            part(sid)
+            parts.nodes.setdefault(sid, set()).add(node)
         for r in decoded.reports:
             sid = owners(r.host)
             reports.setdefault(sid, []).append(r)
             part(sid)
-        if decoded.batch.rejected:
-            part(owners.local).rejected = list(decoded.batch.rejected)
         for sid, batch in batches.items():
+            body = encode(batch, reports.get(sid, ()), raw_identity=raw.get(sid))
             if sid == owners.local:
-                parts.local = encode(batch, reports.get(sid, ()))
+                parts.local = body
             else:
-                parts.foreign[sid] = gzip.compress(encode(batch, reports.get(sid, ())),
-                                                   GZIP_LEVEL, mtime=0)
+                parts.foreign[sid] = gzip.compress(body, GZIP_LEVEL, mtime=0)
         return parts
 
 

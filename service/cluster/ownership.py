@@ -6,7 +6,8 @@ One process without a map owns every node. A static map (`cluster.shards`) or th
 (service.cluster.members) gives each node one owner; the rows and events of any other node
 are taken out of a batch before ingest and refused by entity, naming the owner, so a shard
 never stores, scores, alerts on or drains another shard's node, and fleet totals count
-each node once (on its owner)."""
+each node once (on its owner). Another node's GPU identities are taken out silently: they
+are no samples, and that node's samples, refused with the reason, tell the sender."""
 
 from __future__ import annotations
 
@@ -80,14 +81,19 @@ class Ownership:
         return got is None or got.id == smap.local.id
 
     def keep_owned(self, batch: Batch) -> tuple[Batch, list[Refusal]]:
-        """`batch` less every row and event of a node another shard owns, and what was taken
-        out (one refusal per entity, or per event). The batch itself when all is owned."""
+        """`batch` less every row, event and GPU identity of a node another shard owns, and
+        what was taken out (one refusal per entity, or per event; none for an identity). The
+        batch itself when all is owned."""
         if not self.sharded:
             return batch, []
         smap = self.map()
-        out = Batch(rejected=batch.rejected)
+        out = Batch(rejected=batch.rejected, identity=batch.identity)
         refused: list[Refusal] = []
         changed = False
+        if batch.identity:  # a few per node every few minutes: by key, no table to cache
+            owned = {k: v for k, v in batch.identity.items() if self.owns(k.split(":", 1)[0])}
+            if len(owned) < len(batch.identity):
+                out.identity, changed = owned, True
         for scope, frame in batch.frames.items():
             mine = self._owned_rows(frame.entities, smap)
             keep = mine[frame.rows]

@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from collectors import registry
+from collectors.agent.identity_gate import IDENTITY_EVERY_S
 from collectors.agent.loop import Agent
 from collectors.agent.push import Pusher
 from collectors.agent.report import Progress, failed_lines, found_lines, survey
@@ -44,6 +45,10 @@ def _configure_agent(p: argparse.ArgumentParser) -> None:
                         f"Known: {', '.join(sorted(registry.SOURCES))}")
     p.add_argument("--host", default=socket.gethostname(), help="node name to tag samples with")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between rounds")
+    p.add_argument("--identity-every-s", type=float, default=IDENTITY_EVERY_S, metavar="SECONDS",
+                   help="a GPU's identity (UUID, serial, PCI bus id, model, VBIOS, driver) "
+                        "goes when new or changed, and unchanged again after this long, so "
+                        f"a restarted service relearns it (default {IDENTITY_EVERY_S:g})")
     p.add_argument("--spool", type=Path, default=Path("var/agent-spool"),
                    help="on-disk buffer for rounds the target has not taken yet")
     p.add_argument("--spool-mb", type=int, default=256, help="spool bound; oldest dropped first")
@@ -147,6 +152,9 @@ def _check(args: argparse.Namespace) -> None:
     """Refuse what would fail later, or quietly: a busy loop, a URL nothing can reach."""
     if not args.interval > 0:
         raise UsageError(f"--interval {args.interval:g}: give a positive number of seconds")
+    if not args.identity_every_s >= 0:
+        raise UsageError(f"--identity-every-s {args.identity_every_s:g}: give 0 or more "
+                         "seconds")
     if args.spool_mb < 1:
         raise UsageError(f"--spool-mb {args.spool_mb}: give 1 or more")
     if args.url and not args.stdout:
@@ -290,7 +298,8 @@ def _run_agent(args: argparse.Namespace) -> int:
         return replaying and all(c.status.exhausted for c in collectors)
 
     if args.stdout:
-        agent = Agent(collectors, spool, None, interval_s=interval, host=args.host)
+        agent = Agent(collectors, spool, None, interval_s=interval, host=args.host,
+                      identity_every_s=args.identity_every_s)
         while True:
             for line in agent.lines():
                 print(line)
@@ -301,7 +310,7 @@ def _run_agent(args: argparse.Namespace) -> int:
                 return 0
             time.sleep(interval)
     agent = Agent(collectors, spool, Pusher(args.url[0], token=args.token),
-                  interval_s=interval, host=args.host,
+                  interval_s=interval, host=args.host, identity_every_s=args.identity_every_s,
                   also=[(sp, Pusher(u, token=args.token)) for sp, u in more])
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))

@@ -137,3 +137,28 @@ def test_rebase_in_the_past_as_fast_as_possible_never_sleeps(tmp_path: Path) -> 
                        start_at=clock.now - 3600)
     ts = [float(src.collect().frames[Scope.GPU].ts[0]) for _ in range(3)]
     assert clock.sleeps == [] and ts == [clock.now - 3600 + k for k in (0, 5, 10)]
+
+
+def test_a_replayed_traces_gpu_identities_come_with_their_round_moved_with_it(
+        tmp_path: Path) -> None:
+    """A trace's gpu_info points (a recorded identity, one GPU's split over two rounds, and
+    one in a round of no sample) reach the replay's rounds, their time rebased."""
+    from collectors.identity import GpuIdentity
+
+    clock = FakeClock()
+    path = tmp_path / "t.lp"
+    path.write_text(f"gpu,host=n1,gpu=0 gpu_temp=40 {T0 * NS}\n"
+                    f'gpu_info,host=n1,gpu=0 uuid="GPU-a",serial="S1" {T0 * NS}\n'
+                    f'gpu_info,host=n1,gpu=0 driver="550.54.15" {(T0 + 5) * NS}\n'
+                    f"gpu,host=n1,gpu=0 gpu_temp=41 {(T0 + 5) * NS}\n"
+                    f'gpu_info,host=n2,gpu=1 model="Tesla T4" {(T0 + 10) * NS}\n')
+    src = ReplaySource(path, speed=None, clock=clock, sleep=clock.sleep,
+                       start_at=clock.now)
+    rounds = [src.collect() for _ in range(3)]
+    assert [r.identity for r in rounds] == [
+        {"n1:gpu0": GpuIdentity(uuid="GPU-a", serial="S1")},
+        {"n1:gpu0": GpuIdentity(driver="550.54.15")},
+        {"n2:gpu1": GpuIdentity(model="Tesla T4")}]
+    assert [next(iter(r.identity.values())).at for r in rounds] == [
+        clock.now, clock.now + 5, clock.now + 10]
+    assert rounds[2].samples == 0

@@ -51,6 +51,8 @@ CASES: list[tuple[list[str], list[str]]] = [
      ["--url", "the same URL twice"]),
     (["agent", "--once"], ["--url is required unless --stdout"]),
     (["agent", "--once", "--stdout", "--interval", "0"], ["--interval 0", "positive"]),
+    (["agent", "--once", "--stdout", "--identity-every-s", "-1"],
+     ["--identity-every-s -1", "0 or more"]),
     (["agent", "--once", "--stdout", "--spool", "{text}"], ["--spool", "not a directory"]),
     (["agent", "--replay", "{tmp}/none", "--stdout"], ["no trace at", "*.lp"]),
     (["simulate", "foo", "{tmp}/out"], ["no scenario 'foo'", "demo, ci, fleet-year", "YAML"]),

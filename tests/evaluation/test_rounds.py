@@ -46,3 +46,27 @@ def test_a_round_cut_by_a_chunk_boundary_is_joined() -> None:
     out = list(r.feed(early)) + list(r.feed(cut)) + list(r.feed(second)) + list(r.close())
     assert [x.step for x in out] == [1, 2, 3, 4]
     assert len(out[1].batch.frames[Scope.GPU]) == 2
+
+
+def test_identities_go_with_their_round_alone_or_joined_across_a_chunk_boundary() -> None:
+    from collectors.identity import GpuIdentity
+
+    b = chunk([300.0, 600.0])
+    b.identity = {"n0:gpu0": GpuIdentity(uuid="GPU-a", at=300.0),
+                  "n0:gpu1": GpuIdentity(uuid="GPU-b", at=1200.0)}  # a round of no sample
+    rounds = split(b, 300.0)
+    assert [r.step for r in rounds] == [1, 2, 4]
+    assert [r.batch.identity for r in rounds] == [
+        {"n0:gpu0": GpuIdentity(uuid="GPU-a")}, {}, {"n0:gpu1": GpuIdentity(uuid="GPU-b")}]
+    assert rounds[2].now == 1200.0 and rounds[2].batch.samples == 0
+    # one GPU's identity split over two chunks of the same step: joined, newer on top
+    first, second = chunk([300.0, 600.0]), Batch()
+    first.identity = {"n0:gpu0": GpuIdentity(uuid="GPU-a", serial="OLD", at=600.0)}
+    late = first.frames[Scope.GPU].ts == 600.0
+    second.add(first.frames[Scope.GPU].take(late))
+    second.identity = {"n0:gpu0": GpuIdentity(serial="S1", driver="550", at=601.0)}
+    r = Rounder(300.0)
+    out = list(r.feed(first)) + list(r.feed(second)) + list(r.close())
+    assert [x.step for x in out] == [1, 2]
+    assert out[1].batch.identity == {
+        "n0:gpu0": GpuIdentity(uuid="GPU-a", serial="S1", driver="550")}
