@@ -11,7 +11,8 @@ import threading
 import time
 
 from collectors.catalog import Scope
-from collectors.frames import Batch
+from collectors.frames import Batch, Entity
+from collectors.identity import GpuIdentity
 from models.detectors.findings import Signal
 from service.assembly import Parts, Wiring, build_parts
 from service.cluster.ownership import Ownership
@@ -132,11 +133,17 @@ class Pipeline:
         t0 = time.perf_counter()
         with self.lock:
             batch, foreign = self.ownership.keep_owned(batch)
-            changes = self.identities.observe(batch.identity, now) if batch.identity else []
+            # A GPU's identity is kept only for GPUs the store admitted (names from the wire
+            # cannot grow the table): those it holds already before their readings (a swap
+            # restarts their counters first), new ones once ingest has admitted them.
+            held, fresh = self._admitted(batch.identity)
+            changes = self.identities.observe(held, now) if held else []
             for c in changes:
                 if c.kind == "swapped":  # before its readings: they are a new board's
                     self.ingestor.new_device(c.entity)
             res = self.ingestor.ingest(batch, now, from_wire=from_wire, detail_limit=detail_limit)
+            if fresh:
+                changes += self.identities.observe(self._admitted(fresh)[0], now)
             # The sinks store an identity once per change, not each time a source says it.
             res.clean.identity = {c.entity: c.identity for c in changes}
             swaps = [c for c in changes if c.kind == "swapped"]
@@ -158,6 +165,16 @@ class Pipeline:
         for r in res.rejections[:5]:
             log.info("rejected: %s", r)
         return res
+
+    def _admitted(self, said: dict[str, GpuIdentity]
+                  ) -> tuple[dict[str, GpuIdentity], dict[str, GpuIdentity]]:
+        """`said` split into the GPUs the store holds and the rest."""
+        held: dict[str, GpuIdentity] = {}
+        rest: dict[str, GpuIdentity] = {}
+        gpus = self.store[Scope.GPU]
+        for key, ident in said.items():
+            (held if gpus.slot(Entity.parse(key)) is not None else rest)[key] = ident
+        return held, rest
 
     @property
     def fleet_size(self) -> int:
