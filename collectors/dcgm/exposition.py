@@ -74,8 +74,7 @@ def parse_exposition(
     the node; None takes it from each sample's `Hostname` label. A bad line (a page cut in a
     sample, a garbled label) is appended to `rejected` with its line number and the samples
     around it are still read; when no line of the page is a sample and some line is bad, the
-    page is not exposition at all and
-    ExpositionError says why."""
+    page is not exposition at all and ExpositionError says why."""
     st = stats if stats is not None else ParseStats()
     refused: list[Rejection] = []
     points: dict[_Key, Point] = {}
