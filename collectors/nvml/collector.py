@@ -24,8 +24,8 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from collectors.base import CollectorStatus
 from collectors import identity
+from collectors.base import CollectorStatus
 from collectors.frames import Batch
 from collectors.lineprotocol import FieldValue, Point
 from collectors.nvml.api import Handle, NvmlApi, load_pynvml

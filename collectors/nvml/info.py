@@ -89,7 +89,7 @@ class _Failed:
 _FAILED = _Failed()
 
 
-def _ask(nvml: NvmlApi, name: str, handle: Handle, index: int) -> str | None | _Failed:
+def _ask(nvml: NvmlApi, name: str, handle: Handle, index: int) -> str | _Failed | None:
     """One attribute: its text, None when NOT_SUPPORTED (or unreadable), _FAILED to ask
     again next round."""
     fn = _CALLS[name]

@@ -167,5 +167,5 @@ def test_a_reading_too_large_for_a_float_is_refused_and_the_rest_kept() -> None:
     assert "temperature.gpu: reading '999999999999...99999999' (400 digits) is out of range" in (
         rejected[0].reason)
     # Without a list to refuse into, the reading is left out all the same: never an exception.
-    [p] = readings(parse_query_csv_with_header(_wide("9" * 400), "n1", TS))
+    p, _ = readings(parse_query_csv_with_header(_wide("9" * 400), "n1", TS))
     assert "gpu_temp" not in p.fields
