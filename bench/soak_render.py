@@ -33,9 +33,12 @@ QUERY: dict[str, str] = {
     "ecc.errors.uncorrected.aggregate.total": "dbe_agg",
     "pcie.link.gen.current": "pcie_gen", "pcie.link.gen.max": "pcie_gen_max",
     "pcie.link.width.current": "pcie_width", "pcie.link.width.max": "pcie_width_max",
+    "serial": "serial", "vbios_version": "vbios", "driver_version": "driver",
 }
 # PCIe link readings a GPU's dict may leave out: a healthy x16 Gen 4 link.
-_LINK = {"pcie_gen": 4, "pcie_gen_max": 4, "pcie_width": 16, "pcie_width_max": 16}
+_LINK = {"pcie_gen": 4, "pcie_gen_max": 4, "pcie_width": 16, "pcie_width_max": 16,
+         # and identity a GPU's dict leaves out (the fleet's driver, soak_fleet)
+         "serial": "[N/A]", "vbios": "96.00.89.00.01", "driver": "550.54.15"}
 _UNITS = {"temp": " C", "mem_temp": " C", "power": " W", "sm_clock": " MHz", "util": " %"}
 _ACTIVE = {"thr_thermal", "thr_power", "thr_hw"}
 

@@ -1,9 +1,13 @@
 """A dcgm-exporter `/metrics` page (Prometheus text exposition) to points in our own schema.
 
 Each DCGM_FI_* sample carries its GPU in the `gpu` label (plus `UUID`, `pci_bus_id`, `Hostname`)
-and becomes a field of a `gpu` point, or of an `nvlink` point for per-link fields. Fields with no
-catalog home are counted in ParseStats, not rejected: a default dcgm-exporter page is mostly
-utilization and memory gauges that this service does not track.
+and becomes a field of a `gpu` point, or of an `nvlink` point for per-link fields. The GPU's
+identity in its labels (`UUID`, `pci_bus_id`, `modelName`, and the fields dcgm-exporter's CSV
+makes labels: `DCGM_FI_DRIVER_VERSION`, `DCGM_FI_DEV_SERIAL`, `DCGM_FI_DEV_VBIOS_VERSION`;
+dcgm-exporter's README, "Changing Metrics") becomes one `gpu_info` point per GPU and page
+(collectors.identity). A MIG instance's samples carry its parent GPU's labels: one identity.
+Fields with no catalog home are counted in ParseStats, not rejected: a default dcgm-exporter page
+is mostly utilization and memory gauges that this service does not track.
 
 DCGM_FI_DEV_XID_ERRORS holds the *last* Xid code seen on the GPU (0 before any), not an event per
 Xid. It is passed on as an `xid` point carrying that last value; DcgmExporterCollector keeps the
@@ -26,6 +30,7 @@ from collections import Counter
 from dataclasses import field
 from typing import Optional
 
+from collectors import identity
 from collectors.catalog import Kind, Scope
 from collectors.compat import dataclass
 from collectors.dcgm.fields import FIELDS, FieldMap
@@ -65,11 +70,11 @@ def parse_exposition(
     text: str, host: str | None, ts_ns: int, *, stats: ParseStats | None = None,
     fields: FieldMap = FIELDS, rejected: list[Rejection] | None = None,
 ) -> list[Point]:
-    """Points for the DCGM fields the catalog knows. `host` names the node; None takes it from
-    each sample's `Hostname` label. A bad line (a page cut in a sample, a garbled label) is
-    appended to `rejected` with its line number and the samples around it are still read; when
-    no line of the page is a sample and some line is bad, the page is not exposition at all and
-    ExpositionError says why."""
+    """Points for the DCGM fields the catalog knows, and each GPU's `gpu_info`. `host` names
+    the node; None takes it from each sample's `Hostname` label. A bad line (a page cut in a
+    sample, a garbled label) is appended to `rejected` with its line number and the samples
+    around it are still read; when no line of the page is a sample and some line is bad, the
+    page is not exposition at all and ExpositionError says why."""
     st = stats if stats is not None else ParseStats()
     refused: list[Rejection] = []
     points: dict[_Key, Point] = {}
@@ -106,14 +111,19 @@ def _one(points: dict[_Key, Point], st: ParseStats, fields: FieldMap, name: str,
     if not node or gpu is None:
         st.skipped["no host or gpu label"] += 1
         return
+    info: _Key = (identity.MEASUREMENT, node, gpu, None, None)
+    if info not in points:
+        said = identity.dcgm_fields(labels)
+        if said:
+            points[info] = Point(identity.MEASUREMENT, {"host": node, "gpu": gpu}, dict(said),
+                                 ts_ns)
     if not math.isfinite(value):
         st.skipped["value is not finite"] += 1
         return
     mig = labels.get("GPU_I_ID") or None
-    extra = {"uuid": labels.get("UUID"), "pci_bus_id": labels.get("pci_bus_id")}
     if name == XID_FIELD:
         st.mapped += 1
-        _put(points, (_XID_MEASUREMENT, node, gpu, None, mig), extra, _XID_CODE, int(value), ts_ns)
+        _put(points, (_XID_MEASUREMENT, node, gpu, None, mig), _XID_CODE, int(value), ts_ns)
         return
     found = fields.lookup(name)
     if found is None:
@@ -139,14 +149,14 @@ def _one(points: dict[_Key, Point], st: ParseStats, fields: FieldMap, name: str,
             key: _Key = (Scope.NVLINK.value, node, gpu, str(found.link), mig)
         else:
             key = (Scope.GPU.value, node, gpu, None, mig)
-        _put(points, key, extra, m.name, v, ts_ns)
+        _put(points, key, m.name, v, ts_ns)
         used = True
     if used:
         st.mapped += 1
 
 
-def _put(points: dict[_Key, Point], key: _Key, extra: dict[str, str | None], name: str,
-         value: FieldValue, ts_ns: int) -> None:
+def _put(points: dict[_Key, Point], key: _Key, name: str, value: FieldValue, ts_ns: int
+         ) -> None:
     p = points.get(key)
     if p is None:
         measurement, node, gpu, link, mig = key
@@ -155,6 +165,5 @@ def _put(points: dict[_Key, Point], key: _Key, extra: dict[str, str | None], nam
             tags["link"] = link
         if mig is not None:
             tags["mig"] = mig
-        tags.update({k: v for k, v in extra.items() if v})
         p = points[key] = Point(measurement, tags, {}, ts_ns)
     p.fields[name] = value

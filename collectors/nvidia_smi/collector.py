@@ -4,7 +4,8 @@ Each tick runs a narrow `--query-gpu` CSV for the fast-moving gauges (cheap: NVM
 without walking every subsystem). Every `xml_interval` seconds it also runs `-q -x` for what
 moves slowly but matters most for prediction: ECC counts, retired pages, remapped rows, PCIe
 replays and the temperature thresholds. The two are merged into one Batch at one timestamp,
-the CSV winning where both report a metric.
+the CSV winning where both report a metric. Both carry each GPU's identity (UUID, serial, bus
+id, model, VBIOS, driver) into Batch.identity.
 
 Failures are data: a missing binary or unreadable output give up=False with the reason and an
 empty Batch, never an exception. A GPU nvidia-smi cannot read is data too, the `gpu_unreadable`
@@ -54,6 +55,13 @@ DEFAULT_QUERY_FIELDS: tuple[str, ...] = (
     "pcie.link.gen.max",
     "pcie.link.width.current",
     "pcie.link.width.max",
+    # The GPU's identity (collectors.identity) each tick, so a board swapped while the agent
+    # runs is seen on its first round: all as old as the index, and cheap (NVML caches them).
+    "name",
+    "uuid",
+    "serial",
+    "vbios_version",
+    "driver_version",
 )
 
 

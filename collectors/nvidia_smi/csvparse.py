@@ -15,6 +15,10 @@ cells print in place of readings. A GPU nvidia-smi has no handle for is a line o
 here and the collector, which knows the GPU's bus id, reports it. A row whose index reads as an
 error ("[Unknown Error]") is the GPU at its position: nvidia-smi prints GPUs in index order, the
 handle-error lines included.
+
+The identity columns (`name`, `uuid`, `serial`, `pci.bus_id`, `vbios_version`, `driver_version`
+and their `gpu_*` spellings, `nvidia-smi --help-query-gpu`) give each row a `gpu_info` point
+(collectors.identity); a cell printing "[N/A]" or "[Unknown Error]" there is no value.
 """
 
 from __future__ import annotations
@@ -29,7 +33,14 @@ from collectors.frames import Rejection
 from collectors.kernel_log.messages import normalize_bus_id
 from collectors.lineprotocol import FieldValue, Point
 from collectors.nvidia_smi import states
-from collectors.nvidia_smi.values import Refused, SmiParseError, gpu_point, reading, refuser
+from collectors.nvidia_smi.values import (
+    Refused,
+    SmiParseError,
+    gpu_point,
+    info_point,
+    reading,
+    refuser,
+)
 
 _UNIT = re.compile(r"\s*\[[^\]]*\]$")  # the " [W]" a header carries without nounits
 
@@ -52,6 +63,12 @@ def _fields() -> dict[str, str]:
 
 
 QUERY_FIELDS: Mapping[str, str] = _fields()  # --query-gpu field -> catalog metric
+# --query-gpu field -> collectors.identity.FIELDS name (nvidia-smi --help-query-gpu).
+IDENTITY_FIELDS: Mapping[str, str] = {
+    "name": "model", "gpu_name": "model", "uuid": "uuid", "gpu_uuid": "uuid",
+    "serial": "serial", "gpu_serial": "serial", "pci.bus_id": "pci_bus_id",
+    "gpu_bus_id": "pci_bus_id", "vbios_version": "vbios", "driver_version": "driver",
+}
 
 
 def parse_query_csv(text: str, fields: Sequence[str], host: str, ts_ns: int,
@@ -137,6 +154,7 @@ def _points(rows: list[list[str]], wanted: list[str], host: str, ts_ns: int,
             bus_ids: dict[int, str] | None = None) -> list[Point]:
     index_col = wanted.index("index") if "index" in wanted else None
     bus_col = next((wanted.index(f) for f in ("pci.bus_id", "gpu_bus_id") if f in wanted), None)
+    ident_cols = [(i, IDENTITY_FIELDS[f]) for i, f in enumerate(wanted) if f in IDENTITY_FIELDS]
     points = []
     for n, row in enumerate(rows):
         if row == [_NOT_A_ROW]:
@@ -176,4 +194,7 @@ def _points(rows: list[list[str]], wanted: list[str], host: str, ts_ns: int,
             out[states.FIELD] = state
         if out:
             points.append(gpu_point(host, gpu, out, ts_ns))
+        info = info_point(host, gpu, {name: row[i] for i, name in ident_cols}, ts_ns, rejected)
+        if info is not None:
+            points.append(info)
     return points

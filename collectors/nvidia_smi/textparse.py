@@ -15,6 +15,10 @@ Each block also gets `gpu_unreadable` (collectors.nvidia_smi.states), from its r
 its header, whose bus id nvidia-smi prints as "[Unknown Error]" when it cannot read even that.
 Output with no GPU block may be the default `nvidia-smi` table instead (collectors.nvidia_smi.
 table): it carries nothing but which GPU printed "ERR!", so that is what it gives.
+
+Each block also gets a `gpu_info` point (collectors.identity): its "Product Name", "Serial
+Number", "GPU UUID", "VBIOS Version" and "PCI > Bus Id" (else the header's bus id), and the
+log header's "Driver Version" (nvidia-smi(1), "-q").
 """
 
 from __future__ import annotations
@@ -28,7 +32,13 @@ from collectors.frames import Rejection
 from collectors.lineprotocol import Point
 from collectors.nvidia_smi import states
 from collectors.nvidia_smi.table import looks_like_table, parse_table
-from collectors.nvidia_smi.values import SmiParseError, first_readable, gpu_point, refuser
+from collectors.nvidia_smi.values import (
+    SmiParseError,
+    first_readable,
+    gpu_point,
+    info_point,
+    refuser,
+)
 
 Path = tuple[str, ...]
 
@@ -36,6 +46,12 @@ _GPU_HEADER = re.compile(
     r"^GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]|\[[^\]]*\]"
     r"|Unknown Error)\s*$")
 _EVENTS = ("clocks event reasons", "clocks throttle reasons")  # renamed in driver 535
+# The log header's driver line, at column 0 before the first GPU block.
+_DRIVER = re.compile(r"^Driver Version\s*:(.*)$", re.M)
+# collectors.identity.FIELDS name -> the block's reading.
+_IDENTITY: Mapping[str, Path] = {"model": ("product name",), "serial": ("serial number",),
+                                 "uuid": ("gpu uuid",), "vbios": ("vbios version",),
+                                 "pci_bus_id": ("pci", "bus id")}
 
 
 def _throttle(key: str) -> tuple[Path, ...]:
@@ -86,13 +102,15 @@ TEXT_PATHS: Mapping[str, tuple[Path, ...]] = {
 
 def parse_text(text: str, host: str, ts_ns: int,
                rejected: list[Rejection] | None = None) -> list[Point]:
-    """One `gpu` point per GPU block that has any readable catalog metric; readings out of
-    range are refused into `rejected` (when given)."""
+    """One `gpu` point per GPU block that has any readable catalog metric, and a `gpu_info`
+    point with its identity; readings out of range (and identity values that are not one)
+    are refused into `rejected` (when given)."""
     blocks = _blocks(text)
     if not blocks:
         if looks_like_table(text):
             return parse_table(text, host, ts_ns)
         raise SmiParseError("no 'GPU <bus id>' block in nvidia-smi -q output")
+    driver = _DRIVER.search(text)
     points = []
     for index, block in enumerate(blocks):
         fields = first_readable(TEXT_PATHS, block.readings.get,
@@ -104,6 +122,13 @@ def parse_text(text: str, host: str, ts_ns: int,
             p = gpu_point(host, index, fields, ts_ns)
             p.tags.update(block.mig_tags())
             points.append(p)
+        raw: dict[str, str | None] = {k: block.readings.get(path)
+                                      for k, path in _IDENTITY.items()}
+        raw["pci_bus_id"] = raw["pci_bus_id"] or block.header_bus
+        raw["driver"] = driver[1] if driver else None
+        info = info_point(host, index, raw, ts_ns, rejected)
+        if info is not None:
+            points.append(info)
     return points
 
 

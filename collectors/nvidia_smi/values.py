@@ -6,6 +6,9 @@ or driver does not support "N/A", "[N/A]", "[Not Supported]" or a bracketed sent
 we cannot read is left out (missing is missing, never zero). A number no reading can reach (a
 400-digit count, which a float turns into infinity) is refused with its reason: it is a
 corrupt output, and line protocol could not carry it anyway.
+
+Each GPU's identity (UUID, serial, bus id, model, VBIOS, driver) is a `gpu_info` point beside
+its readings (collectors.identity), cleaned here so "N/A" or "[Unknown Error]" never travels.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
+from collectors import identity
 from collectors.frames import Entity, Rejection
 from collectors.lineprotocol import FieldValue, Point
 
@@ -120,3 +124,20 @@ def gpu_point(host: str, gpu: int, fields: dict[str, FieldValue], ts_ns: int) ->
 def nvlink_point(host: str, gpu: int, link: int, state: float, ts_ns: int) -> Point:
     tags = {"host": host, "gpu": str(gpu), "link": str(link)}
     return Point(NVLINK_MEASUREMENT, tags, {"nvlink_state": state}, ts_ns)
+
+
+def info_point(host: str, gpu: int, raw: Mapping[str, str | None], ts_ns: int,
+               rejected: list[Rejection] | None = None) -> Point | None:
+    """The GPU's identity as a `gpu_info` point (fields by collectors.identity.FIELDS name), or
+    None when nothing is said. A "no value" spelling ("N/A", "[Unknown Error]") is no value; a
+    value identity refuses (a quote, a bus id that is not one) goes to `rejected`, and the
+    GPU's other attributes are kept."""
+    ident, problems = identity.clean({k: v for k, v in raw.items() if v is not None})
+    if rejected is not None and problems:
+        key = Entity.gpu(host, gpu).key
+        rejected += [Rejection(why, entity=key, metric=why.partition(":")[0])
+                     for why in problems]
+    said = ident.as_dict()
+    if not said:
+        return None
+    return Point(identity.MEASUREMENT, {"host": host, "gpu": str(gpu)}, dict(said), ts_ns)

@@ -8,6 +8,11 @@ nvidia-smi's own index order, so XML and `--query-gpu` rows of one GPU line up.
 Each <gpu> also gets `gpu_unreadable` (collectors.nvidia_smi.states): an element printing "GPU
 requires reset" or "GPU is lost", or a core reading (or the bus id in its `id` attribute)
 printing "Unknown Error", is a GPU nvidia-smi cannot read.
+
+Each <gpu> also gets a `gpu_info` point (collectors.identity): its `product_name`, `uuid`,
+`serial`, `vbios_version` and `pci/pci_bus_id` (DTD v10 without <pci_bus_id>: the `id`
+attribute, the same address), and the document's `driver_version` (nvidia-smi(1), "-q -x";
+the DTD nvsmi_device_v12.dtd names these elements).
 """
 
 from __future__ import annotations
@@ -19,7 +24,14 @@ from collectors.catalog import CATALOG, Scope
 from collectors.frames import Rejection
 from collectors.lineprotocol import FieldValue, Point
 from collectors.nvidia_smi import states
-from collectors.nvidia_smi.values import Refuse, SmiParseError, first_readable, gpu_point, refuser
+from collectors.nvidia_smi.values import (
+    Refuse,
+    SmiParseError,
+    first_readable,
+    gpu_point,
+    info_point,
+    refuser,
+)
 
 _THROTTLE_OLD = ("clocks_event_reasons/clocks_event_reason_",
                  "clocks_throttle_reasons/clocks_throttle_reason_")
@@ -56,10 +68,11 @@ XML_PATHS: Mapping[str, tuple[str, ...]] = _paths()
 
 def parse_xml(text: str | bytes, host: str, ts_ns: int,
               rejected: list[Rejection] | None = None) -> list[Point]:
-    """One `gpu` point per <gpu> element; readings out of range are refused into `rejected`
-    (when given). A MIG-enabled GPU is one physical GPU here: its
-    <mig_devices> are not descended into, so the readings are the physical GPU's; the point
-    carries the instances as tags instead (`mig_tags`)."""
+    """One `gpu` point per <gpu> element, and a `gpu_info` point with its identity; readings
+    out of range (and identity values that are not one) are refused into `rejected` (when
+    given). A MIG-enabled GPU is one physical GPU here: its <mig_devices> are not descended
+    into, so the readings are the physical GPU's; the point carries the instances as tags
+    instead (`mig_tags`)."""
     data = text.encode() if isinstance(text, str) else text
     try:
         root = ET.fromstring(data)
@@ -70,6 +83,7 @@ def parse_xml(text: str | bytes, host: str, ts_ns: int,
     gpus = root.findall("gpu")
     if not gpus:
         raise SmiParseError("nvidia-smi XML holds no <gpu> element")
+    driver = root.findtext("driver_version")
     points = []
     for index, gpu in enumerate(gpus):
         fields = gpu_fields(gpu, refuser(rejected, host, index))
@@ -80,7 +94,18 @@ def parse_xml(text: str | bytes, host: str, ts_ns: int,
             p = gpu_point(host, index, fields, ts_ns)
             p.tags.update(mig_tags(gpu))
             points.append(p)
+        info = info_point(host, index, gpu_identity(gpu, driver), ts_ns, rejected)
+        if info is not None:
+            points.append(info)
     return points
+
+
+def gpu_identity(gpu: ET.Element, driver: str | None) -> dict[str, str | None]:
+    """The raw identity of one <gpu> (collectors.identity.FIELDS names)."""
+    return {"uuid": gpu.findtext("uuid"), "serial": gpu.findtext("serial"),
+            "pci_bus_id": gpu.findtext("pci/pci_bus_id") or gpu.get("id"),
+            "model": gpu.findtext("product_name"), "vbios": gpu.findtext("vbios_version"),
+            "driver": driver}
 
 
 def gpu_state(gpu: ET.Element) -> int | None:

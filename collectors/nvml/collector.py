@@ -12,6 +12,10 @@ reading (collectors.nvml.reader), 5 for an index a session had that a new sessio
 no longer reaches; every other GPU reads 0. When every GPU is lost the collector is down, and
 still says so per GPU. What a GPU does not support is asked once and
 listed in `unsupported`.
+
+Each GPU's identity (UUID, serial, bus id, name, VBIOS, driver) goes with every collect as a
+`gpu_info` point (collectors.identity), read once per handle (collectors.nvml.info); a GPU lost
+this round keeps the identity last read, which is what its RMA needs.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
+from collectors import identity
 from collectors.base import CollectorStatus
 from collectors.frames import Batch
 from collectors.lineprotocol import FieldValue, Point
 from collectors.nvml.api import Handle, NvmlApi, load_pynvml
 from collectors.nvml.gpu import read_gpu
+from collectors.nvml.info import DEFAULT_REFRESH, IdentityCache, driver_version
 from collectors.nvml.nvlink import read_links
 from collectors.nvml.reader import UNKNOWN, GpuLost, GpuReader
 from collectors.nvml.xid import XidWatcher
@@ -46,8 +52,10 @@ class NvmlCollector:
         name: str = "nvml",
         xid_events: bool = True,
         loader: Callable[[], NvmlApi] = load_pynvml,
+        identity_refresh: float = DEFAULT_REFRESH,
     ) -> None:
-        """`nvml`: the binding to use; else `loader` imports pynvml on the first collect."""
+        """`nvml`: the binding to use; else `loader` imports pynvml on the first collect.
+        `identity_refresh`: seconds between two reads of a GPU's identity on one handle."""
         self.name = name
         self.status = CollectorStatus()
         self.host = host
@@ -62,6 +70,7 @@ class NvmlCollector:
         self._xid: XidWatcher | None = None
         self._lost: frozenset[int] = frozenset()
         self._gone: list[int] = []  # indexes an earlier session had and this one does not
+        self._ids = IdentityCache(identity_refresh)
 
     @property
     def unsupported(self) -> Mapping[int, frozenset[str]]:
@@ -82,12 +91,19 @@ class NvmlCollector:
         nvml = self._require()
         points: list[Point] = []
         lost: list[int] = []
+        driver = driver_version(nvml)
         for r in self._readers:
             try:
                 points += self._read(nvml, r, ts_ns)
             except GpuLost:
                 lost.append(r.index)
                 points.append(self._state(r.index, LOST, ts_ns))
+            said: dict[str, FieldValue] = dict(self._ids.cached(r.index))
+            if driver:
+                said["driver"] = driver
+            if said:
+                points.append(Point(identity.MEASUREMENT, {"host": self.host,
+                                                           "gpu": str(r.index)}, said, ts_ns))
         points += [self._state(i, NOT_FOUND, ts_ns) for i in self._gone]
         self._lost = frozenset(lost)
         batch = self._mapper.to_batch(points)
@@ -138,6 +154,7 @@ class NvmlCollector:
             self._xid.ensure(r, h)
             out += [Point("xid", {"host": host, "gpu": gpu}, {EVENT_FIELD: code}, ts_ns)
                     for code in self._xid.drain(r)]
+        self._ids.read(nvml, r.index, h, ts_ns / 1e9)  # after the readings: never costs them
         return out
 
     def _start(self) -> str:
@@ -172,6 +189,8 @@ class NvmlCollector:
         # Readers (and what they learned unsupported) survive a close/restart of the session.
         known = {r.index: r for r in self._readers}
         self._gone = sorted(i for i in known if i >= count)
+        for i in self._gone:
+            self._ids.forget(i)  # not that board any more, whatever comes back at the index
         self._readers = [known.get(i) or GpuReader(nvml, i) for i in range(count)]
         self._xid = XidWatcher(nvml) if self.xid_events else None
         self._ready = True

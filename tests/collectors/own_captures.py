@@ -16,6 +16,8 @@ SMI_TEXT = CAPTURES / "nvidia-smi" / "query-a100x2.txt"  # nvidia-smi -q, 2x A10
 SMI_XML = CAPTURES / "nvidia-smi" / "query-x-h100x2-v12.xml"  # nvidia-smi -q -x, DTD v12
 SMI_NVLINK = CAPTURES / "nvidia-smi" / "nvlink-status-h100x2.txt"  # nvidia-smi nvlink --status
 DCGM_PAGE = CAPTURES / "dcgm-exporter" / "metrics-h100x2.txt"  # curl :9400/metrics
+# A MIG page: GPU 0 split in two instances, GPU 1 whole; serial and VBIOS enabled as labels.
+DCGM_MIG_PAGE = CAPTURES / "dcgm-exporter" / "metrics-mig-a100.txt"
 # One flush of Telegraf's next release (influxdata/telegraf pull requests 19407 and 19455) from a
 # GPU node: nvidia_smi in the schema v12 parser's shape with the clocks-event flags and HBM
 # temperatures, and its prometheus input (metric_version 2) scraping the GPU operator's
@@ -40,6 +42,9 @@ REDFISH_FAN_OEM = CAPTURES / "redfish" / "fan-oem-only.json"  # ThermalSubsystem
 REDFISH_SEL = CAPTURES / "redfish" / "sel-entries.json"  # Managers/*/LogServices/*/Entries
 # GPUs in a bad state: --query-gpu CSV, the default table with ERR!, "No devices were found".
 SMI_BAD_CSV = CAPTURES / "nvidia-smi" / "query-gpu-bad-states.csv"
+# Identity columns of --query-gpu: a serial printing [Unknown Error], a GPU with [N/A] and an
+# unreadable bus id.
+SMI_IDENTITY_CSV = CAPTURES / "nvidia-smi" / "query-gpu-identity.csv"
 SMI_ERR_TABLE = CAPTURES / "nvidia-smi" / "table-err.txt"
 SMI_NO_DEVICES = CAPTURES / "nvidia-smi" / "no-devices.txt"
 PCI_DEVICES = CAPTURES / "pcie" / "sys-bus-pci-devices"  # a /sys/bus/pci/devices tree

@@ -20,13 +20,21 @@ from tests.collectors.own_captures import (
 
 
 @pytest.mark.parametrize(("source", "capture", "want"), [
+    # Each GPU's identity is a gpu_info line beside its readings.
     ("nvidia-smi", SMI_XML, ["gpu,gpu=0,host=n7 gpu_temp=52.0",
-                             "gpu,gpu=1,host=n7 gpu_temp=79.0"]),
+                             'gpu_info,gpu=0,host=n7 uuid="GPU-3c2d1e0f-',
+                             "gpu,gpu=1,host=n7 gpu_temp=79.0",
+                             'gpu_info,gpu=1,host=n7 uuid="GPU-b1c2d3e4-']),
     ("nvidia-smi", SMI_TEXT, ["gpu,gpu=0,host=n7 gpu_temp=47.0",
-                              "gpu,gpu=1,host=n7 gpu_temp=83.0"]),
+                              'gpu_info,gpu=0,host=n7 uuid="GPU-0a11c3f2-',
+                              "gpu,gpu=1,host=n7 gpu_temp=83.0",
+                              'gpu_info,gpu=1,host=n7 uuid="GPU-7f8e9d0c-']),
     # The exporter's last-Xid gauge is a reading of its own (0: none yet).
-    ("dcgm-exporter", DCGM_PAGE, ["gpu,gpu=0,host=n7,", "gpu,gpu=1,host=n7,",
-                                  "xid,gpu=0,host=n7,", "xid,gpu=1,host=n7,"]),
+    ("dcgm-exporter", DCGM_PAGE, ['gpu_info,gpu=0,host=n7 uuid="GPU-5e1f7a20-',
+                                  "gpu,gpu=0,host=n7 ",
+                                  'gpu_info,gpu=1,host=n7 uuid="GPU-c4d3b2a1-',
+                                  "gpu,gpu=1,host=n7 ",
+                                  "xid,gpu=0,host=n7 ", "xid,gpu=1,host=n7 "]),
     ("infiniband", IB_TTAR, ["ib_port,device=mlx5_2,host=n7,port=1 ",
                              "ib_port,device=mlx5_3,host=n7,port=1 "]),
     ("infiniband", IB_ROCE_TTAR, ["ib_port,device=cxgb4_0,host=n7,port=1 ",
@@ -58,4 +66,7 @@ def test_parse_reports_a_cut_capture_and_goes_on(tmp_path: Path,
     assert main(["parse", "nvidia-smi", str(cut), str(SMI_TEXT)]) == 1
     out = capsys.readouterr()
     assert "cut.xml" in out.err and "does not parse" in out.err
-    assert len(out.out.splitlines()) == 2  # the whole capture after it is still printed
+    # The whole capture after it is still printed: two GPUs, readings and identity.
+    assert [x.split(" ")[0] for x in out.out.splitlines()] == [
+        "gpu,gpu=0,host=node", "gpu_info,gpu=0,host=node", "gpu,gpu=1,host=node",
+        "gpu_info,gpu=1,host=node"]

@@ -34,8 +34,13 @@ def test_parse_prints_what_the_source_reads(capsys: pytest.CaptureFixture[str]) 
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("gpu,gpu=0,host=n7,mig=enabled,mig_instances=3\\,4\\,5\\,6 "
                                "gpu_temp=27.0,mem_temp=44.0")
-    a10 = lines[1]
+    assert lines[1].startswith('gpu_info,gpu=0,host=n7 uuid="GPU-513536b6-')
+    a10 = lines[2]
     assert "remapped_rows_uncorrectable=4" in a10 and "remapped_rows_pending=1" in a10
+    assert lines[3].rsplit(" ", 1)[0] == (
+        'gpu_info,gpu=0,host=n7 uuid="GPU-73d12ef7-f589-f867-4259-c7090ab44736",'
+        'serial="1324521052681",pci_bus_id="00000000:07:00.0",model="NVIDIA A10",'
+        'vbios="94.02.5C.00.04",driver="535.129.03"')
 
 
 @NEEDS
@@ -182,9 +187,10 @@ def test_parse_reads_the_wide_query_gpu_csv(tmp_path: Path, gpu: str,
     assert len(csv.read_text().splitlines()[0]) > 400
     rc, lines, err = _run(["nvidia-smi", str(csv), "--host", "n2"], capsys)
     assert rc == 0, err
-    [line] = lines
+    line, info = lines
     assert line.startswith("gpu,gpu=0,host=n2 ") and "gpu_temp=" in line and "sm_clock=" in line
-    assert f"{csv}: 1 point read, 0 refused" in err
+    assert info.startswith('gpu_info,gpu=0,host=n2 uuid="GPU-') and ",driver=" in info
+    assert f"{csv}: 2 points read, 0 refused" in err
 
 
 def test_parse_of_a_headerless_csv_says_what_it_needs(tmp_path: Path,
@@ -258,8 +264,10 @@ def test_parse_dcgm_page_with_a_value_too_large_for_a_float(
     page.write_text('DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-a"} ' + "9" * 400 + "\n"
                     'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-a"} 300.5\n')
     rc, lines, err = _run(["dcgm-exporter", str(page)], capsys)
-    assert rc == 0 and len(lines) == 1 and "power_draw=300.5" in lines[0]
-    assert "gpu_temp" not in lines[0] and "1 sample(s) skipped: value is not finite" in err
+    assert rc == 0 and len(lines) == 2
+    assert lines[0].startswith('gpu_info,gpu=0,host=node uuid="GPU-a" ')
+    assert "power_draw=300.5" in lines[1]
+    assert "gpu_temp" not in lines[1] and "1 sample(s) skipped: value is not finite" in err
     page.write_text("# HELP up Whether the target is up\nup 1\n")
     rc, lines, err = _run(["dcgm-exporter", str(page)], capsys)
     assert (rc, lines) == (1, []) and "no DCGM_FI_* sample" in err

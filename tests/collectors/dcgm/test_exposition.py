@@ -7,6 +7,7 @@ import pytest
 from collectors.catalog import Scope
 from collectors.dcgm import FIELDS, ExpositionError, ParseStats, parse_exposition
 from collectors.frames import Entity
+from collectors.lineprotocol import Point
 from collectors.schema import SchemaMapper
 from tests.collectors.dcgm.pages import L4, T4, exposition, needs_pages
 
@@ -16,13 +17,15 @@ TS = 1_700_000_000_000_000_000
 @needs_pages
 def test_l4_page_values() -> None:
     stats = ParseStats()
-    points = parse_exposition(exposition(L4), None, TS, stats=stats)
-    assert len(points) == 1
-    p = points[0]
+    info, p = parse_exposition(exposition(L4), None, TS, stats=stats)
     assert p.measurement == "gpu"
-    assert p.tags == {"host": "i-030791dc5a37cd257", "gpu": "0",
-                      "uuid": "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c",
-                      "pci_bus_id": "00000000:31:00.0"}
+    assert p.tags == {"host": "i-030791dc5a37cd257", "gpu": "0"}
+    # The identity in the labels is the GPU's gpu_info, not a tag on every reading.
+    assert (info.measurement, info.tags, info.ts_ns) == (
+        "gpu_info", {"host": "i-030791dc5a37cd257", "gpu": "0"}, TS)
+    assert info.fields == {"uuid": "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c",
+                           "pci_bus_id": "00000000:31:00.0", "model": "NVIDIA L4",
+                           "driver": "580.105.08"}
     assert p.ts_ns == TS
     assert p.fields["gpu_temp"] == 31.0
     assert p.fields["power_draw"] == pytest.approx(16.365)
@@ -44,19 +47,24 @@ def test_l4_page_values() -> None:
 def test_default_counters_leave_out_ecc_retired_pages_and_nvlink() -> None:
     # default-counters.csv ships these commented out, so neither page has them.
     for path in (L4, T4):
-        fields = parse_exposition(exposition(path), "n1", TS)[0].fields
+        [p] = _readings(parse_exposition(exposition(path), "n1", TS))
+        fields = p.fields
         for name in ("ecc_sbe_volatile", "ecc_dbe_volatile", "ecc_dbe_aggregate",
                      "retired_pages_dbe", "retired_pages_pending", "throttle_thermal"):
             assert name not in fields, (path.name, name)
-    assert not [p for p in parse_exposition(exposition(L4), "n1", TS) if p.measurement != "gpu"]
+    assert not [p for p in parse_exposition(exposition(L4), "n1", TS)
+                if p.measurement not in ("gpu", "gpu_info")]
 
 
 @needs_pages
 def test_t4_page_values_and_host_override() -> None:
     stats = ParseStats()
-    points = parse_exposition(exposition(T4), "node-7", TS, stats=stats)
-    assert [p.tags["host"] for p in points] == ["node-7"]
-    f = points[0].fields
+    info, p = parse_exposition(exposition(T4), "node-7", TS, stats=stats)
+    assert (info.tags, p.tags) == ({"host": "node-7", "gpu": "0"},) * 2
+    assert info.fields == {"uuid": "GPU-d7cbb0cd-d4bd-c2f7-dfaf-221df5e958ea",
+                           "pci_bus_id": "00000000:00:1E.0", "model": "Tesla T4",
+                           "driver": "580.105.08"}
+    f = p.fields
     assert f["gpu_temp"] == 24.0
     assert f["power_draw"] == pytest.approx(14.512)
     assert f["sm_clock"] == 300.0
@@ -76,6 +84,10 @@ def test_points_map_onto_a_batch() -> None:
 
 
 _LABELS = 'gpu="{g}",UUID="GPU-x{g}",pci_bus_id="0000:0{g}:00.0",Hostname="h1"'
+
+
+def _readings(points: list[Point]) -> list[Point]:
+    return [p for p in points if p.measurement != "gpu_info"]
 
 
 def _line(name: str, value: str, g: int = 0, extra: str = "") -> str:
@@ -113,11 +125,15 @@ def test_mig_instances_fold_into_the_gpu() -> None:
             + _line("DCGM_FI_DEV_GPU_TEMP", "55", extra=mig.format(2)))
     stats = ParseStats()
     points = parse_exposition(text, None, TS, stats=stats)
-    assert [(p.tags["gpu"], p.tags["mig"], p.fields) for p in points] == [
+    assert [(p.tags["gpu"], p.tags["mig"], p.fields) for p in _readings(points)] == [
         ("0", "1", {"gpu_temp": 55.0}), ("0", "2", {"gpu_temp": 55.0})]
     assert stats.skipped == {"gpu_util of a MIG instance (not the GPU's)": 1}
     batch = SchemaMapper().to_batch(points)
     assert not batch.rejected and len(batch.frames[Scope.GPU]) == 1  # one physical GPU
+    # The instances carry their parent's labels: one identity, the board's.
+    assert [p.fields for p in points if p.measurement == "gpu_info"] == [
+        {"uuid": "GPU-x0", "pci_bus_id": "0000:00:00.0"}]
+    assert batch.identity["h1:gpu0"].pci_bus_id == "00000000:00:00.0"
 
 
 def test_garbage_is_an_error_and_non_dcgm_families_are_ignored() -> None:

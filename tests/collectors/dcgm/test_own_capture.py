@@ -20,9 +20,12 @@ def test_page_values() -> None:
     points = parse_exposition(read(DCGM_PAGE), None, TS, stats=stats)
     gpus = {p.tags["gpu"]: p for p in points if p.measurement == "gpu"}
     assert sorted(gpus) == ["0", "1"]
-    assert gpus["1"].tags == {"host": "gpu-node-b07", "gpu": "1",
-                              "uuid": "GPU-c4d3b2a1-0f9e-4a8b-b7c6-d5e4f3a2b1c0",
-                              "pci_bus_id": "00000000:9A:00.0"}
+    assert gpus["1"].tags == {"host": "gpu-node-b07", "gpu": "1"}
+    infos = {p.tags["gpu"]: p.fields for p in points if p.measurement == "gpu_info"}
+    assert infos["1"] == {"uuid": "GPU-c4d3b2a1-0f9e-4a8b-b7c6-d5e4f3a2b1c0",
+                          "pci_bus_id": "00000000:9A:00.0", "model": "NVIDIA H100 80GB HBM3",
+                          "driver": "570.124.06"}
+    assert infos["0"]["uuid"] == "GPU-5e1f7a20-3b4c-4d9e-8f01-a2b3c4d5e6f7"
     g0, g1 = gpus["0"].fields, gpus["1"].fields
     assert (g0["gpu_temp"], g0["power_draw"], g0["sm_clock"]) == (49.0, 402.118, 1980.0)
     assert (g1["gpu_temp"], g1["mem_temp"], g1["gpu_util"], g1["pcie_replay"]) == (

@@ -14,6 +14,9 @@ from typing import Any
 
 import pytest
 
+from collectors import identity
+from collectors.lineprotocol import Point
+
 ROOT = Path(__file__).resolve().parents[3] / ".." / "shared" / "fixtures"
 XML_DIR = ROOT / "nvidia-smi-xml"
 TEXT_DIR = ROOT / "nvidia-smi-text"
@@ -68,3 +71,14 @@ def is_wrapper(name: str) -> bool:
 
 def is_bundle(name: str) -> bool:
     return name.startswith("nvidia_gpu_exporter-capture-")
+
+
+def readings(points: list[Point]) -> list[Point]:
+    """A parser's points without the `gpu_info` (identity) ones: the readings."""
+    return [p for p in points if p.measurement != identity.MEASUREMENT]
+
+
+def infos(points: list[Point]) -> dict[str, dict[str, object]]:
+    """A parser's `gpu_info` points: GPU index -> identity fields."""
+    return {p.tags["gpu"]: dict(p.fields) for p in points
+            if p.measurement == identity.MEASUREMENT}

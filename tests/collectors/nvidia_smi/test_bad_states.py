@@ -18,7 +18,7 @@ from collectors.nvidia_smi import NvidiaSmiCollector, RunResult, parse_text, par
 from collectors.nvidia_smi.bus_ids import read_bus_map
 from collectors.nvidia_smi.csvparse import parse_query_csv_with_header
 from service.commands.cli import main
-from tests.collectors.nvidia_smi.fixtures import TEXT_DIR, need
+from tests.collectors.nvidia_smi.fixtures import TEXT_DIR, need, readings
 from tests.collectors.own_captures import (
     SMI_BAD_CSV,
     SMI_ERR_TABLE,
@@ -71,7 +71,7 @@ def _by_gpu(points: Sequence[object]) -> dict[str, dict[str, object]]:
 
 
 def test_query_csv_capture_of_bad_states() -> None:
-    gpus = _by_gpu(parse_query_csv_with_header(read(SMI_BAD_CSV), "n1", TS))
+    gpus = _by_gpu(readings(parse_query_csv_with_header(read(SMI_BAD_CSV), "n1", TS)))
     assert {g: f["gpu_unreadable"] for g, f in gpus.items()} == {
         "0": 0, "1": 1, "2": 2, "4": 0, "5": 1}  # GPU 3 has a handle-error line, no row
     assert gpus["1"] == {"gpu_unreadable": 1}  # nothing else read
@@ -84,22 +84,22 @@ def test_query_csv_capture_of_bad_states() -> None:
     ("[GPU is lost]", 3), ("45", 0), ("[N/A]", 0), ("[Not Supported]", 0)])
 def test_query_csv_cell_states(value: str, state: int) -> None:
     text = f"index, temperature.gpu, power.draw\n0, {value}, 55.0\n"
-    [p] = parse_query_csv_with_header(text, "n1", TS)
+    [p] = readings(parse_query_csv_with_header(text, "n1", TS))
     assert p.fields["gpu_unreadable"] == state
 
 
 def test_unknown_error_outside_the_core_readings_is_not_the_gpus() -> None:
     text = "index, temperature.gpu, addressing_mode, fan.speed\n0, 45, Unknown Error, ERR!\n"
-    [p] = parse_query_csv_with_header(text, "n1", TS)
+    [p] = readings(parse_query_csv_with_header(text, "n1", TS))
     assert p.fields["gpu_unreadable"] == 0
     # A healthy RTX 4090 prints "Addressing Mode : Unknown Error" (a real capture).
     text = need(TEXT_DIR / "gpud-nvidia-smi-query.535.154.05.out.3.valid").read_text()
     assert "Unknown Error" in text
-    assert [p.fields["gpu_unreadable"] for p in parse_text(text, "n1", TS)] == [0] * 8
+    assert [p.fields["gpu_unreadable"] for p in readings(parse_text(text, "n1", TS))] == [0] * 8
 
 
 def test_default_table_capture_with_err() -> None:
-    gpus = _by_gpu(parse_text(read(SMI_ERR_TABLE), "n1", TS))
+    gpus = _by_gpu(readings(parse_text(read(SMI_ERR_TABLE), "n1", TS)))
     assert gpus == {"0": {"gpu_unreadable": 0}, "1": {"gpu_unreadable": 1},
                     "2": {"gpu_unreadable": 2}}  # the process table is not read
 
@@ -112,7 +112,7 @@ def test_default_table_capture_with_err() -> None:
 def test_xml_gpu_in_a_bad_state(old: str, new: str, state: int) -> None:
     text = read(SMI_XML)
     assert text.count(old) == 1
-    first, second = parse_xml(text.replace(old, new), "n1", TS)
+    first, second = readings(parse_xml(text.replace(old, new), "n1", TS))
     assert first.fields["gpu_unreadable"] == 0 and first.fields["gpu_temp"] == 52
     assert second.fields["gpu_unreadable"] == state
 
@@ -121,7 +121,7 @@ def test_text_gpu_in_a_bad_state() -> None:
     text = read(SMI_TEXT).replace("GPU Current Temp                  : 83 C",
                                   "GPU Current Temp                  : Unknown Error")
     text = text.replace("GPU 00000000:1B:00.0", "GPU [Unknown Error]")
-    first, second = parse_text(text, "n1", TS)
+    first, second = readings(parse_text(text, "n1", TS))
     assert first.fields["gpu_unreadable"] == 1 and first.fields["gpu_temp"] == 47
     assert second.fields["gpu_unreadable"] == 1 and "gpu_temp" not in second.fields
 

@@ -15,9 +15,12 @@ from collectors.nvidia_smi import DEFAULT_QUERY_FIELDS, NvidiaSmiCollector, RunR
 from tests.collectors.nvidia_smi.fixtures import XML_DIR, need
 
 A100_XML = XML_DIR / "telegraf-a100-sxm4-v12.xml"
-# The default fields: index, five gauges, three throttle flags, bus id, PCIe gen and width.
-LINK = ", 00000000:07:00.0, 4, 4, 16, 16"
-CSV = f"0, 30, 45, 80.50, 1410, 12, Not Active, Active, Not Active{LINK}\n"
+# The default fields: index, five gauges, three throttle flags, bus id, PCIe gen and width, and
+# the identity (name, uuid, serial, vbios_version, driver_version; the A100 capture's own).
+LINK = ", 00000000:01:00.0, 4, 4, 16, 16"
+A100_ID = (", NVIDIA A100-SXM4-80GB, GPU-513536b6-7d19-9063-b049-1e69664bb298, 1650522003820, "
+           "92.00.36.00.02, 535.54.03")
+CSV = f"0, 30, 45, 80.50, 1410, 12, Not Active, Active, Not Active{LINK}{A100_ID}\n"
 
 
 class FakeClock:
@@ -124,7 +127,7 @@ def test_failed_xml_is_retried_next_tick(xml: str) -> None:
 def test_bad_csv_is_down(xml: str) -> None:
     c = NvidiaSmiCollector(host="n1", runner=FakeRunner(xml, csv="0, 1\n"), clock=FakeClock())
     assert c.collect().samples == 0
-    assert "cells for 14 fields" in c.status.reason
+    assert f"cells for {len(DEFAULT_QUERY_FIELDS)} fields" in c.status.reason
 
 
 # ---- the real subprocess path, with fake nvidia-smi executables -------------------------------
@@ -194,4 +197,4 @@ def test_a_reading_too_large_for_a_float_is_a_rejection_not_a_crash() -> None:
     assert _cell(batch, "power_draw") == 67.03 and _cell(batch, "gpu_temp") == 30.0
     [r] = batch.rejected
     assert (r.entity, r.metric) == ("n1:gpu0", "power_draw") and "out of range" in r.reason
-    assert all("inf" not in line for line in batch_to_lines(batch))
+    assert all("=inf" not in line for line in batch_to_lines(batch))

@@ -12,7 +12,14 @@ from collectors.nvidia_smi import (
     parse_query_csv_with_header,
 )
 from collectors.schema import SchemaMapper
-from tests.collectors.nvidia_smi.fixtures import TEXT_DIR, bundle_sections, files, is_bundle, need
+from tests.collectors.nvidia_smi.fixtures import (
+    TEXT_DIR,
+    bundle_sections,
+    files,
+    is_bundle,
+    need,
+    readings,
+)
 
 TS = 1_700_000_000_000_000_000
 
@@ -31,7 +38,7 @@ def test_every_bundle_query_gpu_csv_with_header_and_units(path: Path) -> None:
     queries = _queries(path)
     assert len(queries) == 2  # idle and under load
     for fields, body in queries:
-        [p] = parse_query_csv(body, fields, "n1", TS)
+        [p] = readings(parse_query_csv(body, fields, "n1", TS))
         assert (p.measurement, p.tags, p.ts_ns) == ("gpu", {"host": "n1", "gpu": "0"}, TS)
         assert {"gpu_temp", "power_draw", "sm_clock", "gpu_util", "throttle_power"} <= set(
             p.fields)
@@ -42,7 +49,7 @@ def test_h100_load_values() -> None:
     path = need(TEXT_DIR / "nvidia_gpu_exporter-capture-linux-x86_64__nvidia-h100-80gb-hbm3"
                            "__590.48.01.txt")
     _, (fields, body) = _queries(path)
-    [p] = parse_query_csv(body, fields, "n1", TS)
+    [p] = readings(parse_query_csv(body, fields, "n1", TS))
     f = p.fields
     assert (f["gpu_temp"], f["mem_temp"], f["gpu_temp_margin"]) == (59.0, 54.0, 26.0)
     assert f["power_draw"] == 631.95  # power.draw, the first spelling asked for
@@ -54,7 +61,7 @@ def test_rtx2080_idle_power_cap_active() -> None:
     path = need(TEXT_DIR / "nvidia_gpu_exporter-capture-linux-x86_64__nvidia-geforce-rtx-2080-"
                            "super__595.71.05.txt")
     (fields, body), _ = _queries(path)
-    [p] = parse_query_csv(body, fields, "n1", TS)
+    [p] = readings(parse_query_csv(body, fields, "n1", TS))
     assert p.fields["throttle_power"] == 1.0  # clocks_event_reasons.sw_power_cap: Active
     assert "mem_temp" not in p.fields  # [N/A] on GDDR boards
 
@@ -62,7 +69,7 @@ def test_rtx2080_idle_power_cap_active() -> None:
 def test_noheader_nounits_several_gpus() -> None:
     text = ("1, 45, 60, 250.12, 1410, 97, Not Active, Active, Not Active\n"
             "0, 44, [N/A], 249.00, 1410, 100, Not Active, Not Active, Not Active\n")
-    points = parse_query_csv(text, DEFAULT_QUERY_FIELDS[:9], "n1", TS)
+    points = readings(parse_query_csv(text, DEFAULT_QUERY_FIELDS[:9], "n1", TS))
     assert [p.tags["gpu"] for p in points] == ["1", "0"]  # the index column, not the row
     assert points[0].fields == {"gpu_temp": 45.0, "mem_temp": 60.0, "power_draw": 250.12,
                                 "sm_clock": 1410.0, "gpu_util": 97.0, "throttle_thermal": 0.0,
@@ -74,7 +81,7 @@ def test_noheader_nounits_several_gpus() -> None:
 def test_header_with_units() -> None:
     text = ("index, temperature.gpu, power.draw [W]\n"
             "0, 31, 55.00 W\n")
-    [p] = parse_query_csv(text, ["index", "temperature.gpu", "power.draw"], "n1", TS)
+    [p] = readings(parse_query_csv(text, ["index", "temperature.gpu", "power.draw"], "n1", TS))
     assert p.fields == {"gpu_temp": 31.0, "power_draw": 55.0, "gpu_unreadable": 0}
 
 
@@ -86,7 +93,7 @@ def test_header_with_units() -> None:
 ])
 def test_bad_csv(text: str, match: str) -> None:
     with pytest.raises(SmiParseError, match=match):
-        parse_query_csv(text, ["index", "temperature.gpu", "power.draw"], "n1", TS)
+        readings(parse_query_csv(text, ["index", "temperature.gpu", "power.draw"], "n1", TS))
 
 
 # A wide capture in the shape nvidia_gpu_exporter asks for (our own text, few of its ~230
@@ -115,28 +122,28 @@ def _wide(gpu_temp: str = "41") -> str:
 def test_wide_capture_is_read_by_its_header_and_the_rest_ignored() -> None:
     text = _wide()
     assert len(text.splitlines()[0]) > 2000
-    points = parse_query_csv_with_header(text, "n1", TS)
+    points = readings(parse_query_csv_with_header(text, "n1", TS))
     assert [p.tags["gpu"] for p in points] == ["0", "1"]
     assert points[1].fields == {"gpu_temp": 41.0, "power_draw": 301.12, "sm_clock": 1980.0,
                                 "gpu_util": 97.0, "ecc_dbe_volatile": 0.0,
                                 "throttle_power": 0.0, "gpu_unreadable": 0}
     # The collector's own narrow query, with the fields it asked for, still checks the header.
-    assert parse_query_csv(text, [f.strip() for f in _WIDE_FIELDS], "n1", TS) == points
+    assert readings(parse_query_csv(text, [f.strip() for f in _WIDE_FIELDS], "n1", TS)) == points
 
 
 @pytest.mark.parametrize("path", files(TEXT_DIR, is_bundle))
 def test_every_bundle_query_gpu_csv_is_read_by_its_header_alone(path: Path) -> None:
     for fields, body in _queries(path):
         assert len(body.splitlines()[0]) > 400 and len(fields) > 200
-        assert parse_query_csv_with_header(body, "n1", TS) == parse_query_csv(
-            body, fields, "n1", TS)
+        assert readings(parse_query_csv_with_header(body, "n1", TS)) == readings(parse_query_csv(
+            body, fields, "n1", TS))
 
 
 def test_headerless_capture_says_it_has_no_header() -> None:
     text = "0, 45, 60, 250.12\n1, 44, 61, 249.00\n"
     with pytest.raises(SmiParseError, match=r"has no header line.*--format=csv \(not noheader\)"
                                             r".*first line is '0, 45, 60, 250.12'"):
-        parse_query_csv_with_header(text, "n1", TS)
+        readings(parse_query_csv_with_header(text, "n1", TS))
 
 
 def test_header_mismatch_names_the_first_difference() -> None:
@@ -145,14 +152,14 @@ def test_header_mismatch_names_the_first_difference() -> None:
     asked[66] = "temperature.gpu.tlimit"
     with pytest.raises(SmiParseError, match=r"field 67 is 'temperature.memory' where "
                                             r"'temperature.gpu.tlimit' was asked for"):
-        parse_query_csv(text, asked, "n1", TS)
+        readings(parse_query_csv(text, asked, "n1", TS))
     with pytest.raises(SmiParseError, match="the header has 75 fields, 3 were asked for"):
-        parse_query_csv(text, ["index", "temperature.gpu", "power.draw"], "n1", TS)
+        readings(parse_query_csv(text, ["index", "temperature.gpu", "power.draw"], "n1", TS))
 
 
 def test_a_reading_too_large_for_a_float_is_refused_and_the_rest_kept() -> None:
     rejected: list[Rejection] = []
-    points = parse_query_csv_with_header(_wide("9" * 400), "n1", TS, rejected)
+    points = readings(parse_query_csv_with_header(_wide("9" * 400), "n1", TS, rejected))
     assert [("gpu_temp" in p.fields, p.fields["power_draw"]) for p in points] == [
         (False, 301.12), (False, 301.12)]
     assert [(r.entity, r.metric) for r in rejected] == [("n1:gpu0", "gpu_temp"),
@@ -160,4 +167,5 @@ def test_a_reading_too_large_for_a_float_is_refused_and_the_rest_kept() -> None:
     assert "temperature.gpu: reading '999999999999...99999999' (400 digits) is out of range" in (
         rejected[0].reason)
     # Without a list to refuse into, the reading is left out all the same: never an exception.
-    assert "gpu_temp" not in parse_query_csv_with_header(_wide("9" * 400), "n1", TS)[0].fields
+    p, _ = readings(parse_query_csv_with_header(_wide("9" * 400), "n1", TS))
+    assert "gpu_temp" not in p.fields

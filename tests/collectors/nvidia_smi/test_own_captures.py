@@ -16,6 +16,7 @@ from collectors.nvidia_smi import (
     parse_xml,
 )
 from collectors.schema import SchemaMapper
+from tests.collectors.nvidia_smi.fixtures import readings
 from tests.collectors.nvidia_smi.test_collector import FakeClock, FakeRunner, _cell
 from tests.collectors.own_captures import SMI_NVLINK, SMI_TEXT, SMI_XML, read
 
@@ -23,7 +24,7 @@ TS = 1_700_000_000_000_000_000
 
 
 def test_query_text_values() -> None:
-    points = parse_text(read(SMI_TEXT), "n1", TS)
+    points = readings(parse_text(read(SMI_TEXT), "n1", TS))
     assert [p.tags for p in points] == [{"host": "n1", "gpu": "0"}, {"host": "n1", "gpu": "1"}]
     g0, g1 = (p.fields for p in points)
     assert (g0["gpu_temp"], g0["mem_temp"], g0["power_draw"], g0["sm_clock"]) == (
@@ -46,8 +47,8 @@ def test_query_text_values() -> None:
 def test_query_text_cut_inside_the_second_gpu_keeps_what_came_before() -> None:
     text = read(SMI_TEXT)
     cut = text[:text.index("Power Draw", text.index("GPU 00000000:2C:00.0")) + 16]
-    whole = parse_text(text, "n1", TS)
-    first, second = parse_text(cut, "n1", TS)
+    whole = readings(parse_text(text, "n1", TS))
+    first, second = readings(parse_text(cut, "n1", TS))
     assert first.fields == whole[0].fields  # the first GPU is whole
     assert second.fields["gpu_temp"] == 83.0 and second.fields["remapped_rows_pending"] == 1.0
     # "Power Draw      " with its value cut off is no reading, and nothing after it is read.
@@ -57,11 +58,11 @@ def test_query_text_cut_inside_the_second_gpu_keeps_what_came_before() -> None:
 @pytest.mark.parametrize("text", ["", "\x00\x01\xff junk\n", read(SMI_NVLINK)])
 def test_query_text_refuses_what_is_not_query_output(text: str) -> None:
     with pytest.raises(SmiParseError, match="nvidia-smi -q"):
-        parse_text(text, "n1", TS)
+        readings(parse_text(text, "n1", TS))
 
 
 def test_query_xml_values() -> None:
-    points = parse_xml(read(SMI_XML), "n1", TS)
+    points = readings(parse_xml(read(SMI_XML), "n1", TS))
     assert [p.tags for p in points] == [{"host": "n1", "gpu": "0"}, {"host": "n1", "gpu": "1"}]
     g0, g1 = (p.fields for p in points)
     assert (g0["gpu_temp"], g0["gpu_temp_margin"], g0["power_draw"], g0["sm_clock"]) == (
@@ -82,7 +83,7 @@ def test_query_xml_values() -> None:
 def test_query_xml_cut_short_is_a_clear_error(cut: float) -> None:
     text = read(SMI_XML)
     with pytest.raises(SmiParseError, match="nvidia-smi XML does not parse"):
-        parse_xml(text[:int(len(text) * cut)], "n1", TS)
+        readings(parse_xml(text[:int(len(text) * cut)], "n1", TS))
 
 
 def test_nvlink_status_values() -> None:
@@ -147,9 +148,12 @@ def test_nvlink_status_unreadable_link_is_refused_and_the_others_kept(status: st
 
 def test_collector_merges_our_csv_rows_and_xml() -> None:
     csv = ("0, 50, 60, 600.25, 1740, 98, Active, Not Active, Not Active, "
-           "00000000:18:00.0, 5, 5, 16, 16\n"
+           "00000000:4A:00.0, 5, 5, 16, 16, NVIDIA H100 80GB HBM3, "
+           "GPU-3c2d1e0f-9a8b-4c7d-a6e5-f4d3c2b1a098, 1652023000000, 96.00.89.00.01, 535.161.08\n"
            "1, 80, 89, 490.00, 1185, 100, Not Active, Active, Active, "
-           "00000000:2A:00.0, 5, 5, 16, 16\n")
+           "00000000:5D:00.0, 5, 5, 16, 16, NVIDIA H100 80GB HBM3, "
+           "GPU-b1c2d3e4-f5a6-4b7c-8d9e-0f1a2b3c4d5e, [Unknown Error], 96.00.89.00.01, "
+           "535.161.08\n")
     runner, clock = FakeRunner(read(SMI_XML), csv), FakeClock()
     c = NvidiaSmiCollector(host="n1", runner=runner, clock=clock, xml_interval=60)
     batch = c.collect()

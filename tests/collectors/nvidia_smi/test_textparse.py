@@ -16,6 +16,7 @@ from tests.collectors.nvidia_smi.fixtures import (
     is_query_text,
     is_wrapper,
     need,
+    readings,
     wrapper_string,
 )
 
@@ -30,17 +31,17 @@ def _check(points: list[Point]) -> None:
 
 
 def _by_gpu(text: str) -> list[dict[str, float | int | bool | str]]:
-    return [dict(p.fields) for p in parse_text(text, "n1", TS)]
+    return [dict(p.fields) for p in readings(parse_text(text, "n1", TS))]
 
 
 @pytest.mark.parametrize("path", files(TEXT_DIR, is_query_text))
 def test_every_query_capture(path: Path) -> None:
-    _check(parse_text(path.read_text(), "n1", TS))
+    _check(readings(parse_text(path.read_text(), "n1", TS)))
 
 
 @pytest.mark.parametrize("path", files(TEXT_DIR, is_wrapper))
 def test_every_wrapper_capture(path: Path) -> None:
-    points = parse_text(wrapper_string(path, "out_a"), "n1", TS)
+    points = readings(parse_text(wrapper_string(path, "out_a"), "n1", TS))
     _check(points)
     assert all({"gpu_temp", "sm_clock", "gpu_util"} <= p.fields.keys() for p in points)
 
@@ -50,7 +51,7 @@ def test_every_bundle_query_section(path: Path) -> None:
     sections = [body for cmd, body in bundle_sections(path) if cmd == "nvidia-smi -q"]
     assert len(sections) == 2  # idle and under load
     for body in sections:
-        _check(parse_text(body, "n1", TS))
+        _check(readings(parse_text(body, "n1", TS)))
 
 
 def test_a10_pending_row_remap() -> None:
@@ -159,7 +160,7 @@ def test_truncated_capture_keeps_what_is_there() -> None:
     ("gpud-nvidia-smi.525.125.06.out.0.valid", [1]),  # "|ERR!   38C ..." under GPU 0
 ])
 def test_default_table_gives_only_which_gpu_printed_err(name: str, unreadable: list[int]) -> None:
-    points = parse_text(need(TEXT_DIR / name).read_text(), "n1", TS)
+    points = readings(parse_text(need(TEXT_DIR / name).read_text(), "n1", TS))
     assert [p.tags["gpu"] for p in points] == [str(i) for i in range(len(unreadable))]
     assert [p.fields for p in points] == [{"gpu_unreadable": s} for s in unreadable]
 
@@ -167,12 +168,12 @@ def test_default_table_gives_only_which_gpu_printed_err(name: str, unreadable: l
 @pytest.mark.parametrize("text", ["", "\n\n", "garbage\nmore garbage : 1\n"])
 def test_garbage_raises(text: str) -> None:
     with pytest.raises(ValueError, match="nvidia-smi -q"):
-        parse_text(text, "n1", TS)
+        readings(parse_text(text, "n1", TS))
 
 
 def test_batch_holds_one_row_per_gpu() -> None:
     path = need(TEXT_DIR / "gpud-nvidia-smi-query.535.183.01.out.0.valid")
-    batch = SchemaMapper().to_batch(parse_text(path.read_text(), "n1", TS))
+    batch = SchemaMapper().to_batch(readings(parse_text(path.read_text(), "n1", TS)))
     assert len(batch.frames[Scope.GPU]) == 8
 
 
@@ -224,7 +225,7 @@ GPU 00000000:0F:00.0
 
 
 def test_mig_gpu_in_text_gets_the_xml_parsers_tags() -> None:
-    mig, plain = parse_text(MIG_TEXT, "n1", TS)
+    mig, plain = readings(parse_text(MIG_TEXT, "n1", TS))
     assert mig.tags == {"host": "n1", "gpu": "0", "mig": "enabled", "mig_instances": "3,5"}
     assert mig.fields == {"gpu_temp": 33.0, "ecc_sbe_volatile": 2.0, "ecc_dbe_volatile": 0.0,
                           "gpu_unreadable": 0}
@@ -236,14 +237,14 @@ def test_text_and_xml_tag_a_mig_gpu_alike() -> None:
     from collectors.nvidia_smi import parse_xml
     from tests.collectors.nvidia_smi.fixtures import XML_DIR
 
-    [xml] = parse_xml(need(XML_DIR / "telegraf-a100-sxm4-v12.xml").read_text(), "n1", TS)
-    [text] = parse_text(MIG_TEXT.replace("GPU Instance ID                   : 5",
+    [xml] = readings(parse_xml(need(XML_DIR / "telegraf-a100-sxm4-v12.xml").read_text(), "n1", TS))
+    [text] = readings(parse_text(MIG_TEXT.replace("GPU Instance ID                   : 5",
                                          "GPU Instance ID                   : 4\n"
                                          "    MIG Device\n"
                                          "        GPU Instance ID                   : 5\n"
                                          "    MIG Device\n"
                                          "        GPU Instance ID                   : 6"
-                                         ).split("GPU 00000000:0F")[0], "n1", TS)
+                                         ).split("GPU 00000000:0F")[0], "n1", TS))
     assert {k: v for k, v in text.tags.items() if k.startswith("mig")} == {
         k: v for k, v in xml.tags.items() if k.startswith("mig")}
 
@@ -254,7 +255,7 @@ def test_a_reading_too_large_for_a_float_is_refused() -> None:
     rejected: list[Rejection] = []
     text = MIG_TEXT.replace("DRAM Correctable              : 2",
                             "DRAM Correctable              : " + "9" * 400)
-    mig, _ = parse_text(text, "n1", TS, rejected)
+    mig, _ = readings(parse_text(text, "n1", TS, rejected))
     assert "ecc_sbe_volatile" not in mig.fields and mig.fields["gpu_temp"] == 33.0
     [r] = rejected
     assert (r.entity, r.metric) == ("n1:gpu0", "ecc_sbe_volatile") and "400 digits" in r.reason

@@ -7,20 +7,20 @@ import pytest
 from collectors.catalog import CATALOG, Scope
 from collectors.nvidia_smi import SmiParseError, parse_xml
 from collectors.schema import SchemaMapper
-from tests.collectors.nvidia_smi.fixtures import XML_DIR, files, need
+from tests.collectors.nvidia_smi.fixtures import XML_DIR, files, need, readings
 
 TS = 1_700_000_000_000_000_000
 
 
 def _one(name: str) -> dict[str, float | int | bool | str]:
-    points = parse_xml(need(XML_DIR / name).read_text(), "n1", TS)
+    points = readings(parse_xml(need(XML_DIR / name).read_text(), "n1", TS))
     assert len(points) == 1
     return dict(points[0].fields)
 
 
 @pytest.mark.parametrize("path", files(XML_DIR, lambda n: n.endswith(".xml")))
 def test_every_capture_parses_into_our_schema(path: Path) -> None:
-    points = parse_xml(path.read_text(), "n1", TS)
+    points = readings(parse_xml(path.read_text(), "n1", TS))
     assert points, path.name
     for i, p in enumerate(points):
         assert p.measurement == "gpu"
@@ -92,7 +92,7 @@ def test_several_gpus_are_numbered_in_document_order() -> None:
            "<remapped_rows><remapped_row_unc>{}</remapped_row_unc>"
            "<remapped_row_pending>Yes</remapped_row_pending></remapped_rows></gpu>")
     text = f"<nvidia_smi_log>{gpu.format(30, 0)}{gpu.format(31, 2)}</nvidia_smi_log>"
-    points = parse_xml(text, "n1", TS)
+    points = readings(parse_xml(text, "n1", TS))
     assert [(p.tags["gpu"], p.fields["gpu_temp"]) for p in points] == [("0", 30.0), ("1", 31.0)]
     assert points[1].fields["remapped_rows_uncorrectable"] == 2.0
     assert points[1].fields["remapped_rows_pending"] == 1.0
@@ -110,21 +110,21 @@ def test_every_xml_metric_in_the_catalog_has_paths() -> None:
 ])
 def test_bad_input_raises_a_value_error_with_a_message(text: str) -> None:
     with pytest.raises(SmiParseError) as info:
-        parse_xml(text, "n1", TS)
+        readings(parse_xml(text, "n1", TS))
     assert isinstance(info.value, ValueError) and str(info.value)
 
 
 def test_truncated_capture_raises() -> None:
     text = need(XML_DIR / "telegraf-a100-sxm4-v12.xml").read_text()
     with pytest.raises(SmiParseError, match="does not parse"):
-        parse_xml(text[: len(text) // 2], "n1", TS)
+        readings(parse_xml(text[: len(text) // 2], "n1", TS))
 
 
 def test_mig_instances_are_tags_of_the_physical_gpu() -> None:
     from collectors.lineprotocol import parse
     from collectors.lineprotocol_format import format_point
 
-    points = parse_xml(need(XML_DIR / "telegraf-a100-sxm4-v12.xml").read_text(), "n1", TS)
+    points = readings(parse_xml(need(XML_DIR / "telegraf-a100-sxm4-v12.xml").read_text(), "n1", TS))
     (p,) = points
     assert p.tags["gpu"] == "0"
     assert p.tags["mig"] == "enabled"
@@ -140,7 +140,7 @@ def test_mig_instances_are_tags_of_the_physical_gpu() -> None:
 
 def test_gpus_without_mig_mode_carry_no_mig_tags() -> None:
     for name in ("telegraf-a10g.xml", "telegraf-rtx-3080-v13.xml"):
-        for p in parse_xml(need(XML_DIR / name).read_text(), "n1", TS):
+        for p in readings(parse_xml(need(XML_DIR / name).read_text(), "n1", TS)):
             assert "mig" not in p.tags and "mig_instances" not in p.tags
 
 
@@ -151,7 +151,7 @@ def test_a_reading_too_large_for_a_float_is_refused_not_raised() -> None:
     xml = (f"<?xml version='1.0'?><nvidia_smi_log><gpu><temperature><gpu_temp>{big} C"
            "</gpu_temp><memory_temp>44 C</memory_temp></temperature></gpu></nvidia_smi_log>")
     rejected: list[Rejection] = []
-    [p] = parse_xml(xml, "n1", TS, rejected)
+    [p] = readings(parse_xml(xml, "n1", TS, rejected))
     assert p.fields == {"mem_temp": 44.0}
     [r] = rejected
     assert (r.entity, r.metric) == ("n1:gpu0", "gpu_temp") and "out of range" in r.reason

@@ -51,8 +51,15 @@ class EventSet:
 
 class FakeNvml:
     def __init__(self, gpus: Sequence[Mapping[str, float]], *, nvlinks: Mapping[int, int] = {},
-                 legacy_driver: bool = False) -> None:
+                 legacy_driver: bool = False, identity: Sequence[Mapping[str, str]] = (),
+                 driver: str | None = None, as_bytes: bool = False) -> None:
         self.gpus = [dict(g) for g in gpus]
+        # Per GPU, its identity by collectors.identity.FIELDS name (an attribute not given
+        # answers NOT_SUPPORTED, as a GeForce board's serial); the driver's version; and
+        # whether strings come back as bytes, as nvidia-ml-py before 11.515 returns them.
+        self.identity = [dict(i) for i in identity] + [{} for _ in gpus[len(identity):]]
+        self.driver = driver
+        self.as_bytes = as_bytes
         self.nvlinks = dict(nvlinks)  # GPU -> number of links; a GPU not listed has no NVLink
         self.link_counters: dict[tuple[int, int, int], int] = {}
         self.legacy_driver = legacy_driver  # no nvmlDeviceGetCurrentClocksEventReasons symbol
@@ -115,6 +122,44 @@ class FakeNvml:
         if index in self.handle_errors:
             raise self.handle_errors[index]
         return Handle(index)
+
+    # ---- identity --------------------------------------------------------------------------
+    def _said(self, h: Handle, name: str) -> str | bytes:
+        try:
+            v = self.identity[h.index][name]
+        except KeyError:
+            raise pynvml.NVMLError_NotSupported() from None
+        return v.encode() if self.as_bytes else v
+
+    def nvmlSystemGetDriverVersion(self) -> str | bytes:
+        self._enter("nvmlSystemGetDriverVersion")
+        if self.driver is None:
+            raise pynvml.NVMLError_NotSupported()
+        return self.driver.encode() if self.as_bytes else self.driver
+
+    def nvmlDeviceGetUUID(self, h: Handle) -> str | bytes:
+        self._enter("nvmlDeviceGetUUID", h)
+        return self._said(h, "uuid")
+
+    def nvmlDeviceGetSerial(self, h: Handle) -> str | bytes:
+        self._enter("nvmlDeviceGetSerial", h)
+        return self._said(h, "serial")
+
+    def nvmlDeviceGetName(self, h: Handle) -> str | bytes:
+        self._enter("nvmlDeviceGetName", h)
+        return self._said(h, "model")
+
+    def nvmlDeviceGetVbiosVersion(self, h: Handle) -> str | bytes:
+        self._enter("nvmlDeviceGetVbiosVersion", h)
+        return self._said(h, "vbios")
+
+    def nvmlDeviceGetPciInfo(self, h: Handle) -> Any:
+        self._enter("nvmlDeviceGetPciInfo", h)
+        bus = self.identity[h.index].get("pci_bus_id")
+        if bus is None:
+            raise pynvml.NVMLError_NotSupported()
+        # The real structure: its busId is a char array, which ctypes gives as bytes.
+        return pynvml.nvmlPciInfo_t(busId=bus.encode(), busIdLegacy=bus.encode()[-16:])
 
     # ---- GPU readings ----------------------------------------------------------------------
     def nvmlDeviceGetTemperature(self, h: Handle, sensor: int) -> int:
