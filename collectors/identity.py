@@ -107,8 +107,8 @@ def value(name: str, v: object) -> str | tuple[str]:
     if not isinstance(v, str):
         return (f"{name}: {v!r} is not text",)
     text = " ".join(v.split())
-    if text.lower() in _NONE:
-        return ""
+    if text.lower() in _NONE or (name == "serial" and not text.strip("0")):
+        return ""  # an all-zero serial (cloud A10G and T4 boards, masked captures) is none
     if len(text) > MAX_VALUE:
         return (f"{name}: longer than {MAX_VALUE} characters",)
     if _VALUE.fullmatch(text) is None:

@@ -179,8 +179,8 @@ def test_the_gpus_pcie_link_and_readability_show(service: Service, browser: Brow
         " c ? [c.innerText.trim(), c.title] : null]; }))")
     assert boards["n1:gpu1"][0] == "serial 1650522003821"
     assert boards["n1:gpu1"][1].split("\n") == [
-        "NVIDIA H100 80GB HBM3", "UUID GPU-513536b6-7d19-9063-b049-1e69664bb291", "bus 00000000:11:00.0",
-        "driver 550.90.07"]
+        "NVIDIA H100 80GB HBM3", "UUID GPU-513536b6-7d19-9063-b049-1e69664bb291",
+        "bus 00000000:11:00.0", "driver 550.90.07"]
     assert boards["n1:gpu3"] is None  # no source said its identity
     assert unexpected(browser) == []
 
