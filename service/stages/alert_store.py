@@ -50,12 +50,6 @@ CREATE TABLE IF NOT EXISTS alert_events (
 """
 
 
-# Columns added after the first release: an older SQLite file gains them at open (no release
-# wrote these tables to PostgreSQL without them).
-_ADDED = {"alertname": "TEXT NOT NULL DEFAULT ''", "flapping": "INTEGER NOT NULL DEFAULT 0",
-          "stale": "INTEGER NOT NULL DEFAULT 0", "corroborated": "INTEGER NOT NULL DEFAULT 0",
-          "acked_by": "TEXT", "acked_at": "REAL", "ack_comment": "TEXT"}
-
 # A risk alert's name by its entity's scope; NodeAtRisk is the node's own sensors' (its inlet
 # temperature, redundancy, host memory errors, SXids): node and fleet alerts that predict no
 # failure (NodeNoData, FleetStorm) carry their own name.
@@ -132,13 +126,10 @@ _EVENT_ORDER = {"sqlite": "rowid", "postgres": "seq"}
 
 class AlertStore(StateStore):
     def __init__(self, target: StateTarget = ":memory:") -> None:
+        # A first-release SQLite file's alerts gain their later columns in the file's
+        # migrations (service.storage.schema, version 4).
         super().__init__(target, _SCHEMA)
-        if self._db.dialect == "sqlite":
-            have = self._db.columns("alerts")
-            for col, decl in _ADDED.items():
-                if col not in have:
-                    self._db.execute(f"ALTER TABLE alerts ADD COLUMN {col} {decl}")
-        elif "seq" not in self._db.columns("alert_events"):
+        if self._db.dialect == "postgres" and "seq" not in self._db.columns("alert_events"):
             with self._db.transaction():  # replicas starting together add it once
                 self._db.execute(_PG_EVENT_SEQ)
 

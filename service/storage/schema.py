@@ -130,10 +130,31 @@ def _v3_change_only_samples(db: sqlite3.Connection) -> None:
         db.execute(f"DROP INDEX IF EXISTS {scope}_by_entity")
 
 
+# The alerts' columns added after the first release, as the alert store declared them. Each
+# file of a release before this migration had them added by the store itself at every open; a
+# PostgreSQL shared state never lacked them (none was written before they existed).
+_V4_ALERT_COLUMNS = (
+    ("alertname", "TEXT NOT NULL DEFAULT ''"), ("flapping", "INTEGER NOT NULL DEFAULT 0"),
+    ("stale", "INTEGER NOT NULL DEFAULT 0"), ("corroborated", "INTEGER NOT NULL DEFAULT 0"),
+    ("acked_by", "TEXT"), ("acked_at", "REAL"), ("ack_comment", "TEXT"))
+
+
+def _v4_alert_columns(db: sqlite3.Connection) -> None:
+    """Alerts of the first release's files gain the columns added since, where missing."""
+    if "alerts" not in _tables(db):
+        return
+    have = {r[1] for r in db.execute("PRAGMA table_info(alerts)")}
+    for col, decl in _V4_ALERT_COLUMNS:
+        if col not in have:
+            db.execute(f"ALTER TABLE alerts ADD COLUMN {col} {decl}")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "sample tables keep one row per entity and time", _v1_one_row_per_sample),
     Migration(2, "risk and alert level history (risk_history)", _v2_risk_history),
     Migration(3, "sample tables written change-only, values packed", _v3_change_only_samples),
+    Migration(4, "alerts carry their name, flags and acknowledgement (first-release files)",
+              _v4_alert_columns),
 )
 CURRENT = MIGRATIONS[-1].version
 

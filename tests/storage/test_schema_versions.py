@@ -15,6 +15,7 @@ from service.api.idempotency import IdempotencyStore
 from service.pipeline import build_pipeline
 from service.runtime import replay_progress
 from service.settings import Settings, StorageSettings
+from service.stages.alert_store import AlertStore
 from service.storage.sample_codec import decode
 from service.storage.schema import (
     CURRENT,
@@ -189,3 +190,33 @@ def test_a_failed_migration_leaves_the_file_as_it_was(tmp_path: Path) -> None:
     assert len(rows(path, "SELECT * FROM gpu_samples")) == 3
     open_db(path).close()  # the released migrations still apply afterwards
     assert rows(path, "PRAGMA user_version") == [(CURRENT,)]
+
+
+def test_a_first_release_alerts_table_gains_its_later_columns(tmp_path: Path) -> None:
+    """Migration 4: the alert store once added these columns itself at every open; a file of
+    the first release gets them from the file's migrations, its rows kept."""
+    path = tmp_path / "gpuhealth.db"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE alerts (id INTEGER PRIMARY KEY AUTOINCREMENT, entity TEXT NOT NULL,
+            scope TEXT NOT NULL, node TEXT NOT NULL, level INTEGER NOT NULL,
+            peak_level INTEGER NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('firing', 'resolved')), risk REAL NOT NULL,
+            started_at REAL NOT NULL, updated_at REAL NOT NULL, resolved_at REAL,
+            explanation TEXT NOT NULL);
+        INSERT INTO alerts (entity, scope, node, level, peak_level, state, risk, started_at,
+            updated_at, explanation) VALUES ('n0:gpu0', 'gpu', 'n0', 3, 3, 'firing', 1.0, 1.0,
+            1.0, '[]');""")
+    db.close()
+    store = AlertStore(path)
+    try:
+        [alert] = store.find(state="firing")
+    finally:
+        store.close()
+    # A first-release alert had no name of its own: its scope's.
+    assert (alert.entity, alert.name, alert.flapping, alert.acked_by) == (
+        "n0:gpu0", "GpuFailureRisk", False, None)
+    assert rows(path, "PRAGMA user_version") == [(CURRENT,)]
+    cols = {r[1] for r in rows(path, "PRAGMA table_info(alerts)")}
+    assert {"alertname", "flapping", "stale", "corroborated", "acked_by", "acked_at",
+            "ack_comment"} <= cols
