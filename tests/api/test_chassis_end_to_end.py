@@ -18,6 +18,7 @@ from collectors.catalog import Scope
 from service.api.app import create_app
 from service.settings import Settings, StorageSettings
 from service.stages.alert_store import Alert
+from tests.support.chassis_fleet import chassis_lines
 from tests.support.fleet import STEP, T0, ManualClock
 
 # A service driven for minutes of data time per test: seconds each.
@@ -31,28 +32,6 @@ def _ns(t: float) -> int:
 
 def gpu_lines(node: str, t: float) -> list[str]:
     return [f"gpu,host={node},gpu={g} gpu_temp=55,ecc_dbe_volatile=0i {_ns(t)}" for g in (0, 1)]
-
-
-def chassis_lines(node: str, t: float) -> list[str]:
-    """Two supplies delivering and one spare in standby by design; four fans at speed; the
-    node's own sensors. n1's psu0 has failed (Critical, not delivering), and with it the
-    node's supply redundancy; n2's fan3 spins under its lower critical threshold."""
-    ns = _ns(t)
-    out = []
-    for i, (health, state) in enumerate(((0, 0), (0, 0), (0, 1))):
-        if node == "n1" and i == 0:
-            health, state = 2, 3
-        out.append(f"psu,host={node},psu=PSU{i} psu_health={health}i,psu_state={state}i,"
-                   f"psu_input_v=230.5,psu_output_w={0 if state else 1200.0} {ns}")
-    for i in range(4):
-        rpm = 1000.0 if (node == "n2" and i == 3) else 9000.0
-        out.append(f"fan,host={node},fan={i} fan_rpm={rpm},fan_health=0i,"
-                   f"fan_rpm_lower_critical=1800 {ns}")
-    redundant = 0 if node == "n1" else 1
-    out.append(f"node,host={node} inlet_temp_c=24.5,exhaust_temp_c=38,psu_redundant="
-               f"{redundant}i,fan_redundant=1i,bmc_reachable=1i,edac_ce_total=4i,"
-               f"edac_ue_total=0i,mce_total=0i {ns}")
-    return out
 
 
 class Svc:

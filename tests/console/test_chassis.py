@@ -28,6 +28,7 @@ from service.api.state import Running
 from service.settings import Settings, StorageSettings
 from tests.console.cdp import CHROMIUM, Browser
 from tests.console.serve import Service, browsing, open_page, screenshot_dir, serving, unexpected
+from tests.support.chassis_fleet import chassis_lines
 from tests.support.fleet import STEP, T0, ManualClock
 
 pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
@@ -56,27 +57,6 @@ def gpu_lines(node: str, t: float) -> list[str]:
             out.append(f'gpu_info,host={node},gpu={g} uuid="GPU-513536b6-7d19-9063-b049-'
                        f'1e69664bb29{g}",serial="165052200382{g}",model="NVIDIA H100 80GB '
                        f'HBM3",pci_bus_id="0000:1{g}:00.0",driver="550.90.07" {_ns(t)}')
-    return out
-
-
-def chassis_lines(node: str, t: float) -> list[str]:
-    """Two supplies delivering and a spare in standby by design; four fans; the node's own
-    sensors (the wire schema of issue 31)."""
-    ns = _ns(t)
-    out = []
-    for i, (health, state) in enumerate(((0, 0), (0, 0), (0, 1))):
-        if node == "n1" and i == 0:
-            health, state = 2, 3
-        out.append(f"psu,host={node},psu=PSU{i} psu_health={health}i,psu_state={state}i,"
-                   f"psu_input_v=230.5,psu_output_w={0 if state else 1200.0},psu_temp_c=41 {ns}")
-    for i in range(4):
-        rpm = 1000.0 if (node == "n2" and i == 3) else 9000.0
-        out.append(f"fan,host={node},fan={i} fan_rpm={rpm},fan_health=0i,"
-                   f"fan_rpm_lower_critical=1800 {ns}")
-    redundant = 0 if node == "n1" else 1
-    out.append(f"node,host={node} inlet_temp_c=24.5,exhaust_temp_c=38,psu_redundant="
-               f"{redundant}i,fan_redundant=1i,bmc_reachable=1i,edac_ce_total=4i,"
-               f"edac_ue_total=0i,mce_total=0i {ns}")
     return out
 
 
