@@ -64,7 +64,8 @@ class GpuState:
         temp = self.temp + rng.uniform(-spread, spread)
         throttled = int(temp >= THROTTLE_C)
         return {
-            "index": self.index, "uuid": self.uuid, "bus_id": self.bus_id,
+            "index": self.index, "uuid": self.uuid, "serial": serial_of(self.uuid),
+            "bus_id": self.bus_id,
             "name": "NVIDIA H100 80GB HBM3", "lost": self.lost, "temp": round(temp, 1),
             "mem_temp": round(temp + 8.0, 1), "power": round(self.power + rng.uniform(-20, 20), 2),
             "sm_clock": 1980, "util": self.util, "fb_used": 61000,
@@ -147,6 +148,12 @@ class NodeState:
     @property
     def ipmitool(self) -> Path:
         return self.root / "bin" / "ipmitool"
+
+
+def serial_of(uuid: str) -> str:
+    """A board's 13-digit serial, from its UUID: a swapped board's differs with it, and no
+    random number is drawn (the fleet's sequence stays what it was)."""
+    return f"16549{int(uuid[-8:], 16) % 10**8:08d}"
 
 
 def _uuid(rng: random.Random) -> str:

@@ -84,6 +84,7 @@ def _gpu_xml(g: Gpu) -> str:
     return f"""    <gpu id="{g["bus_id"]}">
         <product_name>{g["name"]}</product_name>
         <product_architecture>Hopper</product_architecture>
+        <serial>{g.get("serial", "N/A")}</serial>
         <uuid>{g["uuid"]}</uuid>
         <pci>
             <pci_bus_id>{g["bus_id"]}</pci_bus_id>
@@ -230,7 +231,8 @@ def telegraf_gpu(host: str, g: Gpu, ts_ns: int) -> str:
               f"memory_free=81000i,memory_total=81559i,memory_used={g['fb_used']}i,"
               f"pcie_link_gen_current=5i,pcie_link_width_current=16i,"
               f"power_draw={g['power']:.2f},temperature_gpu={g['temp']:.0f}i,"
-              f"utilization_gpu={g['util']}i,utilization_memory={g['util'] // 2}i")
+              f"utilization_gpu={g['util']}i,utilization_memory={g['util'] // 2}i,"
+              f'serial="{g.get("serial", "[N/A]")}"')
     return f"{tags} {fields} {ts_ns}"
 
 

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import soak_bmc
+from bench import soak_boards as boards
 from bench import soak_level2 as level2
 from bench import soak_storm as storm
 from bench import soak_verdict as verdict
 from bench.soak_alertmanager import AmProbe, AmSample, read_once
-from bench.soak_fleet import Fleet
+from bench.soak_fleet import Fleet, serial_of
 from bench.soak_ledger import Push, read, sent_samples
 from bench.soak_plan import Fault, Plan
 from bench.soak_probe import Probe
@@ -204,6 +205,7 @@ class SoakRun:
             out.checks.append(level2.no_drain(self.receiver.of("/remediate"), raised))
             out.checks += rows
             out.checks += self._storm(api, pushes)
+            out.checks += boards.boards(self.stack.url, self._boards(), self._swapped())
             sent = sent_samples(pushes)
             stored = verdict.influx_counts(self.stack.influx.url, self.t0 - 120)
             out.checks += verdict.samples(sent, stored, pushes)
@@ -212,6 +214,24 @@ class SoakRun:
         finally:
             api.close()
         return out
+
+    def _boards(self) -> dict[str, tuple[str, str, str]]:
+        """Each GPU a source lists now: its board's UUID and serial, and the source's kind."""
+        out: dict[str, tuple[str, str, str]] = {}
+        with self.fleet.lock:
+            for spec in self.plan.nodes:
+                if spec.stop_at is not None:
+                    continue  # removed: the service forgets it
+                for g in self.fleet.nodes[spec.name].gpus:
+                    if g.present and not g.lost:
+                        out[f"{spec.name}:gpu{g.index}"] = (g.uuid, serial_of(g.uuid),
+                                                            spec.kind)
+        return out
+
+    def _swapped(self) -> str:
+        """The GPU whose board the plan replaced, once it was."""
+        return next((f"{f.node}:gpu{f.gpu}" for f in self.plan.faults
+                     if f.what == "gpu_swap" and f"gpu_swap:{f.node}" in self.marks), "")
 
     def _am_now(self) -> AmSample | None:
         """Alertmanager and the service now, read together."""

@@ -1,12 +1,14 @@
 """The InfluxDB storage contract (docs/influxdb.md) as data: every measurement the service writes,
 with its tags and fields. Sample and rate measurements follow from the metric catalog, the
-service's own (risk, alert, action, collector) are spelled here once and checked against the
-doc by tests/grafana, so a dashboard can only name what the sink really writes."""
+service's own (risk, alert, action, collector, label, gpu_info) are spelled here once and
+checked against the doc by tests/grafana, so a dashboard can only name what the sink really
+writes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from collectors import identity
 from collectors.catalog import CATALOG, Kind, Metric, Scope
 
 
@@ -104,6 +106,10 @@ LABEL = Measurement(  # labels learned from the fleet (docs/learning.md)
     _BASE | {"kind", "scope", "entity", "mode", "source", "label_id"},
     frozenset({"action", "detail", "withdrawn", "alert_id", "end_time"}),
 )
+GPU_INFO = Measurement(  # each GPU slot's board, when it changes (collectors.identity)
+    "gpu_info", _BASE | SCOPE_TAGS[Scope.GPU],
+    frozenset(identity.FIELDS),
+)
 # Values the `alert.state` field takes, and the scopes risk is written for.
 ALERT_STATES = ("firing", "escalated", "deescalated", "resolved")
 RISK_SCOPES = ("gpu", "nvlink", "ib_port", "psu", "fan", "node")
@@ -111,5 +117,5 @@ RISK_SCOPES = ("gpu", "nvlink", "ib_port", "psu", "fan", "node")
 MEASUREMENTS: dict[str, Measurement] = {
     m.name: m
     for m in (*SAMPLES.values(), *RATES.values(), *EVENTS.values(), RISK, ALERT, ACTION,
-              COLLECTOR, LABEL)
+              COLLECTOR, LABEL, GPU_INFO)
 }

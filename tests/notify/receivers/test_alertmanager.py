@@ -152,3 +152,16 @@ def test_a_late_refresh_does_not_fire_again_what_a_newer_resolve_ended() -> None
     assert [x["labels"]["entity"] for x in refreshed] == ["gpu5"]
     assert [x["labels"]["entity"] for x in again] == ["gpu3"]
     assert got[2].detail.startswith("0 alert(s)")
+
+
+def test_a_boards_labels_go_to_alertmanager_as_annotations() -> None:
+    """A GPU's board may be said after its alert opened (its NVLink a minute after the GPU,
+    dcgm-exporter before nvidia-smi's serial): as labels it would split the alert in two in
+    Alertmanager, so UUID, serial, modelName and pci_bus_id travel as annotations there."""
+    board = {"UUID": "GPU-5b1e7c2a-93d4-4f0e-a1b2-0c3d4e5f6a70", "serial": "1654922031230",
+             "modelName": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:12:00.0"}
+    with HttpRecorder() as srv:
+        send(receiver(srv.url), message(alert("gpu3")), message(alert("gpu3", **board)))
+    before, after = (b[0] for b in bodies(srv))
+    assert before["labels"] == after["labels"]  # one alert in Alertmanager, not two
+    assert {k: after["annotations"][k] for k in board} == board
