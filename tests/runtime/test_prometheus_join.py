@@ -6,21 +6,20 @@ series, whatever that exporter calls its host."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
+from fastapi import FastAPI
 
 from service.api.app import create_app
 from service.settings import Settings
 from tests.collectors.own_captures import TELEGRAF_NEXT_FLUSH, read
+from tests.console.serve import serving
 from tests.notify.receivers.servers import HttpRecorder, Reply
 from tests.support.fleet import STEP, T0, ManualClock
-from tests.support.prometheus import PROMETHEUS, PrometheusServer, free_port
+from tests.support.prometheus import PROMETHEUS, PrometheusServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     PROMETHEUS is None,
@@ -42,48 +41,27 @@ def dcgm_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-class Service:
-    """The service on a loopback port, fed a Telegraf flush and scored by hand."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.clock = ManualClock(T0 + 1)
-        self.app = create_app(settings, clock=self.clock, schedule=False)
-        self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
-                                                    log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> Service:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert self.server.started
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=20)
-
-    def fed(self) -> None:
-        st = self.app.state.gpuhealth
-        for k in range(2):
-            self.clock.now = T0 + k * STEP + 1
-            ns = str(round((T0 + k * STEP) * 1e9))
-            body = "".join(line.rsplit(" ", 1)[0] + " " + ns + "\n"
-                           for line in read(TELEGRAF_NEXT_FLUSH).splitlines())
-            r = httpx.post(f"http://127.0.0.1:{self.port}/write", params={"db": "telegraf"},
-                           content=body, timeout=30)
-            assert r.status_code == 204, r.text
-            st.scheduler.score_once()
+def fed(url: str, app: FastAPI, clock: ManualClock) -> None:
+    """Two Telegraf flushes written to the served app, each scored by hand."""
+    st = app.state.gpuhealth
+    for k in range(2):
+        clock.now = T0 + k * STEP + 1
+        ns = str(round((T0 + k * STEP) * 1e9))
+        body = "".join(line.rsplit(" ", 1)[0] + " " + ns + "\n"
+                       for line in read(TELEGRAF_NEXT_FLUSH).splitlines())
+        r = httpx.post(f"{url}/write", params={"db": "telegraf"}, content=body, timeout=30)
+        assert r.status_code == 204, r.text
+        st.scheduler.score_once()
 
 
 @pytest.fixture
 def prom(settings: Settings, tmp_path: Path) -> Iterator[PrometheusServer]:
-    with Service(settings) as svc, HttpRecorder(default=Reply(200, dcgm_page())) as dcgm:
-        svc.fed()
+    clock = ManualClock(T0 + 1)
+    app = create_app(settings, clock=clock, schedule=False)
+    with serving(app) as url, HttpRecorder(default=Reply(200, dcgm_page())) as dcgm:
+        fed(url, app, clock)
         server = PrometheusServer(tmp_path / "prometheus",
-                                  [f"127.0.0.1:{svc.port}", dcgm.url.removeprefix("http://")],
+                                  [url.removeprefix("http://"), dcgm.url.removeprefix("http://")],
                                   [])
         server.start()
         try:
