@@ -72,12 +72,17 @@ class Ledger:
 class Agents:
     """`nodes` (host -> GPUs) pushed every `step_s` on a thread of their own; node `h` goes to
     each URL of `targets[h]` (an HA pair: both replicas; sharded: one shard, maybe the wrong
-    one). `relay`: (URL, hosts) posted as one body naming no node. A target that is down
-    loses that round's push to it (its twin has it, or the sample is counted as lost)."""
+    one). `relay`: (URL, hosts) posted as one body naming no node.
+
+    Each (node, target) pair has a queue and a sender of its own, as the product's agent keeps
+    a spool and a backoff per target (collectors.agent.target): a target that is down holds
+    only its own pushes, which it gets late or never (its twin has them, or the sample is
+    counted as lost), never another target's. (When one pool served every target, a killed
+    replica's retries took every worker and starved the standby of data for minutes: issue
+    36.)"""
 
     def __init__(self, nodes: dict[str, int], targets: dict[str, list[str]], step_s: float,
-                 ledger: Path, relay: tuple[str, list[str]] | None = None,
-                 workers: int = 4) -> None:
+                 ledger: Path, relay: tuple[str, list[str]] | None = None) -> None:
         self.nodes, self.step_s = nodes, step_s
         self.ledger = Ledger(ledger)
         self.pushers = {h: [LedgerPusher(u, self.ledger, h) for u in targets.get(h, [])]
@@ -89,7 +94,9 @@ class Agents:
         self.lock = threading.Lock()
         self.rounds = 0
         self._stop = threading.Event()
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bench-agent")
+        # One sender per (node, target): its pushes in order, independent of the others.
+        self._senders = {id(p): ThreadPoolExecutor(1, thread_name_prefix="bench-agent")
+                         for p in self._all_pushers()}
         self._thread = threading.Thread(target=self._run, name="bench-agents", daemon=True)
 
     # ---- failures -------------------------------------------------------------------------
@@ -122,16 +129,20 @@ class Agents:
             events, self.events = self.events, []
             bodies = {h: "\n".join(self.lines(h, ts_ns, events)).encode() + b"\n"
                       for h in self.nodes}
-        jobs = [self._pool.submit(self._send, p, gzip.compress(bodies[h], 1))
-                for h, ps in self.pushers.items() for p in ps]
+        for h, ps in self.pushers.items():
+            body = gzip.compress(bodies[h], 1)
+            for p in ps:
+                self._senders[id(p)].submit(self._send, p, body)
         if self.relay is not None:
             pusher, hosts = self.relay
             body = b"".join(bodies[h] for h in hosts)
-            jobs.append(self._pool.submit(self._send, pusher, gzip.compress(body, 1)))
+            self._senders[id(pusher)].submit(self._send, pusher, gzip.compress(body, 1))
             self.relay_pushes += 1
-        for j in jobs:
-            j.result()
         self.rounds += 1
+
+    def _all_pushers(self) -> list[LedgerPusher]:
+        return [p for ps in self.pushers.values() for p in ps] + (
+            [self.relay[0]] if self.relay is not None else [])
 
     def _send(self, pusher: LedgerPusher, body: bytes) -> None:
         """Push; a push to be retried (the target down, or a shard that stored its own part of
@@ -163,7 +174,8 @@ class Agents:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=60)
-        self._pool.shutdown(wait=True)
+        for sender in self._senders.values():
+            sender.shutdown(wait=True, cancel_futures=True)
         for ps in self.pushers.values():
             for p in ps:
                 p.close()

@@ -109,6 +109,10 @@ class Pipeline:
             lock=self.lock, store=self.store, fleet=self.fleet, owns_store=self.owns_store,
             count=parts.fleet_count, members=members, census=self.census,
             notification=self.notification, controller=self.controller)
+        if self.notification is not None:
+            # Each attempt asks the roles in force (a test or the API may replace them): a
+            # leader that lost its lease while paused sends nothing it had queued.
+            self.notification.sender.may_send = lambda: self.replica.roles.leader()
 
     @property
     def cluster(self) -> Roles:

@@ -1,5 +1,6 @@
 """The cluster as this replica sees it: its shard, the roles it holds, who holds each lease
-(from the shared state, so any replica answers the same), and the shard map it routes by."""
+(from the shared state, so any replica answers the same), the shard map it routes by, and who
+leads and whether its sender and remediation run (service.api.cluster_truth)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 
 from service.api.auth import require
+from service.api.cluster_truth import ClusterTruth, cluster_truth
 from service.api.principals import Permission
 from service.api.problems import READ_ERRORS
 from service.api.state import State
@@ -26,7 +28,7 @@ class ShardOut(BaseModel):
     url: str
 
 
-class ClusterOut(BaseModel):
+class ClusterOut(ClusterTruth):
     replica: str | None
     shard: str | None
     shared_state: str  # sqlite (one process) or postgres (shared by replicas)
@@ -45,6 +47,7 @@ def cluster_status(st: State) -> ClusterOut:
     c = p.settings.cluster
     roles = p.cluster
     out = ClusterOut(
+        **cluster_truth(p).model_dump(),
         replica=c.replica_id or None, shard=c.shard_id or None,
         shared_state="postgres" if p.settings.storage.postgres.dsn.get_secret_value()
         else "sqlite",

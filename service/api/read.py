@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from service.api import peers
 from service.api.auth import require
 from service.api.bounded import AlertId
+from service.api.cluster_truth import cluster_truth, truth_problems
 from service.api.paging import PageDep
 from service.api.principals import Permission
 from service.api.problems import READ_ERRORS, problem_responses
@@ -55,12 +56,14 @@ def readyz(st: State) -> JSONResponse:
     reasons = [] if st.pipeline.stats.ticks else ["no scoring tick has run yet"]
     reasons += _state_problems(st)
     reasons += st.scoring_problems()
+    truth = cluster_truth(st.pipeline)
+    reasons += truth_problems(truth)
     reasons += [f"collector {name} is down: {s.reason or 'no reason given'}"
                 for name, s in sorted(statuses.items()) if not s.up]
     body = Readiness(ready=not reasons, reasons=reasons, collectors=_collectors(st),
                      model=model_out(st.pipeline), detectors={
                          n: DetectorOut(ok=not h.failing, errors=h.errors, reason=h.reason)
-                         for n, h in st.pipeline.scorer.health.items()})
+                         for n, h in st.pipeline.scorer.health.items()}, cluster=truth)
     return JSONResponse(body.model_dump(), status_code=503 if reasons else 200)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from service.api.cluster_truth import ClusterTruth
 from service.api.timefmt import Timestamp
 from service.notify.status import DeliveryState
 
@@ -278,6 +279,8 @@ class Readiness(BaseModel):
     # A failing detector degrades scoring but does not make the service unready: the rules
     # still score. Ticks that fail outright do (reasons).
     detectors: dict[str, DetectorOut] = {}
+    cluster: ClusterTruth | None = Field(default=None, description=(
+        "who leads, whether this replica does and whether its sender and remediation run"))
 
 
 class RejectionOut(BaseModel):

@@ -41,6 +41,7 @@ class LeaseState:
     epoch: int
     expires_at: float  # the database's clock
     mine: bool
+    acquired_at: float = 0.0  # when its holder took it, on the database's clock
 
 
 class Lease(StateStore):
@@ -56,6 +57,7 @@ class Lease(StateStore):
         self.clock = clock
         self._held_until = float("-inf")  # our monotonic clock
         self._epoch = 0
+        self._since: float | None = None  # when we took it (the database's clock)
 
     def renew(self) -> LeaseState:
         started = self.clock()
@@ -71,6 +73,7 @@ class Lease(StateStore):
                 log.warning("lease %s: %s now holds it (epoch %d)", self.name, self.holder,
                             state.epoch)
             self._epoch = state.epoch
+            self._since = state.acquired_at
             self._held_until = started + self.ttl_s
         else:
             if self._epoch and self.clock() < self._held_until:
@@ -81,30 +84,35 @@ class Lease(StateStore):
 
     def _renew(self, db: Database) -> LeaseState:
         now = db.now()
-        row = db.execute("SELECT holder, epoch, expires_at FROM cluster_lease WHERE name = ?",
-                         (self.name,)).fetchone()
+        row = db.execute("SELECT holder, epoch, expires_at, acquired_at FROM cluster_lease "
+                         "WHERE name = ?", (self.name,)).fetchone()
         expires = now + self.ttl_s
         if row is None:
             db.execute("INSERT INTO cluster_lease (name, holder, epoch, acquired_at, expires_at) "
                        "VALUES (?, ?, 1, ?, ?)", (self.name, self.holder, now, expires))
-            return LeaseState(self.name, self.holder, 1, expires, True)
-        holder, epoch, until = str(row[0]), int(row[1]), float(row[2])
+            return LeaseState(self.name, self.holder, 1, expires, True, now)
+        holder, epoch, until, since = str(row[0]), int(row[1]), float(row[2]), float(row[3])
         if holder == self.holder and until > now:
             db.execute("UPDATE cluster_lease SET expires_at = ? WHERE name = ?",
                        (expires, self.name))
-            return LeaseState(self.name, holder, epoch, expires, True)
+            return LeaseState(self.name, holder, epoch, expires, True, since)
         if until <= now:
             # Expired: taken, by a new holder or by the old one back after a pause; either
             # way the epoch moves on, so whatever it did under the old one is fenced off.
             db.execute("UPDATE cluster_lease SET holder = ?, epoch = ?, acquired_at = ?, "
                        "expires_at = ? WHERE name = ?",
                        (self.holder, epoch + 1, now, expires, self.name))
-            return LeaseState(self.name, self.holder, epoch + 1, expires, True)
-        return LeaseState(self.name, holder, epoch, until, False)
+            return LeaseState(self.name, self.holder, epoch + 1, expires, True, now)
+        return LeaseState(self.name, holder, epoch, until, False, since)
 
     def held(self) -> bool:
         """Ours, by our own clock: at most `ttl_s` after the last renewal that said so."""
         return self.clock() < self._held_until
+
+    @property
+    def since(self) -> float | None:
+        """When we took the lease we hold (the database's clock), None while we hold none."""
+        return self._since if self.held() else None
 
     @property
     def epoch(self) -> int:
@@ -133,14 +141,14 @@ class Lease(StateStore):
     def current(self) -> LeaseState | None:
         """Who holds it now, as the database says (for the API and metrics)."""
         with self._lock:
-            row = self._db.execute("SELECT holder, epoch, expires_at FROM cluster_lease "
-                                   "WHERE name = ?", (self.name,)).fetchone()
+            row = self._db.execute("SELECT holder, epoch, expires_at, acquired_at FROM "
+                                   "cluster_lease WHERE name = ?", (self.name,)).fetchone()
             now = self._db.now()
         if row is None:
             return None
         holder, epoch, until = str(row[0]), int(row[1]), float(row[2])
         return LeaseState(self.name, holder if until > now else "", epoch, until,
-                          holder == self.holder and until > now)
+                          holder == self.holder and until > now, float(row[3]))
 
 
 class LeaseKeeper:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from typing import Protocol
 
 from service.cluster.lease import Lease, LeaseKeeper
@@ -54,7 +55,11 @@ def default_replica_id(port: int) -> str:
 
 
 class LeasedRoles:
-    """Both roles from leases, renewed by keeper threads (`start`), or by `step` in tests."""
+    """Both roles from leases, renewed together by one keeper thread (`start`), or by `step`
+    in tests. Together: a replica that dies leaves both leases to run out at the same moment,
+    so its standby takes both at once and its first tick as leader also writes the alerts (a
+    thread per lease let them expire up to a renewal apart, and the standby led for a tick
+    with no alert of its own to send: issue 36)."""
 
     def __init__(self, target: StateTarget, *, replica_id: str, shard_id: str = "default",
                  ttl_s: float = 15.0, renew_s: float = 5.0) -> None:
@@ -63,6 +68,9 @@ class LeasedRoles:
                                   renew_s=renew_s)
         self.leader_lease = Lease(target, LEADER, replica_id, ttl_s=ttl_s, renew_s=renew_s)
         self._keepers = [LeaseKeeper(self.writer_lease), LeaseKeeper(self.leader_lease)]
+        self.renew_s = renew_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         # Live shard membership (cluster.membership postgres), on the same cadence: its
         # heartbeat and the map follow each renewal, after the leases (the leader publishes).
         self.membership: Membership | None = None
@@ -80,16 +88,24 @@ class LeasedRoles:
             self.membership.step()
 
     def start(self) -> None:
-        """One renewal now (the first tick knows its roles and map), then the keepers."""
+        """One renewal now (the first tick knows its roles and map), then the keeper."""
         self.step()
-        for k in self._keepers:
-            k.start()
+        self._thread = threading.Thread(target=self._run, name="leases", daemon=True)
+        self._thread.start()
         if self.membership is not None:
             self.membership.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.renew_s):
+            for k in self._keepers:  # back to back: both leases run out together
+                k.step()
 
     def stop(self, release: bool = True) -> None:
         if self.membership is not None:
             self.membership.stop(leave=release)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
         for k in self._keepers:
             k.stop(release)
 

@@ -3,7 +3,7 @@ registry in service.notify.receivers), the dispatcher over the alert store, and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,10 +77,12 @@ def build_receivers(settings: NotifySettings, db: str | Path) -> dict[str, Notif
 def build_notification(settings: NotifySettings, alerts: AlertStore, db: str | Path, *,
                        cluster: str = "default",
                        receivers: Mapping[str, Notifier] | None = None,
-                       background: bool = True, boards: BoardOf = no_board) -> Notification:
+                       background: bool = True, boards: BoardOf = no_board,
+                       may_send: Callable[[], bool] = lambda: True) -> Notification:
     """`receivers` replaces the configured ones (tests, benchmarks); `background=False` sends
     inline, inside flush, which timeline tests rely on; `boards`: the GPU board an alert is
-    about (service.stages.gpu_identity.GpuIdentities.at)."""
+    about (service.stages.gpu_identity.GpuIdentities.at); `may_send`: whether this replica
+    leads (service.notify.sender.Sender)."""
     rcv = dict(receivers) if receivers is not None else build_receivers(settings, db)
     notification_log = NotificationLog(db)
     silences = SilenceStore(db, max_s=settings.silence_max_s,
@@ -91,5 +93,5 @@ def build_notification(settings: NotifySettings, alerts: AlertStore, db: str | P
                             send_resolved=resolved, refresh=refresh, boards=boards)
     sender = Sender(rcv, dispatcher, retry_initial_s=settings.retry_initial_s,
                     retry_max_s=settings.retry_max_s, timeout_s=settings.send_timeout_s,
-                    background=background)
+                    background=background, may_send=may_send)
     return Notification(dispatcher, sender, notification_log, silences)

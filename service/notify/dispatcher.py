@@ -367,6 +367,14 @@ class Dispatcher:
             self.inflight.update((r, k) for r, k, _ in o.log)
         return sent
 
+    def abandon(self, o: Outgoing) -> None:
+        """The Sender gave a message up unsent (this replica stopped leading): its groups are
+        no longer in flight here, and its outbox row stays for the next leader to send."""
+        with self._lock:
+            for r, k, _ in o.log:
+                self.inflight.discard((r, k))
+            self.inflight.discard((o.message.receiver, o.message.group_key))
+
     def done(self, o: Outgoing, ok: bool | Delivery) -> None:
         """The Sender reports back: on success the log learns what the receiver was told."""
         self.done_many([(o, ok)])

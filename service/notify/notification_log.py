@@ -185,6 +185,13 @@ class NotificationLog(StateStore):
                 "SELECT receiver, group_key FROM nflog WHERE firing != '{}'").fetchall()
         return [(r[0], r[1]) for r in rows]
 
+    def last_sent(self) -> dict[str, float]:
+        """Per receiver, when it was last told anything (by whichever replica led then)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT receiver, max(sent_at) FROM nflog GROUP BY receiver").fetchall()
+        return {str(r[0]): float(r[1]) for r in rows}
+
     def prune(self, before: float) -> int:
         """Forget groups that were last told everything resolved before `before`, and outbox
         rows older than that (a message nobody resent for so long is history)."""

@@ -42,8 +42,16 @@ class Sender:
     def __init__(self, receivers: Mapping[str, Notifier], dispatcher: Dispatcher, *,
                  retry_initial_s: float = 1.0, retry_max_s: float = 60.0,
                  timeout_s: float = 30.0, background: bool = True,
-                 sleep: Sleep = asyncio.sleep, concurrency: int = 20) -> None:
+                 sleep: Sleep = asyncio.sleep, concurrency: int = 20,
+                 may_send: Callable[[], bool] = lambda: True) -> None:
+        """`may_send`: whether this replica may still notify (it holds the leader lease, by
+        its own clock), asked before every attempt: a leader that was paused or cut off
+        past its lease resumes without sending what it had queued or was retrying; those
+        messages stay in the shared outbox, for whoever leads now to send."""
         self.receivers = dict(receivers)
+        self.may_send = may_send
+        self.abandoned = 0  # messages left to the next leader
+        self.last_sent_at: float | None = None  # wall time of the newest delivery from here
         self.dispatcher = dispatcher
         self.retry_initial_s = retry_initial_s
         self.retry_max_s = retry_max_s
@@ -76,6 +84,12 @@ class Sender:
         with self._lock:
             self._pending.add(fut)
         fut.add_done_callback(self._forget)
+
+    @property
+    def running(self) -> bool:
+        """Whether messages submitted now would be sent: the sending thread is alive (inline
+        senders always are)."""
+        return self._thread is None or (self._loop is not None and self._thread.is_alive())
 
     def _forget(self, fut: Future[None]) -> None:
         with self._lock:
@@ -132,6 +146,13 @@ class Sender:
         attempts = 0
         delay = self.retry_initial_s
         while True:
+            if not self.may_send():
+                self.dispatcher.abandon(o)
+                with self._lock:
+                    self.abandoned += 1
+                log.warning("notification to %s not sent: this replica no longer leads; it "
+                            "stays in the outbox for the leader", msg.receiver)
+                return
             attempts += 1
             if receiver is None:
                 d = Delivery(False, False, f"no receiver named {msg.receiver!r}")
@@ -153,6 +174,7 @@ class Sender:
             tally[msg.receiver, kind] = tally.get((msg.receiver, kind), 0) + 1
             if d.ok:
                 self.sent += 1
+                self.last_sent_at = time.time()
             else:
                 self.failed += 1
         if not d.ok:

@@ -88,6 +88,11 @@ def test_ready_once_scored_with_every_collector_up(settings: Settings) -> None:
         body = r.json()
         model = body.pop("model")
         assert set(body.pop("detectors")) == {"hard", "chassis", "dynamic", "lstm"}
+        # One process on its own file leads, and its sender and remediation run.
+        assert body.pop("cluster") == {
+            "leader": {"replica": "self", "epoch": 0, "since": None}, "leading": True,
+            "leading_since": None, "dispatcher_running": True, "remediation_running": True,
+            "last_notified": {}}
         assert body == {"ready": True, "reasons": [],
                         "collectors": {"fleet": {"up": True, "reason": "", "exhausted": False}}}
         # The shipped model is the default; a model is never a readiness condition.
