@@ -283,9 +283,15 @@ class Dispatcher:
         firing = {fp: Told(r.level, r.alert_id, r.revision, now) for fp, r in g.alerts.items()}
         resolved_refs: list[AlertRef] = []
         for fp, was in (entry.firing.items() if entry else ()):
-            if fp in firing or fp in g.muted:
+            now_firing = firing.get(fp)
+            if fp in g.muted or (now_firing is not None and now_firing.alert_id == was.alert_id):
                 continue
-            a = by_fp.get(fp) or self.alerts.get(was.alert_id)
+            # The episode the receiver was told of has ended, even where the same fingerprint
+            # fires again as a new one: its resolve names that episode (its start), not the
+            # newest alert of the fingerprint.
+            a = by_fp.get(fp)
+            if a is None or a.id != was.alert_id:
+                a = self.alerts.get(was.alert_id)
             if a is None:
                 continue
             resolved_refs.append(ref_of(a, self.cluster, self.settings.external_url,

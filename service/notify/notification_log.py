@@ -47,8 +47,10 @@ class Told(NamedTuple):
     at: float = 0.0  # when it was first told this level and revision
 
     def same(self, other: Told) -> bool:
-        """Whether `other` (the alert now) says nothing new to a receiver told `self`."""
-        return self.level == other.level and (
+        """Whether `other` (the alert now) says nothing new to a receiver told `self`: the same
+        episode (another alert under the same fingerprint is a new one: the storm that ended
+        and came back within a group interval) at the same level and revision."""
+        return self.alert_id == other.alert_id and self.level == other.level and (
             self.revision is None or other.revision is None or self.revision == other.revision)
 
 

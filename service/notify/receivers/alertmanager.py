@@ -115,7 +115,12 @@ def payload(msg: Message, now: float, resolve_timeout_s: float, told: dict[str, 
     fingerprint that this message shows with other labels is resolved now."""
     body: list[dict[str, Any]] = []
     changes: dict[str, LabelSet | None] = {}
+    # A fingerprint that ended and fires again as a new episode comes as both: Alertmanager
+    # holds one alert per label set, which the new episode continues.
+    again = {a.fingerprint for a in msg.alerts if a.status == "firing"}
     for a in msg.alerts:
+        if a.status != "firing" and a.fingerprint in again:
+            continue
         entry = am_alert(a, now, resolve_timeout_s)
         body.append(entry)
         old = told.get(a.fingerprint)
