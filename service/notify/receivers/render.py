@@ -58,6 +58,8 @@ def _facts(a: AlertRef) -> list[tuple[str, str]]:
     ]
     if a.ends_at is not None:
         facts.append(("ended", utc_text(a.ends_at)))
+    if board := a.annotations.get("board"):  # the GPU board, for an RMA (service.notify.refs)
+        facts.append(("board", board))
     return facts
 
 

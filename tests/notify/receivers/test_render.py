@@ -58,3 +58,13 @@ def test_one_line_and_spoken_summaries() -> None:
     said = spoken(m)
     assert said.index("gpu5") < said.index("gpu3")  # the riskiest first
     assert spoken(resolved(m)) == "gpuhealth. Resolved on node node-7: 2 alert(s) cleared."
+
+
+def test_a_gpu_alert_names_its_board_in_mail_text_and_html() -> None:
+    board = ("NVIDIA H100 80GB HBM3 serial 1654922031230, UUID GPU-5b1e7c2a-93d4-4f0e-a1b2-"
+             "0c3d4e5f6a70, bus 00000000:12:00.0")
+    a = alert("gpu3")
+    a = replace(a, annotations={**a.annotations, "board": board})
+    assert f"    board: {board}" in text_body(message(a))
+    assert f"<td>{html.escape(board)}</td>" in html_body(message(a))
+    assert "board:" not in text_body(message(alert("gpu3")))  # none said, none shown
