@@ -177,7 +177,13 @@ class Pipeline:
         rest: dict[str, GpuIdentity] = {}
         gpus = self.store[Scope.GPU]
         for key, ident in said.items():
-            (held if gpus.slot(Entity.parse(key)) is not None else rest)[key] = ident
+            try:
+                gpu = Entity.parse(key)
+            except ValueError:  # the parsers name GPUs only; a plugin's batch may not
+                log.info("identity of %r dropped: not a GPU key", key[:80])
+                continue
+            if gpu.scope is Scope.GPU:
+                (held if gpus.slot(gpu) is not None else rest)[key] = ident
         return held, rest
 
     @property
