@@ -77,7 +77,7 @@ class Pipeline:
         self.forgetting = Forgetting(
             self.store, self.machine, self.fleet,
             [self.scorer, *([self.roles] if self.roles is not None else [])],
-            owns_store=self.owns_store)
+            owns_store=self.owns_store, nodes_gone=parts.identities.forget_nodes)
         self._layout = self._store_layout()
         self.risk: RiskState | None = None
         self.stats = Stats()

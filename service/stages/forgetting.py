@@ -8,7 +8,7 @@ owner."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -32,8 +32,12 @@ class Follows(Protocol):
 class Forgetting:
     def __init__(self, store: WindowStore, machine: AlertMachine, fleet: FleetAlerts,
                  followers: Sequence[Follows], *, owns_store: bool,
-                 every_s: float = FORGET_EVERY_S) -> None:
+                 every_s: float = FORGET_EVERY_S,
+                 nodes_gone: Callable[[set[str]], None] | None = None) -> None:
+        """`nodes_gone`: told of the nodes a forgetting left without any entity (their GPUs'
+        boards are forgotten in memory)."""
         self.store, self.machine, self.fleet = store, machine, fleet
+        self.nodes_gone = nodes_gone
         self.followers, self.owns_store, self.every_s = list(followers), owns_store, every_s
         self.generation = store.generation  # of the store's forgetting this has followed
         self._at = -np.inf
@@ -46,6 +50,8 @@ class Forgetting:
         done = self.store.forget(now)
         if done is not None:
             self.fleet.history.forget(set(self.store.registry.nodes))
+            if done.nodes_dropped and self.nodes_gone is not None:
+                self.nodes_gone(set(done.nodes_dropped))
             log.info("forgot %s; nodes without entities left: %d",
                      ", ".join(f"{len(d)} {sc}" for sc, d in done.dropped.items() if d),
                      len(done.nodes_dropped))

@@ -140,9 +140,10 @@ class GpuIdentities(StateStore):
             log.log(level, "GPU %s %s: %s", c.entity, c.kind, c.why)
         return out
 
-    def forget(self, node: str) -> None:
-        """Forget a node's slots in memory (the table keeps their history)."""
-        for key in [k for k in self._boards if k.startswith(node + ":")]:
+    def forget_nodes(self, nodes: set[str]) -> None:
+        """Forget the slots of nodes the window store forgot, in memory (the table keeps
+        their boards: a node that comes back with the same boards finds its rows)."""
+        for key in [k for k in self._boards if k.rpartition(":")[0] in nodes]:
             del self._boards[key]
 
     def _one(self, entity: str, ident: GpuIdentity, now: float) -> Change | None:

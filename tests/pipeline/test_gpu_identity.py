@@ -103,3 +103,18 @@ def test_two_replicas_on_one_table_write_each_board_once(tmp_path: Path) -> None
     assert [b.identity for b in three.boards("n1:gpu0")] == [A, B]
     for s in (one, two, three):
         s.close()
+
+
+def test_a_forgotten_node_is_forgotten_in_memory_and_finds_its_row_again(
+        tmp_path: Path) -> None:
+    db = str(tmp_path / "state.db")
+    ids = GpuIdentities(db)
+    ids.observe({"n1:gpu0": A, "n10:gpu0": C}, 1000.0)
+    ids.forget_nodes({"n1"})
+    assert ids.current("n1:gpu0") is None and ids.current("n10:gpu0") == C
+    [c] = ids.observe({"n1:gpu0": A}, 2000.0)  # it comes back with the same board
+    assert c.kind == "new" and ids.current("n1:gpu0") == A
+    ids.close()
+    again = GpuIdentities(db)
+    assert [b.identity for b in again.boards("n1:gpu0")] == [A]  # one row, not two
+    again.close()
