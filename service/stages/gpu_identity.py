@@ -53,6 +53,11 @@ CREATE TABLE IF NOT EXISTS gpu_boards (
 CREATE INDEX IF NOT EXISTS gpu_boards_node ON gpu_boards (node);
 """
 MAX_BOARDS = 8  # per slot, remembered in memory (the table keeps them all)
+# Changes a slot may make in an hour. Two sources that disagree (an exporter numbering GPUs
+# otherwise than nvidia-smi, two spellings of one model) would flip a slot every round, a row
+# write and an InfluxDB point each time: past the budget a slot's changes are held (and said,
+# once an hour) until the hour has room again.
+MAX_CHANGES_PER_HOUR = 6
 Kind = Literal["new", "changed", "swapped", "renumbered"]
 
 
@@ -80,6 +85,9 @@ class GpuIdentities(StateStore):
         super().__init__(target, SCHEMA)
         self._boards: dict[str, list[Board]] = {}
         self.late = 0  # identities ignored as older than the one held
+        self.held = 0  # changes held back by a slot's hourly budget
+        self._changes: dict[str, list[float]] = {}  # slot -> times of its recent changes
+        self._warned: dict[str, float] = {}
         self._load()
 
     def _load(self) -> None:
@@ -135,6 +143,7 @@ class GpuIdentities(StateStore):
             change = self._one(entity, said[entity], now)
             if change is not None:
                 out.append(change)
+                self._spent(entity, now)
         for c in out:
             level = logging.WARNING if c.kind == "swapped" else logging.INFO
             log.log(level, "GPU %s %s: %s", c.entity, c.kind, c.why)
@@ -145,6 +154,24 @@ class GpuIdentities(StateStore):
         their boards: a node that comes back with the same boards finds its rows)."""
         for key in [k for k in self._boards if k.rpartition(":")[0] in nodes]:
             del self._boards[key]
+
+    def _spent(self, entity: str, now: float) -> None:
+        times = self._changes.setdefault(entity, [])
+        times.append(now)
+        del times[:-MAX_CHANGES_PER_HOUR]
+
+    def _budget_left(self, entity: str, now: float, what: str) -> bool:
+        """Whether the slot may change again now; past its budget, say so once an hour."""
+        times = self._changes.get(entity, [])
+        if len(times) < MAX_CHANGES_PER_HOUR or now - times[0] >= 3600.0:
+            return True
+        self.held += 1
+        if now - self._warned.get(entity, -float("inf")) >= 3600.0:
+            self._warned[entity] = now
+            log.warning("GPU %s: its sources keep changing its identity (%d changes within "
+                        "an hour; now %s): further changes are held for the hour; check that "
+                        "every source numbers the node's GPUs alike", entity, len(times), what)
+        return False
 
     def _one(self, entity: str, ident: GpuIdentity, now: float) -> Change | None:
         if not ident:
@@ -162,7 +189,11 @@ class GpuIdentities(StateStore):
             merged = old.merged(ident)
             if merged == old:
                 return None
+            if not self._budget_left(entity, now, _diff(old, merged)):
+                return None
             return self._write(entity, merged, now, "changed", _diff(old, merged))
+        if not self._budget_left(entity, now, other):
+            return None
         moved = self._held_elsewhere(entity, ident)
         if moved is not None:
             return self._write(entity, ident, now, "renumbered",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from collectors.identity import GpuIdentity
-from service.stages.gpu_identity import GpuIdentities
+from service.stages.gpu_identity import MAX_BOARDS, MAX_CHANGES_PER_HOUR, GpuIdentities
 
 A = GpuIdentity(uuid="GPU-513536b6-7d19-9063-b049-1e69664bb298", serial="1650522003820",
                 model="NVIDIA A100-SXM4-80GB", at=100.0)
@@ -118,3 +118,22 @@ def test_a_forgotten_node_is_forgotten_in_memory_and_finds_its_row_again(
     again = GpuIdentities(db)
     assert [b.identity for b in again.boards("n1:gpu0")] == [A]  # one row, not two
     again.close()
+
+
+def test_sources_that_disagree_cannot_flip_a_slot_every_round() -> None:
+    """Two sources numbering one node's GPUs otherwise: the slot would flip each round, a row
+    and an InfluxDB point each time. Past its hourly budget a slot's changes are held."""
+    ids = GpuIdentities()
+    flips = 0
+    for k in range(60):  # five minutes of 5-s rounds, the two boards in turn
+        board = (A if k % 2 else B)
+        changes = ids.observe({"n1:gpu0": GpuIdentity(uuid=board.uuid, serial=board.serial,
+                                                      at=100.0 + 5 * k)}, 1000.0 + 5 * k)
+        flips += len(changes)
+    assert flips == MAX_CHANGES_PER_HOUR
+    # Of the 54 rounds after the budget ran out, every other one says the board held anyway.
+    assert ids.held == (60 - MAX_CHANGES_PER_HOUR) // 2
+    assert len(ids.boards("n1:gpu0")) <= MAX_BOARDS
+    # An hour on, the slot may change again.
+    [c] = ids.observe({"n1:gpu0": GpuIdentity(serial="1650522000777", at=10_000.0)}, 10_000.0)
+    assert c.kind == "swapped"
