@@ -170,7 +170,8 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
         parts.census = Census(db, c.shard_id or "default", max_age_s=c.lease_ttl_s * 4)
     parts.model = _model_of(detectors)
     parts.notification = _notification(s, w, alerts, db, parts.identities)
-    parts.remediation, parts.controller = _remediation(s, w, alerts, db, parts.fleet_count.size)
+    parts.remediation, parts.controller = _remediation(s, w, alerts, db, parts.fleet_count.size,
+                                                       leads_alone=parts.cluster is SOLE)
     if w.sample_history and s.storage.write_samples:
         parts.sinks.append(SQLiteSink(s.storage.sqlite_path,
                                       retention_s=s.storage.sample_retention_days * 86400.0))
@@ -227,12 +228,15 @@ def _notification(s: Settings, w: Wiring, alerts: AlertStore, db: str,
 
 
 def _remediation(s: Settings, w: Wiring, alerts: AlertStore, db: str,
-                 fleet_size: Callable[[], int]
+                 fleet_size: Callable[[], int], *, leads_alone: bool
                  ) -> tuple[Remediation | None, RemediationController | None]:
     if w.remediation is not None:
         given = w.remediation
         return given, given.controller if isinstance(given, Remediator) else None
     if not w.remediate:
         return None, None
-    built = build_remediation(s.remediation, alerts, db, fleet_size)
+    # Alone, the process leads from its start and settles what its last life left running; a
+    # replica does that when it becomes the leader (service.cluster.replica), never at its
+    # start as a standby, where it would re-plan the live leader's actions in flight.
+    built = build_remediation(s.remediation, alerts, db, fleet_size, reconcile=leads_alone)
     return built, built.controller if built is not None else None

@@ -109,12 +109,14 @@ def remediate(rem: Acts, changed: Sequence[tuple[Transition, Alert]], now: float
 
 def build_remediation(settings: RemediationSettings, alerts: AlertStore, db: str,
                       fleet_size: Callable[[], int], *, hook: Hook | None = None,
-                      now: float | None = None) -> Remediator | None:
-    """None when remediation is off. Reconciles actions a restart interrupted."""
+                      now: float | None = None, reconcile: bool = True) -> Remediator | None:
+    """None when remediation is off. `reconcile`: settle the actions a restart interrupted
+    now (one process alone); a replica leaves that to when it leads."""
     if settings.mode == "off":
         return None
     chosen = hook if hook is not None else build_hook(settings.hook, settings.hook_config)
     controller = RemediationController(ActionStore(db), chosen, settings, AlertRecheck(alerts),
                                        fleet_size)
-    controller.reconcile(time.time() if now is None else now)
+    if reconcile:
+        controller.reconcile(time.time() if now is None else now)
     return Remediator(controller)
