@@ -16,8 +16,8 @@ from service.cluster.roles import LeasedRoles
 from service.remediation.actions import ActionState, ActionStore
 from service.settings import Settings
 from tests.remediation_controller.conftest import T0, migration
-from tests.remediation_controller.test_replicas import Replica
 from tests.remediation_controller.scheduler_model import SchedulerModel
+from tests.remediation_controller.test_replicas import Replica
 
 
 def test_a_standby_starting_does_not_replan_the_leaders_action_in_flight(
