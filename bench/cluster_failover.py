@@ -162,6 +162,8 @@ def wait_for(what: str, cond: Any, timeout_s: float = PAGE_TIMEOUT_S) -> float |
 
 class FailoverRun:
     def __init__(self, stack: ClusterStack, nodes: int, gpus: int) -> None:
+        if nodes < 2:
+            raise ValueError("the failover run needs two nodes (a DBE and an Xid on each)")
         self.stack = stack
         self.hosts = [f"ha{i:03d}" for i in range(nodes)]
         self.gpus = gpus
@@ -182,11 +184,15 @@ class FailoverRun:
         self.probe = TruthProbe(self.pair)
         self.probe.start()
 
-    def _next_failure(self, kind: str) -> Failure:
-        f = Failure(self.hosts[self._n % len(self.hosts)], (self._n // len(self.hosts))
-                    % self.gpus, kind)
-        self._n += 1
-        return f
+    def _failures(self) -> tuple[Failure, Failure]:
+        """This round's DBE, on a node of the first half, and its Xid, on one of the second
+        half counted from the end: the node the agents push last, where a sender starved by
+        the dead replica's retries shows first (issue 36). A GPU further each time around."""
+        n, half = len(self.hosts), max(1, len(self.hosts) // 2)
+        i, self._n = self._n, self._n + 1
+        gpu = (i // half) % self.gpus
+        return (Failure(self.hosts[i % half], gpu, "dbe"),
+                Failure(self.hosts[n - 1 - i % half], gpu, "xid79"))
 
     def leader(self) -> tuple[Replica, int] | None:
         held = self.stack.lease(LEADER)
@@ -237,13 +243,14 @@ class FailoverRun:
             self.probe.resume(victim.name)
         log.info("continued %s %.1f s after its SIGSTOP", victim.name,
                  rnd.continued_at - rnd.lost_at)
-        answer = None
         deadline = rnd.continued_at + ANSWER_TIMEOUT_S
-        while answer is None and time.time() < deadline:
+        while time.time() < deadline:
             answer = self.probe.ask(victim)
-        if answer is not None:
-            rnd.answer_s = answer.asked - rnd.continued_at
-            rnd.answer_leading = answer.leading
+            if answer is not None:
+                rnd.answer_s = time.time() - rnd.continued_at
+                rnd.answer_leading = answer.leading
+                break
+            time.sleep(POLL_S)
         self._paged(rnd)
         self._end(rnd)
         old = [n.at for n in self.stack.receiver.of("/notify")
@@ -266,7 +273,7 @@ class FailoverRun:
         other = next(r for r in self.pair if r is not victim)
         rnd = Round(kind=kind, victim=victim.name, epoch=epoch, started=time.time())
         self.result.epochs.append(epoch)
-        dbe, xid = self._next_failure("dbe"), self._next_failure("xid79")
+        dbe, xid = self._failures()
         rnd.failures = [dbe, xid]
         self.result.failures += rnd.failures
         self.agents.inject(dbe)

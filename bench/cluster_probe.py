@@ -33,9 +33,12 @@ CLOCK_SLACK_S = 0.01  # times come back at millisecond precision
 
 
 def instant(v: Any) -> float | None:
-    """An RFC 3339 time of the API (or null) as epoch seconds."""
-    if not v:
+    """A time of the API (or null) as epoch seconds: RFC 3339, as `/v1/cluster` sends it, or
+    epoch seconds, as `/readyz`'s `cluster` field does today (its schema says date-time)."""
+    if v is None or v == "":
         return None
+    if isinstance(v, int | float):
+        return float(v)
     return datetime.fromisoformat(str(v).replace("Z", "+00:00")).timestamp()
 
 

