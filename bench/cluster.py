@@ -157,10 +157,10 @@ def failover_report(fo: dict[str, Any]) -> list[str]:
                         ("page_after_lease_s", "the Xid paged after the lease was taken")):
         d = fo[what]
         lines.append(f"  {label:<40} {d['min']} / {d['median']} / {d['max']}")
-    lines.append(f"{'round':<5} {'kind':<9} {'lost':<14} {'to':<5} {'lease':>6} {'notify':>6} "
+    lines.append(f"{'round':<5} {'kind':<9} {'lost':<15} {'to':<5} {'lease':>6} {'notify':>6} "
                  f"{'page':>6} {'p-lease':>7}  paged resolved dup")
     for i, r in enumerate(fo["each_round"], 1):
-        lines.append(f"{i:<5} {r['kind']:<9} {r['lost']:<14} {r['to']:<5} "
+        lines.append(f"{i:<5} {r['kind']:<9} {r['lost']:<15} {r['to']:<5} "
                      f"{_s(r['lease_s']):>6} {_s(r['notify_s']):>6} {_s(r['page_s']):>6} "
                      f"{_s(r['page_after_lease_s']):>7}  {r['paged']:<5} {r['resolved']:<8} "
                      f"{r['duplicates']}")

@@ -88,7 +88,8 @@ def failover(res: FailoverResult, rounds: int) -> list[Check]:
         Check("failovers completed", len(lease) == rounds == n, f"{len(lease)} of {rounds}"),
         Check(f"lease taken over within {FAILOVER_LIMIT_S:g} s",
               all(x <= FAILOVER_LIMIT_S for x in bounded),
-              f"max {max(bounded) if bounded else None} s", f"median {s['lease_s']['median']} s"),
+              f"max {round(max(bounded), 2) if bounded else None} s",
+              f"median {s['lease_s']['median']} s"),
         Check("first notification after the kill", not silent and n > 0,
               f"max {s['notify_s']['max']} s", f"median {s['notify_s']['median']} s"
               + (f"; none in rounds {', '.join(silent)}" if silent else "")),
