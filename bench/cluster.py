@@ -1,19 +1,25 @@
 """HA and sharding on loopback, with real processes: PostgreSQL, influxd, a webhook receiver that
 records every message, `gpuhealth serve` replicas and simulated node agents.
 
-    python -m bench.cluster [--quick] [--failovers N] [--shards N] [--[no-]add-shard] [--json]
+    python -m bench.cluster [--quick] [--failovers N] [--[no-]starting-round]
+                            [--[no-]partition-round] [--shards N] [--[no-]add-shard] [--json]
 
 Three scenarios (bench/cluster_failover.py, bench/cluster_sharded.py,
 bench/cluster_rebalance.py): an HA pair whose leader is `kill -9`ed mid-incident `--failovers`
-times (the failover time: median and max), then `--shards` shards with a static shard map,
-measured per shard, then (`--add-shard`) three shards with live membership in PostgreSQL, a
-fourth added mid-run, one stopped and one killed (how fast the map moves, how many nodes move,
-the per-shard figures before and after). Prints the invariants as the soak does (bench.soak)
-and exits 1 if one fails, 2 if the stack could not be run. `--quick` (two failovers, short
-leases, a short window, no rebalancing: about 3 minutes) is what the test suite runs
-smaller still (tests/bench_smoke/test_cluster.py); the default is the benchmark
-(docs/design.md, "HA and sharding: measured"). The work directory (every process's log, the
-ledgers, what the receiver got) is removed after a run whose invariants all hold.
+times, then killed while the standby is still starting (`--starting-round`) and paused past
+its lease with SIGSTOP (`--partition-round`), every live replica asked who leads all along
+(the lease, first-notification and page-after-lease times: min, median and max, and per
+round); then `--shards` shards with a static shard map, measured per shard, then
+(`--add-shard`) three shards with live membership in PostgreSQL, a fourth added mid-run, one
+stopped and one killed (how fast the map moves, how many nodes move, the per-shard figures
+before and after). Prints the invariants as the soak does (bench.soak) and exits 1 if one
+fails (a round with no notification, a failure not paged, a lost resolve, a duplicate page, a
+page later than two ticks after the lease moved each break one), 2 if the stack could not be
+run. `--quick` (two failovers, short leases, a short window, no extra rounds, no rebalancing:
+about 3 minutes) is what the test suite runs smaller still (tests/bench_smoke/test_cluster.py,
+tests/bench_smoke/test_cluster_failover.py); the default is the benchmark and the failover
+gate (docs/design.md, "HA and sharding: measured"). The work directory (every process's log,
+the ledgers, what the receiver got) is removed after a run whose invariants all hold.
 """
 
 from __future__ import annotations
@@ -58,20 +64,28 @@ def run(args: argparse.Namespace, root: Path) -> Outcome:
     since = time.time() - 60
     try:
         stack.start()
-        if args.failovers > 0:
+        extra = [k for k, on in (("starting", args.starting_round),
+                                 ("partition", args.partition_round)) if on]
+        if args.failovers + len(extra) > 0:
             fo = FailoverRun(stack, args.ha_nodes, args.gpus)
             try:
                 fo.start()
                 for i in range(args.failovers):
                     log.info("failover %d of %d", i + 1, args.failovers)
-                    fo.round()
+                    fo.kill_round()
+                for kind in extra:
+                    log.info("failover round: %s", kind)
+                    (fo.starting_round if kind == "starting" else fo.partition_round)()
             finally:
                 fo.stop()
                 stack.stop_replicas()
             failures += fo.result.failures
             ledgers.append(root / "ledger-failover.lp")
-            out.checks += verdict.failover(fo.result, args.failovers)
-            info["failover"] = fo.result.summary()
+            out.checks += verdict.failover(fo.result, args.failovers + len(extra))
+            assert fo.probe is not None
+            out.checks += verdict.truth(fo.probe.snapshot(), fo.result)
+            info["failover"] = {**fo.result.summary(), "probe_answers": len(fo.probe.seen),
+                                "probe_unanswered": fo.probe.errors}
         if args.shards > 0:
             sh = ShardedRun(stack, args.shards, args.nodes, args.gpus)
             try:
@@ -116,10 +130,7 @@ def report(out: Outcome) -> str:
     lines = [table(out).split("\n\n")[0], ""]
     fo = out.info.get("failover")
     if fo:
-        lines.append(f"failover ({fo['rounds']} kills of the leader): lease taken over in "
-                     f"median {fo['lease_s']['median']} s, max {fo['lease_s']['max']} s; first "
-                     f"notification median {fo['notify_s']['median']} s, max "
-                     f"{fo['notify_s']['max']} s after the kill")
+        lines += failover_report(fo)
     sh = out.info.get("sharded")
     if sh:
         lines.append(f"sharded: {sh['gpus']} GPUs over {len(sh['shards'])} shards, "
@@ -136,6 +147,24 @@ def report(out: Outcome) -> str:
     if rb:
         lines += rebalance_report(rb)
     return "\n".join(lines)
+
+
+def failover_report(fo: dict[str, Any]) -> list[str]:
+    kinds = ", ".join(f"{n} {k}" for k, n in fo["kinds"].items())
+    lines = [f"failover ({fo['rounds']} rounds: {kinds}), seconds min / median / max:"]
+    for what, label in (("lease_s", "lease taken over after the loss"),
+                        ("notify_s", "first notification after the loss"),
+                        ("page_after_lease_s", "the Xid paged after the lease was taken")):
+        d = fo[what]
+        lines.append(f"  {label:<40} {d['min']} / {d['median']} / {d['max']}")
+    lines.append(f"{'round':<5} {'kind':<9} {'lost':<15} {'to':<5} {'lease':>6} {'notify':>6} "
+                 f"{'page':>6} {'p-lease':>7}  paged resolved dup")
+    for i, r in enumerate(fo["each_round"], 1):
+        lines.append(f"{i:<5} {r['kind']:<9} {r['lost']:<15} {r['to']:<5} "
+                     f"{_s(r['lease_s']):>6} {_s(r['notify_s']):>6} {_s(r['page_s']):>6} "
+                     f"{_s(r['page_after_lease_s']):>7}  {r['paged']:<5} {r['resolved']:<8} "
+                     f"{r['duplicates']}")
+    return lines
 
 
 def rebalance_report(rb: dict[str, Any]) -> list[str]:
@@ -178,6 +207,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true",
                    help="2 failovers, 6/2 s leases, a 4-round window (about 3 minutes)")
     p.add_argument("--failovers", type=int, help="kills of the leader (default 10; 0: none)")
+    p.add_argument("--starting-round", action=argparse.BooleanOptionalAction,
+                   help="after the kills, kill the leader while the standby is restarting "
+                   "(default: on, off with --quick)")
+    p.add_argument("--partition-round", action=argparse.BooleanOptionalAction,
+                   help="after the kills, pause the leader (SIGSTOP) past its lease, then "
+                   "continue it (default: on, off with --quick)")
     p.add_argument("--shards", type=int, default=3, help="shards of the sharded run (0: none)")
     p.add_argument("--nodes", type=int, help="nodes of the sharded run (default 48)")
     p.add_argument("--ha-nodes", type=int, default=6, help="nodes of the HA pair's fleet")
@@ -200,10 +235,11 @@ def parser() -> argparse.ArgumentParser:
 def settle(args: argparse.Namespace) -> argparse.Namespace:
     """The defaults of the form asked for (--quick or the full one)."""
     # The rebalancing scenario costs about 4 minutes at the quick size: past --quick's budget.
+    # The extra failover rounds cost about a kill round each: past --quick's budget too.
     quick = {"failovers": 2, "nodes": 12, "rounds": 4, "lease_ttl": 6.0, "lease_renew": 2.0,
-             "add_shard": False}
+             "add_shard": False, "starting_round": False, "partition_round": False}
     full = {"failovers": 10, "nodes": 48, "rounds": 12, "lease_ttl": 15.0, "lease_renew": 5.0,
-            "add_shard": True}
+            "add_shard": True, "starting_round": True, "partition_round": True}
     for k, v in (quick if args.quick else full).items():
         if getattr(args, k) is None:
             setattr(args, k, v)

@@ -216,6 +216,13 @@ class ClusterStack:
             + "' AND expires_at > EXTRACT(EPOCH FROM clock_timestamp())")
         return (str(rows[0][0]), int(rows[0][1])) if rows else None
 
+    def lease_taken(self, name: str) -> tuple[str, int, float] | None:
+        """(holder, epoch, acquired_at) of lease `name` as the row says, held or run out; the
+        time on the database's clock (this machine's: PostgreSQL is on loopback)."""
+        rows = self.query("SELECT holder, epoch, acquired_at FROM cluster_lease WHERE name = '"
+                          + name.replace("'", "''") + "'")
+        return (str(rows[0][0]), int(rows[0][1]), float(rows[0][2])) if rows else None
+
     def shard_map(self) -> tuple[int, dict[str, str]]:
         """(epoch, shard id -> URL) of the map the leader published; (0, {}) before one."""
         rows = self.query("SELECT epoch, members FROM cluster_map WHERE name = 'shards'")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from bench import soak_verdict
 from bench.cluster_agents import Failure
-from bench.cluster_failover import FailoverResult
+from bench.cluster_failover import FailoverResult, Round
+from bench.cluster_probe import Seen, double_claims, notified_moved, stale_claims, wrong_holder
 from bench.cluster_rebalance import RebalanceResult
 from bench.cluster_sharded import ShardedResult
 from bench.soak_ledger import Push, read, sent_samples
@@ -19,6 +20,8 @@ from bench.soak_receiver import Received
 from bench.soak_verdict import Check
 
 FAILOVER_LIMIT_S = 30.0  # the issue's bound: a standby takes over within 30 s
+TICK_SLACK_S = 1.0  # a new leader pages within two ticks of taking the lease, plus this
+CONTINUED_ANSWER_S = 5.0  # a continued leader says it no longer leads within this
 SAMPLE_CHECKS = ("samples lost in InfluxDB", "samples doubled in InfluxDB",
                  "refused beyond the bad lines")
 
@@ -62,21 +65,99 @@ def actions(calls: list[Received]) -> Check:
 
 
 def failover(res: FailoverResult, rounds: int) -> list[Check]:
-    lease, notify = res.times("lease_s"), res.times("notify_s")
+    """`rounds`: the rounds planned (kills and the other kinds). Each round-level failure
+    breaks a check of its own: no notification after the loss, a failure not paged, a resolve
+    not delivered, a page carried twice, a page later than two ticks after the new leader took
+    the lease."""
+    lease = res.times("lease_s")
     kept = sum(r.breaker_kept for r in res.rounds)
     epochs_up = all(b > a for a, b in zip(res.epochs, res.epochs[1:], strict=False))
     s = res.summary()
-    return [
-        Check("failovers completed", len(lease) == rounds == len(res.rounds),
-              f"{len(lease)} of {rounds}"),
+    # A replica still starting takes the lease when it is up: the 30-s bound is for a standby.
+    bounded = [x for r in res.rounds if r.kind != "starting" and (x := r.lease_s) is not None]
+    bound = 2 * res.step_s + TICK_SLACK_S
+    late = [f"{i}:{r.kind}" for i, r in enumerate(res.rounds, 1)
+            if (x := r.page_after_lease_s) is None or x > bound]
+    unpaged = [f"{i}:{r.kind}" for i, r in enumerate(res.rounds, 1) if r.paged < len(r.failures)]
+    unresolved = [f"{i}:{r.kind}" for i, r in enumerate(res.rounds, 1)
+                  if r.resolved < len(r.failures)]
+    doubled = [f"{i}:{r.kind}" for i, r in enumerate(res.rounds, 1) if r.duplicates]
+    silent = [f"{i}:{r.kind}" for i, r in enumerate(res.rounds, 1) if r.notify_s is None]
+    n = len(res.rounds)
+    out = [
+        Check("failovers completed", len(lease) == rounds == n, f"{len(lease)} of {rounds}"),
         Check(f"lease taken over within {FAILOVER_LIMIT_S:g} s",
-              bool(lease) and max(lease) <= FAILOVER_LIMIT_S,
-              f"max {s['lease_s']['max']} s", f"median {s['lease_s']['median']} s"),
-        Check("first notification after the kill", len(notify) == len(res.rounds),
-              f"max {s['notify_s']['max']} s", f"median {s['notify_s']['median']} s"),
-        Check("breaker state intact across the kill", kept == len(res.rounds),
-              f"{kept} of {len(res.rounds)}"),
+              all(x <= FAILOVER_LIMIT_S for x in bounded),
+              f"max {round(max(bounded), 2) if bounded else None} s",
+              f"median {s['lease_s']['median']} s"),
+        Check("first notification after the kill", not silent and n > 0,
+              f"max {s['notify_s']['max']} s", f"median {s['notify_s']['median']} s"
+              + (f"; none in rounds {', '.join(silent)}" if silent else "")),
+        Check("failover rounds: every failure paged", not unpaged and n > 0,
+              f"{n - len(unpaged)} of {n} rounds", ", ".join(unpaged)),
+        Check("failover rounds: every resolve delivered", not unresolved and n > 0,
+              f"{n - len(unresolved)} of {n} rounds", ", ".join(unresolved)),
+        Check("failover rounds: no page carried twice", not doubled,
+              f"{sum(r.duplicates for r in res.rounds)}", ", ".join(doubled)),
+        Check("paged within two ticks of taking the lease", not late and n > 0,
+              f"max {s['page_after_lease_s']['max']} s",
+              f"limit {bound:g} s; median {s['page_after_lease_s']['median']} s"
+              + (f"; late or never in rounds {', '.join(late)}" if late else "")),
+        Check("breaker state intact across the kill", kept == n, f"{kept} of {n}"),
         Check("leader epoch rose each round", epochs_up, " ".join(map(str, res.epochs))),
+    ]
+    for r in res.rounds:
+        if r.kind == "starting":
+            out.append(Check("starting round: the replica still starting took the lease",
+                             bool(r.still_starting) and r.to != "" and r.to != r.victim,
+                             r.to or "nobody", f"it answered /healthz at the kill: "
+                             f"{'no' if r.still_starting else 'yes'}"))
+        if r.kind == "partition":
+            out += partition(r)
+    return out
+
+
+def partition(r: Round) -> list[Check]:
+    """Fencing: the paused leader sends nothing once the next one took the lease, and says it
+    does not lead as soon as it runs again."""
+    return [
+        Check("partition: the old leader sent nothing after the new lease",
+              r.acquired_at is not None and r.old_sent_after_lease == 0
+              and r.old_sent_after_continue == 0,
+              f"{r.old_sent_after_lease} after the lease, {r.old_sent_after_continue} after "
+              "SIGCONT", "notifications whose externalURL is the old leader's"),
+        Check("partition: the old leader says it does not lead once continued",
+              r.answer_leading is False and r.answer_s is not None
+              and r.answer_s <= CONTINUED_ANSWER_S,
+              f"{'leading' if r.answer_leading else 'not leading'} after "
+              f"{r.answer_s if r.answer_s is None else round(r.answer_s, 1)} s",
+              f"limit {CONTINUED_ANSWER_S:g} s"),
+    ]
+
+
+def truth(seen: list[Seen], res: FailoverResult) -> list[Check]:
+    """What the replicas said about who leads (bench.cluster_probe), against what the rounds
+    measured."""
+    taken = [a for r in res.rounds if (a := r.acquired_at) is not None]
+    stale = stale_claims(seen, taken)
+    doubles = double_claims(seen)
+    wrong = wrong_holder(seen)
+    claims = sum(s.claims for s in seen)
+    paged = [r for r in res.rounds if r.page_at is not None]
+    unmoved = [f"{i}:{r.kind}" for i, r in enumerate(res.rounds, 1) if r.page_at is not None
+               and not notified_moved(seen, r.lost_at, r.page_at, r.ended)]
+    return [
+        Check("/v1/cluster: never two leaders", not stale and doubles == 0 and claims > 0,
+              f"{len(stale)} stale claims, {doubles} sweeps with two",
+              f"{len(seen)} answers, {claims} claiming the lead"
+              + "".join(f"; {s.replica} at {s.asked:.1f}" for s in stale[:3])),
+        Check("/v1/cluster: the replica leading holds the lease", not wrong and claims > 0,
+              f"{len(wrong)} of {sum(s.leading for s in seen)}",
+              "".join(f"{s.replica} said it leads, the lease names {s.holder or 'nobody'}; "
+                      for s in wrong[:3])),
+        Check("/v1/cluster: last_notified moved after each round's page",
+              not unmoved and len(paged) == len(res.rounds) > 0,
+              f"{len(paged) - len(unmoved)} of {len(res.rounds)} rounds", ", ".join(unmoved)),
     ]
 
 

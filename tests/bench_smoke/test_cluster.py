@@ -32,9 +32,10 @@ EXPECTED = ("failovers completed", "lease taken over within 30 s",
 @pytest.mark.skipif(POSTGRES is None or INITDB is None, reason=MISSING)
 def test_tiny_cluster_run_holds_every_invariant(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.cluster", "--failovers", "1", "--ha-nodes", "2",
-         "--shards", "2", "--nodes", "4", "--gpus", "2", "--rounds", "2", "--lease-ttl", "3",
-         "--lease-renew", "1", "--resolve-s", "6", "--no-add-shard", "--json",
+        [sys.executable, "-m", "bench.cluster", "--failovers", "1", "--no-starting-round",
+         "--no-partition-round", "--ha-nodes", "2", "--shards", "2", "--nodes", "4", "--gpus",
+         "2", "--rounds", "2", "--lease-ttl", "3", "--lease-renew", "1", "--resolve-s", "6",
+         "--no-add-shard", "--json",
          "--dir", str(tmp_path / "run")],
         cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S, check=False)
     assert proc.returncode in (0, 1), f"the stack did not run:\n{proc.stderr[-4000:]}"
