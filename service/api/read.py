@@ -64,7 +64,7 @@ def readyz(st: State) -> JSONResponse:
                      model=model_out(st.pipeline), detectors={
                          n: DetectorOut(ok=not h.failing, errors=h.errors, reason=h.reason)
                          for n, h in st.pipeline.scorer.health.items()}, cluster=truth)
-    return JSONResponse(body.model_dump(), status_code=503 if reasons else 200)
+    return JSONResponse(body.model_dump(mode="json"), status_code=503 if reasons else 200)
 
 
 @router.get("/v1/collectors", tags=["probes"], response_model=dict[str, CollectorOut],

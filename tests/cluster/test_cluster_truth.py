@@ -9,10 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
+from service.api.app import create_app
 from service.api.cluster_truth import cluster_truth, truth_problems
+from service.settings import Settings
 from tests.cluster.test_failover_roles import TTL, Dial, _replica
 from tests.pipeline.builders import Rounds
+from tests.support.fleet import ManualClock
 
 T0 = 1_700_000_000.0
 
@@ -68,3 +72,24 @@ def test_a_leader_whose_sender_stopped_is_not_ready(tmp_path: Path, state_target
     finally:
         roles_a.close()
         a.close()
+
+
+def test_readyz_writes_when_a_receiver_was_told_as_rfc3339(settings: Settings) -> None:
+    """The schema says date-time: /readyz writes its times as /v1/cluster does, not as epoch
+    floats."""
+    clock = ManualClock(T0)
+    with TestClient(create_app(settings, clock=clock, schedule=False)) as client:
+        st = client.app.state.gpuhealth  # type: ignore[attr-defined]
+        for k in range(3):  # a double-bit ECC error: the record receiver is told at once
+            clock.now = T0 + 5 * k
+            r = client.post("/write", content=f"gpu,host=n1,gpu=0 ecc_dbe_volatile=1i "
+                                              f"{round(clock.now * 1e9)}\n")
+            assert r.status_code == 204, r.text
+            st.scheduler.score_once()
+        note = st.pipeline.notification
+        assert note is not None and note.sender.wait(10)
+        ready = client.get("/readyz").json()["cluster"]
+        cluster = client.get("/v1/cluster").json()
+    assert ready["last_notified"] == cluster["last_notified"]
+    told = ready["last_notified"]["record"]
+    assert isinstance(told, str) and told.endswith("Z")
