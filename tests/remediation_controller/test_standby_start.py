@@ -9,21 +9,20 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import pytest
-
 from service.assembly import Wiring, build_parts
 from service.cluster.roles import LeasedRoles
 from service.remediation.actions import ActionState, ActionStore
 from service.settings import Settings
+from tests.postgres import PostgresServer
 from tests.remediation_controller.conftest import T0, migration
 from tests.remediation_controller.scheduler_model import SchedulerModel
 from tests.remediation_controller.test_replicas import Replica
 
 
 def test_a_standby_starting_does_not_replan_the_leaders_action_in_flight(
-        state_target: str, tmp_path: Path) -> None:
-    if not state_target.startswith("postgresql"):
-        pytest.skip("replicas share PostgreSQL; one SQLite file has one process")
+        postgres_server: PostgresServer, tmp_path: Path) -> None:
+    # Replicas share PostgreSQL (one SQLite file has one process, which leads alone).
+    state_target = postgres_server.fresh_schema()
     leader = Replica(state_target, SchedulerModel(4))
     leader.hook.gate = threading.Event()  # the drain hangs in the hook, in flight
     try:
