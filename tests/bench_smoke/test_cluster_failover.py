@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.postgres import INITDB, MISSING, POSTGRES
+from tests.support.bench_run import run_bench
 
 REPO = Path(__file__).resolve().parents[2]
 HANG_GUARD_S = 600  # a hung stack fails the test instead of blocking the suite
@@ -40,12 +40,12 @@ ROUND_CHECKS = ("failovers completed", "first notification after the kill",
                     reason="influxd is not installed (Debian: apt-get install influxdb)")
 @pytest.mark.skipif(POSTGRES is None or INITDB is None, reason=MISSING)
 def test_the_restarted_replica_pages_when_it_takes_over(tmp_path: Path) -> None:
-    proc = subprocess.run(
+    proc = run_bench(
         [sys.executable, "-m", "bench.cluster", "--failovers", "2", "--no-starting-round",
          "--no-partition-round", "--ha-nodes", "6", "--gpus", "2", "--lease-ttl", "3",
          "--lease-renew", "1", "--resolve-s", "6", "--shards", "0", "--no-add-shard", "--json",
          "--dir", str(tmp_path / "run")],
-        cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S, check=False)
+        REPO, HANG_GUARD_S)
     assert proc.returncode in (0, 1), f"the stack did not run:\n{proc.stderr[-4000:]}"
     report = json.loads(proc.stdout)
     checks = {c["name"]: c for c in report["invariants"]}

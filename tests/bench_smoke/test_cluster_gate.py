@@ -45,7 +45,7 @@ def test_good_rounds_hold_every_invariant() -> None:
 
 
 def test_each_round_level_failure_breaks_its_own_invariant() -> None:
-    cases = {
+    cases: dict[str, dict[str, float | int | None]] = {
         "first notification after the kill": {"notify_s": None},
         "failover rounds: every failure paged": {"paged": 1},
         "failover rounds: every resolve delivered": {"resolved": 1},

@@ -7,23 +7,23 @@ written)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from bench.fuzz_run_surfaces import CLASSES
+from tests.support.bench_run import run_bench
 
 REPO = Path(__file__).resolve().parents[2]
 HANG_GUARD_S = 600  # a hung service fails the test instead of blocking the suite
 
 
 def _fuzz(tmp_path: Path, *extra: str) -> tuple[int, dict[str, object]]:
-    proc = subprocess.run(
+    proc = run_bench(
         [sys.executable, "-m", "bench.fuzz", "--inputs", "3000", "--json",
          "--dir", str(tmp_path / "fuzz"), *extra],
-        cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S, check=False)
+        REPO, HANG_GUARD_S)
     assert proc.returncode in (0, 1), f"the service did not run:\n{proc.stderr[-4000:]}"
     report: dict[str, object] = json.loads(proc.stdout)
     return proc.returncode, report

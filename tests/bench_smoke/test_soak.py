@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 
 from bench.soak_plan import build
 from tests.notify.alertmanager_server import ALERTMANAGER
+from tests.support.bench_run import run_bench
 
 REPO = Path(__file__).resolve().parents[2]
 HANG_GUARD_S = 1200  # a hung stack fails the test instead of blocking the suite
@@ -29,10 +29,10 @@ HANG_GUARD_S = 1200  # a hung stack fails the test instead of blocking the suite
 @pytest.mark.skipif(ALERTMANAGER is None, reason="prometheus-alertmanager is not installed "
                                                  "(apt-get install prometheus-alertmanager)")
 def test_short_soak_holds_every_invariant(tmp_path: Path) -> None:
-    proc = subprocess.run(
+    proc = run_bench(
         [sys.executable, "-m", "bench.soak", "--minutes", "3", "--gpus", "16", "--json",
          "--dir", str(tmp_path / "soak")],
-        cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S, check=False)
+        REPO, HANG_GUARD_S)
     assert proc.returncode in (0, 1), f"the stack did not run:\n{proc.stderr[-4000:]}"
     report = json.loads(proc.stdout)
     names = {c["name"] for c in report["invariants"]}
