@@ -7,6 +7,7 @@ never moved."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from bench.cluster_agents import Failure
 from bench.cluster_failover import FailoverResult, Round
@@ -45,7 +46,7 @@ def test_good_rounds_hold_every_invariant() -> None:
 
 
 def test_each_round_level_failure_breaks_its_own_invariant() -> None:
-    cases: dict[str, dict[str, float | int | None]] = {
+    cases: dict[str, dict[str, Any]] = {
         "first notification after the kill": {"notify_s": None},
         "failover rounds: every failure paged": {"paged": 1},
         "failover rounds: every resolve delivered": {"resolved": 1},
