@@ -5,33 +5,16 @@ the next leader (a restart over the same shared state) sends it, once."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from service.notify.notification_log import NotificationLog
-from service.notify.receivers.webhook import WebhookConfig, WebhookReceiver
+from tests.notify import test_outbox as outbox
 from tests.notify.receivers.servers import HttpRecorder, Reply
-from tests.notify.timeline import Timeline, notify_settings
+from tests.notify.test_outbox import paging, srv
 
-PAGER = [{"matchers": ["level>=3"], "receiver": "pager"}]
-
-
-@pytest.fixture
-def srv() -> Iterator[HttpRecorder]:
-    with HttpRecorder() as s:
-        yield s
-
-
-def paging(db: str, url: str, *, start: float = 0.0) -> Timeline:
-    hook = WebhookReceiver("pager", WebhookConfig.model_validate(
-        {"url": url, "secret": "0123456789abcdef0123"}))
-    return Timeline(db, notify_settings(routes=PAGER, receivers={"pager": True}), [hook],
-                    start=start)
-
+__all__ = ["srv"]  # the receiver fixture, shared with the outbox tests
 
 def posts(srv: HttpRecorder) -> list[str]:
-    return [r.headers["webhook-id"] for r in srv.requests if r.method == "POST"]
+    """The webhook ids the receiver got, in order."""
+    return [r.headers["webhook-id"] for r in outbox.posts(srv)]
 
 
 def test_a_replica_that_no_longer_leads_sends_nothing_and_the_next_leader_does(
