@@ -8,11 +8,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
 from service.api.cluster_truth import cluster_truth, truth_problems
+from service.notify.sender import Sender
 from service.settings import Settings
 from tests.cluster.test_failover_roles import TTL, Dial, _replica
 from tests.pipeline.builders import Rounds
@@ -55,15 +55,16 @@ def test_both_replicas_name_the_leader_and_only_it_says_it_leads(
         b.close()
 
 
-def test_a_leader_whose_sender_stopped_is_not_ready(tmp_path: Path, state_target: str,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_leader_whose_sender_stopped_is_not_ready(tmp_path: Path, state_target: str) -> None:
     a, roles_a, _ = _replica(tmp_path, "a", state_target, Dial())
     try:
         roles_a.step()
         note = a.notification
         assert note is not None
-        # Its sending thread died (the inline sender the test uses has none to die).
-        monkeypatch.setattr(type(note.sender), "running", property(lambda s: False))
+        # A real sending thread, then stopped (the inline sender the test uses has none).
+        note.sender = Sender(note.sender.receivers, note.dispatcher, background=True)
+        assert cluster_truth(a).dispatcher_running
+        note.sender.close()
         truth = cluster_truth(a)
         assert truth.leading and not truth.dispatcher_running
         assert truth_problems(truth) == [
