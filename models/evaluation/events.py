@@ -29,6 +29,7 @@ from typing import Any
 
 from collectors.catalog import Scope
 from collectors.frames import Entity
+from models.predictor.interval import RawWindow
 
 M7 = "M7_unobservable"
 
@@ -48,6 +49,9 @@ class AlertRecord:
     # That signal's own risk: below the level's enter threshold, the escalation rode on a
     # combination of signals (NaN: not recorded).
     strength: float = math.nan
+    # The raw failure windows the detectors held for the entity at the escalation
+    # (models/predictor/interval.candidates): what the API showed, scored by windows.py.
+    windows: tuple[RawWindow, ...] = ()
 
     def crosses(self, level: int) -> bool:
         return self.prev < level <= self.level

@@ -34,6 +34,7 @@ from models.evaluation.metrics import (
     view_scores,
 )
 from models.evaluation.riskscore import DailyMax, Samples, build_samples, pr_auc_table
+from models.evaluation.windows import PreFailure, pre_failure
 
 LEVELS = (1, 2, 3)
 
@@ -89,6 +90,7 @@ class RunScore:
     scores: Scores
     samples: Samples | None = None  # PR-AUC samples, to pool over seeds
     leads_h: dict[str, list[float]] = field(default_factory=dict)  # per view, for plots
+    pre_failure: list[PreFailure] = field(default_factory=list)  # alerts with a window
 
 
 def score_run(truth: Truth, data: RunData, exp: Exposure,
@@ -129,4 +131,4 @@ def score_run(truth: Truth, data: RunData, exp: Exposure,
         samples = build_samples(data.daily, data.keys, data.gpu_of_link, failures,
                                 cfg.pr_horizon_s, cfg.grace_s)
         out["pr_auc"] = pr_auc_table(samples, sorted({f.mode for f in failures if f.observable}))
-    return RunScore(out, samples, leads)
+    return RunScore(out, samples, leads, pre_failure(alerts, failures, index, cfg.min_warning_s))

@@ -17,6 +17,9 @@ from models.evaluation.coverage import with_diagnostics
 from models.evaluation.reliability import pooled as pooled_reliability
 from models.evaluation.report import get, render
 from models.evaluation.riskscore import Samples, pr_auc_table
+from models.evaluation.windows import pooled as pooled_windows
+from models.evaluation.windows import window_scores
+from models.predictor.interval import load_default
 
 Scores = dict[str, Any]
 LEVEL_VIEWS = ("watch", "warning", "critical")
@@ -47,6 +50,7 @@ def _fill(per_seed: Sequence[Scores], path: tuple[str, ...], empty: Any) -> None
 def summarize(scenario: str, seeds: Sequence[int], runs: Sequence[Scores]) -> Scores:
     """`runs` are service.commands.evaluate.evaluate_source outputs, one per seed, in seed order."""
     dets = list(runs[0]["scores"])
+    calibration = load_default()
     per_seed = {d: [_diagnosed(r, r["scores"][d]) for r in runs] for d in dets}
     for d in dets:
         _fill(per_seed[d], ("views", "*", "false_alarms_by_rule"), 0)
@@ -87,6 +91,12 @@ def summarize(scenario: str, seeds: Sequence[int], runs: Sequence[Scores]) -> Sc
         "reliability": {m: pooled_reliability([r["reliability"][m] for r in runs
                                                if m in r.get("reliability", {})])
                         for m in sorted({m for r in runs for m in r.get("reliability", {})})},
+        # Failure windows of every seed's pre-failure alerts, pooled and scored against the
+        # shipped window calibration (models/evaluation/windows.py).
+        "windows": {d: window_scores(
+            pooled_windows(r.get("pre_failure", {}).get(d, []) for r in runs), calibration)
+            for d in dets},
+        "window_calibration": calibration.fitted_on if calibration is not None else None,
         "per_seed": per_seed,
         "runs": [{"seed": seed, "exposure": r["exposure"], "truth": r["truth"],
                   "alerts": r["alerts"], "timing": r["timing"]}

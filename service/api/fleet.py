@@ -28,7 +28,7 @@ from service.api.schemas import (
     RiskyEntity,
 )
 from service.api.state import State
-from service.api.views import _signal, _window, entity_levels, rule_window
+from service.api.views import _signal, _window, entity_levels
 from service.pipeline import Pipeline
 from service.stages.scoring import SCOPES, RiskState
 
@@ -184,5 +184,5 @@ def _riskiest(p: Pipeline, risk: RiskState | None, levels: dict[str, int],
         out.append(RiskyEntity(entity=e.key, scope=str(scope), node=e.node, risk=r_,
                                level=levels.get(e.key, 0),
                                reason=_signal(signals[0]) if signals else None,
-                               window=_window(probs, rule_window(sr, slot))))
+                               window=_window(probs, sr, slot)))
     return out

@@ -225,13 +225,29 @@ class ModelOut(BaseModel):
 
 
 class WindowOut(BaseModel):
-    """When a failure is more likely than not (models/predictor/window.py)."""
+    """When the failure is expected (models/predictor/interval.py): an interval that held the
+    failure for `coverage` of such alerts on fleets it was not fitted on, from the source that
+    gave the narrowest one."""
 
     mode: str
-    after_h: float  # expected after this many hours (0: from now) ...
-    within_h: float  # ... and within this many
-    probability: float  # of failing within `within_h`
-    text: str  # e.g. "HBM failure likely in 24 h to 7 days (80%)"
+    after_h: float | None = Field(description=(
+        "expected after this many hours (0: from now); null when withheld"))
+    within_h: float | None = Field(description=(
+        "... and within this many; null when withheld, or when the calibration has no upper "
+        "bound for it"))
+    probability: float = Field(description=(
+        "the model's probability of failing within its raw window; for a growth rule its risk, "
+        "not a probability"))
+    text: str = Field(description=(
+        'e.g. "HBM failure expected in 6 h to 1.5 days (80% of such alerts; growth rule)", or '
+        "why no window is shown"))
+    source: str = Field(default="", description="growth (a rule's extrapolation) or model")
+    coverage: float | None = Field(default=None, description=(
+        "the share of pre-failure alerts whose failure fell inside such windows on held-out "
+        "fleets; null for an uncalibrated window (no calibration shipped)"))
+    withheld: bool = Field(default=False, description=(
+        "true when every source's window is no narrower than a constant window of the same "
+        "coverage: it would tell nothing, so none is shown and `text` says why"))
 
 
 class PredictionOut(BaseModel):

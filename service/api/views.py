@@ -13,8 +13,7 @@ from collectors.catalog import CATALOG, Scope
 from collectors.frames import Entity
 from models.detectors.findings import Signal
 from models.detectors.fusion import ScopeRisk
-from models.detectors.growth import window_of
-from models.predictor.window import PredictedWindow, predicted_window
+from models.predictor.interval import candidates, default_calibration, shown, withheld_text
 from service.api.identity_out import identity_out
 from service.api.node_state import NodeState
 from service.api.paging import Page
@@ -296,33 +295,27 @@ def _prediction(p: Pipeline, scope: Scope, slot: int) -> PredictionOut | None:
                          window=_window(probs))
 
 
-def _window(probs: dict[str, float] | None,
-            rule: PredictedWindow | None = None) -> WindowOut | None:
-    """The model's predicted window; where the model has none, a rule's (rule_window)."""
-    found = predicted_window(probs) if probs is not None else None
-    found = found or rule
-    if found is None:
-        return None
-    return WindowOut(mode=found.mode, after_h=found.after_h, within_h=found.within_h,
-                     probability=round(found.probability, 6), text=found.text())
-
-
-def rule_window(sr: ScopeRisk | None, slot: int) -> PredictedWindow | None:
-    """The soonest time-to-failure a growth rule extrapolated for the slot (half to twice its
-    estimate, models/detectors/growth.py). Its probability is the rule's risk, not a
-    calibrated probability: the API docs say so."""
-    if sr is None or slot >= len(sr.risk):
-        return None
-    best: tuple[float, PredictedWindow] | None = None
-    for f in sr.findings:
-        ttf = f.ttf_at(slot)
-        if ttf is None or f.mode is None:
-            continue
-        after, within = window_of(ttf)
-        w = PredictedWindow(f.mode, round(after, 1), round(within, 1), float(f.risk[slot]))
-        if best is None or ttf < best[0]:
-            best = (ttf, w)
-    return None if best is None else best[1]
+def _window(probs: dict[str, float] | None, sr: ScopeRisk | None = None,
+            slot: int = 0) -> WindowOut | None:
+    """The window an entity shows (models/predictor/interval.py): the narrowest calibrated
+    interval of the model's and the growth rules' raw windows; with no calibration shipped, the
+    model's raw window or else a rule's. Where every source is hidden for its mode (no narrower
+    than a constant window at the same coverage) it says so instead of showing one."""
+    raws = candidates(probs, sr, slot)
+    cal = default_calibration()
+    iv = shown(raws, cal)
+    if iv is not None:
+        r = iv.raw
+        return WindowOut(mode=r.mode, after_h=round(iv.lo_h, 2),
+                         within_h=round(iv.hi_h, 2) if math.isfinite(iv.hi_h) else None,
+                         probability=round(r.probability, 6), text=iv.text(), source=r.source,
+                         coverage=iv.coverage)
+    if raws and cal is not None:
+        return WindowOut(mode=raws[0].mode, after_h=None, within_h=None,
+                         probability=round(raws[0].probability, 6), source=raws[0].source,
+                         coverage=cal.coverage, withheld=True,
+                         text=withheld_text(raws, cal))
+    return None
 
 
 def _with_window(p: Pipeline, scope: Scope, out: EntityOut, slot: int,
@@ -331,7 +324,7 @@ def _with_window(p: Pipeline, scope: Scope, out: EntityOut, slot: int,
     else a growth rule's."""
     detector = p.model.detector if p.model is not None else None
     probs = detector.probabilities(scope, slot) if detector is not None else None
-    out.window = _window(probs, rule_window(None if risk is None else risk.scopes[scope], slot))
+    out.window = _window(probs, None if risk is None else risk.scopes[scope], slot)
     return out
 
 

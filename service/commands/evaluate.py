@@ -49,6 +49,7 @@ from models.evaluation.sources import (
     simulator_source,
     trace_source,
 )
+from models.predictor.interval import candidates
 from service.assembly import Wiring
 from service.commands.cli import register
 from service.commands.progress import Progress
@@ -220,10 +221,14 @@ class Evaluator:
             d = self.data[name]
             for t in res.transitions:
                 if t.new > t.old and not t.derived:
-                    why = res.risk.scopes[t.scope].explain(t.slot)
+                    sr = res.risk.scopes[t.scope]
+                    why = sr.explain(t.slot)
+                    detector = p.model.detector if p.model is not None else None
+                    probs = detector.probabilities(t.scope, t.slot) if detector else None
                     d.alerts.append(AlertRecord(t.at, t.entity, t.scope, t.node, t.new, t.old,
                                                 why[0].rule if why else "",
-                                                why[0].risk if why else float("nan")))
+                                                why[0].risk if why else float("nan"),
+                                                candidates(probs, sr, t.slot)))
             assert d.daily is not None
             sc = res.risk.scopes
             d.daily.update(r.now, {"gpu": sc[Scope.GPU].risk, "nvlink": sc[Scope.NVLINK].risk,
@@ -294,6 +299,10 @@ def evaluate_source(src: EvaluationInput, sets: Sequence[str], seed: int = 0,
         "scores": {name: s.scores for name, s in scored.items()},
         "samples": {name: s.samples for name, s in scored.items()},
         "leads_h": {name: s.leads_h for name, s in scored.items()},
+        # The alerts that showed a failure window before a failure (models/evaluation/windows),
+        # pooled over seeds by the summary and scored there against the window calibration.
+        "pre_failure": {name: [x.to_dict() for x in s.pre_failure]
+                        for name, s in scored.items()},
         "alerts": {name: len(ev.data[name].alerts) for name in sets},
         "reliability": {name: r.to_dict() for name, r in ev.reliability.items()},
         "active": src.active,  # latent faults and diagnostics (simulator sources only)
