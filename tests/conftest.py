@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from models.predictor import interval
+from models.predictor.interval import Calibration
 from service.runtime import gc_policy
 from service.settings import Settings, StorageSettings
 
@@ -45,3 +47,29 @@ def settings(tmp_path: Path) -> Settings:
     leave at once (no group_wait), so a few rounds show them."""
     return Settings(storage=StorageSettings(data_dir=tmp_path / "data"),
                     notify={"route": {"receiver": "record", "group_wait_s": 0}})
+
+
+@pytest.fixture
+def window_calibration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                       ) -> Iterator[Callable[[Calibration], None]]:
+    """Sets the failure-window calibration the process reads (models/predictor/interval.py)
+    to a table of the test's own, written where the shipped one would be read from."""
+    path = tmp_path / "windows.json"
+    monkeypatch.setattr(interval, "DEFAULT_PATH", path)
+
+    def use(cal: Calibration) -> None:
+        cal.save(path)
+        interval.default_calibration.cache_clear()
+
+    interval.default_calibration.cache_clear()
+    yield use
+    interval.default_calibration.cache_clear()
+
+
+@pytest.fixture
+def no_window_calibration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No failure-window calibration: windows are shown raw, as without a shipped table."""
+    monkeypatch.setattr(interval, "DEFAULT_PATH", tmp_path / "no-windows.json")
+    interval.default_calibration.cache_clear()
+    yield
+    interval.default_calibration.cache_clear()

@@ -54,7 +54,7 @@ class Finding:
             return text
         rate = math.nan if self.growth is None else float(self.growth[slot])
         grow = f"growing {growth_per_day(rate):.0f} %/day: " if math.isfinite(rate) else ""
-        return f"{text}; {grow}{when_text(ttf)}"
+        return f"{text}; {grow}{when_text(ttf, self.mode)}"
 
     def ttf_at(self, slot: int) -> float | None:
         """The time-to-failure estimate at a slot where the rule fired, else None."""

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from models.predictor.interval import GROWTH, RawWindow, default_calibration
+
 F64 = npt.NDArray[np.float64]
 
 # The seed's anchor (issue 16): 15 % a day -> failure 72 h ahead.
@@ -178,11 +180,23 @@ def level_risk(fires: npt.NDArray[np.bool_], ttf_h: F64, c: GrowthConfig, watch:
     return risk.astype(np.float32)
 
 
-def when_text(ttf_h: float) -> str:
-    """'failure expected in 1-3 days' from a point estimate: half to twice it (design
-    choice: the factor the seed's one anchor leaves open)."""
+def when_text(ttf_h: float, mode: str | None = None) -> str:
+    """'failure expected in 1-3 days' from a point estimate. Read raw, half to twice it (the
+    factor the seed's one anchor leaves open); where the shipped window calibration knows the
+    mode (models/predictor/interval.py), the interval that held the failure for its stated
+    share of held-out alerts, or none at all where that is no sharper than a constant."""
     lo, hi = window_of(ttf_h)
-    return f"failure expected in {_span(lo, hi)}"
+    cal = default_calibration() if mode is not None else None
+    if cal is None or mode is None:
+        return f"failure expected in {_span(lo, hi)}"
+    iv = cal.apply(RawWindow(GROWTH, mode, lo, hi, ttf_h, math.nan))
+    if iv is None:
+        return "no failure window: this rule's are no sharper than a constant one"
+    share = f"{iv.coverage:.0%} of such alerts" if iv.coverage is not None else "uncalibrated"
+    if not math.isfinite(iv.hi_h):
+        lo_text = f"{_round(iv.lo_h)} h" if iv.lo_h < 48 else f"{_round(iv.lo_h / 24)} days"
+        return f"failure expected in more than {lo_text} ({share})"
+    return f"failure expected in {_span(iv.lo_h, iv.hi_h)} ({share})"
 
 
 def window_of(ttf_h: float) -> tuple[float, float]:

@@ -1,9 +1,10 @@
 """A failure window at a stated coverage: the interval that held the failure time for that share
 of the alerts that preceded a failure, on seeds the window was never fitted on.
 
-Raw windows come from two places (`candidates`): a growth rule's time-to-failure estimate
-(models/detectors/growth.py reads it as half to twice the estimate) and the model's horizon heads
-(models/predictor/window.py: the first horizon whose probability passes one half). Neither says
+Raw windows come from two places (models/predictor/raw_windows.py): a growth rule's
+time-to-failure estimate (models/detectors/growth.py reads it as half to twice the estimate) and
+the model's horizon heads (models/predictor/window.py: the first horizon whose probability passes
+one half). Neither says
 how often it is right. On fleets it never saw, the growth rule's window held the failure for 21 %
 of pre-failure alerts, while the failure came a median 3.5 times the estimate later; the model's
 window held 48 %, less than a constant "1-24 h" (issue 34). Split conformal calibration on alerts
@@ -33,9 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from models.detectors.fusion import ScopeRisk
-from models.detectors.growth import window_of
-from models.predictor.window import MODE_TEXT, predicted_window
+from models.predictor.window import MODE_TEXT
 
 GROWTH, MODEL = "growth", "model"
 POOLED = "*"
@@ -247,29 +246,6 @@ def fit(pairs: Iterable[Pair], coverage: float = COVERAGE, fitted_on: str = "") 
             cal.hidden[name] = (f"median width {mine:.3g} h is not below the constant "
                                 f"window's {theirs:.3g} h at the same coverage")
     return cal
-
-
-def candidates(probs: Mapping[str, float] | None, sr: ScopeRisk | None,
-               slot: int) -> tuple[RawWindow, ...]:
-    """Every raw window the detectors hold for one entity: the model's (from its heads) and the
-    soonest growth estimate of each mode."""
-    out: list[RawWindow] = []
-    found = predicted_window(probs) if probs is not None else None
-    if found is not None:
-        out.append(RawWindow(MODEL, found.mode, found.after_h, found.within_h, found.within_h,
-                             found.probability))
-    if sr is not None and slot < len(sr.risk):
-        soonest: dict[str, tuple[float, float]] = {}
-        for f in sr.findings:
-            ttf = f.ttf_at(slot)
-            if ttf is None or f.mode is None:
-                continue
-            if f.mode not in soonest or ttf < soonest[f.mode][0]:
-                soonest[f.mode] = (ttf, float(f.risk[slot]))
-        for mode, (ttf, risk) in sorted(soonest.items()):
-            lo, hi = window_of(ttf)
-            out.append(RawWindow(GROWTH, mode, lo, hi, ttf, risk))
-    return tuple(out)
 
 
 def shown(raws: Sequence[RawWindow], cal: Calibration | None) -> Interval | None:

@@ -13,7 +13,8 @@ from collectors.catalog import CATALOG, Scope
 from collectors.frames import Entity
 from models.detectors.findings import Signal
 from models.detectors.fusion import ScopeRisk
-from models.predictor.interval import candidates, default_calibration, shown, withheld_text
+from models.predictor.interval import default_calibration, shown, withheld_text
+from models.predictor.raw_windows import candidates
 from service.api.identity_out import identity_out
 from service.api.node_state import NodeState
 from service.api.paging import Page

@@ -49,7 +49,7 @@ from models.evaluation.sources import (
     simulator_source,
     trace_source,
 )
-from models.predictor.interval import candidates
+from models.predictor.raw_windows import candidates
 from service.assembly import Wiring
 from service.commands.cli import register
 from service.commands.progress import Progress

@@ -6,7 +6,7 @@ into the API's window."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
@@ -24,7 +24,8 @@ from models.detectors.growth import (
     settled,
     when_text,
 )
-from service.api.views import _window, rule_window
+from models.predictor.interval import Calibration
+from service.api.views import _window
 from tests.detectors.test_dynamic import risk0, sbe_fleet, zero
 from tests.detectors.view import T0, FakeFleet
 
@@ -327,14 +328,35 @@ def test_detector_forgetting_keeps_the_ttf_aligned() -> None:
 
 # ---- the API -------------------------------------------------------------------------------------
 
-def test_the_api_shows_a_rule_window_when_the_model_has_none() -> None:
+def test_the_api_shows_a_rule_window_when_the_model_has_none(
+        no_window_calibration: None) -> None:
     sr = fuse([with_ttf([10.0, math.nan])], {Scope.GPU: 2})[Scope.GPU]
-    rule = rule_window(sr, 0)
-    assert rule is not None and rule_window(sr, 1) is None and rule_window(sr, 5) is None
-    out = _window(None, rule)
+    assert _window(None, sr, 1) is None and _window(None, sr, 5) is None
+    out = _window(None, sr, 0)
     assert out is not None
     assert (out.mode, out.after_h, out.within_h) == ("M1_hbm", 5.0, 20.0)
     assert out.probability == pytest.approx(0.65)
-    assert out.text.startswith("HBM failure likely in 5 h to 20 h")
-    model = _window({"M5_thermal@1h": 0.1, "M5_thermal@24h": 0.9}, rule)
-    assert model is not None and model.mode == "M5_thermal"  # the model's own window wins
+    assert out.source == "growth" and out.coverage is None and not out.withheld
+    assert out.text == "HBM failure expected in 5 h to 20 h (growth rule, uncalibrated)"
+    # Uncalibrated, the model's own window wins, as before calibration existed.
+    model = _window({"M5_thermal@1h": 0.1, "M5_thermal@24h": 0.9}, sr, 0)
+    assert model is not None and model.mode == "M5_thermal" and model.source == "model"
+
+
+def test_calibrated_the_narrower_window_wins_and_a_hidden_one_says_why(
+        window_calibration: Callable[[Calibration], None]) -> None:
+    sr = fuse([with_ttf([10.0, math.nan])], {Scope.GPU: 2})[Scope.GPU]
+    window_calibration(Calibration(0.8, growth={"*": (1.0, 4.0)},
+                                   model={"M5_thermal@1-24h": (3.0, 160.0)}))
+    out = _window({"M5_thermal@1h": 0.1, "M5_thermal@24h": 0.9}, sr, 0)
+    assert out is not None and out.source == "growth" and (out.after_h, out.within_h) == (10, 40)
+    assert out.coverage == 0.8 and "80% of such alerts" in out.text
+    # The signal text of the rule (and so the alert's predicted_window annotation) says it too.
+    assert when_text(10.0, "M1_hbm") == "failure expected in 10-40 h (80% of such alerts)"
+    window_calibration(Calibration(0.8, growth={"*": (1.0, 4.0)},
+                                   hidden={"growth:M1_hbm": "median width 30 h is not below "
+                                           "the constant window's 20 h at the same coverage"}))
+    withheld = _window(None, sr, 0)
+    assert withheld is not None and withheld.withheld and withheld.within_h is None
+    assert "no window shown" in withheld.text and "constant" in withheld.text
+    assert when_text(10.0, "M1_hbm").startswith("no failure window")
