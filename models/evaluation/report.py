@@ -244,12 +244,39 @@ def render(result: Scores, plots: Mapping[str, str] | None = None, title: str = 
         _rows(dets, lambda d: [cell(get(res[d], "halves", h, "watch", k))
                                for k in ("precision", "recall_precursor", "fa_per_1000_node_days")
                                for h in ("first", "second")])))
+    if any(get(w, "by_mode") for w in (result.get("windows") or {}).values()):
+        lines += section("Failure windows of pre-failure alerts (all seeds pooled; coverage / "
+                         "median width in hours)", _windows(result))
     for model, scopes in (result.get("reliability") or {}).items():
         lines += section(f"Reliability of the model's probabilities ({model}, all seeds pooled)",
                          _reliability(scopes))
     for name, path in (plots or {}).items():
         lines += [f"![{name}]({path})", ""]
     return "\n".join(lines)
+
+
+def _windows(result: Scores) -> list[str]:
+    """Per detector set and failure mode: the windows shown raw, calibrated, and the constant
+    baselines (models/evaluation/windows.py), as coverage / median width."""
+    def pair(side: Any) -> str:
+        if not side or not side.get("n"):
+            return "–"
+        return f"{cell(side.get('coverage'))} / {cell(side.get('median_width_h'), 1)}"
+
+    rows = []
+    stated = None
+    for d, w in (result.get("windows") or {}).items():
+        stated = w.get("coverage") or stated
+        for mode, r in sorted((w.get("by_mode") or {}).items(),
+                              key=lambda kv: (kv[0] == "all", mode_order(kv[0]))):
+            rows.append([d, mode, cell(r.get("alerts"), 0), pair(r.get("raw")),
+                         pair(r.get("calibrated")), cell(r.get("hidden"), 0),
+                         pair(r.get("constant")), pair(r.get("fixed_1_24h"))])
+    head = ["Detector", "Failure mode", "alerts", "raw", "calibrated", "withheld",
+            "constant (same coverage)", "constant 1-24 h"]
+    note = [f"Stated coverage {stated:.0%}; calibrated on {result.get('window_calibration')}."
+            if stated else "No window calibration shipped: raw windows only.", ""]
+    return note + table(head, rows)
 
 
 def _critical(res: Mapping[str, Scores], dets: Sequence[str]) -> list[str]:
