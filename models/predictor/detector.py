@@ -41,6 +41,7 @@ from models.predictor.features import (
     observed,
 )
 from models.predictor.hour_cache import HourCache
+from models.predictor.interval import MODEL, RawWindow, default_calibration
 from models.predictor.model import predict
 from models.predictor.policy import PredictorConfig
 from models.predictor.post_rules import PostRule
@@ -155,7 +156,14 @@ class PredictorDetector:
         message), when the mode is more likely than not within a horizon."""
         heads = {h: float(p[j]) for j, h in enumerate(rt.heads) if h.startswith(mode + "@")}
         found = predicted_window(heads)
-        return [found.text()] if found is not None else []
+        if found is None:
+            return []
+        cal = default_calibration()  # calibrated where a table is shipped (interval.py)
+        if cal is None:
+            return [found.text()]
+        iv = cal.apply(RawWindow(MODEL, found.mode, found.after_h, found.within_h,
+                                 found.within_h, found.probability))
+        return [iv.text()] if iv is not None else []
 
     def _placed_on_links(self, view: FleetView, f: Finding) -> Finding:
         n_links = len(view.scope(Scope.NVLINK))
