@@ -41,7 +41,7 @@ POOLED = "*"
 MIN_PAIRS = 20  # per key before its own quantiles are trusted (else the source's pooled ones)
 COVERAGE = 0.8  # the default stated coverage
 FORMAT = 1
-# The shipped calibration (`python -m models.predictor.interval_fit`), beside the default model.
+# The shipped calibration (`python -m service.commands.windows_fit`), beside the default model.
 DEFAULT_PATH = Path(__file__).resolve().parents[1] / "artifacts" / "windows.json"
 
 

@@ -1,7 +1,7 @@
 """Fit the failure-window calibration (models/predictor/interval.py) on simulated seeds that are
 never scored, and write it beside the default model.
 
-    python -m models.predictor.interval_fit [--scenario train-family] [--seeds 1010 1011]
+    python -m service.commands.windows_fit [--scenario train-family] [--seeds 1010 1011]
         [--days 14] [--set fused] [--coverage 0.8] [--records DIR] [--out PATH]
 
 Each seed is simulated and fed to the detector set; the set's pre-failure alerts with a window
@@ -44,7 +44,7 @@ def records(scenario: str, seed: int, days: float | None, det: str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m models.predictor.interval_fit",
+    p = argparse.ArgumentParser(prog="python -m service.commands.windows_fit",
                                 description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--scenario", default="train-family")
     p.add_argument("--seeds", type=int, nargs="+", default=[1010, 1011])
