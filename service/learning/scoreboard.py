@@ -27,7 +27,9 @@ Scores = dict[str, Any]
 class PromotionPolicy:
     """What "better" means: on `stream` at `view`, F1 at least the active model's minus
     `f1_margin`, and false alarms per 1,000 node-days at most the active model's times
-    `fa_ratio` plus `fa_slack`, after at least `min_days` of shadow."""
+    `fa_ratio` plus `fa_slack`, after at least `min_days` of shadow; and at `lead_view` a
+    median lead at least the active model's minus `lead_margin_h` (a fine-tuned model that
+    matched F1 by alerting later cost the operator 17 hours of warning: issue 34)."""
 
     stream: str = "fused"
     view: str = "warning"
@@ -35,6 +37,8 @@ class PromotionPolicy:
     fa_ratio: float = 1.0
     fa_slack: float = 0.1
     min_days: float = 7.0
+    lead_view: str = "watch"
+    lead_margin_h: float = 0.0
 
 
 @dataclass(slots=True)
@@ -95,7 +99,18 @@ def judge(board: dict[str, Scores], run: ShadowRun, policy: PromotionPolicy) -> 
     elif (f1_c or 0.0) < (f1_a or 0.0) - policy.f1_margin:
         reasons.append(f"lower F1 ({_f(f1_c)} against {_f(f1_a)} at {policy.view}, "
                        f"{policy.stream})")
+    la = _median_lead(board[f"active:{policy.stream}"].get(policy.lead_view))
+    lc = _median_lead(board[f"challenger:{policy.stream}"].get(policy.lead_view))
+    if la is not None and (lc is None or lc < la - policy.lead_margin_h):
+        reasons.append(f"shorter median lead ({_f(lc)} h against {_f(la)} h at "
+                       f"{policy.lead_view}, {policy.stream})")
     return Judgement(not reasons, reasons)
+
+
+def _median_lead(s: Scores | None) -> float | None:
+    lead = (s or {}).get("lead") or {}
+    v = lead.get("median_h")
+    return None if v is None else float(v)
 
 
 def _f(x: float | None) -> str:
