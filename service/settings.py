@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
@@ -242,7 +242,13 @@ class RetrainSettings(BaseModel):
     """Scheduled retraining (service.runtime.retrain): train from history, shadow, promote
     only if better, tell `notify_receiver` either way."""
 
-    enabled: bool = False
+    # "auto" (the default): on wherever the history it trains from is kept, i.e. with InfluxDB
+    # (storage.influxdb.url); false turns it off, true insists (and fails loudly without it).
+    enabled: bool | Literal["auto"] = "auto"
+    # No model is trained before some failure mode has this many failure labels (auto-labels
+    # and operators' verdicts, overruled ones aside) in the `since_days` it would train on: a
+    # few labels teach noise (docs/learning.md, "The fleet teaches itself").
+    min_labels_per_mode: int = Field(default=10, ge=1)
     every_days: float = Field(default=7.0, gt=0)  # a new model this often
     since_days: float = Field(default=90.0, gt=0)  # of history to train on
     shadow_days: float = Field(default=7.0, gt=0)  # judged after this long in shadow

@@ -25,6 +25,7 @@ from service.learning import promotion
 from service.learning.model_registry import ModelRegistry, RegistryError
 from service.learning.model_roles import ModelRoles
 from service.pipeline import Pipeline
+from service.runtime.retrain import learning_status
 
 router = APIRouter(responses=READ_ERRORS | problem_responses(
     503, description="this service does not follow a model registry"))
@@ -78,6 +79,9 @@ def list_models(st: State, who: Reader) -> dict[str, Any]:
     if out["run"] is not None:
         out["run"] = stamp_fields(out["run"], extra=("started_at", "updated_at", "ended_at"))
     out["audit"] = [stamp_fields(a.as_dict(), extra=("at",)) for a in reg.audit(50)]
+    learning = learning_status(p, st.clock())
+    learning["history"] = [stamp_fields(a, extra=("at",)) for a in learning["history"]]
+    out["learning"] = learning  # what the fleet has taught the model (docs/learning.md)
     return _for_anonymous(out) if who == ANONYMOUS else out
 
 

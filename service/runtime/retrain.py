@@ -1,5 +1,6 @@
-"""Scheduled retraining (off by default, `learning.retrain`): every `every_days` a model is trained
-from the fleet's own history (`gpuhealth train --from-influx`, in a child process so the
+"""Scheduled retraining (`learning.retrain`; on by default wherever InfluxDB keeps the history it
+trains from): every `every_days`, once some failure mode has `min_labels_per_mode` labels, a model
+is trained from the fleet's own history (`gpuhealth train --from-influx`, in a child process so the
 service's memory and threads are not the training's), put in shadow beside the active model,
 and after `shadow_days` promoted only if it is better on the agreed metrics
 (service.learning.promotion); either way the admin receiver is told.
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -28,7 +29,7 @@ from service.learning.model_registry import RegistryError
 from service.notify.dispatcher import Outgoing
 from service.notify.message import AlertRef, Message
 from service.pipeline import Pipeline
-from service.settings import RetrainSettings
+from service.settings import RetrainSettings, Settings
 
 log = logging.getLogger(__name__)
 ACTOR = "scheduler"
@@ -107,6 +108,9 @@ class Retrainer:
                         if a.actor == ACTOR and a.action == "shadow"), default=None)
             if last is not None and now - last < self.settings.every_days * DAY:
                 return self._done(f"last retrained {_iso(last)}")
+            labels = label_counts(self.pipeline, self.settings, now)
+            if not ready_modes(labels, self.settings):
+                return self._done("waiting for labels: " + waiting_text(labels, self.settings))
             return self._train(now)
 
     def _train(self, now: float) -> str:
@@ -178,11 +182,59 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def start_retraining(pipeline: Pipeline) -> BackgroundScheduler | None:
-    """The retraining job on its own scheduler (hours apart, unrelated to the tick's), when
-    `learning.retrain.enabled`; None otherwise."""
+def enabled(settings: Settings) -> tuple[bool, str]:
+    """Whether the job runs, and why: "auto" runs it where InfluxDB keeps the history that
+    `train --from-influx` reads."""
+    cfg = settings.learning.retrain
+    if cfg.enabled == "auto":
+        if settings.storage.influxdb.url:
+            return True, "on (auto: InfluxDB keeps the history it trains from)"
+        return False, ("off (auto: no InfluxDB, whose history it trains from; "
+                       "storage.influxdb.url)")
+    return (True, "on") if cfg.enabled else (False, "off (learning.retrain.enabled: false)")
+
+
+def label_counts(pipeline: Pipeline, cfg: RetrainSettings, now: float) -> dict[str, int]:
+    """Failure labels per mode over the span a retraining would train on."""
+    return pipeline.labels.counts(since=now - cfg.since_days * DAY)
+
+
+def ready_modes(labels: dict[str, int], cfg: RetrainSettings) -> list[str]:
+    return sorted(m for m, n in labels.items()
+                  if m != "unknown" and n >= cfg.min_labels_per_mode)
+
+
+def waiting_text(labels: dict[str, int], cfg: RetrainSettings) -> str:
+    have = ", ".join(f"{m} {n}" for m, n in sorted(labels.items())) or "none"
+    return (f"no failure mode has {cfg.min_labels_per_mode} labels in the last "
+            f"{cfg.since_days:g} days (have: {have})")
+
+
+def learning_status(pipeline: Pipeline, now: float) -> dict[str, Any]:
+    """What the fleet has taught the model, for `/v1/models` and the console: whether the loop
+    runs, the labels per mode it would train on and which modes have enough, and what the job
+    last did (its audit entries)."""
     cfg = pipeline.settings.learning.retrain
-    if not cfg.enabled:
+    on, why = enabled(pipeline.settings)
+    labels = label_counts(pipeline, cfg, now)
+    ready = ready_modes(labels, cfg)
+    audit = [] if pipeline.registry is None else [
+        {"at": a.at, "action": a.action, "version": a.version, "reason": a.reason}
+        for a in pipeline.registry.audit(200) if a.actor == ACTOR][:10]
+    return {"enabled": on, "why": why, "since_days": cfg.since_days,
+            "min_labels_per_mode": cfg.min_labels_per_mode, "labels_per_mode": labels,
+            "ready_modes": ready,
+            "waiting": None if ready else waiting_text(labels, cfg),
+            "every_days": cfg.every_days, "shadow_days": cfg.shadow_days, "history": audit}
+
+
+def start_retraining(pipeline: Pipeline) -> BackgroundScheduler | None:
+    """The retraining job on its own scheduler (hours apart, unrelated to the tick's), where
+    `enabled` says it runs; None otherwise."""
+    cfg = pipeline.settings.learning.retrain
+    on, why = enabled(pipeline.settings)
+    if not on:
+        log.info("scheduled retraining %s", why)
         return None
     n = pipeline.notification
     if cfg.notify_receiver is not None and (n is None or cfg.notify_receiver

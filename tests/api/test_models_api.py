@@ -58,6 +58,11 @@ def test_models_side_by_side_promote_refused_forced_and_rolled_back(svc: Svc,
     shutil.copytree(SHIPPED_MODEL, challenger)
     got = svc.call("GET", "/v1/models", "read")
     assert got["active"]["loaded"] and got["challenger"] is None
+    # What the fleet has taught: nothing yet, and why the loop does not run here.
+    learning = got["learning"]
+    assert not learning["enabled"] and "no InfluxDB" in learning["why"]
+    assert learning["labels_per_mode"] == {} and learning["min_labels_per_mode"] == 10
+    assert learning["waiting"].startswith("no failure mode has 10 labels")
     svc.call("POST", "/v1/models/challenger", "operate", 403, json={"path": str(challenger)})
     bad = svc.call("POST", "/v1/models/challenger", json={"path": str(tmp_path / "none")},
                    status=422)
@@ -68,6 +73,7 @@ def test_models_side_by_side_promote_refused_forced_and_rolled_back(svc: Svc,
         svc.round()
     got = svc.call("GET", "/v1/models", "read")
     assert got["challenger"]["running"] and got["challenger"]["error"] == ""
+    assert got["learning"]["labels_per_mode"] == {"M1_hbm": 1}  # the DBE's auto-label
     assert got["run"]["outcome"] == "running" and got["run"]["started_at"].endswith("Z")
     assert set(got["scores"]) == {"active:fused", "active:model", "challenger:fused",
                                   "challenger:model"}

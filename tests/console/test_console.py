@@ -272,6 +272,26 @@ def test_approve_and_abort_through_the_page(service: Service, browser: Browser,
     assert _unexpected(browser) == []
 
 
+def test_the_model_page_shows_what_the_fleet_has_taught(service: Service, browser: Browser,
+                                                        shots: Path) -> None:
+    """The learning loop's state as /v1/models gives it: on with InfluxDB (auto), off on the
+    embedded store and why; the failure labels per mode against the minimum to train on."""
+    _open(browser, service.url + "/#/models", "document.querySelector('#taught .loop')",
+          "the model page")
+    taught = service.get("/v1/models")["learning"]
+    loop = browser.eval("document.querySelector('#taught .loop').textContent")
+    assert " ".join(loop.split()).startswith(f"learning loop {taught['why']};")
+    rows = browser.eval("[...document.querySelectorAll('#taught tr[data-mode]')].map(r => "
+                        "[r.dataset.mode, r.cells[1].textContent, r.cells[2].textContent])")
+    assert rows and rows == [[mode, str(n), "enough" if n >= 10 else "needs 10"]
+                             for mode, n in taught["labels_per_mode"].items()]
+    assert "M1_hbm" in taught["labels_per_mode"]  # the injected DBE's auto-label
+    waiting = browser.eval("document.querySelector('#taught .waiting')?.textContent")
+    assert waiting == taught["waiting"]
+    browser.screenshot(shots / "models.png")
+    assert _unexpected(browser) == []
+
+
 def test_the_script_pages_through_cursors_and_shows_rfc3339_times(
         service: Service, browser: Browser) -> None:
     _open(browser, service.url + "/#/fleet", "document.querySelector('#grid .cell')",

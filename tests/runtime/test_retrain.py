@@ -16,7 +16,13 @@ from collectors.labels import FailureMode
 from service.assembly import Wiring
 from service.notify.record import RecordReceiver
 from service.pipeline import Pipeline, build_pipeline
-from service.runtime.retrain import CommandTrainer, Retrainer, start_retraining
+from service.runtime.retrain import (
+    CommandTrainer,
+    Retrainer,
+    enabled,
+    learning_status,
+    start_retraining,
+)
 from service.settings import SHIPPED_MODEL, RetrainSettings, Settings
 from service.stages.label_store import NewLabel
 from tests.pipeline.builders import T0
@@ -44,11 +50,20 @@ class Clock:
         return self.now
 
 
-def _pipe(tmp: Path) -> Pipeline:
+def _pipe(tmp: Path, labels: int = 10) -> Pipeline:
+    """A pipeline whose fleet has `labels` HBM failure labels in the day before T0 (the
+    retraining waits for 10 of one mode by default)."""
     s = Settings.model_validate({"storage": {"data_dir": tmp},
                                  "learning": {"retrain": {"enabled": True,
                                                           "notify_receiver": "record"}}})
-    return build_pipeline(s, Wiring(notify_background=False))
+    pipe = build_pipeline(s, Wiring(notify_background=False))
+    _label(pipe, labels, FailureMode.M1_HBM)
+    return pipe
+
+
+def _label(pipe: Pipeline, n: int, mode: FailureMode, before: float = T0) -> None:
+    pipe.labels.add([NewLabel("failure", before - (i + 1) * 600, f"h{i}", f"h{i}:gpu0",
+                              Scope.GPU, "rule:dbe", mode=mode) for i in range(n)], before)
 
 
 def _told(pipe: Pipeline) -> list[str]:
@@ -209,3 +224,44 @@ def test_only_the_leader_retrains(tmp_path: Path) -> None:
         assert pipe.registry is not None and pipe.registry.challenger() is None
     finally:
         pipe.close()
+
+
+def test_no_model_is_trained_before_a_mode_has_enough_labels(tmp_path: Path) -> None:
+    pipe, clock, trainer = _pipe(tmp_path, labels=0), Clock(), CopyTrainer()
+    job = Retrainer(pipe, RetrainSettings(enabled=True, since_days=30), trainer, tmp_path / "m",
+                    clock=clock)
+    try:
+        _label(pipe, 9, FailureMode.M1_HBM)
+        _label(pipe, 4, FailureMode.M3_NVLINK)
+        out = job.step()
+        assert out == ("waiting for labels: no failure mode has 10 labels in the last 30 days "
+                       "(have: M1_hbm 9, M3_nvlink 4)")
+        assert trainer.calls == []
+        status = learning_status(pipe, clock.now)
+        assert status["labels_per_mode"] == {"M1_hbm": 9, "M3_nvlink": 4}
+        # (The status reads the service's settings: 90 days of history.)
+        assert status["ready_modes"] == [] and status["waiting"].endswith(
+            "(have: M1_hbm 9, M3_nvlink 4)")
+        _label(pipe, 1, FailureMode.M1_HBM, before=T0 - 3 * 3600)  # the tenth
+        assert job.step().startswith("trained")
+        status = learning_status(pipe, clock.now)
+        assert status["ready_modes"] == ["M1_hbm"] and status["waiting"] is None
+        assert [h["action"] for h in status["history"]] == ["shadow"]
+        # Labels older than the span it would train on do not count.
+        clock.now += 100 * DAY
+        assert learning_status(pipe, clock.now)["labels_per_mode"] == {}
+    finally:
+        pipe.close()
+
+
+def test_on_by_default_wherever_influxdb_keeps_the_history(tmp_path: Path) -> None:
+    plain = Settings.model_validate({"storage": {"data_dir": tmp_path}})
+    assert plain.learning.retrain.enabled == "auto"
+    on, why = enabled(plain)
+    assert not on and "no InfluxDB" in why
+    influx = Settings.model_validate({"storage": {"data_dir": tmp_path, "influxdb": {
+        "url": "http://127.0.0.1:8086"}}})
+    assert enabled(influx) == (True, "on (auto: InfluxDB keeps the history it trains from)")
+    off = Settings.model_validate({"storage": {"data_dir": tmp_path, "influxdb": {
+        "url": "http://127.0.0.1:8086"}}, "learning": {"retrain": {"enabled": False}}})
+    assert enabled(off)[0] is False

@@ -932,6 +932,61 @@ pages.actions = {
   },
 };
 
+// The model: active and challenger, the shadow run's scores with the median lead beside F1,
+// and what the fleet has taught (labels per mode against the minimum, the loop's last steps).
+pages.models = {
+  shell() {
+    return `<section><h2>Models</h2><div id="models"></div></section>
+      <section><h2>What the fleet has taught</h2><div id="taught"></div></section>`;
+  },
+  async refresh() {
+    const res = await api("/v1/models");
+    if (res.status === 503) {
+      $("#models").innerHTML = `<p class="muted">${esc(problem(res))}</p>`;
+      return null;
+    }
+    if (!res.ok) return problem(res);
+    const m = res.body;
+    const ch = m.challenger;
+    let html = `<p>active <b>${esc(m.active.version || "no model")}</b>
+      ${m.active.loaded ? "" : ` <span class="muted">(not loaded: ${esc(m.active.reason)})</span>`}
+      · challenger ${ch ? `<b>${esc(ch.version)}</b> in shadow` : "none"}</p>`;
+    if (m.scores) {
+      const num = v => v === null || v === undefined ? "–" : Number(v).toPrecision(3);
+      const rows = [];
+      for (const [stream, views] of Object.entries(m.scores)) {
+        for (const [view, s] of Object.entries(views)) {
+          rows.push(`<tr data-stream="${esc(stream)}" data-view="${esc(view)}"><td>${esc(stream)}</td>
+            <td>${esc(view)}</td><td class="num">${s.failures}</td><td class="num">${s.detected}</td>
+            <td class="num">${s.false_alarms}</td><td class="num">${num(s.f1_all)}</td>
+            <td class="num lead">${num(s.lead && s.lead.median_h)}</td></tr>`);
+        }
+      }
+      html += `<table class="list scores"><thead><tr><th>stream</th><th>view</th>
+        <th>failures</th><th>detected</th><th>false alarms</th><th>F1</th>
+        <th>median lead h</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
+      const j = m.judgement;
+      html += `<p class="judgement">${j.better ? "the challenger is at least as good"
+        : "not promoted unless forced: " + esc(j.reasons.join("; "))}</p>`;
+    }
+    $("#models").innerHTML = html;
+    const t = m.learning;
+    const modes = Object.entries(t.labels_per_mode).map(([mode, n]) =>
+      `<tr data-mode="${esc(mode)}"><td>${esc(mode)}</td><td class="num">${n}</td>
+       <td>${n >= t.min_labels_per_mode ? "enough" : `needs ${t.min_labels_per_mode}`}</td></tr>`);
+    const steps = t.history.map(h => `<li>${esc(fmtTime(h.at))}: ${esc(h.action)}
+      ${esc(h.version)}${h.reason ? ` (${esc(h.reason)})` : ""}</li>`);
+    $("#taught").innerHTML = `<p class="loop">learning loop ${esc(t.why)};
+      retrains every ${t.every_days} days on ${t.since_days} days of labels,
+      ${t.shadow_days} days in shadow, promoted only if better</p>
+      ${t.waiting ? `<p class="muted waiting">${esc(t.waiting)}</p>` : ""}
+      <table class="list labels"><thead><tr><th>failure mode</th><th>labels</th><th></th></tr>
+      </thead><tbody>${modes.join("") || `<tr><td colspan="3" class="muted">none yet</td></tr>`}
+      </tbody></table>${steps.length ? `<ul>${steps.join("")}</ul>` : ""}`;
+    return null;
+  },
+};
+
 function breakerHtml(b) {
   return `<div class="breaker ${b.state === "closed" ? "closed" : "open"}" data-state="${esc(b.state)}">
     <b>${esc(b.state)}</b>${b.reason ? ` · ${esc(b.reason)}` : ""}
