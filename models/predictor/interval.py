@@ -89,7 +89,10 @@ class Interval:
     def text(self) -> str:
         what = MODE_TEXT.get(self.raw.mode, self.raw.mode)
         by = "growth rule" if self.raw.source == GROWTH else "model"
-        when = (f"within {_hours(self.hi_h)}" if self.lo_h <= 0
+        # Always "expected in ...": alert annotations find the window by that phrase
+        # (service/notify/refs.py).
+        when = (f"in the next {_hours(self.hi_h)}" if self.lo_h <= 0
+                else f"in more than {_hours(self.lo_h)}" if math.isinf(self.hi_h)
                 else f"in {_hours(self.lo_h)} to {_hours(self.hi_h)}")
         if self.coverage is None:
             return f"{what} expected {when} ({by}, uncalibrated)"

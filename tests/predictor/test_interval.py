@@ -101,3 +101,12 @@ def test_the_table_round_trips_and_refuses_another_format(tmp_path: object) -> N
         Calibration.from_json('{"format": 99, "coverage": 0.8}')
     with pytest.raises(ValueError, match="not a number"):
         Calibration.from_json('{"format": 1, "coverage": 0.8, "growth": {"*": [1, "x"]}}')
+
+
+def test_every_shown_window_reads_as_the_alert_annotation_finds_it() -> None:
+    from service.notify.refs import WHEN
+
+    raw = model("M1_hbm", 0, 24)
+    for lo, hi in ((0.0, 24.0), (2.0, 30.0), (5.0, math.inf)):
+        text = Calibration(0.8, model={"M1_hbm@0-24h": (lo, hi)}).apply(raw).text()  # type: ignore[union-attr]
+        assert WHEN in text, text
