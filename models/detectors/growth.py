@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from models.predictor.interval import GROWTH, RawWindow, default_calibration
+from models.predictor.interval import GROWTH, RawWindow, base_rate, default_calibration
 
 F64 = npt.NDArray[np.float64]
 
@@ -189,9 +189,14 @@ def when_text(ttf_h: float, mode: str | None = None) -> str:
     cal = default_calibration() if mode is not None else None
     if cal is None or mode is None:
         return f"failure expected in {_span(lo, hi)}"
-    iv = cal.apply(RawWindow(GROWTH, mode, lo, hi, ttf_h, math.nan))
+    raw = RawWindow(GROWTH, mode, lo, hi, ttf_h, math.nan)
+    iv = cal.apply(raw) or base_rate(raw, cal)
     if iv is None:
         return "no failure window: this rule's are no sharper than a constant one"
+    if iv.raw.source != GROWTH:
+        share = f"{iv.coverage:.0%} of such alerts" if iv.coverage is not None else ""
+        return (f"failure expected in {_span(iv.lo_h, iv.hi_h)} ({share}; this rule's own "
+                "estimates are no sharper)")
     share = f"{iv.coverage:.0%} of such alerts" if iv.coverage is not None else "uncalibrated"
     if not math.isfinite(iv.hi_h):
         lo_text = f"{_round(iv.lo_h)} h" if iv.lo_h < 48 else f"{_round(iv.lo_h / 24)} days"

@@ -269,10 +269,11 @@ def _windows(result: Scores) -> list[str]:
         stated = w.get("coverage") or stated
         for mode, r in sorted((w.get("by_mode") or {}).items(),
                               key=lambda kv: (kv[0] == "all", mode_order(kv[0]))):
+            src = ", ".join(f"{k} {v}" for k, v in sorted((r.get("sources") or {}).items()))
             rows.append([d, mode, cell(r.get("alerts"), 0), pair(r.get("raw")),
-                         pair(r.get("calibrated")), cell(r.get("hidden"), 0),
+                         pair(r.get("calibrated")), src or "–", cell(r.get("hidden"), 0),
                          pair(r.get("constant")), pair(r.get("fixed_1_24h"))])
-    head = ["Detector", "Failure mode", "alerts", "raw", "calibrated", "withheld",
+    head = ["Detector", "Failure mode", "alerts", "raw", "shown", "shown from", "withheld",
             "constant (same coverage)", "constant 1-24 h"]
     note = [f"Stated coverage {stated:.0%}; calibrated on {result.get('window_calibration')}."
             if stated else "No window calibration shipped: raw windows only.", ""]

@@ -19,7 +19,7 @@ fit and a score read the same records.
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,18 +37,19 @@ class PreFailure:
     raws: tuple[RawWindow, ...]
     actual_h: float  # hours from the alert to the failure
     mode: str  # the failure's
+    level: int = 0  # the level the alert escalated to (0: not recorded)
 
     def pairs(self) -> list[Pair]:
         return [Pair(r, self.actual_h) for r in self.raws]
 
     def to_dict(self) -> dict[str, Any]:
         return {"raws": [r.to_dict() for r in self.raws], "actual_h": self.actual_h,
-                "mode": self.mode}
+                "mode": self.mode, "level": self.level}
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> PreFailure:
         return PreFailure(tuple(RawWindow.from_dict(r) for r in d["raws"]),
-                          float(d["actual_h"]), str(d["mode"]))
+                          float(d["actual_h"]), str(d["mode"]), int(d.get("level", 0)))
 
 
 def pre_failure(alerts: Iterable[AlertRecord], failures: Sequence[Failure],
@@ -63,7 +64,7 @@ def pre_failure(alerts: Iterable[AlertRecord], failures: Sequence[Failure],
         if hits:
             first = min(hits, key=lambda i: failures[i].time)
             out.append(PreFailure(a.windows, (failures[first].time - a.time) / HOUR,
-                                  failures[first].mode))
+                                  failures[first].mode, a.level))
     return out
 
 
@@ -94,9 +95,12 @@ def window_scores(pres: Sequence[PreFailure], cal: Calibration | None) -> dict[s
             "raw": _side([_as(shown(p.raws, None), p.actual_h) for p in ps]),
             "fixed_1_24h": _side([(*FIXED, p.actual_h) for p in ps])}
         if cal is not None:
-            calibrated = [_as(shown(p.raws, cal), p.actual_h) for p in ps]
+            ivs = [shown(p.raws, cal) for p in ps]
+            calibrated = [_as(iv, p.actual_h) for iv, p in zip(ivs, ps, strict=True)]
             row["calibrated"] = _side(calibrated)
             row["hidden"] = sum(c is None for c in calibrated)
+            # Which source each shown window came from (constant: every source was hidden).
+            row["sources"] = dict(Counter(iv.raw.source for iv in ivs if iv is not None))
             # The constant at the same coverage, for the mode the window named (what a reader
             # of the alert would have been told without any estimate).
             row["constant"] = _side([

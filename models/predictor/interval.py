@@ -17,7 +17,8 @@ of held-out seeds (`fit`) turns each into an interval at a stated coverage:
 - constant: per mode, the same quantiles of every pre-failure alert's failure time, whatever it
   showed. That is the baseline a window must beat: a calibrated (source, mode) whose intervals
   are not narrower than the constant's (median width) is hidden (`Calibration.hidden`), since it
-  tells the operator less than "some time in the next N hours" would.
+  tells the operator less than "some time in the next N hours" would. Where every source is
+  hidden, the constant itself is shown, told as when such alerts' failures came (`base_rate`).
 
 A mode with fewer than MIN_PAIRS pairs takes its source's pooled quantiles ("*").
 """
@@ -37,6 +38,7 @@ from typing import Any
 from models.predictor.window import MODE_TEXT
 
 GROWTH, MODEL = "growth", "model"
+CONSTANT = "constant"  # no source sharper: the mode's base rate (`base_rate`)
 POOLED = "*"
 MIN_PAIRS = 20  # per key before its own quantiles are trusted (else the source's pooled ones)
 COVERAGE = 0.8  # the default stated coverage
@@ -88,7 +90,8 @@ class Interval:
 
     def text(self) -> str:
         what = MODE_TEXT.get(self.raw.mode, self.raw.mode)
-        by = "growth rule" if self.raw.source == GROWTH else "model"
+        by = {GROWTH: "growth rule", MODEL: "model"}.get(
+            self.raw.source, "no estimate sharper than that")
         # Always "expected in ...": alert annotations find the window by that phrase
         # (service/notify/refs.py).
         when = (f"in the next {_hours(self.hi_h)}" if self.lo_h <= 0
@@ -265,7 +268,20 @@ def shown(raws: Sequence[RawWindow], cal: Calibration | None) -> Interval | None
         iv = cal.apply(r)
         if iv is not None and (best is None or (iv.width_h, iv.hi_h) < (best.width_h, best.hi_h)):
             best = iv
+    if best is None and raws:
+        best = base_rate(raws[0], cal)
     return best
+
+
+def base_rate(raw: RawWindow, cal: Calibration) -> Interval | None:
+    """Where no source's window is sharper than the constant, the constant itself: when such
+    alerts' failures came (the mode's pre-failure alerts, at the stated coverage), told as
+    that and not as an estimate for this one."""
+    base = cal.baseline(raw.mode)
+    if base is None:
+        return None
+    return Interval(RawWindow(CONSTANT, raw.mode, base[0], base[1], math.nan, raw.probability),
+                    base[0], base[1], cal.coverage)
 
 
 def withheld_text(raws: Sequence[RawWindow], cal: Calibration) -> str:

@@ -360,3 +360,11 @@ def test_calibrated_the_narrower_window_wins_and_a_hidden_one_says_why(
     assert withheld is not None and withheld.withheld and withheld.within_h is None
     assert "no window shown" in withheld.text and "constant" in withheld.text
     assert when_text(10.0, "M1_hbm").startswith("no failure window")
+    # With the mode's constant known, the rule's text gives it instead, told as such.
+    window_calibration(Calibration(0.8, growth={"*": (1.0, 4.0)}, constant={"M1_hbm": (2, 40)},
+                                   hidden={"growth:M1_hbm": "no sharper"}))
+    assert when_text(10.0, "M1_hbm") == ("failure expected in 2-40 h (80% of such alerts; "
+                                         "this rule's own estimates are no sharper)")
+    base = _window(None, sr, 0)
+    assert base is not None and base.source == "constant" and not base.withheld
+    assert (base.after_h, base.within_h) == (2, 40)

@@ -73,7 +73,12 @@ def test_a_window_that_says_nothing_more_than_the_constant_is_hidden() -> None:
     cal = fit(pairs, 0.8)
     assert "model:M5_thermal" in cal.hidden
     assert cal.apply(model("M5_thermal", 1, 24)) is None
-    assert shown([model("M5_thermal", 1, 24)], cal) is None
+    # What is shown instead: when such alerts' failures came, the mode's constant, told so.
+    base = shown([model("M5_thermal", 1, 24)], cal)
+    assert base is not None and base.raw.source == "constant"
+    assert (base.lo_h, base.hi_h) == cal.baseline("M5_thermal")
+    assert "80% of such alerts; no estimate sharper than that" in base.text()
+    assert shown([model("M5_thermal", 1, 24)], Calibration(0.8, hidden=cal.hidden)) is None
     # A mode never seen in calibration falls back on the pooled key of the same raw window,
     # which is hidden only by name (source:mode): it is shown.
     other = cal.apply(model("M3_nvlink", 1, 24))
