@@ -247,6 +247,13 @@ def render(result: Scores, plots: Mapping[str, str] | None = None, title: str = 
     if any(get(w, "by_mode") for w in (result.get("windows") or {}).values()):
         lines += section("Failure windows of pre-failure alerts (all seeds pooled; coverage / "
                          "median width in hours)", _windows(result))
+        again = result.get("windows_recalibrated") or {}
+        if any(get(w, "by_mode") for w in again.values()):
+            first = next(iter(again.values()))
+            lines += section("Failure windows recalibrated on the runs' own earlier alerts "
+                             "(scored on the later half)",
+                             _windows({"windows": again,
+                                       "window_calibration": first.get("fitted_on")}))
     for model, scopes in (result.get("reliability") or {}).items():
         lines += section(f"Reliability of the model's probabilities ({model}, all seeds pooled)",
                          _reliability(scopes))

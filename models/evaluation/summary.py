@@ -18,8 +18,8 @@ from models.evaluation.reliability import pooled as pooled_reliability
 from models.evaluation.report import get, render
 from models.evaluation.riskscore import Samples, pr_auc_table
 from models.evaluation.windows import pooled as pooled_windows
-from models.evaluation.windows import window_scores
-from models.predictor.interval import load_default
+from models.evaluation.windows import recalibrated, window_scores
+from models.predictor.interval import COVERAGE, load_default
 
 Scores = dict[str, Any]
 LEVEL_VIEWS = ("watch", "warning", "critical")
@@ -97,6 +97,11 @@ def summarize(scenario: str, seeds: Sequence[int], runs: Sequence[Scores]) -> Sc
             pooled_windows(r.get("pre_failure", {}).get(d, []) for r in runs), calibration)
             for d in dets},
         "window_calibration": calibration.fitted_on if calibration is not None else None,
+        # The same windows recalibrated on the earlier half of these runs' own alerts, scored
+        # on the later half: what learning from the fleet's labels would give.
+        "windows_recalibrated": {d: recalibrated(
+            [r.get("pre_failure", {}).get(d, []) for r in runs],
+            calibration.coverage if calibration is not None else COVERAGE) for d in dets},
         "per_seed": per_seed,
         "runs": [{"seed": seed, "exposure": r["exposure"], "truth": r["truth"],
                   "alerts": r["alerts"], "timing": r["timing"]}

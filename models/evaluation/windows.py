@@ -26,7 +26,7 @@ from typing import Any
 
 from models.evaluation.events import AlertRecord, Failure, match_keys
 from models.evaluation.matching import DAY, HOUR, MIN_WARNING_S, FailureIndex
-from models.predictor.interval import Calibration, Interval, Pair, RawWindow, shown
+from models.predictor.interval import Calibration, Interval, Pair, RawWindow, fit, shown
 
 FIXED = (1.0, 24.0)  # the constant "1-24 h" the issue measured the windows against
 OVERALL = "all"
@@ -113,3 +113,26 @@ def window_scores(pres: Sequence[PreFailure], cal: Calibration | None) -> dict[s
 def pooled(runs: Iterable[Sequence[Mapping[str, Any]]]) -> list[PreFailure]:
     """Pre-failure records of several runs (as kept in their outputs), in one list."""
     return [PreFailure.from_dict(d) for run in runs for d in run]
+
+
+def split_in_time(runs: Iterable[Sequence[Mapping[str, Any]]]
+                  ) -> tuple[list[PreFailure], list[PreFailure]]:
+    """Each run's pre-failure records cut in two at its middle (they are kept in the order the
+    alerts were raised, so the first half is the earlier), the halves of every run pooled."""
+    earlier: list[PreFailure] = []
+    later: list[PreFailure] = []
+    for run in runs:
+        xs = [PreFailure.from_dict(d) for d in run]
+        earlier += xs[: len(xs) // 2]
+        later += xs[len(xs) // 2:]
+    return earlier, later
+
+
+def recalibrated(runs: Sequence[Sequence[Mapping[str, Any]]],
+                 coverage: float) -> dict[str, Any]:
+    """What a fleet's own labels would give: a calibration fitted on the earlier half of the
+    runs' pre-failure alerts (held out by time), scored on the later half."""
+    earlier, later = split_in_time(runs)
+    cal = fit((pair for p in earlier for pair in p.pairs()), coverage,
+              f"the earlier half of the same runs' pre-failure alerts ({len(earlier)})")
+    return window_scores(later, cal) | {"fitted_on": cal.fitted_on, "hidden": cal.hidden}

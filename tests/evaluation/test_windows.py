@@ -48,3 +48,34 @@ def test_coverage_raw_calibrated_and_constant() -> None:
     assert row["hidden"] == 0
     bare = window_scores(pres, None)
     assert bare["coverage"] is None and "calibrated" not in bare["by_mode"]["M1_hbm"]
+
+
+def test_recalibrated_on_the_earlier_half_scored_on_the_later() -> None:
+    """A fleet whose failures come four times later than its estimates: the earlier half of its
+    own alerts teaches the factor, and the later half then falls inside at about the coverage
+    stated."""
+    import math
+    import random
+
+    from models.evaluation.windows import recalibrated, split_in_time
+
+    rng = random.Random(5)
+
+    def run(n: int) -> list[dict[str, object]]:
+        out = []
+        for _ in range(n):
+            est = math.exp(rng.uniform(0, 4))
+            out.append(PreFailure((raw(est),), est * 4 * math.exp(rng.gauss(0, 0.3)),
+                                  "M1_hbm").to_dict())
+        return out
+
+    runs = [run(150), run(151)]
+    earlier, later = split_in_time(runs)
+    assert (len(earlier), len(later)) == (75 + 75, 75 + 76)
+    assert later[0] == PreFailure.from_dict(runs[0][75])
+    out = recalibrated(runs, 0.8)
+    row = out["by_mode"][OVERALL]
+    assert row["alerts"] == 151 and row["raw"]["coverage"] < 0.2
+    assert 0.7 <= row["calibrated"]["coverage"] <= 0.92
+    assert row["sources"] == {"growth": 151} and out["hidden"] == {}
+    assert "earlier half" in out["fitted_on"]
