@@ -205,6 +205,12 @@ class Evaluator:
             self.pipes[name] = build_pipeline(settings, Wiring.offline(
                 detectors=per_set[name], shared=shared))
         self.data = {name: RunData(daily=DailyMax(start)) for name in sets}
+        # Each set's model (a handle on the shared one), asked for the probabilities behind a
+        # model window at each escalation: an offline pipeline has no service model slot.
+        self.model_of: dict[str, Any] = {
+            name: next((d for d in per_set[name]
+                        if callable(getattr(d, "probabilities", None))), None)
+            for name in sets}
         self.rounds = 0
         self.last: float | None = None
         self.tick_s = {name: 0.0 for name in sets}
@@ -223,8 +229,8 @@ class Evaluator:
                 if t.new > t.old and not t.derived:
                     sr = res.risk.scopes[t.scope]
                     why = sr.explain(t.slot)
-                    detector = p.model.detector if p.model is not None else None
-                    probs = detector.probabilities(t.scope, t.slot) if detector else None
+                    model = self.model_of[name]
+                    probs = model.probabilities(t.scope, t.slot) if model is not None else None
                     d.alerts.append(AlertRecord(t.at, t.entity, t.scope, t.node, t.new, t.old,
                                                 why[0].rule if why else "",
                                                 why[0].risk if why else float("nan"),

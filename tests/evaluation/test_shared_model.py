@@ -127,3 +127,26 @@ def test_sharing_follows_the_stores_forgetting(monkeypatch: pytest.MonkeyPatch) 
     assert len(done) == 2 * len(STORED) and compared > 0  # ... it did forget
     for name in ("lstm", "fused"):
         assert evs[0].data[name].alerts == evs[1].data[name].alerts
+
+
+def test_a_model_window_is_recorded_with_the_escalation_it_preceded() -> None:
+    """The evaluator asks each set's model (a handle on the shared one) for the probabilities
+    behind a model window: the offline pipeline has no service model slot to ask."""
+    src = simulator_source(tiny(days=2.0, seed=0))
+    ev = Evaluator(src.step_s, src.start or 0.0, ["ours", "fused"], 0)
+    assert ev.model_of["ours"] is None and ev.model_of["fused"] is not None
+    rounds = list(feed_rounds(src.chunks, src.step_s))
+    for r in rounds:
+        ev.feed(r)
+    model = ev.model_of["fused"]
+    slot = 0
+    probs = model.probabilities(Scope.GPU, slot)
+    assert probs is not None and all(k.count("@") == 1 for k in probs)
+    # Make the newest hour say "HBM within a day" for GPU 0 and escalate it: the record
+    # carries the model's raw window beside any rule's.
+    p, heads = model.latest[Scope.GPU]
+    p[slot, heads.index("M1_hbm@24h")] = 0.9
+    from models.predictor.raw_windows import candidates
+
+    raws = candidates(model.probabilities(Scope.GPU, slot), None, slot)
+    assert [(r.source, r.mode, r.hi_h) for r in raws] == [("model", "M1_hbm", 24.0)]
