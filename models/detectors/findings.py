@@ -46,6 +46,9 @@ class Finding:
     # or share one growth fit name the same key, and fusion counts them once (keys in
     # models/detectors/evidence.py). Left empty, the rule is its own evidence.
     evidence: str = ""
+    # A model's finding for a mode its window is not calibrated for (models/predictor/
+    # interval.py): fusion lets it add watch, never lift a level the rules set (issue 34).
+    advisory: bool = False
 
     def signal_of(self, slot: int) -> str:
         text = self.signal if self.details is None else self.details.get(slot, self.signal)
@@ -86,7 +89,7 @@ class Finding:
             {i: d for i, d in self.details.items() if i < n}
         return Finding(self.rule, self.scope, risk, value, self.threshold, self.signal,
                        self.hard, self.source, details, _fit(self.ttf_h, n),
-                       _fit(self.growth, n), self.mode, self.evidence)
+                       _fit(self.growth, n), self.mode, self.evidence, self.advisory)
 
     def kept(self, keep: npt.NDArray[np.intp]) -> Finding:
         """This finding after the window store forgot entities (see Forgets)."""
@@ -98,7 +101,7 @@ class Finding:
                        self.threshold, self.signal, self.hard, self.source, details,
                        None if self.ttf_h is None else self.ttf_h[keep],
                        None if self.growth is None else self.growth[keep], self.mode,
-                       self.evidence)
+                       self.evidence, self.advisory)
 
 
 def _fit(a: F64 | None, n: int) -> F64 | None:

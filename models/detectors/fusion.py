@@ -37,6 +37,9 @@ class ScopeRisk:
 # be a warning, never a page. A page needs one piece of evidence that supports it alone.
 COMBINED_CAP = 0.85
 AGREE_CAP = COMBINED_CAP  # rules and model agreeing raise risk up to warning, never to a page
+# Below the warning enter threshold (0.6): what an advisory model finding (its window not
+# calibrated for the mode) may reach on its own or with the rules.
+ADVISORY_CAP = 0.55
 
 
 def fuse(findings: list[Finding], sizes: dict[Scope, int]) -> dict[Scope, ScopeRisk]:
@@ -52,16 +55,19 @@ def fuse(findings: list[Finding], sizes: dict[Scope, int]) -> dict[Scope, ScopeR
     (one per failure mode, from one forward over the same inputs) count as one piece, the
     larger of model and rules counts, and where both see risk their noisy-OR may lift it, but
     only up to AGREE_CAP, because model and rules read the same evidence and a page needs one
-    of them to be sure on its own."""
+    of them to be sure on its own. An advisory model finding (`Finding.advisory`) adds at most
+    up to ADVISORY_CAP, a watch, and never changes a risk the rest already put above it."""
     out: dict[Scope, ScopeRisk] = {}
     for scope, n in sizes.items():
         hard = np.zeros(n, bool)
         mine = [f.fitted(n) for f in findings if f.scope is scope]
         pieces: dict[str, F32] = {}  # evidence key -> its strongest reading per entity
         model = np.zeros(n, np.float32)
+        advisory = np.zeros(n, np.float32)
         for f in mine:
             if f.source == "model":
-                np.maximum(model, f.risk, out=model)
+                np.maximum(advisory if f.advisory else model, f.risk,
+                           out=advisory if f.advisory else model)
             else:
                 held = pieces.get(f.evidence)  # never written in place: no copy needed
                 pieces[f.evidence] = f.risk if held is None else np.maximum(held, f.risk)
@@ -69,7 +75,12 @@ def fuse(findings: list[Finding], sizes: dict[Scope, int]) -> dict[Scope, ScopeR
                 hard |= f.risk >= 0.999  # only a full-certainty hard rule skips the wait
         rules = combined(list(pieces.values()), n)
         both = np.minimum(1 - (1 - rules) * (1 - model), AGREE_CAP)
-        risk = np.maximum(np.maximum(rules, model), both).astype(np.float32)
+        risk = np.maximum(np.maximum(rules, model), both)
+        # An advisory opinion adds up to watch and never moves a level the rest set: where the
+        # model's timing is uncalibrated, the rules' timing stands (issue 34: a model warning
+        # days early cost the warning the rules would have raised on time).
+        lifted = np.minimum(1 - (1 - risk) * (1 - advisory), np.maximum(risk, ADVISORY_CAP))
+        risk = np.maximum(risk, lifted).astype(np.float32)
         out[scope] = ScopeRisk(risk, hard, mine)
     return out
 

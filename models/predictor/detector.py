@@ -29,6 +29,7 @@ import torch
 
 from collectors.catalog import Scope
 from models.detectors.findings import Finding, kept
+from models.detectors.fusion import ADVISORY_CAP
 from models.detectors.view import FleetView
 from models.predictor.chunks import window_start
 from models.predictor.dataset import MODES
@@ -41,7 +42,7 @@ from models.predictor.features import (
     observed,
 )
 from models.predictor.hour_cache import HourCache
-from models.predictor.interval import MODEL, RawWindow, default_calibration
+from models.predictor.interval import MODEL, RawWindow, default_calibration, model_calibrated
 from models.predictor.model import predict
 from models.predictor.policy import PredictorConfig
 from models.predictor.post_rules import PostRule
@@ -220,6 +221,9 @@ class PredictorDetector:
             cols = [rt.heads.index(f"{mode}@{h}h") for h in present]
             by_horizon = {h: p[:, j] for h, j in zip(present, cols, strict=True)}
             risk = self.post_rule.risk(scope, mode, by_horizon)
+            advisory = not model_calibrated(mode)
+            if advisory:  # its timing unproven: watch at most (fusion.ADVISORY_CAP)
+                risk = np.minimum(risk, ADVISORY_CAP)
             # The finding's value and explanation speak of the day's horizon.
             day = cols[horizons.index(24)] if 24 in horizons else cols[0]
             value = p[:, day].astype(np.float64)
@@ -231,7 +235,7 @@ class PredictorDetector:
             f = Finding(f"{self.name}_{mode}", scope, risk, value, float("nan"), signal,
                         details={i: "; ".join([signal, *self._when(rt, p[i], mode), d])
                                  for i, d in details.items()},
-                        source="model")
+                        source="model", mode=mode, advisory=advisory)
             findings.append(f)  # M3 stays per GPU here; detect() places it on a link
         self.last_run_s = time.perf_counter() - t0
         for phase, secs in (("features", t1 - t0), ("forward", t2 - t1), ("explain", explain_s),
@@ -277,7 +281,7 @@ class PredictorDetector:
         details: dict[int, str] = {}
         if n == 0:
             return Finding(f.rule, Scope.NVLINK, risk, value, f.threshold, f.signal,
-                           source=f.source)
+                           source=f.source, mode=f.mode, advisory=f.advisory)
         gpu_of = np.asarray(nv.gpu_of[:n])
         try:
             hn = hours_of(nv)
@@ -295,4 +299,5 @@ class PredictorDetector:
                 if f.details and g in f.details:
                     details[link] = f.details[g]
         return Finding(f.rule, Scope.NVLINK, risk, value, f.threshold, f.signal,
-                       details=details or None, source=f.source)
+                       details=details or None, source=f.source, mode=f.mode,
+                       advisory=f.advisory)

@@ -186,6 +186,17 @@ def default_calibration() -> Calibration | None:
     return load_default()
 
 
+def model_calibrated(mode: str) -> bool:
+    """Whether the model's timing may move levels for `mode`: with no calibration shipped, as
+    before (yes); with one, only where it holds a model window for the mode that is not
+    hidden (issue 34: the rule's level stands unless the model's window is calibrated)."""
+    cal = default_calibration()
+    if cal is None:
+        return True
+    return f"{MODEL}:{mode}" not in cal.hidden and any(
+        key.startswith(mode + "@") for key in cal.model)
+
+
 def _num(v: object) -> float:
     """An upper end written as null: no upper bound."""
     if v is None:

@@ -15,7 +15,7 @@ from collectors.catalog import Scope
 from models.detectors.dynamic import HOUR, DynamicConfig, DynamicThresholds
 from models.detectors.evidence import GPU_TEMP, HBM_ECC, IB_BER, MEM_TEMP, NVLINK_ERRORS
 from models.detectors.findings import Finding
-from models.detectors.fusion import COMBINED_CAP, ScopeRisk, fuse
+from models.detectors.fusion import ADVISORY_CAP, COMBINED_CAP, ScopeRisk, fuse
 from models.detectors.hard import HardRules
 from service.stages.alert_machine import AlertMachine, AlertPolicy
 from tests.detectors.test_dynamic import FLAPS, ib_fleet, only, sbe_fleet, zero
@@ -171,3 +171,25 @@ def test_independent_pieces_add_up_below_a_page() -> None:
     assert highest_level(got, f, Scope.GPU) == 2
     weak = fused([rule("hbm_temp_sustained", 0.25), rule("xid", 0.2)], f, Scope.GPU)
     assert weak.risk[0] == pytest.approx(1 - 0.75 * 0.8)  # below the cap: noisy-OR as before
+
+
+def test_an_advisory_model_adds_a_watch_and_moves_no_level_the_rules_set() -> None:
+    """Issue 34: where the model's window is not calibrated for the mode, its opinion is
+    advisory: alone or with a watch-level rule it reaches at most ADVISORY_CAP (a watch); a
+    rule's warning or page stays exactly the rule's."""
+    def one(name: str, risk: float, *, model: bool = False, advisory: bool = False) -> Finding:
+        return Finding(name, Scope.GPU, np.array([risk, 0, 0, 0], np.float32), np.zeros(4),
+                       0.0, "s", source="model" if model else "rule", advisory=advisory)
+
+    def risk(*found: Finding) -> float:
+        return float(fuse(list(found), {Scope.GPU: 4})[Scope.GPU].risk[0])
+
+    adv = one("lstm_M5_thermal", ADVISORY_CAP, model=True, advisory=True)
+    assert risk(adv) == pytest.approx(ADVISORY_CAP)
+    assert risk(adv, one("mem_temp", 0.35)) == pytest.approx(ADVISORY_CAP)  # no warning lift
+    for level_risk in (0.65, 0.95):  # a rule's warning, a rule's page: unchanged
+        assert risk(adv, one("mem_temp", level_risk)) == pytest.approx(level_risk)
+    assert risk(adv, one("mem_temp", 0.1)) == pytest.approx(ADVISORY_CAP)
+    # A calibrated model's opinion still counts as before: it alone lifts to warning.
+    assert risk(one("lstm_M5_thermal", 0.8, model=True), one("mem_temp", 0.35)) == \
+        pytest.approx(0.85)

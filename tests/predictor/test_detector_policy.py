@@ -5,6 +5,7 @@ scripted runtime (our own model's interface with set outputs), so the policy is 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -12,8 +13,10 @@ import numpy.typing as npt
 import pytest
 
 from collectors.catalog import Scope
+from models.detectors.fusion import ADVISORY_CAP
 from models.predictor.dataset import head_names
 from models.predictor.detector import PredictorDetector
+from models.predictor.interval import Calibration
 from models.predictor.policy import PredictorConfig
 from service.stages.ingest import EventLog, Ingestor
 from service.stages.scoring import StoreView
@@ -70,12 +73,12 @@ def _risks(script: list[float], start_hour: int = 0) -> list[float]:
     return out
 
 
-def test_a_one_hour_spike_raises_nothing_and_a_held_one_does() -> None:
+def test_a_one_hour_spike_raises_nothing_and_a_held_one_does(no_window_calibration: None) -> None:
     risks = _risks([0.0, 0.7, 0.0, 0.7, 0.8, 0.4, 0.02], start_hour=6)
     assert risks == pytest.approx([0.0, 0.0, 0.0, 0.0, 0.7, 0.4, 0.0])
 
 
-def test_a_days_horizon_alone_never_pages() -> None:
+def test_a_days_horizon_alone_never_pages(no_window_calibration: None) -> None:
     risks = _risks([0.99, 0.99, 0.99], start_hour=6)
     assert max(risks) == np.float32(0.85)
 
@@ -83,3 +86,16 @@ def test_a_days_horizon_alone_never_pages() -> None:
 def test_too_little_history_gives_no_prediction() -> None:
     # From the first hour on: fewer than 6 reported hours, so the scripted 0.9 never shows.
     assert _risks([0.9] * 5) == [0.0] * 5
+
+
+def test_an_uncalibrated_mode_is_advisory_a_calibrated_one_is_not(
+        window_calibration: Callable[[Calibration], None]) -> None:
+    """Issue 34: the model's level stands only where its window is calibrated for the mode;
+    elsewhere it is advisory, a watch at most (fusion.ADVISORY_CAP)."""
+    window_calibration(Calibration(0.8, model={"M5_thermal@1-24h": (2.0, 20.0)}))
+    assert max(_risks([0.99, 0.99, 0.99], start_hour=6)) == np.float32(ADVISORY_CAP)
+    window_calibration(Calibration(0.8, model={"M1_hbm@1-24h": (2.0, 20.0)}))
+    assert max(_risks([0.99, 0.99, 0.99], start_hour=6)) == np.float32(0.85)
+    window_calibration(Calibration(0.8, model={"M1_hbm@1-24h": (2.0, 20.0)},
+                                   hidden={"model:M1_hbm": "no sharper than the constant"}))
+    assert max(_risks([0.99, 0.99, 0.99], start_hour=6)) == np.float32(ADVISORY_CAP)
