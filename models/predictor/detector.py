@@ -222,7 +222,7 @@ class PredictorDetector:
             by_horizon = {h: p[:, j] for h, j in zip(present, cols, strict=True)}
             risk = self.post_rule.risk(scope, mode, by_horizon)
             advisory = not model_calibrated(mode)
-            if advisory:  # its timing unproven: watch at most (fusion.ADVISORY_CAP)
+            if advisory:  # its timing unproven: explained, no level (fusion.ADVISORY_CAP)
                 risk = np.minimum(risk, ADVISORY_CAP)
             # The finding's value and explanation speak of the day's horizon.
             day = cols[horizons.index(24)] if 24 in horizons else cols[0]
