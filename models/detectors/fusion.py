@@ -26,9 +26,14 @@ class ScopeRisk:
             Signal(f.rule, f.signal_of(slot), float(f.value[slot]), f.threshold,
                    float(f.risk[slot]), f.hard)
             for f in self.findings
-            if f.risk[slot] > 0
+            if f.risk[slot] > 0 and not f.advisory
         ]
         out.sort(key=lambda s: -s.risk)
+        # Advisory opinions (fuse: counted for nothing) after every signal that counts.
+        out += sorted((Signal(f.rule, f.signal_of(slot), float(f.value[slot]), f.threshold,
+                              float(f.risk[slot]), f.hard)
+                       for f in self.findings if f.advisory and f.risk[slot] > 0),
+                      key=lambda s: -s.risk)
         return out
 
 
@@ -37,12 +42,6 @@ class ScopeRisk:
 # be a warning, never a page. A page needs one piece of evidence that supports it alone.
 COMBINED_CAP = 0.85
 AGREE_CAP = COMBINED_CAP  # rules and model agreeing raise risk up to warning, never to a page
-# Below the watch enter threshold (0.3): what an advisory model finding (its window not
-# calibrated for the mode) may reach, alone or with the rules, so it moves no level at all. A
-# cap at watch (0.55) was tried: the model's watch came and went hour by hour, the alert machine
-# read the changes as flapping, and flapping holds an instance below a page, so the rules' own
-# pages were lost (shifted-family, critical recall of GPU hard faults 0.39 against 0.47).
-ADVISORY_CAP = 0.25
 
 
 def fuse(findings: list[Finding], sizes: dict[Scope, int]) -> dict[Scope, ScopeRisk]:
@@ -58,19 +57,22 @@ def fuse(findings: list[Finding], sizes: dict[Scope, int]) -> dict[Scope, ScopeR
     (one per failure mode, from one forward over the same inputs) count as one piece, the
     larger of model and rules counts, and where both see risk their noisy-OR may lift it, but
     only up to AGREE_CAP, because model and rules read the same evidence and a page needs one
-    of them to be sure on its own. An advisory model finding (`Finding.advisory`) adds at most
-    up to ADVISORY_CAP, below watch, and never changes a risk the rest already put above it."""
+    of them to be sure on its own. An advisory model finding (`Finding.advisory`: its window is not
+    calibrated for the mode) adds nothing: it is explained, after every finding that counts,
+    and the risk is the rest's. Capping it below watch was not enough: held at 0.25 it kept
+    watch alerts from resolving (the watch exit threshold is 0.2), and the alerts that followed
+    differed from the rules' (issue 34)."""
     out: dict[Scope, ScopeRisk] = {}
     for scope, n in sizes.items():
         hard = np.zeros(n, bool)
         mine = [f.fitted(n) for f in findings if f.scope is scope]
         pieces: dict[str, F32] = {}  # evidence key -> its strongest reading per entity
         model = np.zeros(n, np.float32)
-        advisory = np.zeros(n, np.float32)
         for f in mine:
+            if f.advisory:
+                continue  # explained, never counted: the rules' timing stands
             if f.source == "model":
-                np.maximum(advisory if f.advisory else model, f.risk,
-                           out=advisory if f.advisory else model)
+                np.maximum(model, f.risk, out=model)
             else:
                 held = pieces.get(f.evidence)  # never written in place: no copy needed
                 pieces[f.evidence] = f.risk if held is None else np.maximum(held, f.risk)
@@ -78,12 +80,7 @@ def fuse(findings: list[Finding], sizes: dict[Scope, int]) -> dict[Scope, ScopeR
                 hard |= f.risk >= 0.999  # only a full-certainty hard rule skips the wait
         rules = combined(list(pieces.values()), n)
         both = np.minimum(1 - (1 - rules) * (1 - model), AGREE_CAP)
-        risk = np.maximum(np.maximum(rules, model), both)
-        # An advisory opinion is explained but moves no level: where the model's timing is
-        # uncalibrated, the rules' timing stands (issue 34: a model warning days early cost the
-        # warning the rules would have raised on time).
-        lifted = np.minimum(1 - (1 - risk) * (1 - advisory), np.maximum(risk, ADVISORY_CAP))
-        risk = np.maximum(risk, lifted).astype(np.float32)
+        risk = np.maximum(np.maximum(rules, model), both).astype(np.float32)
         out[scope] = ScopeRisk(risk, hard, mine)
     return out
 

@@ -29,7 +29,6 @@ import torch
 
 from collectors.catalog import Scope
 from models.detectors.findings import Finding, kept
-from models.detectors.fusion import ADVISORY_CAP
 from models.detectors.view import FleetView
 from models.predictor.chunks import window_start
 from models.predictor.dataset import MODES
@@ -221,9 +220,8 @@ class PredictorDetector:
             cols = [rt.heads.index(f"{mode}@{h}h") for h in present]
             by_horizon = {h: p[:, j] for h, j in zip(present, cols, strict=True)}
             risk = self.post_rule.risk(scope, mode, by_horizon)
+            # Its timing unproven for the mode: explained, counted for nothing (fusion.fuse).
             advisory = not model_calibrated(mode)
-            if advisory:  # its timing unproven: explained, no level (fusion.ADVISORY_CAP)
-                risk = np.minimum(risk, ADVISORY_CAP)
             # The finding's value and explanation speak of the day's horizon.
             day = cols[horizons.index(24)] if 24 in horizons else cols[0]
             value = p[:, day].astype(np.float64)
@@ -231,7 +229,8 @@ class PredictorDetector:
             details = self._explain(rt.scope, score, hourly, p[:, day], risk, day)
             explain_s += time.perf_counter() - t3
             self.explained += len(details)
-            signal = f"model: probability of {MODE_TEXT.get(mode, mode)} within 24 h"
+            which = "model, advisory (window not calibrated)" if advisory else "model"
+            signal = f"{which}: probability of {MODE_TEXT.get(mode, mode)} within 24 h"
             f = Finding(f"{self.name}_{mode}", scope, risk, value, float("nan"), signal,
                         details={i: "; ".join([signal, *self._when(rt, p[i], mode), d])
                                  for i, d in details.items()},

@@ -311,6 +311,6 @@ def step_inputs(risk: ScopeRisk, last_ts: npt.NDArray[np.float64]
     seen: F64 = np.fmax.reduce(last, axis=1) if last.shape[1] else np.full(n, np.nan)
     conf = np.zeros(n, np.float32)
     for f in risk.findings:
-        if f.source == "model":
+        if f.source == "model" and not f.advisory:  # an advisory model corroborates nothing
             np.maximum(conf, f.risk, out=conf)
     return seen, conf

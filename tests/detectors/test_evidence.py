@@ -15,7 +15,7 @@ from collectors.catalog import Scope
 from models.detectors.dynamic import HOUR, DynamicConfig, DynamicThresholds
 from models.detectors.evidence import GPU_TEMP, HBM_ECC, IB_BER, MEM_TEMP, NVLINK_ERRORS
 from models.detectors.findings import Finding
-from models.detectors.fusion import ADVISORY_CAP, COMBINED_CAP, ScopeRisk, fuse
+from models.detectors.fusion import COMBINED_CAP, ScopeRisk, fuse
 from models.detectors.hard import HardRules
 from service.stages.alert_machine import AlertMachine, AlertPolicy
 from tests.detectors.test_dynamic import FLAPS, ib_fleet, only, sbe_fleet, zero
@@ -173,24 +173,23 @@ def test_independent_pieces_add_up_below_a_page() -> None:
     assert weak.risk[0] == pytest.approx(1 - 0.75 * 0.8)  # below the cap: noisy-OR as before
 
 
-def test_an_advisory_model_moves_no_level() -> None:
+def test_an_advisory_model_moves_no_risk_and_is_explained_last() -> None:
     """Issue 34: where the model's window is not calibrated for the mode, its opinion is
-    advisory: alone or with any rule it reaches at most ADVISORY_CAP, below watch, and every
-    level stays exactly the rules'."""
+    advisory: the fused risk is exactly the rules' (a cap below watch still held watch alerts
+    open past the 0.2 exit), and the explanation lists it after every signal that counts."""
     def one(name: str, risk: float, *, model: bool = False, advisory: bool = False) -> Finding:
         return Finding(name, Scope.GPU, np.array([risk, 0, 0, 0], np.float32), np.zeros(4),
                        0.0, "s", source="model" if model else "rule", advisory=advisory)
 
-    def risk(*found: Finding) -> float:
-        return float(fuse(list(found), {Scope.GPU: 4})[Scope.GPU].risk[0])
+    def fused_of(*found: Finding) -> ScopeRisk:
+        return fuse(list(found), {Scope.GPU: 4})[Scope.GPU]
 
-    adv = one("lstm_M5_thermal", ADVISORY_CAP, model=True, advisory=True)
-    assert risk(adv) == pytest.approx(ADVISORY_CAP)
-    assert ADVISORY_CAP < 0.3  # below the watch enter threshold (AlertPolicy.enter)
-    assert risk(adv, one("xid", 0.2)) == pytest.approx(ADVISORY_CAP)  # no lift to watch
-    for level_risk in (0.35, 0.65, 0.95):  # a rule's watch, warning, page: unchanged
-        assert risk(adv, one("mem_temp", level_risk)) == pytest.approx(level_risk)
-    assert risk(adv, one("mem_temp", 0.1)) == pytest.approx(ADVISORY_CAP)
-    # A calibrated model's opinion still counts as before: it alone lifts to warning.
-    assert risk(one("lstm_M5_thermal", 0.8, model=True), one("mem_temp", 0.35)) == \
-        pytest.approx(0.85)
+    adv = one("lstm_M5_thermal", 0.8, model=True, advisory=True)
+    assert fused_of(adv).risk[0] == 0.0
+    for rule_risk in (0.1, 0.35, 0.65, 0.95):
+        got = fused_of(adv, one("mem_temp", rule_risk))
+        assert got.risk[0] == pytest.approx(rule_risk)
+        assert [s.rule for s in got.explain(0)] == ["mem_temp", "lstm_M5_thermal"]
+    # A calibrated model's opinion still counts as before: agreement lifts to warning.
+    assert fused_of(one("lstm_M5_thermal", 0.8, model=True),
+                    one("mem_temp", 0.35)).risk[0] == pytest.approx(0.85)

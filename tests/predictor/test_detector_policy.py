@@ -13,7 +13,6 @@ import numpy.typing as npt
 import pytest
 
 from collectors.catalog import Scope
-from models.detectors.fusion import ADVISORY_CAP
 from models.predictor.dataset import head_names
 from models.predictor.detector import PredictorDetector
 from models.predictor.interval import Calibration
@@ -91,11 +90,32 @@ def test_too_little_history_gives_no_prediction() -> None:
 def test_an_uncalibrated_mode_is_advisory_a_calibrated_one_is_not(
         window_calibration: Callable[[Calibration], None]) -> None:
     """Issue 34: the model's level stands only where its window is calibrated for the mode;
-    elsewhere it is advisory, a watch at most (fusion.ADVISORY_CAP)."""
+    elsewhere its finding is advisory (its risk kept for the explanation, counted for nothing
+    by fusion)."""
+    def advisory() -> list[bool]:
+        return _advisory([0.99, 0.99, 0.99], start_hour=6)
+
     window_calibration(Calibration(0.8, model={"M5_thermal@1-24h": (2.0, 20.0)}))
-    assert max(_risks([0.99, 0.99, 0.99], start_hour=6)) == np.float32(ADVISORY_CAP)
+    assert advisory() == [True, True, True]
     window_calibration(Calibration(0.8, model={"M1_hbm@1-24h": (2.0, 20.0)}))
-    assert max(_risks([0.99, 0.99, 0.99], start_hour=6)) == np.float32(0.85)
+    assert advisory() == [False, False, False]
+    assert max(_risks([0.99, 0.99, 0.99], start_hour=6)) == np.float32(0.85)  # as before
     window_calibration(Calibration(0.8, model={"M1_hbm@1-24h": (2.0, 20.0)},
                                    hidden={"model:M1_hbm": "no sharper than the constant"}))
-    assert max(_risks([0.99, 0.99, 0.99], start_hour=6)) == np.float32(ADVISORY_CAP)
+    assert advisory() == [True, True, True]
+
+
+def _advisory(script: list[float], start_hour: int) -> list[bool]:
+    store = WindowStore(window_config_for(STEP))
+    ingest = Ingestor(store, EventLog())
+    view = StoreView(store, EventLog())
+    r = Rounds(nodes=1, gpus=2, links=1, ports=1)
+    det = PredictorDetector(ScriptedModel(ScriptedRuntime(script)),
+                            PredictorConfig(explain_from=2.0))
+    out = []
+    for k in range(start_hour + len(script)):
+        t = T0 + k * STEP
+        ingest.ingest(r.batch(t), now=t)
+        if k >= start_hour:
+            out.append({f.rule: f for f in det.detect(view, t)}["lstm_M1_hbm"].advisory)
+    return out
