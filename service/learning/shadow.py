@@ -16,6 +16,7 @@ would raise them all at once; judging both models from the same fresh start keep
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -63,7 +64,11 @@ class Shadow:
         sizes = {s: len(scopes[s].risk) for s in SCOPES}
         all_found = [f for s in SCOPES for f in scopes[s].findings]
         rules = [f for f in all_found if f.source != "model"]
-        ours = [f for f in all_found if f.source == "model"]
+        # The shadow judges the models' opinions: an advisory one (fusion counts it for nothing
+        # where its window is not calibrated) counts here, for the active model and the
+        # challenger alike, or every stream with a model in it would read as the rules.
+        ours = [_counted(f) for f in all_found if f.source == "model"]
+        theirs = [_counted(f) for f in theirs]
         rows: list[tuple[str, float, str, str, str, int, int, str]] = []
         for stream, found in (("active:fused", rules + ours), ("active:model", ours),
                               ("challenger:model", theirs), ("challenger:fused", rules + theirs)):
@@ -91,6 +96,10 @@ class Shadow:
                      _rule(sr.explain(t.slot)) if t.slot >= 0 else "")
                     for t in trans if t.new > t.old]
         return out
+
+
+def _counted(f: Finding) -> Finding:
+    return dataclasses.replace(f, advisory=False) if f.advisory else f
 
 
 def _rule(signals: list[Signal]) -> str:
