@@ -65,7 +65,10 @@ def test_without_a_model_the_service_says_so(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_with_a_model_the_gpu_shows_probabilities(tmp_path: Path, tiny_model: Path) -> None:
+def test_with_a_model_the_gpu_shows_probabilities(tmp_path: Path, tiny_model: Path,
+                                                  no_window_calibration: None) -> None:
+    # The raw model window, as shown with no window calibration (tests/predictor/
+    # test_interval.py and tests/detectors/test_growth.py test the calibrated one).
     app = create_app(_settings(tmp_path, str(tiny_model)), clock=ManualClock(T0),
                      schedule=False)
     with TestClient(app) as c:
@@ -86,8 +89,8 @@ def test_with_a_model_the_gpu_shows_probabilities(tmp_path: Path, tiny_model: Pa
         if want is None:
             assert window is None
         else:
-            assert (window["mode"], window["within_h"], window["text"]) == (
-                want.mode, want.within_h, want.text())
+            assert (window["mode"], window["within_h"], window["source"]) == (
+                want.mode, want.within_h, "model")
         node = c.get("/v1/nodes/n1").json()
         [mine] = [g for g in node["gpus"] if g["entity"] == "n1:gpu2"]
         assert mine["window"] == window
@@ -99,8 +102,9 @@ def test_with_a_model_the_gpu_shows_probabilities(tmp_path: Path, tiny_model: Pa
         gpu = c.get("/v1/gpus/n1:gpu2").json()
         window = gpu["prediction"]["window"]
         assert window == {"mode": "M5_thermal", "after_h": 1.0, "within_h": 24.0,
-                          "probability": 0.7, "text": "thermal failure likely in 1 h to 24 h "
-                                                      "(70%)"}
+                          "probability": 0.7, "source": "model", "coverage": None,
+                          "withheld": False,
+                          "text": "thermal failure expected in 1 h to 24 h (model, uncalibrated)"}
         assert gpu["window"] == window
         node = c.get("/v1/nodes/n1").json()
         assert [g["window"] for g in node["gpus"] if g["entity"] == "n1:gpu2"] == [window]
@@ -108,7 +112,8 @@ def test_with_a_model_the_gpu_shows_probabilities(tmp_path: Path, tiny_model: Pa
 
 @pytest.mark.slow
 def test_model_explanations_name_metric_groups(recorded: object, tiny_model: Path,
-                                               tmp_path: Path) -> None:
+                                               tmp_path: Path,
+                                               no_window_calibration: None) -> None:
     p = build_pipeline(_settings(tmp_path, "none"), Wiring.offline())
     try:
         _feed(p, 8)
