@@ -22,19 +22,12 @@ class ScopeRisk:
     findings: list[Finding] = field(default_factory=list)
 
     def explain(self, slot: int) -> list[Signal]:
-        out = [
-            Signal(f.rule, f.signal_of(slot), float(f.value[slot]), f.threshold,
-                   float(f.risk[slot]), f.hard)
-            for f in self.findings
-            if f.risk[slot] > 0 and not f.advisory
-        ]
-        out.sort(key=lambda s: -s.risk)
-        # Advisory opinions (fuse: counted for nothing) after every signal that counts.
-        out += sorted((Signal(f.rule, f.signal_of(slot), float(f.value[slot]), f.threshold,
-                              float(f.risk[slot]), f.hard)
-                       for f in self.findings if f.advisory and f.risk[slot] > 0),
-                      key=lambda s: -s.risk)
-        return out
+        # Riskiest first; advisory opinions (fuse: counted for nothing) after every signal
+        # that counts.
+        fired = sorted((f for f in self.findings if f.risk[slot] > 0),
+                       key=lambda f: (f.advisory, -float(f.risk[slot])))
+        return [Signal(f.rule, f.signal_of(slot), float(f.value[slot]), f.threshold,
+                       float(f.risk[slot]), f.hard) for f in fired]
 
 
 # Below the alert policy's critical enter threshold (0.9, service.stages.alert_machine): what
