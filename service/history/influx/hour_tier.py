@@ -1,0 +1,194 @@
+"""The hour tier in InfluxDB: every finished hour bucket the predictor's features read, written
+once per hour per entity, and read back as whole-span tables for fast retraining.
+
+Writing (`HourWriter`): after an ingest, each hour the window store has newly finished is read
+from the store's hourly tier (or its raw ring, at a 1-hour step) for exactly the inputs the
+features read (models.predictor.features.INPUTS), the GPUs' NVLink links already reduced to
+their per-GPU columns (LINK_COLUMNS), and written as `gpu_1h` and `ib_port_1h` points at the
+hour's start into the `rollup_1h` retention policy (kept as long as the 5-minute rollups). A
+rewritten hour (a restart, a warm store) lands on the same point and overwrites it.
+
+Reading (`read_tables`): the span's points, a day per query, into models.predictor.hour_table
+tables; `gpuhealth train --from-influx` builds the span's features from them at once instead of
+replaying the raw 5-s series (docs/learning.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from collectors.catalog import FieldType, Scope
+from collectors.frames import Entity
+from collectors.lineprotocol_format import escape_key, format_number
+from collectors.schema import ENTITY_TAGS
+from models.detectors.view import FleetView
+from models.predictor.features import INPUTS, HourlyUnavailable, hours_of, link_hours
+from models.predictor.hour_table import HourTable, columns
+from service.history.influx.client import InfluxClient, InfluxError
+from service.history.influx.influxql import ident, string, time_ns
+from service.history.influx.lines import entity_tags, head, ns
+from service.history.influx.schema import HOUR_RP
+
+log = logging.getLogger(__name__)
+
+HOUR = 3600.0
+DAY = 86400.0
+SUFFIX = "_1h"
+SCOPES = (Scope.GPU, Scope.IB_PORT)
+F32 = npt.NDArray[np.float32]
+
+
+def measurement(scope: Scope) -> str:
+    return scope.value + SUFFIX
+
+
+class HourWriter:
+    """Line protocol for the hours a store finished since the last call."""
+
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
+        self._last: dict[Scope, int] = {}
+        self._heads: dict[tuple[Scope, Entity], str] = {}
+
+    def _head(self, scope: Scope, e: Entity) -> str:
+        h = self._heads.get((scope, e))
+        if h is None:
+            if len(self._heads) > 500_000:  # a churning fleet must not grow this forever
+                self._heads.clear()
+            h = self._heads[(scope, e)] = head(measurement(scope),
+                                                {"cluster": self.cluster, **entity_tags(e)})
+        return h
+
+    def lines(self, fleet: FleetView) -> list[str]:
+        out: list[str] = []
+        for scope in SCOPES:
+            try:
+                view = fleet.scope(scope)
+                hrs = hours_of(view)
+            except (KeyError, HourlyUnavailable):
+                continue
+            last = self._last.get(scope, -1)
+            if hrs.last < 0 or hrs.last <= last:
+                continue
+            # The first call writes the newest finished hour only: older ones, if the store
+            # holds them, were written before a restart (or were never this replica's).
+            new = min(hrs.last - last, hrs.length) if last >= 0 else 1
+            cols = [view.window(m, new, tier=hrs.tier, stat=s) for m, s in INPUTS[scope]]
+            if scope is Scope.GPU:
+                cols += link_hours(fleet, len(view), new)
+            self._last[scope] = hrs.last
+            if not len(view):
+                continue
+            out += self._format(scope, view.entities, np.stack(cols), hrs.last - new + 1)
+        return out
+
+    def _format(self, scope: Scope, ents: Iterable[Entity], data: F32, first: int) -> list[str]:
+        names = [escape_key(c) + "=" for c in columns(scope)]
+        out = []
+        for i, e in enumerate(ents):
+            rows = data[:, i, :].T.tolist()  # [hour][column]
+            for j, row in enumerate(rows):
+                body = ",".join(names[k] + t for k, v in enumerate(row)
+                                if (t := format_number(FieldType.FLOAT, v)) is not None)
+                if body:
+                    out.append(f"{self._head(scope, e)} {body} {ns((first + j) * HOUR)}")
+        return out
+
+
+@dataclass(slots=True)
+class HourRead:
+    """What read_tables found: a table per scope with any hours, and the rows it refused."""
+
+    tables: dict[Scope, HourTable] = field(default_factory=dict)
+    rows: int = 0
+    refused: int = 0  # rows naming no valid entity (a bad tag in storage)
+
+
+Progress = Callable[[float], None]  # hours read so far
+
+
+def read_tables(client: InfluxClient, cluster: str, start: float, end: float, *,
+                chunk_s: float = DAY, progress: Progress | None = None) -> HourRead:
+    """The cluster's stored hours in [start, end) (start and end rounded out to whole hours),
+    as one table per scope; an entity's hours it has no point for are NaN."""
+    h0 = math.floor(start / HOUR)
+    h1 = math.ceil(end / HOUR)
+    out = HourRead()
+    for scope in SCOPES:
+        got = _read_scope(client, cluster, scope, h0, h1, chunk_s, out, progress)
+        if got is not None:
+            out.tables[scope] = got
+    return out
+
+
+def _read_scope(client: InfluxClient, cluster: str, scope: Scope, h0: int, h1: int,
+                chunk_s: float, out: HourRead, progress: Progress | None) -> HourTable | None:
+    want = columns(scope)
+    tag_names = ENTITY_TAGS[scope]
+    src = f"{ident(HOUR_RP)}.{ident(measurement(scope))}"
+    ents: dict[tuple[str, ...], int] = {}
+    parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], F32]] = []
+    step = max(1, int(chunk_s // HOUR))
+    for a in range(h0, h1, step):
+        b = min(h1, a + step)
+        q = (f"SELECT * FROM {src} WHERE {ident('cluster')} = {string(cluster)} AND "
+             f"time >= {time_ns(a * HOUR)} AND time < {time_ns(b * HOUR)}")
+        try:
+            results = client.query(q, epoch="s")
+        except InfluxError as exc:
+            if "database not found" in str(exc) or "retention policy not found" in str(exc):
+                return None
+            raise
+        for s in results[0] if results else []:
+            cols = s.columns
+            at = {c: i for i, c in enumerate(cols)}
+            if any(t not in at for t in tag_names[:1]):
+                continue
+            tag_idx = [at.get(t) for t in tag_names]
+            vals = s.values
+            keys = [tuple("" if i is None else str(r[i] or "") for i in tag_idx) for r in vals]
+            slot = np.array([ents.setdefault(k, len(ents)) for k in keys], np.int64)
+            hour = np.array([int(r[0]) for r in vals], np.int64) // int(HOUR) - h0
+            data = np.full((len(want), len(vals)), np.nan, np.float32)
+            for k, c in enumerate(want):
+                j = at.get(c)
+                if j is not None:
+                    data[k] = np.array([r[j] for r in vals], dtype=np.float64)
+            parts.append((slot, hour, data))
+            out.rows += len(vals)
+        if progress is not None:
+            progress(float(b - h0))
+    if not ents:
+        return None
+    return _assemble(scope, ents, parts, h0, h1 - h0, out)
+
+
+def _assemble(scope: Scope, ents: dict[tuple[str, ...], int],
+              parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], F32]],
+              h0: int, hours: int, out: HourRead) -> HourTable | None:
+    made: list[tuple[str, Entity, int]] = []
+    for names, i in ents.items():
+        try:
+            e = Entity(scope, *names)
+        except ValueError as exc:
+            log.warning("hour tier: skipped rows of a stored %s entity %r: %s", scope, names, exc)
+            continue
+        made.append((e.key, e, i))
+    made.sort(key=lambda t: t[0])
+    if not made:
+        return None
+    order = np.full(len(ents), -1, np.int64)
+    order[[i for _, _, i in made]] = np.arange(len(made))
+    table = np.full((len(columns(scope)), len(made), hours), np.nan, np.float32)
+    for slot, hour, data in parts:
+        col = order[slot]
+        ok = (col >= 0) & (hour >= 0) & (hour < hours)
+        out.refused += int((col < 0).sum())
+        table[:, col[ok], hour[ok]] = data[:, ok]
+    return HourTable(scope, [e for _, e, _ in made], h0, table)
