@@ -23,6 +23,9 @@ precision per head against the shipped card. The goal: under 10 minutes on 2 cor
 Retraining from history (`--from-influx GPUS DAYS`, bench/model_history.py): the time and peak
 memory of `gpuhealth train --from-influx` over a simulated fleet's history in a local influxd,
 per GPU-day and extrapolated to 4,096 GPUs over 90 days (`--from-influx 4096 90` runs it).
+With `--tier`, the history is the hour tier the service stores and training builds its features
+from it at once (bench/model_tier.py; measured at the issue's size, not extrapolated);
+`--tier-check GPUS DAYS` compares those features with a replay's.
 """
 
 from __future__ import annotations
@@ -455,7 +458,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="only time `train --from-influx` over a simulated history of GPUS x "
                          "DAYS in a local influxd (the issue's size: 4096 90); "
                          "bench/model_history.py")
+    ap.add_argument("--tier", action="store_true",
+                    help="with --from-influx: the history as the stored hour tier at an hourly "
+                         "step, trained from it (bench/model_tier.py)")
+    ap.add_argument("--tier-check", type=float, nargs=2, metavar=("GPUS", "DAYS"),
+                    help="features built from the stored hour tier against a replay's "
+                         "(bench/model_tier.py)")
     args = ap.parse_args(argv)
+    if args.tier_check:
+        from bench.model_tier import main as tier
+
+        return tier(int(args.tier_check[0]), args.tier_check[1], args.json, tier_check=True)
+    if args.from_influx and args.tier:
+        from bench.model_tier import main as tier
+
+        return tier(int(args.from_influx[0]), args.from_influx[1], args.json)
     if args.from_influx:
         from bench.model_history import main as history
 

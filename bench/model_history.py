@@ -65,10 +65,12 @@ def _influxd(root: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit("influxd did not start")
 
 
-def scenario(gpus: int, days: float) -> SimConfig:
+def scenario(gpus: int, days: float, step_s: int | None = None) -> SimConfig:
     tree = scenario_tree("ci", seed=1000)
     tree["fleet"]["nodes"] = max(1, gpus // 8)
     tree["time"]["days"] = days
+    if step_s is not None:
+        tree["time"]["step_s"] = step_s
     tree["seed"] = 1000
     return SimConfig.model_validate(tree)
 
@@ -83,27 +85,11 @@ def run(gpus: int, days: float, epochs: int = 2) -> dict[str, Any]:
             t0 = time.perf_counter()
             wrote = write_simulated(scenario(gpus, days), InfluxSettings(**cfg))  # type: ignore[arg-type]
             write_s = time.perf_counter() - t0
-            config = root / "gpuhealth.yaml"
-            config.write_text(yaml.safe_dump({"storage": {"data_dir": str(root),
-                                                          "influxdb": cfg}}))
-            cmd = [sys.executable, "-c", "import sys; from service.commands.cli import main; "
-                   "sys.exit(main())", "train", "--from-influx", "--since", START,
-                   "--until", "2030-01-01T00:00:00Z", "--config", str(config),
-                   "--out", str(root / "model"), "--epochs", str(epochs), "--no-progress"]
-            t1 = time.perf_counter()
-            with open(root / "out", "wb") as fo, open(root / "err", "wb") as fe:
-                child = subprocess.Popen(cmd, stdout=fo, stderr=fe,
-                                         cwd=Path(__file__).resolve().parents[1])
-                _, status, usage = os.wait4(child.pid, 0)
-            wall = time.perf_counter() - t1
-            rc = os.waitstatus_to_exitcode(status)
-            out, err = (root / "out").read_text(), (root / "err").read_text()
+            child = train_child(root, cfg, epochs, ["--source", "raw"])
         finally:
             proc.terminate()
             proc.wait(30)
-    if rc != 0:
-        raise SystemExit(f"train --from-influx failed ({rc}): {err[-2000:]}")
-    rss_mb = round(usage.ru_maxrss / 1024, 1)  # KiB on Linux: the child's VmHWM
+    wall, rss_mb, out = child["train_wall_s"], child["peak_rss_mb"], child["output"]
     gpu_days = gpus * days
     scale = ISSUE[0] * ISSUE[1] / gpu_days
     return {"gpus": gpus, "days": days, "epochs": epochs, "rounds": wrote["rounds"],
@@ -117,7 +103,32 @@ def run(gpus: int, days: float, epochs: int = 2) -> dict[str, Any]:
                 "peak_rss_mb": round(rss_mb + dataset_mb(*ISSUE) - dataset_mb(gpus, days), 1),
                 "note": f"linear in GPU-days from {gpus} GPUs x {days:g} days; memory: the "
                         "measured peak plus the larger dataset (hourly features, float32)"},
-            "output": out.strip().splitlines()[-1:]}
+            "output": out}
+
+
+def train_child(root: Path, cfg: dict[str, Any], epochs: int,
+                extra: list[str] | None = None) -> dict[str, Any]:
+    """`gpuhealth train --from-influx` over the whole stored span in a child process: its wall
+    time and peak memory (ru_maxrss from os.wait4: the child's VmHWM)."""
+    config = root / "gpuhealth.yaml"
+    config.write_text(yaml.safe_dump({"storage": {"data_dir": str(root), "influxdb": cfg}}))
+    cmd = [sys.executable, "-c", "import sys; from service.commands.cli import main; "
+           "sys.exit(main())", "train", "--from-influx", "--since", START,
+           "--until", "2030-01-01T00:00:00Z", "--config", str(config),
+           "--out", str(root / "model"), "--epochs", str(epochs), "--no-progress",
+           *(extra or [])]
+    t1 = time.perf_counter()
+    with open(root / "out", "wb") as fo, open(root / "err", "wb") as fe:
+        child = subprocess.Popen(cmd, stdout=fo, stderr=fe,
+                                 cwd=Path(__file__).resolve().parents[1])
+        _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - t1
+    rc = os.waitstatus_to_exitcode(status)
+    out, err = (root / "out").read_text(), (root / "err").read_text()
+    if rc != 0:
+        raise SystemExit(f"train --from-influx failed ({rc}): {err[-2000:]}")
+    return {"train_wall_s": round(wall, 1), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+            "output": out.strip().splitlines()[-3:]}
 
 
 def dataset_mb(gpus: int, days: float) -> float:

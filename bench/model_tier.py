@@ -136,7 +136,7 @@ def check(gpus: int, days: float, step_s: int = 300) -> dict[str, Any]:
         if table is None:
             out[scope.value] = "no hour tier read"
             continue
-        out[scope.value] = compare(run, features(table, lag_s=float(step_s)))
+        out[scope.value] = compare(run, features(table))
     return out
 
 

@@ -34,7 +34,7 @@ from service.stages.ingest import MAX_DETAILED_REJECTIONS, IngestResult
 from service.stages.node_rollup import NodeRollup
 from service.stages.scoring import SCOPES, RiskState
 from service.stages.storm_report import StormReport
-from service.tick import Closable, Stats, TickPhases, TickResult
+from service.tick import Closable, Stats, TickPhases, TickResult, TracksStore
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,9 @@ class Pipeline:
             self.store, self.machine, self.fleet,
             [self.scorer, *([self.roles] if self.roles is not None else [])],
             owns_store=self.owns_store, nodes_gone=parts.identities.forget_nodes)
+        for sink in self.sinks:  # the InfluxDB hour tier reads the store's finished hours
+            if isinstance(sink, TracksStore):
+                sink.track_store(self.scorer.view)
         self._layout = self._store_layout()
         self.risk: RiskState | None = None
         self.stats = Stats()

@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from collectors.base import CollectorStatus
 from collectors.catalog import Scope
+from models.detectors.view import FleetView
 from service.notify.sender import Sent
 from service.remediation.actions import AuditEntry
 from service.stages.alert_machine import FlagChange, Transition
@@ -128,6 +129,13 @@ class TickObserver(Protocol):
     """Sees every scoring tick's result after it is complete (the InfluxDB recorder)."""
 
     def observe(self, tick: TickResult) -> None: ...
+
+
+@runtime_checkable
+class TracksStore(Protocol):
+    """A sink that also reads the window store (the InfluxDB hour tier)."""
+
+    def track_store(self, fleet: FleetView) -> None: ...
 
 
 @runtime_checkable

@@ -181,8 +181,58 @@ def _missing(cols: Sequence[F32]) -> F32:
     return out
 
 
-def gpu_hours(fleet: FleetView, n: int) -> F32:
-    """[gpu, n, per-hour GPU features]."""
+# What the hourly features read of each scope's hour buckets, as (metric, stat): the hour tier
+# the service stores (service/history/influx/hour_tier.py) keeps exactly these, so features
+# built from it (models/predictor/hour_table.py) read what the live store gives.
+GPU_INPUTS: tuple[tuple[str, str], ...] = (
+    ("gpu_temp", "agg"), ("gpu_temp", "hi"), ("mem_temp", "agg"), ("mem_temp", "hi"),
+    ("gpu_temp_margin", "lo"), ("power_draw", "agg"), ("sm_clock", "agg"), ("gpu_util", "agg"),
+    *((m, "agg") for m in GPU_COUNTERS), *((m, "agg") for m in GPU_STATES))
+IB_INPUTS: tuple[tuple[str, str], ...] = (
+    *((m, "agg") for m in IB_COUNTERS), ("ib_ber", "agg"), ("ib_state", "agg"),
+    ("ib_rate", "agg"), ("ib_port_xmit_data", "agg"), ("ib_port_rcv_data", "agg"))
+INPUTS: dict[Scope, tuple[tuple[str, str], ...]] = {Scope.GPU: GPU_INPUTS,
+                                                     Scope.IB_PORT: IB_INPUTS}
+# A GPU's NVLink links reduced to the GPU, per hour (the link features and missing_nvlink): the
+# hour tier stores these per GPU, not 18 rows per GPU.
+LINK_COLUMNS = ("nvlink_errors_worst", "nvlink_replay_worst", "nvlink_recovery_worst",
+                "nvlink_down_share", "nvlink_error_share", "missing_nvlink")
+
+
+def link_hours(fleet: FleetView, g: int, n: int) -> list[F32]:
+    """Per GPU (the first g of the GPU scope) and hour, its links reduced as LINK_COLUMNS."""
+    nv = fleet.scope(Scope.NVLINK)
+    lk = len(nv)
+    if not lk:
+        return [*(np.full((g, n), np.nan, np.float32) for _ in range(5)),
+                np.zeros((g, n), np.float32)]  # a GPU without NVLink misses nothing
+    gpu_of = np.asarray(nv.gpu_of[:lk])
+    hn = hours_of(nv)
+
+    def nw(m: str) -> F32:
+        return _window(nv, hn, m, n)
+
+    links = _LinkGroups(gpu_of, g)
+    crc = _log_count(nw("nvlink_crc_flit") + np.nan_to_num(nw("nvlink_crc_data")))
+    # fmax: the worst link, NaN only where every link of the GPU is NaN.
+    out = [links.reduce(np.fmax, crc, np.nan),
+           links.reduce(np.fmax, _log_count(nw("nvlink_replay")), np.nan),
+           links.reduce(np.fmax, _log_count(nw("nvlink_recovery")), np.nan)]
+    state = nw("nvlink_state")
+    present = links.reduce(np.add, (~np.isnan(state)).astype(np.float32), 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        down = links.reduce(np.add, (state < 1).astype(np.float32), 0.0)
+        erring = (crc > 0) | (nw("nvlink_replay") > 0) | (nw("nvlink_recovery") > 0)
+        errs = links.reduce(np.add, erring.astype(np.float32), 0.0)
+        out += [np.where(present > 0, down / present, np.nan).astype(np.float32),
+                np.where(present > 0, errs / present, np.nan).astype(np.float32)]
+    out.append(np.where(present > 0, 0.0, 1.0).astype(np.float32))
+    return out
+
+
+def gpu_hours(fleet: FleetView, n: int, links: list[F32] | None = None) -> F32:
+    """[gpu, n, per-hour GPU features]. `links`: the GPUs' LINK_COLUMNS when they were reduced
+    already (the stored hour tier), else reduced here from the NVLink scope."""
     v = fleet.scope(Scope.GPU)
     h = hours_of(v)
     g = len(v)
@@ -200,32 +250,7 @@ def gpu_hours(fleet: FleetView, n: int) -> F32:
                        _peer_delta(clock, node_of) / 100.0, util / 100.0]
     counters = [_log_count(w(m)) for m in GPU_COUNTERS]
     states = [w(m) for m in GPU_STATES]
-    nv = fleet.scope(Scope.NVLINK)
-    lk = len(nv)
-    gpu_of = np.asarray(nv.gpu_of[:lk])
-    hn = hours_of(nv)
-    def nw(m: str) -> F32:
-        return _window(nv, hn, m, n)
-
-    if lk:
-        links = _LinkGroups(gpu_of, g)
-        crc = _log_count(nw("nvlink_crc_flit") + np.nan_to_num(nw("nvlink_crc_data")))
-        # fmax: the worst link, NaN only where every link of the GPU is NaN.
-        link_cols = [links.reduce(np.fmax, crc, np.nan),
-                     links.reduce(np.fmax, _log_count(nw("nvlink_replay")), np.nan),
-                     links.reduce(np.fmax, _log_count(nw("nvlink_recovery")), np.nan)]
-        state = nw("nvlink_state")
-        present = links.reduce(np.add, (~np.isnan(state)).astype(np.float32), 0.0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            down = links.reduce(np.add, (state < 1).astype(np.float32), 0.0)
-            erring = (crc > 0) | (nw("nvlink_replay") > 0) | (nw("nvlink_recovery") > 0)
-            errs = links.reduce(np.add, erring.astype(np.float32), 0.0)
-            link_cols += [np.where(present > 0, down / present, np.nan).astype(np.float32),
-                          np.where(present > 0, errs / present, np.nan).astype(np.float32)]
-        miss_nv = np.where(present > 0, 0.0, 1.0).astype(np.float32)
-    else:
-        link_cols = [np.full((g, n), np.nan, np.float32) for _ in range(5)]
-        miss_nv = np.zeros((g, n), np.float32)  # a GPU without NVLink misses nothing
+    *link_cols, miss_nv = link_hours(fleet, g, n) if links is None else links
     # Metrics every reporting GPU has (page retirement, say, is absent on row-remapping HBM).
     miss_gpu = _missing([temp, mem, power, w("ecc_sbe_volatile")])
     memory = _gpu_memory(v, h.last, n, node_of, counters[0], cols[2], cols[5])

@@ -195,22 +195,27 @@ def _node_groups(entities: Sequence[Entity], per: int) -> list[tuple[int, int]]:
     return out
 
 
-def features(table: HourTable, lag_s: float = 0.0) -> RunFeatures:
+def features(table: HourTable) -> RunFeatures:
     """The span's hourly features, as a replay's HourlyRecorder records them: row h is hour
-    first_hour + h, available (t_pred) `lag_s` after the hour's end (a replay sees an hour
-    finished one raw step after it ends)."""
+    first_hour + h, available (t_pred) at the hour's end (the round of that time closes it)."""
     n, e = table.hours, len(table.entities)
     x = np.full((n, e, n_hourly(table.scope)), np.nan, np.float32)
+    fill = 0.0
+    if table.scope is Scope.GPU:
+        fill = 1.0 if (table.column("missing_nvlink") == 0).any() else 0.0
     for a, b in _node_groups(table.entities, NODES_PER_GROUP):
         view = _View(table, a, b)
         fleet = _Fleet(view)
         if table.scope is Scope.GPU:
             links = [view.window(c, n) for c in LINK_COLUMNS]
+            # An hour the GPU reported nothing in is not stored: its links were missing too
+            # (where the fleet has NVLink at all), as the live store reads it.
+            links[-1] = np.where(np.isnan(links[-1]), fill, links[-1]).astype(np.float32)
             part = gpu_hours(fleet, n, links)
         else:
             part = HOURLY[table.scope](fleet, n)
         x[:, a:b] = part.transpose(1, 0, 2)
     hours = table.first_hour + np.arange(n, dtype=np.int64)
-    return RunFeatures(table.scope, x, (hours + 1).astype(np.float64) * HOUR + lag_s,
+    return RunFeatures(table.scope, x, (hours + 1).astype(np.float64) * HOUR,
                        [en.key for en in table.entities], [en.node for en in table.entities],
                        hours)

@@ -48,6 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--chunk", type=float, default=3600.0,
                    help="seconds of data per InfluxDB query (default 3600; divides a day)")
     g.add_argument("--step", type=float, help="sample step in seconds (default: from the data)")
+    g.add_argument("--source", choices=("auto", "hours", "raw"), default="auto",
+                   help="hours: build the features from the stored hour tier at once (fast); "
+                   "raw: replay the raw samples a day at a time; auto (default): the hour "
+                   "tier when the span has one")
     g.add_argument("--stop-after-days", type=int, help=argparse.SUPPRESS)  # tests: interrupt
 
 
@@ -104,17 +108,8 @@ def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any],
     from models.predictor.dataset import MODES, targets
     from models.predictor.package import to_artifact
     from models.predictor.train import TrainConfig, kept_scope, train_scope
-    from service.commands.progress import Progress
-    from service.commands.train_days import (
-        DayBook,
-        WorkMismatch,
-        day_edges,
-        record_days,
-        replay_plan,
-    )
+    from service.commands.train_days import DayBook
     from service.commands.usage import load_settings
-    from service.history.influx.client import InfluxClient, InfluxError
-    from service.history.influx.history_source import InfluxSource, NoHistory
 
     if args.trace:
         raise UsageError("--from-influx and --trace are two sources: give one")
@@ -141,43 +136,19 @@ def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any],
     tc = TrainConfig(window_h=args.window, hidden=args.hidden, epochs=args.epochs,
                      seed=args.seed, threads=args.threads, lr=args.lr, patience=args.patience)
     cluster = args.cluster or cfg.cluster
-    src = InfluxSource(InfluxClient(cfg), cluster, start, end, args.chunk)
     started = time.perf_counter()
-    try:
-        try:
-            first, last = src.data_span()
-            step = args.step or src.infer_step(first)
-            labels = src.read_labels() + [r for r in extra if start <= _t(r) < end]
-        except NoHistory as exc:
-            raise UsageError(f"{exc} (check --since/--until, --cluster and the database "
-                             f"{cfg.database!r})") from None
-        # Days from the first stored sample to the last: a 90-day range over 10 days of data
-        # is 10 days.
-        days = day_edges(math.floor(first / step) * step, min(end, last + step))
-        book = DayBook(work, {"cluster": cluster, "database": cfg.database, "start": start,
-                              "end": end, "first": days[0][0], "step_s": step,
-                              "chunk_s": args.chunk, "args": [args.since, args.until]})
-        plan = replay_plan(book, days)
-        resumed = sum(book.done(i) for i in range(len(days)))
-        total = (days[-1][1] - days[plan[0]][0]) / 3600.0 if plan else 0.0
-        bar = Progress("replay", total, "h") if not args.no_progress and total else None
-        try:
-            rec = record_days(src.batches, book, days, step, stop_after=args.stop_after_days,
-                              progress=None if bar is None else bar.update)
-        finally:
-            if bar is not None:
-                bar.close()
-    except InfluxError as exc:
-        raise UsageError(f"InfluxDB: {exc}") from None
-    except WorkMismatch as exc:
-        raise UsageError(str(exc)) from None
-    finally:
-        src.close()
-    if rec.stopped:
-        print(f"stopped after {len(rec.days)} of {len(days)} days as asked; rerun the same "
-              f"command to resume from {work}")
-        return 3
-    runs = book.load(rec.days)
+    got = None
+    if args.source in ("auto", "hours"):
+        got = _from_hours(cfg, cluster, start, end, args, extra)
+        if got is None and args.source == "hours":
+            raise UsageError(f"no hour tier of cluster {cluster!r} between {start:.0f} and "
+                             f"{end:.0f} (service.history.influx.hour_tier writes it; "
+                             "--source raw replays the raw samples)")
+    if got is None:
+        got = _from_raw(cfg, cluster, start, end, args, extra, work)
+        if got is None:
+            return 3
+    runs, labels, first, last, step, days, told = got
     failures = list(truth_from_labels(labels).failures)
     counts = label_counts(labels)
     gpu = runs.get(Scope.GPU)
@@ -218,6 +189,7 @@ def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any],
     history = {"cluster": cluster, "database": cfg.database, "from": days[0][0],
                "to": days[-1][1], "asked": [start, end],
                "data_from": first, "data_to": last, "step_s": step, "days": len(days),
+               "source": "hour tier" if "hour tier" in told else "raw replay",
                "label_counts": counts, "label_periods": periods, "notes": notes,
                "split_times": {"train_from": edges[0], "val_from": edges[1],
                                "test_from": edges[2], "test_to": edges[3]},
@@ -236,11 +208,108 @@ def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any],
     artifact = to_artifact(results, tc, meta,
                            version="lstm-" + hashlib.sha256(blob.encode()).hexdigest()[:10])
     write_artifact(artifact, args.out, args.json, lambda digest: (
-        f"trained on {len(days)} day(s) of cluster {cluster!r} ({rec.replayed_h:.0f} data "
-        f"hours replayed, {resumed} day(s) from an earlier run) in {wall:.0f} s; "
+        f"trained on {len(days)} day(s) of cluster {cluster!r} ({told}) in {wall:.0f} s; "
         f"artifact {args.out} (weights sha256 {digest[:12]}); model card "
         f"{args.out / 'MODEL_CARD.md'}"))
     return 0
+
+Gathered = tuple[dict[Any, Any], list[dict[str, Any]], float, float, float,
+                 list[tuple[float, float]], str]
+
+
+def _from_hours(cfg: Any, cluster: str, start: float, end: float, args: argparse.Namespace,
+                extra: list[dict[str, Any]]) -> Gathered | None:
+    """The span's features built at once from the stored hour tier; None when it holds none."""
+    from collectors.catalog import Scope
+    from models.predictor.hour_table import features
+    from service.commands.progress import Progress
+    from service.commands.train_days import day_edges
+    from service.history.influx.client import InfluxClient, InfluxError
+    from service.history.influx.hour_tier import read_tables
+    from service.history.influx.labels import LabelReader
+
+    client = InfluxClient(cfg)
+    total = max(1.0, (math.ceil(end / 3600.0) - math.floor(start / 3600.0)))
+    bar = Progress("read hours", total, "h") if not args.no_progress else None
+    try:
+        got = read_tables(client, cluster, start, end, progress=None if bar is None
+                          else (lambda h: bar.update(h, "")))
+        table = got.tables.get(Scope.GPU)
+        if table is None:
+            return None
+        labels = LabelReader(client, cluster).read(start, end)
+    except InfluxError as exc:
+        raise UsageError(f"InfluxDB: {exc}") from None
+    finally:
+        client.close()
+        if bar is not None:
+            bar.close()
+    import numpy as np
+
+    seen = np.flatnonzero(~np.isnan(table.data).all(axis=(0, 1)))
+    first = (table.first_hour + int(seen[0])) * 3600.0
+    last = (table.first_hour + int(seen[-1]) + 1) * 3600.0
+    for scope, t in got.tables.items():  # the span the data covers, for every scope alike
+        got.tables[scope] = t.clip(int(seen[0]), int(seen[-1]) + 1)
+    step = 3600.0  # what the features were built at; the raw step is not needed
+    runs = {scope: features(t) for scope, t in got.tables.items()}
+    labels += [r for r in extra if start <= _t(r) < end]
+    told = (f"hour tier: {got.rows} hourly points read"
+            + (f", {got.refused} refused" if got.refused else ""))
+    return runs, labels, first, last, step, day_edges(first, last), told
+
+
+def _from_raw(cfg: Any, cluster: str, start: float, end: float, args: argparse.Namespace,
+              extra: list[dict[str, Any]], work: Path) -> Gathered | None:
+    """The raw samples replayed a day at a time, resumably; None when stopped as asked."""
+    from service.commands.progress import Progress
+    from service.commands.train_days import (
+        DayBook,
+        WorkMismatch,
+        day_edges,
+        record_days,
+        replay_plan,
+    )
+    from service.history.influx.client import InfluxClient, InfluxError
+    from service.history.influx.history_source import InfluxSource, NoHistory
+
+    src = InfluxSource(InfluxClient(cfg), cluster, start, end, args.chunk)
+    try:
+        try:
+            first, last = src.data_span()
+            step = args.step or src.infer_step(first)
+            labels = src.read_labels() + [r for r in extra if start <= _t(r) < end]
+        except NoHistory as exc:
+            raise UsageError(f"{exc} (check --since/--until, --cluster and the database "
+                             f"{cfg.database!r})") from None
+        # Days from the first stored sample to the last: a 90-day range over 10 days of data
+        # is 10 days.
+        days = day_edges(math.floor(first / step) * step, min(end, last + step))
+        book = DayBook(work, {"cluster": cluster, "database": cfg.database, "start": start,
+                              "end": end, "first": days[0][0], "step_s": step,
+                              "chunk_s": args.chunk, "args": [args.since, args.until]})
+        plan = replay_plan(book, days)
+        resumed = sum(book.done(i) for i in range(len(days)))
+        total = (days[-1][1] - days[plan[0]][0]) / 3600.0 if plan else 0.0
+        bar = Progress("replay", total, "h") if not args.no_progress and total else None
+        try:
+            rec = record_days(src.batches, book, days, step, stop_after=args.stop_after_days,
+                              progress=None if bar is None else bar.update)
+        finally:
+            if bar is not None:
+                bar.close()
+    except InfluxError as exc:
+        raise UsageError(f"InfluxDB: {exc}") from None
+    except WorkMismatch as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        src.close()
+    if rec.stopped:
+        print(f"stopped after {len(rec.days)} of {len(days)} days as asked; rerun the same "
+              f"command to resume from {work}")
+        return None
+    told = (f"{rec.replayed_h:.0f} data hours replayed, {resumed} day(s) from an earlier run")
+    return book.load(rec.days), labels, first, last, step, days, told
 
 
 def _t(row: dict[str, Any]) -> float:

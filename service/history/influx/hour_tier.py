@@ -90,10 +90,18 @@ class HourWriter:
 
     def _format(self, scope: Scope, ents: Iterable[Entity], data: F32, first: int) -> list[str]:
         names = [escape_key(c) + "=" for c in columns(scope)]
+        # An entity hour with nothing reported is not stored: a store that has just started
+        # (no warm start) finishes the hour before it empty, and its point would overwrite
+        # the one the previous instance stored. hour_table reads such an hour as missing.
+        said: npt.NDArray[np.bool_] = np.asarray(~np.isnan(data[: len(INPUTS[scope])]).all(axis=0))
+        if scope is Scope.GPU:
+            said |= data[-1] == 0.0  # some link reported
         out = []
         for i, e in enumerate(ents):
             rows = data[:, i, :].T.tolist()  # [hour][column]
             for j, row in enumerate(rows):
+                if not said[i, j]:
+                    continue
                 body = ",".join(names[k] + t for k, v in enumerate(row)
                                 if (t := format_number(FieldType.FLOAT, v)) is not None)
                 if body:

@@ -1,7 +1,9 @@
 """Database, retention policies and continuous queries on InfluxDB 1.x (`manage_schema`).
 
 Raw points go to the default policy `raw`; a continuous query per measurement keeps 5-minute
-mean and max in `rollup_5m` for long-range dashboards and training exports. 2.x and 3.x are
+mean and max in `rollup_5m` for long-range dashboards and training exports. `rollup_1h` keeps
+the hour tier the service writes itself (service.history.influx.hour_tier), as long as the
+5-minute rollups. 2.x and 3.x are
 set up by their own tools (docs/influxdb.md); there this is switched off.
 """
 
@@ -16,6 +18,7 @@ from service.history.influx.lines import RATE_SUFFIX
 log = logging.getLogger(__name__)
 
 RAW_RP = "raw"
+HOUR_RP = "rollup_1h"  # service.history.influx.hour_tier writes there
 ROLLUP_RP = "rollup_5m"
 ROLLUP_EVERY = "5m"
 ROLLUP_EVERY_S = 300
@@ -29,6 +32,8 @@ def statements(database: str, raw_retention: str, rollup_retention: str) -> list
            f"CREATE RETENTION POLICY {ident(RAW_RP)} ON {db} DURATION {raw_retention} "
            f"REPLICATION 1 DEFAULT",
            f"CREATE RETENTION POLICY {ident(ROLLUP_RP)} ON {db} DURATION {rollup_retention} "
+           f"REPLICATION 1",
+           f"CREATE RETENTION POLICY {ident(HOUR_RP)} ON {db} DURATION {rollup_retention} "
            f"REPLICATION 1"]
     for m in ROLLED_UP:
         out.append(f"CREATE CONTINUOUS QUERY {ident('cq_' + m + '_' + ROLLUP_EVERY)} ON {db} "
@@ -66,5 +71,5 @@ def ensure_schema(client: InfluxClient, raw_retention: str, rollup_retention: st
             if stmt.startswith("CREATE RETENTION POLICY"):
                 client.query(stmt.replace("CREATE", "ALTER", 1).replace(" REPLICATION 1", ""),
                              write=True, database=False)
-    log.info("InfluxDB schema ready: database %s, policies %s (%s) and %s (%s)", db, RAW_RP,
-             raw_retention, ROLLUP_RP, rollup_retention)
+    log.info("InfluxDB schema ready: database %s, policies %s (%s), %s and %s (%s)", db,
+             RAW_RP, raw_retention, ROLLUP_RP, HOUR_RP, rollup_retention)

@@ -1,7 +1,9 @@
 """InfluxDB as the service's store: a Sink for what ingest accepted (samples, derived rates,
 events) and a TickObserver for what scoring decided (risk, alerts, deliveries, collector
 health). Both only format lines and hand them to the spooler, so the ingest and tick paths
-never wait on InfluxDB; the spooler's thread delivers them."""
+never wait on InfluxDB; the spooler's thread delivers them. The hour tier
+(service.history.influx.hour_tier) goes through a second, small spooler of its own: it is
+written to its own retention policy, and a write names one."""
 
 from __future__ import annotations
 
@@ -11,10 +13,12 @@ from pathlib import Path
 
 from collectors.agent.spool import Spool
 from collectors.base import CollectorStatus
+from models.detectors.view import FleetView
 from service.history.influx.client import InfluxClient, InfluxError
+from service.history.influx.hour_tier import HourWriter
 from service.history.influx.lines import LineWriter
 from service.history.influx.record import TickRecorder
-from service.history.influx.schema import ensure_schema
+from service.history.influx.schema import HOUR_RP, ensure_schema
 from service.history.influx.settings import InfluxSettings
 from service.history.influx.spooler import Spooler
 from service.stages.ingest import IngestResult
@@ -33,7 +37,10 @@ class InfluxSink:
     def __init__(self, client: InfluxClient, spool: Spool, *, cluster: str = "default",
                  batch_lines: int = 50_000, manage_schema: bool = False,
                  retention: tuple[str, str] = ("14d", "400d"),
-                 backoff_s: tuple[float, float] = (0.5, 30.0), start: bool = True) -> None:
+                 backoff_s: tuple[float, float] = (0.5, 30.0), start: bool = True,
+                 hours: tuple[InfluxClient, Spool] | None = None) -> None:
+        """`hours`: the client (naming the hour tier's retention policy) and spool the hour
+        tier is written through; None: no hour tier."""
         self.client = client
         self.lines = LineWriter(cluster)
         self.recorder = TickRecorder(cluster)
@@ -45,17 +52,34 @@ class InfluxSink:
         # constructor could get there first and die (InfluxDB down as the service starts).
         self.spooler = Spooler(spool, client.write, batch_lines=batch_lines, backoff_s=backoff_s,
                                before_send=self._schema, start=False)
+        self.hour_lines = HourWriter(cluster)
+        self._fleet: FleetView | None = None
+        self.hour_spooler: Spooler | None = None
+        if hours is not None:
+            self.hour_client = hours[0]
+            self.hour_spooler = Spooler(hours[1], hours[0].write, batch_lines=batch_lines,
+                                        backoff_s=backoff_s, before_send=self._schema,
+                                        start=False)
         self._closed = False
         if start:
             self.spooler.start()
+            if self.hour_spooler is not None:
+                self.hour_spooler.start()
 
     @classmethod
     def from_settings(cls, cfg: InfluxSettings, spool_dir: Path) -> InfluxSink:
         """The sink `storage.influxdb` describes, spooling under `spool_dir`."""
+        # With the schema ours, the hour tier has its long-lived policy; otherwise it goes
+        # where the samples go (docs/influxdb.md: 2.x and 3.x map a policy to a bucket).
+        hour_cfg = cfg.model_copy(update={"retention_policy": HOUR_RP}) \
+            if cfg.manage_schema else cfg
+        hours = (InfluxClient(hour_cfg),
+                 Spool(spool_dir.with_name(spool_dir.name + "-1h"),
+                       max(16 << 20, (cfg.spool_mb << 20) // 16)))
         return cls(InfluxClient(cfg), Spool(spool_dir, cfg.spool_mb << 20),
                    cluster=cfg.cluster, batch_lines=cfg.batch_lines,
                    manage_schema=cfg.manage_schema,
-                   retention=(cfg.raw_retention, cfg.rollup_retention))
+                   retention=(cfg.raw_retention, cfg.rollup_retention), hours=hours)
 
     def _schema(self) -> bool:
         """Create the database and policies before the first delivery (InfluxDB may come up
@@ -74,9 +98,17 @@ class InfluxSink:
     def track_collectors(self, statuses: Statuses) -> None:
         self.statuses = statuses
 
+    def track_store(self, fleet: FleetView) -> None:
+        """The window store whose finished hours the hour tier stores (service.pipeline)."""
+        self._fleet = fleet
+
     # ---- Sink -----------------------------------------------------------------------------------
     def write(self, result: IngestResult) -> None:
         self.spooler.put(self.lines.batch(result.clean, result.rates, result.derived))
+        if self._fleet is not None and self.hour_spooler is not None:
+            hours = self.hour_lines.lines(self._fleet)
+            if hours:
+                self.hour_spooler.put(hours)
 
     # ---- TickObserver ---------------------------------------------------------------------------
     def observe(self, tick: TickResult) -> None:
@@ -95,7 +127,8 @@ class InfluxSink:
             self.spooler.put(rec.collectors(statuses, tick.at))
 
     def flush(self, timeout_s: float = 30.0) -> bool:
-        return self.spooler.flush(timeout_s)
+        ok = self.spooler.flush(timeout_s)
+        return (self.hour_spooler is None or self.hour_spooler.flush(timeout_s)) and ok
 
     def close(self) -> None:
         if self._closed:
@@ -104,3 +137,7 @@ class InfluxSink:
         self.spooler.flush(5.0)
         self.spooler.close()
         self.client.close()
+        if self.hour_spooler is not None:
+            self.hour_spooler.flush(5.0)
+            self.hour_spooler.close()
+            self.hour_client.close()
