@@ -44,6 +44,7 @@ from service.tick import FleetCount, Remediation, TickObserver
 
 if TYPE_CHECKING:
     from models.predictor.slot import ModelSlot
+    from service.runtime.window_refit import WindowRefit
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +107,7 @@ class Parts:
     controller: RemediationController | None = None  # the one behind `remediation`, if ours
     model: ModelSlot | None = None
     labeller: AutoLabeller | None = None
+    windows: WindowRefit | None = None  # failure windows refitted on the fleet's own alerts
     registry: ModelRegistry | None = None
     roles: ModelRoles | None = None
     sinks: list[Sink] = field(default_factory=list)
@@ -191,6 +193,12 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
     if w.autolabel:
         parts.labeller = AutoLabeller(parts.labels, alerts, stale_after_s=max(
             s.alerts.stale_after_s, 3 * s.window.step_s))
+        if s.learning.windows.enabled:
+            from service.runtime.window_refit import WindowRefit  # the evaluation's scoring
+            from service.stages.window_ledger import WindowLedger
+
+            parts.windows = WindowRefit(WindowLedger(db), parts.labels,
+                                        coverage=s.learning.windows.coverage)
     parts.sinks += w.sinks
     parts.observers += w.observers
     if w.influxdb and s.storage.influxdb.url:

@@ -56,6 +56,7 @@ class Pipeline:
         self.labels = parts.labels
         self.verdicts = parts.verdicts
         self.labeller = parts.labeller
+        self.windows = parts.windows
         self._swapped: dict[str, float] = {}  # entity -> when it proved a new device
         self._boards_why: dict[str, str] = {}  # of those, a board's: how its identity changed
         self.identities = parts.identities
@@ -316,6 +317,13 @@ class Pipeline:
                 self.labeller.observe(result, swapped, boards)
             if self.roles is not None and writing:
                 self.roles.step(result, self.scorer.view)
+            if self.windows is not None:
+                if writing:  # what each escalation showed, for the windows' own refit
+                    detector = self.model.detector if self.model is not None else None
+                    self.windows.ledger.note(
+                        result.transitions, result.risk.scopes,
+                        detector.probabilities if detector is not None else None)
+                self.windows.step(result.at, writing)
 
     def _node_names(self) -> list[str]:
         with self.lock:
@@ -342,6 +350,8 @@ class Pipeline:
             self.remediation.close()
         self.alerts.close()
         self.labels.close()
+        if self.windows is not None:
+            self.windows.close()
         self.identities.close()
         self.verdicts.close()
         if self.registry is not None:

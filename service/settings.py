@@ -262,10 +262,20 @@ class RetrainSettings(BaseModel):
     timeout_s: float = Field(default=6 * 3600.0, gt=0)
 
 
+class WindowRefitSettings(BaseModel):
+    """Failure windows refitted daily on the fleet's own alerts and failure labels
+    (service.runtime.window_refit); the shipped calibration stands until enough alerts have
+    been followed by failures."""
+
+    enabled: bool = True
+    coverage: float = Field(default=0.8, gt=0, lt=1)  # the share of failures a window holds
+
+
 class LearningSettings(BaseModel):
-    """Learning from the fleet (docs/learning.md): scheduled retraining."""
+    """Learning from the fleet (docs/learning.md): scheduled retraining, refitted windows."""
 
     retrain: RetrainSettings = RetrainSettings()
+    windows: WindowRefitSettings = WindowRefitSettings()
 
 
 class Settings(BaseSettings):

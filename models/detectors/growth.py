@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from models.predictor.interval import GROWTH, RawWindow, base_rate, default_calibration
+from models.predictor.interval import GROWTH, RawWindow, active_calibration, base_rate
 
 F64 = npt.NDArray[np.float64]
 
@@ -186,7 +186,7 @@ def when_text(ttf_h: float, mode: str | None = None) -> str:
     mode (models/predictor/interval.py), the interval that held the failure for its stated
     share of held-out alerts, or none at all where that is no sharper than a constant."""
     lo, hi = window_of(ttf_h)
-    cal = default_calibration() if mode is not None else None
+    cal = active_calibration() if mode is not None else None
     if cal is None or mode is None:
         return f"failure expected in {_span(lo, hi)}"
     raw = RawWindow(GROWTH, mode, lo, hi, ttf_h, math.nan)

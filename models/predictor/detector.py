@@ -41,7 +41,7 @@ from models.predictor.features import (
     observed,
 )
 from models.predictor.hour_cache import HourCache
-from models.predictor.interval import MODEL, RawWindow, default_calibration, model_calibrated
+from models.predictor.interval import MODEL, RawWindow, active_calibration, model_calibrated
 from models.predictor.model import predict
 from models.predictor.policy import PredictorConfig
 from models.predictor.post_rules import PostRule
@@ -158,7 +158,7 @@ class PredictorDetector:
         found = predicted_window(heads)
         if found is None:
             return []
-        cal = default_calibration()  # calibrated where a table is shipped (interval.py)
+        cal = active_calibration()  # the fleet's, else the shipped (interval.py)
         if cal is None:
             return [found.text()]
         iv = cal.apply(RawWindow(MODEL, found.mode, found.after_h, found.within_h,

@@ -186,11 +186,26 @@ def default_calibration() -> Calibration | None:
     return load_default()
 
 
+_FLEET: list[Calibration] = []  # the fleet's own calibration, once the service fitted one
+
+
+def set_active(cal: Calibration | None) -> None:
+    """Use `cal` (fitted on this fleet's own alerts, service/runtime/window_refit.py) instead
+    of the shipped calibration in this process; None goes back to the shipped one."""
+    _FLEET[:] = [] if cal is None else [cal]
+
+
+def active_calibration() -> Calibration | None:
+    """The calibration windows are shown with: the fleet's own where the service fitted one,
+    else the shipped one."""
+    return _FLEET[0] if _FLEET else default_calibration()
+
+
 def model_calibrated(mode: str) -> bool:
-    """Whether the model's timing may move levels for `mode`: with no calibration shipped, as
-    before (yes); with one, only where it holds a model window for the mode that is not
-    hidden (issue 34: the rule's level stands unless the model's window is calibrated)."""
-    cal = default_calibration()
+    """Whether the model's timing may move levels for `mode`: with no calibration, as before
+    (yes); with one, only where it holds a model window for the mode that is not hidden
+    (issue 34: the rule's level stands unless the model's window is calibrated)."""
+    cal = active_calibration()
     if cal is None:
         return True
     return f"{MODEL}:{mode}" not in cal.hidden and any(

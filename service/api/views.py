@@ -13,7 +13,7 @@ from collectors.catalog import CATALOG, Scope
 from collectors.frames import Entity
 from models.detectors.findings import Signal
 from models.detectors.fusion import ScopeRisk
-from models.predictor.interval import default_calibration, shown, withheld_text
+from models.predictor.interval import active_calibration, shown, withheld_text
 from models.predictor.raw_windows import candidates
 from service.api.identity_out import identity_out
 from service.api.node_state import NodeState
@@ -303,7 +303,7 @@ def _window(probs: dict[str, float] | None, sr: ScopeRisk | None = None,
     model's raw window or else a rule's. Where every source is hidden for its mode (no narrower
     than a constant window at the same coverage) it says so instead of showing one."""
     raws = candidates(probs, sr, slot)
-    cal = default_calibration()
+    cal = active_calibration()
     iv = shown(raws, cal)
     if iv is not None:
         r = iv.raw

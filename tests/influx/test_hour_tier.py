@@ -212,3 +212,24 @@ def test_a_stored_point_naming_no_valid_entity_is_refused_the_rest_read(
     assert got.refused == 2 and got.rows == 4
     assert gpu.column("gpu_temp")[0].tolist() == [50.0, 51.0]
     assert gpu.column("gpu_temp_max")[0, 0] == 55.0 and np.isnan(gpu.column("mem_temp")[0, 0])
+
+
+def test_without_our_policies_the_hour_tier_is_read_from_the_default_one(
+        influx_server: InfluxServer, tmp_path: Path) -> None:
+    """A schema not managed here (2.x, 3.x, an operator's own): the sink wrote the hour tier
+    to the default policy, and the reader finds it there."""
+    s = InfluxSettings(**_influx(influx_server, tmp_path))
+    c = InfluxClient(s)
+    try:
+        c.query(f'CREATE DATABASE "{s.database}"', write=True, database=False)
+        t = int(1_735_689_600 * 1e9)
+        assert c.write(gzip.compress(
+            f"ib_port_1h,cluster=c1,host=n1,device=mlx5_0,port=1 ib_state=4 {t}".encode())
+        ).status == 204
+        got = read_tables(c, "c1", 1_735_689_600.0, 1_735_689_600.0 + HOUR)
+    finally:
+        c.close()
+    assert Scope.GPU not in got.tables
+    port = got.tables[Scope.IB_PORT]
+    assert [e.key for e in port.entities] == ["n1:mlx5_0:1"]
+    assert port.column("ib_state").tolist() == [[4.0]]

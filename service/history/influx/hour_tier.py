@@ -145,14 +145,19 @@ def _read_scope(client: InfluxClient, cluster: str, scope: Scope, h0: int, h1: i
     step = max(1, int(chunk_s // HOUR))
     for a in range(h0, h1, step):
         b = min(h1, a + step)
-        q = (f"SELECT * FROM {src} WHERE {ident('cluster')} = {string(cluster)} AND "
-             f"time >= {time_ns(a * HOUR)} AND time < {time_ns(b * HOUR)}")
+        where = (f" WHERE {ident('cluster')} = {string(cluster)} AND "
+                 f"time >= {time_ns(a * HOUR)} AND time < {time_ns(b * HOUR)}")
         try:
-            results = client.query(q, epoch="s")
+            results = client.query(f"SELECT * FROM {src}{where}", epoch="s")
         except InfluxError as exc:
-            if "database not found" in str(exc) or "retention policy not found" in str(exc):
+            if "database not found" in str(exc):
                 return None
-            raise
+            if "retention policy not found" not in str(exc) or src == ident(measurement(scope)):
+                raise
+            # No policy of ours (a schema not managed here): the hour tier went where the
+            # samples go, the default policy.
+            src = ident(measurement(scope))
+            results = client.query(f"SELECT * FROM {src}{where}", epoch="s")
         for s in results[0] if results else []:
             cols = s.columns
             at = {c: i for i, c in enumerate(cols)}
