@@ -44,7 +44,7 @@ from service.tick import FleetCount, Remediation, TickObserver
 
 if TYPE_CHECKING:
     from models.predictor.slot import ModelSlot
-    from service.runtime.window_refit import WindowRefit
+    from service.stages.window_refit import WindowRefit
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,8 +194,8 @@ def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) 
         parts.labeller = AutoLabeller(parts.labels, alerts, stale_after_s=max(
             s.alerts.stale_after_s, 3 * s.window.step_s))
         if s.learning.windows.enabled:
-            from service.runtime.window_refit import WindowRefit  # the evaluation's scoring
             from service.stages.window_ledger import WindowLedger
+            from service.stages.window_refit import WindowRefit  # the evaluation's scoring
 
             parts.windows = WindowRefit(WindowLedger(db), parts.labels,
                                         coverage=s.learning.windows.coverage)

@@ -264,7 +264,7 @@ class RetrainSettings(BaseModel):
 
 class WindowRefitSettings(BaseModel):
     """Failure windows refitted daily on the fleet's own alerts and failure labels
-    (service.runtime.window_refit); the shipped calibration stands until enough alerts have
+    (service.stages.window_refit); the shipped calibration stands until enough alerts have
     been followed by failures."""
 
     enabled: bool = True

@@ -227,7 +227,7 @@ def learning_status(pipeline: Pipeline, now: float) -> dict[str, Any]:
             "waiting": None if ready else waiting_text(labels, cfg),
             "every_days": cfg.every_days, "shadow_days": cfg.shadow_days, "history": audit,
             # The failure windows: shipped, or refitted on the fleet's own alerts
-            # (service/runtime/window_refit.py); None where the refit is off.
+            # (service/stages/window_refit.py); None where the refit is off.
             "windows": None if pipeline.windows is None else pipeline.windows.status.as_dict()}
 
 

@@ -1,6 +1,6 @@
 """The raw failure windows each alert showed when it escalated, kept beside the labels so the
 service can check its windows against the failures that followed and refit them on its own
-fleet (service/runtime/window_refit.py), and the calibration it fitted, shared by every replica.
+fleet (service/stages/window_refit.py), and the calibration it fitted, shared by every replica.
 
 A row per escalation of an entity's alert (a level above the one before), with the raw windows
 the detectors held for the entity at that moment (models.predictor.raw_windows.candidates): the

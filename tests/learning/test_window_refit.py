@@ -26,10 +26,10 @@ from models.predictor.interval import (
 )
 from models.predictor.interval import shown as pick
 from models.predictor.raw_windows import candidates
-from service.runtime.window_refit import LEAD_S, MIN_ALERTS, WindowRefit
 from service.stages.alert_machine import Transition
 from service.stages.label_store import LabelStore, NewLabel
 from service.stages.window_ledger import WindowLedger
+from service.stages.window_refit import LEAD_S, MIN_ALERTS, WindowRefit
 
 HOUR = 3600.0
 DAY = 86400.0

@@ -112,7 +112,7 @@ class WindowRefit:
         first, last = alerts[0].time, alerts[-1].time
         cal = fit((pair for p in pres for pair in p.pairs()), self.coverage,
                   f"this fleet: {len(pres)} pre-failure alerts of {_day(first)} to "
-                  f"{_day(last)} (service/runtime/window_refit.py)")
+                  f"{_day(last)} (service/stages/window_refit.py)")
         self.ledger.save_calibration(cal, now)
         self.reload(force=True)
         log.info("failure windows refitted on %d of this fleet's pre-failure alerts", len(pres))
