@@ -63,7 +63,8 @@ def scenario(nodes: int, days: float, seed: int, multiplier: float) -> SimConfig
 def settings(data: Path, url: str) -> Settings:
     return Settings.model_validate({
         "storage": {"data_dir": data, "influxdb": {"url": url, "database": "learning",
-                                                   "cluster": "bench", "raw_retention": "INF"}},
+                                                   "cluster": "bench", "raw_retention": "INF",
+                                                   "rollup_retention": "INF"}},
         "notify": {"route": {"receiver": "record", "group_wait_s": 0}}})
 
 
@@ -117,7 +118,7 @@ def run(nodes: int, days: float, train_days: float, seed: int, multiplier: float
         cfg = root / "gpuhealth.yaml"
         cfg.write_text(json.dumps({"storage": {"data_dir": str(data), "influxdb": {
             "url": srv.url, "database": "learning", "cluster": "bench",
-            "raw_retention": "INF"}}}))
+            "raw_retention": "INF", "rollup_retention": "INF"}}}))
         start = float(src.start or 0.0)
         split = start + train_days * DAY
         rounds = iter(feed_rounds(src.chunks, step))

@@ -461,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tier", action="store_true",
                     help="with --from-influx: the history as the stored hour tier at an hourly "
                          "step, trained from it (bench/model_tier.py)")
+    ap.add_argument("--influx-url", help="with --from-influx --tier: an influxd that holds the "
+                    "hour tier already (a rerun measures the training alone)")
     ap.add_argument("--tier-check", type=float, nargs=2, metavar=("GPUS", "DAYS"),
                     help="features built from the stored hour tier against a replay's "
                          "(bench/model_tier.py)")
@@ -472,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_influx and args.tier:
         from bench.model_tier import main as tier
 
-        return tier(int(args.from_influx[0]), args.from_influx[1], args.json)
+        return tier(int(args.from_influx[0]), args.from_influx[1], args.json,
+                    url=args.influx_url)
     if args.from_influx:
         from bench.model_history import main as history
 

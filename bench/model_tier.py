@@ -140,32 +140,40 @@ def check(gpus: int, days: float, step_s: int = 300) -> dict[str, Any]:
     return out
 
 
-def run(gpus: int, days: float, epochs: int = 2) -> dict[str, Any]:
-    """`train --from-influx` over a stored hour tier of GPUS x DAYS at an hourly step."""
+def run(gpus: int, days: float, epochs: int = 2, url: str | None = None) -> dict[str, Any]:
+    """`train --from-influx` over a stored hour tier of GPUS x DAYS at an hourly step. `url`:
+    an influxd that holds it already (database `history`, cluster `bench`, as this writes it),
+    so a rerun measures the training alone."""
     config = scenario(gpus, days, 3600)
+    cfg = {"database": "history", "cluster": "bench", "raw_retention": "INF",
+           "rollup_retention": "INF"}
     with tempfile.TemporaryDirectory(prefix="bench-tier-") as tmp:
         root = Path(tmp)
-        proc, url = _influxd(root / "influxd")
+        proc = None
         try:
-            cfg = {"url": url, "database": "history", "cluster": "bench",
-                   "raw_retention": "INF", "rollup_retention": "INF"}
-            t0 = time.perf_counter()
-            wrote, _ = write_hours(config, InfluxSettings(**cfg))  # type: ignore[arg-type]
-            write_s = time.perf_counter() - t0
-            child = train_child(root, cfg, epochs, ["--source", "hours"])
+            wrote: dict[str, Any] = {"rounds": None, "lines": None}
+            write_s = 0.0
+            if url is None:
+                proc, url = _influxd(root / "influxd")
+                t0 = time.perf_counter()
+                wrote, _ = write_hours(config, InfluxSettings(url=url, **cfg))  # type: ignore[arg-type]
+                write_s = time.perf_counter() - t0
+            child = train_child(root, {"url": url, **cfg}, epochs, ["--source", "hours"])
         finally:
-            proc.terminate()
-            proc.wait(30)
+            if proc is not None:
+                proc.terminate()
+                proc.wait(30)
     gpu_days = gpus * days
     return {"gpus": gpus, "days": days, "epochs": epochs, **wrote, "write_s": round(write_s, 1),
             **child, "s_per_gpu_day": child["train_wall_s"] / gpu_days,
             "goal_4096x90": "<= 1800 s and <= 4096 MB"}
 
 
-def main(gpus: int, days: float, as_json: bool, *, tier_check: bool = False) -> int:
+def main(gpus: int, days: float, as_json: bool, *, tier_check: bool = False,
+         url: str | None = None) -> int:
     import json
 
-    r = check(gpus, days) if tier_check else run(gpus, days)
+    r = check(gpus, days) if tier_check else run(gpus, days, url=url)
     if as_json:
         print(json.dumps(r, indent=2))
         return 0
@@ -182,7 +190,8 @@ def main(gpus: int, days: float, as_json: bool, *, tier_check: bool = False) -> 
                                    for k, v in bad.items()) or "none"))
         return 0
     print(f"train --from-influx from the hour tier, {gpus} GPUs x {days:g} days "
-          f"({r['rounds']} hourly rounds, {r['lines']} lines written in {r['write_s']:.0f} s):"
+          f"({r['rounds']} hourly rounds, {r['lines']} lines written in {r['write_s']:.0f} s; "
+          "None: the influxd given held them):"
           f"\n  {r['train_wall_s']:.0f} s wall, peak RSS {r['peak_rss_mb']:.0f} MB "
           f"({1000 * r['s_per_gpu_day']:.2f} ms per GPU-day); goal at 4,096 x 90: "
           f"{r['goal_4096x90']}")

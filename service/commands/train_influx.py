@@ -229,11 +229,16 @@ def _from_hours(cfg: Any, cluster: str, start: float, end: float, args: argparse
     from service.history.influx.labels import LabelReader
 
     client = InfluxClient(cfg)
-    total = max(1.0, (math.ceil(end / 3600.0) - math.floor(start / 3600.0)))
-    bar = Progress("read hours", total, "h") if not args.no_progress else None
+    bars: list[Any] = []
+
+    def progress(done: float, total: float) -> None:
+        if not args.no_progress:
+            if not bars:
+                bars.append(Progress("read hours", total, "h"))
+            bars[0].update(done)
+
     try:
-        got = read_tables(client, cluster, start, end, progress=None if bar is None
-                          else (lambda h: bar.update(h, "")))
+        got = read_tables(client, cluster, start, end, progress=progress)
         table = got.tables.get(Scope.GPU)
         if table is None:
             return None
@@ -242,7 +247,7 @@ def _from_hours(cfg: Any, cluster: str, start: float, end: float, args: argparse
         raise UsageError(f"InfluxDB: {exc}") from None
     finally:
         client.close()
-        if bar is not None:
+        for bar in bars:
             bar.close()
     import numpy as np
 

@@ -128,7 +128,8 @@ def test_read_back_whole_hours_per_entity(stored: Stored) -> None:
     assert [e.key for e in gpu.entities] == sorted(e.key for e in gpu.entities)
     assert len(gpu.entities) == cfg.fleet.gpus and got.refused == 0
     held = ~np.isnan(gpu.column("missing_nvlink"))
-    assert int(held.sum()) == held_hours and held.shape[1] == 24
+    # The table spans the hours that hold data, not the range asked for.
+    assert int(held.sum()) == held_hours and held.shape[1] <= 24 and held.any(axis=0).all()
     temp = gpu.column("gpu_temp")
     assert 0.8 * temp.size < (~np.isnan(temp)).sum() < temp.size  # a failed GPU: none
     # The stored link columns: the links reported in most GPU hours.

@@ -118,46 +118,78 @@ class HourRead:
     refused: int = 0  # rows naming no valid entity (a bad tag in storage)
 
 
-Progress = Callable[[float], None]  # hours read so far
+Progress = Callable[[float, float], None]  # hours read so far, of how many
 
 
 def read_tables(client: InfluxClient, cluster: str, start: float, end: float, *,
                 chunk_s: float = DAY, progress: Progress | None = None) -> HourRead:
     """The cluster's stored hours in [start, end) (start and end rounded out to whole hours),
-    as one table per scope; an entity's hours it has no point for are NaN."""
+    as one table per scope spanning the hours that hold data (a 90-day range over 10 days of
+    data is 10 days); an entity's hours it has no point for are NaN."""
     h0 = math.floor(start / HOUR)
     h1 = math.ceil(end / HOUR)
+    cond = (f"{ident('cluster')} = {string(cluster)} AND time >= {time_ns(h0 * HOUR)} AND "
+            f"time < {time_ns(h1 * HOUR)}")
+    spans = {scope: _span(client, scope, cond) for scope in SCOPES}
+    found = [s for s in spans.values() if s is not None]
+    if not found:
+        return HourRead()
+    # One span for every scope, so their tables' hours line up.
+    a, b = min(s[1] for s in found), max(s[2] for s in found)
+    total = float(len(found) * (b - a))
     out = HourRead()
-    for scope in SCOPES:
-        got = _read_scope(client, cluster, scope, h0, h1, chunk_s, out, progress)
+    done = 0.0
+    for scope, where in spans.items():
+        if where is None:
+            continue
+        src = where[0]
+
+        def step(h: float, before: float = done) -> None:
+            if progress is not None:
+                progress(before + h, total)
+
+        got = _read_scope(client, cluster, scope, src, a, b, chunk_s, out, step)
+        done += b - a
         if got is not None:
             out.tables[scope] = got
     return out
 
 
-def _read_scope(client: InfluxClient, cluster: str, scope: Scope, h0: int, h1: int,
-                chunk_s: float, out: HourRead, progress: Progress | None) -> HourTable | None:
+def _span(client: InfluxClient, scope: Scope, cond: str) -> tuple[str, int, int] | None:
+    """Where the scope's hour tier is (our policy, else the default one: a schema not managed
+    here sends it where the samples go) and its first and last hour + 1; None when empty."""
+    for src in (f"{ident(HOUR_RP)}.{ident(measurement(scope))}", ident(measurement(scope))):
+        hours = []
+        try:
+            for order in ("ASC", "DESC"):
+                res = client.query(f"SELECT * FROM {src} WHERE {cond} ORDER BY time {order} "
+                                   "LIMIT 1", epoch="s")
+                hours += [int(r[0]) // int(HOUR) for se in (res[0] if res else [])
+                          for r in se.values]
+        except InfluxError as exc:
+            if "database not found" in str(exc):
+                return None
+            if "retention policy not found" in str(exc):
+                continue
+            raise
+        if hours:
+            return src, min(hours), max(hours) + 1
+    return None
+
+
+def _read_scope(client: InfluxClient, cluster: str, scope: Scope, src: str, h0: int, h1: int,
+                chunk_s: float, out: HourRead, progress: Callable[[float], None]
+                ) -> HourTable | None:
     want = columns(scope)
     tag_names = ENTITY_TAGS[scope]
-    src = f"{ident(HOUR_RP)}.{ident(measurement(scope))}"
     ents: dict[tuple[str, ...], int] = {}
     parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], F32]] = []
     step = max(1, int(chunk_s // HOUR))
     for a in range(h0, h1, step):
         b = min(h1, a + step)
-        where = (f" WHERE {ident('cluster')} = {string(cluster)} AND "
-                 f"time >= {time_ns(a * HOUR)} AND time < {time_ns(b * HOUR)}")
-        try:
-            results = client.query(f"SELECT * FROM {src}{where}", epoch="s")
-        except InfluxError as exc:
-            if "database not found" in str(exc):
-                return None
-            if "retention policy not found" not in str(exc) or src == ident(measurement(scope)):
-                raise
-            # No policy of ours (a schema not managed here): the hour tier went where the
-            # samples go, the default policy.
-            src = ident(measurement(scope))
-            results = client.query(f"SELECT * FROM {src}{where}", epoch="s")
+        results = client.query(f"SELECT * FROM {src} WHERE {ident('cluster')} = "
+                               f"{string(cluster)} AND time >= {time_ns(a * HOUR)} AND "
+                               f"time < {time_ns(b * HOUR)}", epoch="s")
         for s in results[0] if results else []:
             cols = s.columns
             at = {c: i for i, c in enumerate(cols)}
@@ -175,8 +207,7 @@ def _read_scope(client: InfluxClient, cluster: str, scope: Scope, h0: int, h1: i
                     data[k] = np.array([r[j] for r in vals], dtype=np.float64)
             parts.append((slot, hour, data))
             out.rows += len(vals)
-        if progress is not None:
-            progress(float(b - h0))
+        progress(float(b - h0))
     if not ents:
         return None
     return _assemble(scope, ents, parts, h0, h1 - h0, out)
