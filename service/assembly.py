@@ -18,6 +18,7 @@ from models.detectors.chassis import ChassisRules
 from models.detectors.dynamic import DynamicThresholds
 from models.detectors.findings import Detector
 from models.detectors.hard import HardRules
+from models.predictor.interval import default_calibration
 from service.cluster.census import Census
 from service.cluster.members import Members, Membership
 from service.cluster.roles import SOLE, LeasedRoles, Roles, default_replica_id
@@ -142,6 +143,7 @@ def model_slot(settings: Settings) -> ModelSlot | None:
 def build_parts(settings: Settings | None = None, wiring: Wiring | None = None) -> Parts:
     s = settings or Settings()
     w = wiring or Wiring()
+    default_calibration()  # a damaged shipped window table stops the start, named
     store, events = w.shared or (WindowStore(s.window, s.ingest.limits()), EventLog())
     detectors = w.detectors if w.detectors is not None else default_detectors(s)
     db = w.alert_db if w.alert_db is not None else str(s.storage.state_target)

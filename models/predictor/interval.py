@@ -175,9 +175,25 @@ class Calibration:
         return Calibration.from_json(path.read_text())
 
 
+class CalibrationError(ValueError):
+    """A window calibration file that cannot be read."""
+
+
 def load_default() -> Calibration | None:
-    """The shipped calibration, None where none is shipped (windows are then shown raw)."""
-    return Calibration.load(DEFAULT_PATH) if DEFAULT_PATH.exists() else None
+    """The shipped calibration, None where none is shipped (windows are then shown raw).
+    CalibrationError names the file when it cannot be read (a damaged install): the service
+    refuses to start rather than fail every window it would show."""
+    if not DEFAULT_PATH.exists():
+        return None
+    try:
+        cal = Calibration.load(DEFAULT_PATH)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise CalibrationError(f"{DEFAULT_PATH.name}: the shipped window calibration cannot "
+                               f"be read ({type(exc).__name__}: {exc}); reinstall gpuhealth or "
+                               "refit it (python -m service.commands.windows_fit)") from None
+    if not 0 < cal.coverage < 1:
+        raise CalibrationError(f"{DEFAULT_PATH.name}: coverage {cal.coverage} is not a share")
+    return cal
 
 
 @functools.cache
@@ -190,7 +206,7 @@ _FLEET: list[Calibration] = []  # the fleet's own calibration, once the service 
 
 
 def set_active(cal: Calibration | None) -> None:
-    """Use `cal` (fitted on this fleet's own alerts, service/runtime/window_refit.py) instead
+    """Use `cal` (fitted on this fleet's own alerts, service/stages/window_refit.py) instead
     of the shipped calibration in this process; None goes back to the shipped one."""
     _FLEET[:] = [] if cal is None else [cal]
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from models.predictor import interval
 from models.predictor.interval import (
     GROWTH,
     MODEL,
@@ -115,3 +118,16 @@ def test_every_shown_window_reads_as_the_alert_annotation_finds_it() -> None:
     for lo, hi in ((0.0, 24.0), (2.0, 30.0), (5.0, math.inf)):
         text = Calibration(0.8, model={"M1_hbm@0-24h": (lo, hi)}).apply(raw).text()  # type: ignore[union-attr]
         assert WHEN in text, text
+
+
+@pytest.mark.parametrize("body", ["{", '{"format": 1}', '{"format": 1, "coverage": 1.5}',
+                                  '{"format": 1, "coverage": 0.8, "growth": {"*": [1]}}'])
+def test_a_damaged_shipped_table_stops_the_start_and_names_the_file(
+        window_calibration: Callable[[Calibration], None], tmp_path: Path, body: str) -> None:
+    from service.assembly import Wiring
+    from service.pipeline import build_pipeline
+
+    (tmp_path / "windows.json").write_text(body)
+    interval.default_calibration.cache_clear()
+    with pytest.raises(interval.CalibrationError, match=r"^windows\.json: "):
+        build_pipeline(wiring=Wiring.offline())
