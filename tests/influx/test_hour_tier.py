@@ -234,3 +234,31 @@ def test_without_our_policies_the_hour_tier_is_read_from_the_default_one(
     port = got.tables[Scope.IB_PORT]
     assert [e.key for e in port.entities] == ["n1:mlx5_0:1"]
     assert port.column("ib_state").tolist() == [[4.0]]
+
+
+def test_a_new_writer_stores_no_hour_the_store_finished_before_it() -> None:
+    """A restarted service (its store empty, or warm-started) must not overwrite the hours the
+    previous instance stored: its writer starts with the next hour that finishes."""
+    from service.history.influx.hour_tier import HourWriter
+
+    cfg = _scenario(0.25)
+    s = Settings(window=window_config_for(cfg.time.step_s))
+    p = build_pipeline(s, Wiring.offline())
+    try:
+        src = simulator_source(cfg)
+        rounds = list(feed_rounds(src.chunks, src.step_s))
+        writer = HourWriter("c1")
+        at = [r.now for r in rounds]
+        for r in rounds[: len(rounds) // 2]:
+            p.ingest(r.batch, r.now)
+        assert writer.lines(p.scorer.view) == []  # hours 0-2 finished: someone else's
+        got: list[str] = []
+        for r in rounds[len(rounds) // 2:]:
+            p.ingest(r.batch, r.now)
+            got += writer.lines(p.scorer.view)
+        stamps = sorted({int(line.rsplit(" ", 1)[1]) // 10**9 for line in got})
+        first_hour = int(at[len(rounds) // 2 - 1] // HOUR)
+        assert stamps and stamps[0] == first_hour * HOUR  # the hour open at the start
+        assert len(stamps) == int(at[-1] // HOUR) - first_hour
+    finally:
+        p.close()

@@ -73,12 +73,15 @@ class HourWriter:
                 hrs = hours_of(view)
             except (KeyError, HourlyUnavailable):
                 continue
-            last = self._last.get(scope, -1)
-            if hrs.last < 0 or hrs.last <= last:
+            last = self._last.get(scope)
+            if last is None or hrs.last < 0:
+                # The first call writes nothing: the hours finished before it were stored by
+                # the instance that saw them (a restarted store holds them emptier, or not).
+                self._last[scope] = hrs.last
                 continue
-            # The first call writes the newest finished hour only: older ones, if the store
-            # holds them, were written before a restart (or were never this replica's).
-            new = min(hrs.last - last, hrs.length) if last >= 0 else 1
+            if hrs.last <= last:
+                continue
+            new = min(hrs.last - last, hrs.length)
             cols = [view.window(m, new, tier=hrs.tier, stat=s) for m, s in INPUTS[scope]]
             if scope is Scope.GPU:
                 cols += link_hours(fleet, len(view), new)
