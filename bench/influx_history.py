@@ -36,6 +36,18 @@ def label_lines(cluster: str, labels: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def write_lines(client: InfluxClient, buf: list[str]) -> int:
+    """Write and clear `buf` (gzip, one request); returns how many lines went."""
+    if not buf:
+        return 0
+    res = client.write(gzip.compress(("\n".join(buf) + "\n").encode(), 1))
+    if res.outcome is not Outcome.SENT or (res.status or 204) >= 300:
+        raise RuntimeError(f"InfluxDB refused a write: {res.detail}")
+    n = len(buf)
+    buf.clear()
+    return n
+
+
 def write_simulated(config: SimConfig, cfg: InfluxSettings,
                     progress: Callable[[float], None] | None = None) -> dict[str, Any]:
     """Write the scenario's samples, events and labels; returns counts."""
@@ -48,12 +60,7 @@ def write_simulated(config: SimConfig, cfg: InfluxSettings,
 
     def push() -> None:
         nonlocal lines
-        if buf:
-            res = client.write(gzip.compress(("\n".join(buf) + "\n").encode(), 1))
-            if res.outcome is not Outcome.SENT or (res.status or 204) >= 300:
-                raise RuntimeError(f"InfluxDB refused a write: {res.detail}")
-            lines += len(buf)
-            buf.clear()
+        lines += write_lines(client, buf)
 
     try:
         for r in feed_rounds(src.chunks, src.step_s):

@@ -9,7 +9,6 @@ time, peak memory), and how the features it builds compare with the replay's.
 
 from __future__ import annotations
 
-import gzip
 import tempfile
 import time
 from pathlib import Path
@@ -17,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.influx_history import label_lines
+from bench.influx_history import label_lines, write_lines
 from bench.model_history import _influxd, scenario, train_child
-from collectors.agent.push import Outcome
 from collectors.catalog import Scope
 from models.evaluation.rounds import feed_rounds
 from models.evaluation.sources import simulator_source
@@ -58,12 +56,7 @@ def write_hours(config: SimConfig, cfg: InfluxSettings, *,
 
     def push(to: InfluxClient) -> None:
         nonlocal lines
-        if buf:
-            res = to.write(gzip.compress(("\n".join(buf) + "\n").encode(), 1))
-            if res.outcome is not Outcome.SENT or (res.status or 204) >= 300:
-                raise RuntimeError(f"InfluxDB refused a write: {res.detail}")
-            lines += len(buf)
-            buf.clear()
+        lines += write_lines(to, buf)
 
     try:
         for r in feed_rounds(src.chunks, src.step_s):
