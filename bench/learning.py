@@ -196,7 +196,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--init", metavar="PATH|default", help="fine-tune from this artifact "
                    "(`default`: the shipped model) instead of training from scratch")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--loop", action="store_true", help="the default loop on its own, in "
+                   "simulated time (bench/learning_loop.py): no --train-days, --epochs, --init")
     args = p.parse_args(argv)
+    if args.loop:
+        from bench.learning_loop import run as loop
+        from bench.learning_loop import show
+
+        with tempfile.TemporaryDirectory(prefix="gpuhealth-loop-") as tmp:
+            res = loop(args.nodes, args.days, args.seed, args.rate_multiplier, Path(tmp))
+        if args.json:
+            print(json.dumps(res, indent=2, default=str))
+        else:
+            show(res)
+        return 0
     if not 0 < args.train_days < args.days:
         p.error("--train-days must lie between 0 and --days")
     with tempfile.TemporaryDirectory(prefix="gpuhealth-learning-") as tmp:
