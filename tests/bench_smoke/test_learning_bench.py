@@ -35,3 +35,17 @@ def test_bad_arguments_are_refused() -> None:
     with pytest.raises(SystemExit) as exc:
         main(["--days", "3", "--train-days", "3"])
     assert exc.value.code == 2
+
+
+@pytest.mark.slow
+def test_the_default_loop_runs_on_the_data_clock(capsys: pytest.CaptureFixture[str]) -> None:
+    """The scheduled job, stepped on the data clock, says what it waits for; both streams
+    are scored against the simulator's failures."""
+    assert main(["--loop", "--nodes", "2", "--days", "3", "--rate-multiplier", "300",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["job"] and all("said" in s for s in out["job"])
+    assert any("waiting for labels" in s["said"] or "trained" in s["said"]
+               for s in out["job"])
+    for stream in ("rules", "fused"):
+        assert out[stream]["watch"]["failures"] >= 1
