@@ -84,6 +84,17 @@ class HourTable:
         """Hours [a, b) of the span only."""
         return HourTable(self.scope, self.entities, self.first_hour + a, self.data[:, :, a:b])
 
+    def spanning(self, lo: int, hi: int) -> HourTable:
+        """The table over absolute hours [lo, hi), NaN where it holds none (itself when it
+        spans them already)."""
+        if (lo, hi) == (self.first_hour, self.first_hour + self.hours):
+            return self
+        data = np.full((*self.data.shape[:2], hi - lo), np.nan, np.float32)
+        a, b = max(lo, self.first_hour), min(hi, self.first_hour + self.hours)
+        if a < b:
+            data[:, :, a - lo:b - lo] = self.data[:, :, a - self.first_hour:b - self.first_hour]
+        return HourTable(self.scope, self.entities, lo, data)
+
     def column(self, name: str) -> F32:
         out: F32 = self.data[self.cols.index(name)]
         return out

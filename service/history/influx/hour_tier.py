@@ -122,77 +122,60 @@ class HourRead:
 
 
 Progress = Callable[[float, float], None]  # hours read so far, of how many
+Part = tuple[npt.NDArray[np.int32], npt.NDArray[np.int32], F32]  # slots, absolute hours, data
 
 
 def read_tables(client: InfluxClient, cluster: str, start: float, end: float, *,
-                chunk_s: float = DAY, progress: Progress | None = None) -> HourRead:
+                chunk_s: float = 6 * HOUR, progress: Progress | None = None) -> HourRead:
     """The cluster's stored hours in [start, end) (start and end rounded out to whole hours),
-    as one table per scope spanning the hours that hold data (a 90-day range over 10 days of
-    data is 10 days); an entity's hours it has no point for are NaN."""
+    `chunk_s` per query, as one table per scope spanning the hours that hold data (a 90-day
+    range over 10 days of data is 10 days; an empty chunk costs InfluxDB next to nothing); an
+    entity's hours it has no point for are NaN."""
     h0 = math.floor(start / HOUR)
     h1 = math.ceil(end / HOUR)
-    cond = (f"{ident('cluster')} = {string(cluster)} AND time >= {time_ns(h0 * HOUR)} AND "
-            f"time < {time_ns(h1 * HOUR)}")
-    spans = {scope: _span(client, scope, cond) for scope in SCOPES}
-    found = [s for s in spans.values() if s is not None]
-    if not found:
-        return HourRead()
-    # One span for every scope, so their tables' hours line up.
-    a, b = min(s[1] for s in found), max(s[2] for s in found)
-    total = float(len(found) * (b - a))
+    total = float(len(SCOPES) * (h1 - h0))
     out = HourRead()
-    done = 0.0
-    for scope, where in spans.items():
-        if where is None:
-            continue
-        src = where[0]
-
-        def step(h: float, before: float = done) -> None:
+    for n, scope in enumerate(SCOPES):
+        def step(h: float, before: float = n * (h1 - h0)) -> None:
             if progress is not None:
                 progress(before + h, total)
 
-        got = _read_scope(client, cluster, scope, src, a, b, chunk_s, out, step)
-        done += b - a
+        got = _read_scope(client, cluster, scope, h0, h1, chunk_s, out, step)
         if got is not None:
             out.tables[scope] = got
+    # One span for every scope, so that their tables' hours line up (they differ only where
+    # one scope's first or last hours are missing: a copy then, not otherwise).
+    if out.tables:
+        lo = min(t.first_hour for t in out.tables.values())
+        hi = max(t.first_hour + t.hours for t in out.tables.values())
+        out.tables = {sc: t.spanning(lo, hi) for sc, t in out.tables.items()}
     return out
 
 
-def _span(client: InfluxClient, scope: Scope, cond: str) -> tuple[str, int, int] | None:
-    """Where the scope's hour tier is (our policy, else the default one: a schema not managed
-    here sends it where the samples go) and its first and last hour + 1; None when empty."""
-    for src in (f"{ident(HOUR_RP)}.{ident(measurement(scope))}", ident(measurement(scope))):
-        hours = []
-        try:
-            for order in ("ASC", "DESC"):
-                res = client.query(f"SELECT * FROM {src} WHERE {cond} ORDER BY time {order} "
-                                   "LIMIT 1", epoch="s")
-                hours += [int(r[0]) // int(HOUR) for se in (res[0] if res else [])
-                          for r in se.values]
-        except InfluxError as exc:
-            if "database not found" in str(exc):
-                return None
-            if "retention policy not found" in str(exc):
-                continue
-            raise
-        if hours:
-            return src, min(hours), max(hours) + 1
-    return None
-
-
-def _read_scope(client: InfluxClient, cluster: str, scope: Scope, src: str, h0: int, h1: int,
+def _read_scope(client: InfluxClient, cluster: str, scope: Scope, h0: int, h1: int,
                 chunk_s: float, out: HourRead, progress: Callable[[float], None]
                 ) -> HourTable | None:
     want = columns(scope)
     tag_names = ENTITY_TAGS[scope]
+    src = f"{ident(HOUR_RP)}.{ident(measurement(scope))}"
     ents: dict[tuple[str, ...], int] = {}
-    parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], F32]] = []
+    parts: list[Part] = []
     step = max(1, int(chunk_s // HOUR))
     for a in range(h0, h1, step):
         b = min(h1, a + step)
-        results = client.query(f"SELECT * FROM {src} WHERE {ident('cluster')} = "
-                               f"{string(cluster)} AND time >= {time_ns(a * HOUR)} AND "
-                               f"time < {time_ns(b * HOUR)}", epoch="s")
+        where = (f" WHERE {ident('cluster')} = {string(cluster)} AND "
+                 f"time >= {time_ns(a * HOUR)} AND time < {time_ns(b * HOUR)}")
+        try:
+            results = client.query(f"SELECT * FROM {src}{where}", epoch="s")
+        except InfluxError as exc:
+            if "database not found" in str(exc):
+                return None
+            if "retention policy not found" not in str(exc) or src == ident(measurement(scope)):
+                raise
+            # No policy of ours (a schema not managed here): the hour tier went where the
+            # samples go, the default policy.
+            src = ident(measurement(scope))
+            results = client.query(f"SELECT * FROM {src}{where}", epoch="s")
         for s in results[0] if results else []:
             cols = s.columns
             at = {c: i for i, c in enumerate(cols)}
@@ -201,8 +184,8 @@ def _read_scope(client: InfluxClient, cluster: str, scope: Scope, src: str, h0: 
             tag_idx = [at.get(t) for t in tag_names]
             vals = s.values
             keys = [tuple("" if i is None else str(r[i] or "") for i in tag_idx) for r in vals]
-            slot = np.array([ents.setdefault(k, len(ents)) for k in keys], np.int64)
-            hour = np.array([int(r[0]) for r in vals], np.int64) // int(HOUR) - h0
+            slot = np.array([ents.setdefault(k, len(ents)) for k in keys], np.int32)
+            hour = (np.array([int(r[0]) for r in vals], np.int64) // int(HOUR)).astype(np.int32)
             data = np.full((len(want), len(vals)), np.nan, np.float32)
             for k, c in enumerate(want):
                 j = at.get(c)
@@ -211,14 +194,15 @@ def _read_scope(client: InfluxClient, cluster: str, scope: Scope, src: str, h0: 
             parts.append((slot, hour, data))
             out.rows += len(vals)
         progress(float(b - h0))
-    if not ents:
+    if not parts or not ents:
         return None
-    return _assemble(scope, ents, parts, h0, h1 - h0, out)
+    lo = min(int(hr.min()) for _, hr, _ in parts if len(hr))
+    hi = max(int(hr.max()) for _, hr, _ in parts if len(hr)) + 1
+    return _assemble(scope, ents, parts, lo, hi - lo, out)
 
 
-def _assemble(scope: Scope, ents: dict[tuple[str, ...], int],
-              parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], F32]],
-              h0: int, hours: int, out: HourRead) -> HourTable | None:
+def _assemble(scope: Scope, ents: dict[tuple[str, ...], int], parts: list[Part], h0: int,
+              hours: int, out: HourRead) -> HourTable | None:
     made: list[tuple[str, Entity, int]] = []
     for names, i in ents.items():
         try:
@@ -233,8 +217,10 @@ def _assemble(scope: Scope, ents: dict[tuple[str, ...], int],
     order = np.full(len(ents), -1, np.int64)
     order[[i for _, _, i in made]] = np.arange(len(made))
     table = np.full((len(columns(scope)), len(made), hours), np.nan, np.float32)
-    for slot, hour, data in parts:
+    while parts:  # each part freed once placed
+        slot, absolute, data = parts.pop()
         col = order[slot]
+        hour = absolute - h0
         ok = (col >= 0) & (hour >= 0) & (hour < hours)
         out.refused += int((col < 0).sum())
         table[:, col[ok], hour[ok]] = data[:, ok]
