@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.learning import _pipeline, scenario, settings
+from bench.learning import MIX, _pipeline, scenario, settings
 from models.evaluation.events import AlertRecord, truth_from_labels
 from models.evaluation.matching import FailureIndex, default_views, match
 from models.evaluation.metrics import view_scores
 from models.evaluation.rounds import feed_rounds
 from models.evaluation.sources import simulator_source
+from models.predictor.interval import MODEL, model_calibrated
 from service.assembly import Wiring
 from service.history.influx.sink import InfluxSink
 from service.pipeline import Pipeline, build_pipeline
@@ -138,6 +139,12 @@ def run(nodes: int, days: float, seed: int, multiplier: float, root: Path,
                 {"at_day": round((a.at - cfg_sim.time.start_s) / DAY, 2), "action": a.action,
                  "version": a.version, "reason": a.reason}
                 for a in reversed(pipe.registry.audit(200)) if a.actor == ACTOR]
+            # The windows' own refit: which calibration the fused stream ended with, and which
+            # modes the model's windows were calibrated for (else it stayed advisory).
+            refit = pipe.windows.status.as_dict() if pipe.windows is not None else None
+            counted = {m: model_calibrated(m) for m in MIX}
+            recs = pipe.windows.ledger.records(0.0, float("inf")) if pipe.windows else []
+            with_model = sum(any(w.source == MODEL for w in r.windows) for r in recs)
         finally:
             pipe.close()
             twin.close()
@@ -154,6 +161,9 @@ def run(nodes: int, days: float, seed: int, multiplier: float, root: Path,
             "trainings": [t | {"at_day": round((t["at"] - start) / DAY, 2)}
                           for t in trainer.runs],
             "scored_from_day": round((later - start) / DAY, 2),
+            "windows": {"refit": refit, "model_counts_for": counted,
+                        "escalations_with_a_window": len(recs),
+                        "of_them_with_a_model_window": with_model},
             "fused": _scores(fused, src.labels, (later, end), node_days),
             "rules": _scores(rules, src.labels, (later, end), node_days)}
 
@@ -167,6 +177,10 @@ def show(out: dict[str, Any]) -> None:
     for t in out["trainings"]:
         print(f"  training at day {t['at_day']}: {t['wall_s']} s, exit {t['rc']}: "
               f"{t['said'][-1] if t['said'] else ''}")
+    w = out["windows"]
+    print(f"windows: {w['escalations_with_a_window']} escalations with a window, "
+          f"{w['of_them_with_a_model_window']} with the model's; refit {w['refit']}; the model "
+          f"counts for {[m for m, c in w['model_counts_for'].items() if c] or 'no mode'}")
     print(f"scored from day {out['scored_from_day']} (the first promotion, or the start):")
     for view in ("watch", "warning", "critical"):
         for stream in ("rules", "fused"):

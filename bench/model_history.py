@@ -107,14 +107,15 @@ def run(gpus: int, days: float, epochs: int = 2) -> dict[str, Any]:
 
 
 def train_child(root: Path, cfg: dict[str, Any], epochs: int,
-                extra: list[str] | None = None) -> dict[str, Any]:
+                extra: list[str] | None = None,
+                until: str = "2030-01-01T00:00:00Z") -> dict[str, Any]:
     """`gpuhealth train --from-influx` over the whole stored span in a child process: its wall
     time and peak memory (ru_maxrss from os.wait4: the child's VmHWM)."""
     config = root / "gpuhealth.yaml"
     config.write_text(yaml.safe_dump({"storage": {"data_dir": str(root), "influxdb": cfg}}))
     cmd = [sys.executable, "-c", "import sys; from service.commands.cli import main; "
            "sys.exit(main())", "train", "--from-influx", "--since", START,
-           "--until", "2030-01-01T00:00:00Z", "--config", str(config),
+           "--until", until, "--config", str(config),
            "--out", str(root / "model"), "--epochs", str(epochs), "--no-progress",
            *(extra or [])]
     t1 = time.perf_counter()

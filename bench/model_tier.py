@@ -151,7 +151,9 @@ def run(gpus: int, days: float, epochs: int = 2, url: str | None = None) -> dict
                 t0 = time.perf_counter()
                 wrote, _ = write_hours(config, InfluxSettings(url=url, **cfg))  # type: ignore[arg-type]
                 write_s = time.perf_counter() - t0
-            child = train_child(root, {"url": url, **cfg}, epochs, ["--source", "hours"])
+            # The range an operator would give: the fleet's 90 days (`--since 90d`), not years.
+            child = train_child(root, {"url": url, **cfg}, epochs, ["--source", "hours"],
+                                until=str(config.time.end_s))
         finally:
             if proc is not None:
                 proc.terminate()
