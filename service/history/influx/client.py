@@ -90,6 +90,21 @@ class InfluxClient:
                                s.get("values") or []) for s in res.get("series", [])])
         return out
 
+    def query_csv(self, q: str, *, epoch: str = "s") -> bytes:
+        """A read as CSV (InfluxDB 1.x, `Accept: application/csv`): parsed without a Python
+        object per value. InfluxDB answers a failed statement with an empty body, so an empty
+        answer is no rows only after `query` (JSON) has said so; the caller asks."""
+        params = self._params(q=q, epoch=epoch)
+        try:
+            r = self.http.get(f"{self.base}/query", params=params,
+                              headers={**self._headers, "Accept": "application/csv"},
+                              auth=self._auth or httpx.USE_CLIENT_DEFAULT)
+        except httpx.HTTPError as exc:
+            raise InfluxError(f"InfluxDB at {self.base} unreachable: {exc}") from exc
+        if r.status_code >= 400:
+            raise InfluxError(f"InfluxDB answered {r.status_code}: {r.text[:300]}")
+        return r.content
+
     def ping(self) -> bool:
         try:
             return self.http.get(f"{self.base}/ping", headers=self._headers).status_code == 204

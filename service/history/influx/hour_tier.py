@@ -15,6 +15,7 @@ replaying the raw 5-s series (docs/learning.md).
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 from collections.abc import Callable, Iterable
@@ -157,48 +158,71 @@ def _read_scope(client: InfluxClient, cluster: str, scope: Scope, h0: int, h1: i
                 ) -> HourTable | None:
     want = columns(scope)
     tag_names = ENTITY_TAGS[scope]
-    src = f"{ident(HOUR_RP)}.{ident(measurement(scope))}"
+    src = _source(client, scope)
+    if src is None:
+        return None
     ents: dict[tuple[str, ...], int] = {}
     parts: list[Part] = []
     step = max(1, int(chunk_s // HOUR))
     for a in range(h0, h1, step):
         b = min(h1, a + step)
-        where = (f" WHERE {ident('cluster')} = {string(cluster)} AND "
-                 f"time >= {time_ns(a * HOUR)} AND time < {time_ns(b * HOUR)}")
-        try:
-            results = client.query(f"SELECT * FROM {src}{where}", epoch="s")
-        except InfluxError as exc:
-            if "database not found" in str(exc):
-                return None
-            if "retention policy not found" not in str(exc) or src == ident(measurement(scope)):
-                raise
-            # No policy of ours (a schema not managed here): the hour tier went where the
-            # samples go, the default policy.
-            src = ident(measurement(scope))
-            results = client.query(f"SELECT * FROM {src}{where}", epoch="s")
-        for s in results[0] if results else []:
-            cols = s.columns
-            at = {c: i for i, c in enumerate(cols)}
-            if any(t not in at for t in tag_names[:1]):
-                continue
-            tag_idx = [at.get(t) for t in tag_names]
-            vals = s.values
-            keys = [tuple("" if i is None else str(r[i] or "") for i in tag_idx) for r in vals]
-            slot = np.array([ents.setdefault(k, len(ents)) for k in keys], np.int32)
-            hour = (np.array([int(r[0]) for r in vals], np.int64) // int(HOUR)).astype(np.int32)
-            data = np.full((len(want), len(vals)), np.nan, np.float32)
-            for k, c in enumerate(want):
-                j = at.get(c)
-                if j is not None:
-                    data[k] = np.array([r[j] for r in vals], dtype=np.float64)
-            parts.append((slot, hour, data))
-            out.rows += len(vals)
+        sql = (f"SELECT * FROM {src} WHERE {ident('cluster')} = {string(cluster)} AND "
+               f"time >= {time_ns(a * HOUR)} AND time < {time_ns(b * HOUR)}")
+        body = client.query_csv(sql)
+        if not body.strip():
+            client.query(sql, epoch="s")  # an error the CSV answer hides raises here
+        else:
+            part = _part(body, want, tag_names, ents)
+            if part is not None:
+                parts.append(part)
+                out.rows += len(part[0])
         progress(float(b - h0))
     if not parts or not ents:
         return None
     lo = min(int(hr.min()) for _, hr, _ in parts if len(hr))
     hi = max(int(hr.max()) for _, hr, _ in parts if len(hr)) + 1
     return _assemble(scope, ents, parts, lo, hi - lo, out)
+
+
+def _source(client: InfluxClient, scope: Scope) -> str | None:
+    """Where the scope's hour tier is: our policy, else (a schema not managed here sends it
+    where the samples go) the default one; None without the database."""
+    try:
+        (found,) = client.query("SHOW RETENTION POLICIES", epoch="s")
+    except InfluxError as exc:
+        if "database not found" in str(exc):
+            return None
+        raise
+    names = {str(r[0]) for se in found for r in se.values}
+    if HOUR_RP in names:
+        return f"{ident(HOUR_RP)}.{ident(measurement(scope))}"
+    return ident(measurement(scope))
+
+
+def _part(body: bytes, want: tuple[str, ...], tag_names: tuple[str, ...],
+          ents: dict[tuple[str, ...], int]) -> Part | None:
+    """One answer's rows: entity slots (new entities added to `ents`), hours, values."""
+    import pyarrow as pa
+    from pyarrow import csv as pacsv
+
+    opts = pacsv.ConvertOptions(column_types={**{t: pa.string() for t in tag_names},
+                                              "time": pa.int64()},
+                                strings_can_be_null=True)
+    t = pacsv.read_csv(io.BytesIO(body), convert_options=opts)
+    if t.num_rows == 0 or tag_names[0] not in t.column_names:
+        return None
+    tags = [t.column(n).to_pylist() if n in t.column_names else [None] * t.num_rows
+            for n in tag_names]
+    keys = zip(*((v or "" for v in col) for col in tags), strict=True)
+    slot = np.fromiter((ents.setdefault(k, len(ents)) for k in keys), np.int32, t.num_rows)
+    hour = (t.column("time").to_numpy() // int(HOUR)).astype(np.int32)
+    data = np.full((len(want), t.num_rows), np.nan, np.float32)
+    for k, c in enumerate(want):
+        if c in t.column_names:
+            col = t.column(c)
+            data[k] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64) \
+                if col.null_count < len(col) else np.nan
+    return slot, hour, data
 
 
 def _assemble(scope: Scope, ents: dict[tuple[str, ...], int], parts: list[Part], h0: int,
