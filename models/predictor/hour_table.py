@@ -80,10 +80,6 @@ class HourTable:
     def hours(self) -> int:
         return int(self.data.shape[2])
 
-    def clip(self, a: int, b: int) -> HourTable:
-        """Hours [a, b) of the span only."""
-        return HourTable(self.scope, self.entities, self.first_hour + a, self.data[:, :, a:b])
-
     def spanning(self, lo: int, hi: int) -> HourTable:
         """The table over absolute hours [lo, hi), NaN where it holds none (itself when it
         spans them already)."""

@@ -225,7 +225,7 @@ def _from_hours(cfg: Any, cluster: str, start: float, end: float, args: argparse
     from service.commands.progress import Progress
     from service.commands.train_days import day_edges
     from service.history.influx.client import InfluxClient, InfluxError
-    from service.history.influx.hour_tier import read_tables
+    from service.history.influx.hour_tier import HourRead, iter_tables
     from service.history.influx.labels import LabelReader
 
     # A query of 6 hours of a large fleet's hour tier takes seconds on a busy InfluxDB.
@@ -238,10 +238,15 @@ def _from_hours(cfg: Any, cluster: str, start: float, end: float, args: argparse
                 bars.append(Progress("read hours", total, "h"))
             bars[0].update(done)
 
+    read = HourRead()
+    runs: dict[Any, Any] = {}
     try:
-        got = read_tables(client, cluster, start, end, progress=progress)
-        table = got.tables.get(Scope.GPU)
-        if table is None:
+        # A scope's features are built, and its table dropped, before the next is read: the
+        # inputs of 4,096 GPUs over 90 days are a GB, their features more.
+        for scope, table in iter_tables(client, cluster, start, end, read, progress=progress):
+            runs[scope] = features(table)
+            del table
+        if Scope.GPU not in runs:
             return None
         labels = LabelReader(client, cluster).read(start, end)
     except InfluxError as exc:
@@ -250,19 +255,13 @@ def _from_hours(cfg: Any, cluster: str, start: float, end: float, args: argparse
         client.close()
         for bar in bars:
             bar.close()
-    import numpy as np
-
-    seen = np.flatnonzero(~np.isnan(table.data).all(axis=(0, 1)))
-    first = (table.first_hour + int(seen[0])) * 3600.0
-    last = (table.first_hour + int(seen[-1]) + 1) * 3600.0
-    for scope, t in got.tables.items():  # the span the data covers, for every scope alike
-        got.tables[scope] = t.clip(int(seen[0]), int(seen[-1]) + 1)
+    gpu = runs[Scope.GPU]
+    first = float(gpu.hour_index[0]) * 3600.0
+    last = float(gpu.hour_index[-1] + 1) * 3600.0
     step = 3600.0  # what the features were built at; the raw step is not needed
-    # Each table dropped once its features are built: the span's inputs are a GB at 4,096 GPUs.
-    runs = {scope: features(got.tables.pop(scope)) for scope in list(got.tables)}
     labels += [r for r in extra if start <= _t(r) < end]
-    told = (f"hour tier: {got.rows} hourly points read"
-            + (f", {got.refused} refused" if got.refused else ""))
+    told = (f"hour tier: {read.rows} hourly points read"
+            + (f", {read.refused} refused" if read.refused else ""))
     return runs, labels, first, last, step, day_edges(first, last), told
 
 

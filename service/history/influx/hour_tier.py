@@ -18,7 +18,7 @@ from __future__ import annotations
 import io
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -129,21 +129,11 @@ Part = tuple[npt.NDArray[np.int32], npt.NDArray[np.int32], F32]  # slots, absolu
 def read_tables(client: InfluxClient, cluster: str, start: float, end: float, *,
                 chunk_s: float = 6 * HOUR, progress: Progress | None = None) -> HourRead:
     """The cluster's stored hours in [start, end) (start and end rounded out to whole hours),
-    `chunk_s` per query, as one table per scope spanning the hours that hold data (a 90-day
-    range over 10 days of data is 10 days; an empty chunk costs InfluxDB next to nothing); an
-    entity's hours it has no point for are NaN."""
-    h0 = math.floor(start / HOUR)
-    h1 = math.ceil(end / HOUR)
-    total = float(len(SCOPES) * (h1 - h0))
+    as one table per scope over one span, the hours that hold data (a 90-day range over 10
+    days of data is 10 days); an entity's hours it has no point for are NaN."""
     out = HourRead()
-    for n, scope in enumerate(SCOPES):
-        def step(h: float, before: float = n * (h1 - h0)) -> None:
-            if progress is not None:
-                progress(before + h, total)
-
-        got = _read_scope(client, cluster, scope, h0, h1, chunk_s, out, step)
-        if got is not None:
-            out.tables[scope] = got
+    out.tables = dict(iter_tables(client, cluster, start, end, out, chunk_s=chunk_s,
+                                  progress=progress))
     # One span for every scope, so that their tables' hours line up (they differ only where
     # one scope's first or last hours are missing: a copy then, not otherwise).
     if out.tables:
@@ -151,6 +141,26 @@ def read_tables(client: InfluxClient, cluster: str, start: float, end: float, *,
         hi = max(t.first_hour + t.hours for t in out.tables.values())
         out.tables = {sc: t.spanning(lo, hi) for sc, t in out.tables.items()}
     return out
+
+
+def iter_tables(client: InfluxClient, cluster: str, start: float, end: float, out: HourRead,
+                *, chunk_s: float = 6 * HOUR, progress: Progress | None = None
+                ) -> Iterator[tuple[Scope, HourTable]]:
+    """One scope's table at a time, each spanning its own hours that hold data, `chunk_s` per
+    query (an empty chunk costs InfluxDB next to nothing); `out` counts the rows read and
+    refused. A caller that is done with a table before asking for the next holds one."""
+    h0 = math.floor(start / HOUR)
+    h1 = math.ceil(end / HOUR)
+    total = float(len(SCOPES) * (h1 - h0))
+    for n, scope in enumerate(SCOPES):
+        def step(h: float, before: float = n * (h1 - h0)) -> None:
+            if progress is not None:
+                progress(before + h, total)
+
+        got = _read_scope(client, cluster, scope, h0, h1, chunk_s, out, step)
+        if got is not None:
+            yield scope, got
+        got = None  # not held while the next scope is read
 
 
 def _read_scope(client: InfluxClient, cluster: str, scope: Scope, h0: int, h1: int,
