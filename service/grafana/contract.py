@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from collectors import identity
 from collectors.catalog import CATALOG, Kind, Metric, Scope
+from models.predictor.hour_table import columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,9 @@ GPU_INFO = Measurement(  # each GPU slot's board, when it changes (collectors.id
     "gpu_info", _BASE | SCOPE_TAGS[Scope.GPU],
     frozenset(identity.FIELDS),
 )
+# The hour tier the service writes (service.history.influx.hour_tier), policy rollup_1h.
+HOURS = {s: Measurement(f"{s.value}_1h", _BASE | SCOPE_TAGS[s], frozenset(columns(s)))
+         for s in (Scope.GPU, Scope.IB_PORT)}
 # Values the `alert.state` field takes, and the scopes risk is written for.
 ALERT_STATES = ("firing", "escalated", "deescalated", "resolved")
 RISK_SCOPES = ("gpu", "nvlink", "ib_port", "psu", "fan", "node")
@@ -117,5 +121,5 @@ RISK_SCOPES = ("gpu", "nvlink", "ib_port", "psu", "fan", "node")
 MEASUREMENTS: dict[str, Measurement] = {
     m.name: m
     for m in (*SAMPLES.values(), *RATES.values(), *EVENTS.values(), RISK, ALERT, ACTION,
-              COLLECTOR, LABEL, GPU_INFO)
+              COLLECTOR, LABEL, GPU_INFO, *HOURS.values())
 }

@@ -26,6 +26,7 @@ from service.runtime import replay_progress
 from service.stages.alert_store import AlertStore
 from service.stages.gpu_identity import GpuIdentities
 from service.stages.label_store import LabelStore
+from service.stages.window_ledger import WindowLedger
 from service.storage.state_db import StateStore, StateTarget
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 OPENED = ("AlertStore", "LabelStore", "TokenStore", "IdempotencyStore", "KeyStore",
           "ActionStore", "NotificationLog", "RecordReceiver", "SilenceStore", "Members",
           "Census", "Lease", "RunStore", "ModelRegistry", "VerdictStore", "ReplayProgress",
-          "GpuIdentities")
+          "GpuIdentities", "WindowLedger")
 
 
 def open_every_state_store(target: StateTarget) -> None:
@@ -48,7 +49,8 @@ def open_every_state_store(target: StateTarget) -> None:
         IdempotencyStore(target), KeyStore(target), NotificationLog(target),
         RecordReceiver(target), SilenceStore(target), Members(target), Census(target, "s0"),
         Lease(target, "layout", "r0"), RunStore(target), ModelRegistry(target),
-        StateStore(target, replay_progress._SCHEMA), GpuIdentities(target)]
+        StateStore(target, replay_progress._SCHEMA), GpuIdentities(target),
+        WindowLedger(target)]
     for store in stores:
         store.close()
 
