@@ -160,8 +160,13 @@ def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any],
              float(gpu.t_pred[min(b, gpu.hours - 1)]), float(gpu.t_pred[-1]))
     periods = mode_periods(labels, edges)
     notes = too_few(periods, MODES)
+    nodes, n_gpus = sorted(set(gpu.nodes)), len(gpu.keys)
+    del gpu
     results = []
-    for scope, rf in runs.items():
+    # The smallest scope first, each scope's features dropped once it is trained: the largest
+    # (the GPUs') then trains with no other scope's data beside it.
+    for scope in sorted(runs, key=lambda sc: runs[sc].x.nbytes):
+        rf = runs.pop(scope)
         modes = MODES[scope]
         if not any(periods.get(m, {}).get("train", 0) for m in modes):
             if init is not None and scope in init.scopes:
@@ -181,6 +186,8 @@ def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any],
             notes.append(f"{scope}: not trained: {exc}")
         finally:
             bar2.close()
+            del rf, tg
+    results.sort(key=lambda r: list(MODES).index(r.scope))
     for n in notes:  # beside --json's document, not in it
         print(f"gpuhealth train: {n}", file=sys.stderr if args.json else sys.stdout)
     if not results:
@@ -194,8 +201,7 @@ def run(args: argparse.Namespace, epoch_bar: Callable[[str, int, bool], Any],
                "split_times": {"train_from": edges[0], "val_from": edges[1],
                                "test_from": edges[2], "test_to": edges[3]},
                "labels_file": str(args.labels) if args.labels else None}
-    nodes = sorted(set(gpu.nodes))
-    meta = {"data": [{"source": f"influx:{cluster}", "nodes": len(nodes), "gpus": len(gpu.keys),
+    meta = {"data": [{"source": f"influx:{cluster}", "nodes": len(nodes), "gpus": n_gpus,
                       "days": (days[-1][1] - days[0][0]) / DAY, "step_s": step,
                       "failures": len(failures)}],
             "learned_from": history, "train_wall_s": round(wall, 1), "command": _command(args)}
