@@ -68,6 +68,15 @@ def settings(data: Path, url: str) -> Settings:
         "notify": {"route": {"receiver": "record", "group_wait_s": 0}}})
 
 
+def config_file(root: Path, data: Path, url: str) -> Path:
+    """The settings file `gpuhealth train --from-influx` reads: the bench's InfluxDB."""
+    cfg = root / "gpuhealth.yaml"
+    cfg.write_text(json.dumps({"storage": {"data_dir": str(data), "influxdb": {
+        "url": url, "database": "learning", "cluster": "bench",
+        "raw_retention": "INF", "rollup_retention": "INF"}}}))
+    return cfg
+
+
 def _pipeline(s: Settings, step_s: float) -> Pipeline:
     s = s.model_copy(update={"window": window_config_for(step_s)})
     return build_pipeline(s, Wiring(notifiers=(), remediate=False, sample_history=False,
@@ -115,10 +124,7 @@ def run(nodes: int, days: float, train_days: float, seed: int, multiplier: float
     try:
         data = root / "data"
         s = settings(data, srv.url)
-        cfg = root / "gpuhealth.yaml"
-        cfg.write_text(json.dumps({"storage": {"data_dir": str(data), "influxdb": {
-            "url": srv.url, "database": "learning", "cluster": "bench",
-            "raw_retention": "INF", "rollup_retention": "INF"}}}))
+        cfg = config_file(root, data, srv.url)
         start = float(src.start or 0.0)
         split = start + train_days * DAY
         rounds = iter(feed_rounds(src.chunks, step))

@@ -16,7 +16,6 @@ precision, recall, F1 and median lead.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.learning import MIX, _pipeline, scenario, settings
+from bench.learning import MIX, _pipeline, config_file, scenario, settings
 from models.evaluation.events import AlertRecord, truth_from_labels
 from models.evaluation.matching import FailureIndex, default_views, match
 from models.evaluation.metrics import view_scores
@@ -103,10 +102,7 @@ def run(nodes: int, days: float, seed: int, multiplier: float, root: Path,
         s = settings(data, srv.url)
         s = s.model_copy(update={"learning": s.learning.model_copy(update={
             "retrain": s.learning.retrain.model_copy(update={"enabled": True})})})
-        cfg = root / "gpuhealth.yaml"
-        cfg.write_text(json.dumps({"storage": {"data_dir": str(data), "influxdb": {
-            "url": srv.url, "database": "learning", "cluster": "bench",
-            "raw_retention": "INF", "rollup_retention": "INF"}}}))
+        cfg = config_file(root, data, srv.url)
         pipe = _pipeline(s, step)
         twin = build_pipeline(Settings(window=window_config_for(step),
                                        detectors={"model": {"path": "none"}}),  # type: ignore[arg-type]
