@@ -6,9 +6,11 @@ from the store's hourly tier (or its raw ring, at a 1-hour step) for exactly the
 features read (models.predictor.features.INPUTS), the GPUs' NVLink links already reduced to
 their per-GPU columns (LINK_COLUMNS), and written as `gpu_1h` and `ib_port_1h` points at the
 hour's start into the `rollup_1h` retention policy (kept as long as the 5-minute rollups). A
-rewritten hour (a restart, a warm store) lands on the same point and overwrites it.
+new writer starts with the first hour that finishes after it (the hours before were stored by
+the instance that saw them); an hour written again lands on the same point and overwrites it.
 
-Reading (`read_tables`): the span's points, a day per query, into models.predictor.hour_table
+Reading (`read_tables`, `iter_tables`): the span's points, 6 hours per query (CSV, parsed by
+pyarrow), into models.predictor.hour_table
 tables; `gpuhealth train --from-influx` builds the span's features from them at once instead of
 replaying the raw 5-s series (docs/learning.md).
 """
